@@ -1,0 +1,169 @@
+//! Node configuration, validated at construction.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sm::SmLimits;
+use crate::types::NodeId;
+
+/// Bugs that can be switched back on to prove that the simulator's checkers catch them.
+/// Never set outside tests and `tenure sim --inject-bug`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InjectedBugs {
+    /// Grant a vote even after voting for someone else in the same term.
+    pub double_vote: bool,
+    /// Commit entries that only one node (the leader) has stored.
+    pub commit_without_majority: bool,
+    /// Accept a fenced write whose token is below the key's highest accepted token.
+    pub stale_fence_accepted: bool,
+    /// Leave the vote out of the hard state that must be persisted before replying.
+    pub no_vote_persist: bool,
+}
+
+impl InjectedBugs {
+    /// True if any bug is switched on.
+    pub fn any(&self) -> bool {
+        self.double_vote
+            || self.commit_without_majority
+            || self.stale_fence_accepted
+            || self.no_vote_persist
+    }
+}
+
+/// How one node behaves. Every duration is in ticks of the node's own clock.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// This node's id; must be non-zero.
+    pub id: NodeId,
+    /// Voters of the cluster at bootstrap. Empty for a node that joins an existing cluster:
+    /// it learns the membership from the leader and never campaigns before that.
+    pub initial_voters: Vec<NodeId>,
+    /// T: the election timeout is drawn uniformly from `[T, 2T)` at 1/1000-tick resolution.
+    /// Also the check-quorum period and the vote-refusal window after hearing from a leader.
+    pub election_timeout_ticks: u64,
+    /// Interval between heartbeats; at most T/5 so that a slow message or two does not
+    /// cost the leader its followers.
+    pub heartbeat_ticks: u64,
+    /// Run a pre-vote round before incrementing the term (Raft dissertation §9.6).
+    pub pre_vote: bool,
+    /// Leader steps down if it has not heard from a quorum within T; followers that heard
+    /// from a leader within T refuse to vote. Required for the leader lease.
+    pub check_quorum: bool,
+    /// Relative clock-rate drift bound between any two nodes (e.g. 0.01 for 1%). Sizes the
+    /// leader-lease safety margin.
+    pub clock_drift_max: f64,
+    /// Most entries carried by one AppendEntries message.
+    pub append_entries_max: usize,
+    /// Take a snapshot and compact the log when this many entries were applied since the
+    /// last one.
+    pub snapshot_threshold_entries: u64,
+    /// Most proposals a leader holds uncommitted before refusing more.
+    pub uncommitted_entries_max: u64,
+    /// How often the leader commits a checkpoint of session lease times.
+    pub lease_checkpoint_ticks: u64,
+    /// Seed of this node's random generator (election timeouts). Runs replay from it.
+    pub seed: u64,
+    /// Limits shared by every replica's state machine.
+    pub limits: SmLimits,
+    /// Test-only bug switches.
+    pub bugs: InjectedBugs,
+}
+
+impl Config {
+    /// A configuration with sensible defaults for a node of a bootstrap cluster.
+    pub fn new(id: NodeId, initial_voters: Vec<NodeId>) -> Config {
+        Config {
+            id,
+            initial_voters,
+            election_timeout_ticks: 15,
+            heartbeat_ticks: 3,
+            pre_vote: true,
+            check_quorum: true,
+            clock_drift_max: 0.01,
+            append_entries_max: 64,
+            snapshot_threshold_entries: 1_000,
+            uncommitted_entries_max: 10_000,
+            lease_checkpoint_ticks: 5,
+            seed: id,
+            limits: SmLimits::default(),
+            bugs: InjectedBugs::default(),
+        }
+    }
+
+    /// Check every rule a configuration must satisfy.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.id == 0 {
+            return Err(ConfigError::ZeroId);
+        }
+        if self.initial_voters.contains(&0) {
+            return Err(ConfigError::ZeroId);
+        }
+        if self.election_timeout_ticks < 5 {
+            return Err(ConfigError::ElectionTimeoutTooShort(
+                self.election_timeout_ticks,
+            ));
+        }
+        if self.heartbeat_ticks == 0 || self.heartbeat_ticks * 5 > self.election_timeout_ticks {
+            return Err(ConfigError::HeartbeatTooSlow {
+                heartbeat_ticks: self.heartbeat_ticks,
+                election_timeout_ticks: self.election_timeout_ticks,
+            });
+        }
+        if !(0.0..0.1).contains(&self.clock_drift_max) {
+            return Err(ConfigError::DriftOutOfRange(self.clock_drift_max));
+        }
+        if self.lease_margin_ticks() * 2 >= self.election_timeout_ticks {
+            return Err(ConfigError::LeaseMarginTooLarge);
+        }
+        if self.append_entries_max == 0 {
+            return Err(ConfigError::Zero("append_entries_max"));
+        }
+        if self.snapshot_threshold_entries == 0 {
+            return Err(ConfigError::Zero("snapshot_threshold_entries"));
+        }
+        if self.uncommitted_entries_max == 0 {
+            return Err(ConfigError::Zero("uncommitted_entries_max"));
+        }
+        if self.lease_checkpoint_ticks == 0 {
+            return Err(ConfigError::Zero("lease_checkpoint_ticks"));
+        }
+        if self.limits.ttl_min_ticks == 0 || self.limits.ttl_min_ticks > self.limits.ttl_max_ticks {
+            return Err(ConfigError::Zero("limits.ttl_min_ticks"));
+        }
+        Ok(())
+    }
+
+    /// Ticks subtracted from the leader lease to cover clock drift between leader and
+    /// followers (twice the drift bound over T) and tick quantization on both sides.
+    pub fn lease_margin_ticks(&self) -> u64 {
+        let drift = (self.election_timeout_ticks as f64 * 2.0 * self.clock_drift_max).ceil() as u64;
+        drift + 2
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// Node ids start at 1.
+    #[error("node id 0 is reserved; ids start at 1")]
+    ZeroId,
+    /// T too short to randomize usefully.
+    #[error("election timeout of {0} ticks is too short; use at least 5")]
+    ElectionTimeoutTooShort(u64),
+    /// Heartbeat must be at most T/5.
+    #[error("heartbeat of {heartbeat_ticks} ticks exceeds a fifth of the election timeout ({election_timeout_ticks} ticks)")]
+    HeartbeatTooSlow {
+        /// Heartbeat.
+        heartbeat_ticks: u64,
+        /// T.
+        election_timeout_ticks: u64,
+    },
+    /// Drift bound outside [0, 0.1).
+    #[error("clock drift bound {0} is outside [0, 0.1)")]
+    DriftOutOfRange(f64),
+    /// The drift margin would eat the whole leader lease.
+    #[error("the lease safety margin leaves no leader lease; raise the election timeout")]
+    LeaseMarginTooLarge,
+    /// A limit that must be positive is zero.
+    #[error("{0} must be positive")]
+    Zero(&'static str),
+}

@@ -1,0 +1,765 @@
+//! The node: Raft consensus, the replicated state machine and the leader's lease clock,
+//! behind one sans-IO façade.
+//!
+//! A driver (the simulator, or the server) owns a [`Node`] and loops:
+//!
+//! 1. feed it inputs: [`Node::tick`], [`Node::step`], [`Node::propose`], [`Node::keepalive`], …;
+//! 2. take [`Node::ready`] and handle it **in the order written on [`Ready`]**: persist
+//!    `hard_state`, `snapshot` and `entries` durably (fsync); then call [`Node::advance`];
+//!    then send `messages`; then hand `applied`, `leader_changes` and `keepalive_acks` to clients.
+//!
+//! Nothing here reads a clock, touches a disk or a socket, spawns a thread or uses a global
+//! random generator: the same inputs produce the same outputs.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::config::{Config, ConfigError};
+use crate::message::Message;
+use crate::raft::Raft;
+use crate::sm::{Command, LeaderChange, Response, SessionId, SmError, SmLimits, StateMachine};
+use crate::types::{
+    Entry, HardState, Index, Membership, NodeId, Payload, Recovered, Snapshot, Term,
+};
+
+pub use crate::raft::{ProposeError, Role, StepError};
+
+/// Most keepalives a leader holds while it waits to be able to acknowledge them.
+pub const PENDING_KEEPALIVES_MAX: usize = 100_000;
+/// Most sessions a leader expires in one tick, so that one tick's work stays bounded.
+pub const EXPIRIES_PER_TICK_MAX: usize = 1_000;
+
+/// A node that cannot be built from its configuration and disk.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The configuration breaks a rule.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The recovered state is inconsistent.
+    #[error("corrupt recovered state: {0}")]
+    Corrupt(String),
+}
+
+/// A snapshot of the node's state for status pages and checkers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// This node.
+    pub id: NodeId,
+    /// Its role.
+    pub role: Role,
+    /// Its term.
+    pub term: Term,
+    /// Its vote in `term`.
+    pub vote: Option<NodeId>,
+    /// The leader it follows (or itself).
+    pub leader: Option<NodeId>,
+    /// Commit index.
+    pub commit: Index,
+    /// Applied index.
+    pub applied: Index,
+    /// Last log index.
+    pub last_index: Index,
+    /// Last durable log index.
+    pub persisted_index: Index,
+    /// Effective membership.
+    pub membership: Membership,
+    /// Target of an in-progress leadership transfer.
+    pub transferring_to: Option<NodeId>,
+    /// While leader: the local tick until which it provably leads.
+    pub lease_until_tick: Option<u64>,
+    /// The node's local tick counter.
+    pub now_tick: u64,
+}
+
+/// Where a proposal landed in the log. Its result arrives in [`Ready::applied`] at `index`;
+/// if the entry there has another term, the proposal was lost and may be retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proposed {
+    /// Log index.
+    pub index: Index,
+    /// Term.
+    pub term: Term,
+}
+
+/// One applied command and its result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// Log index.
+    pub index: Index,
+    /// Term of the entry.
+    pub term: Term,
+    /// The command.
+    pub command: Command,
+    /// Its result.
+    pub response: Response,
+}
+
+/// A keepalive this leader acknowledges: the holder may count its session valid until the
+/// *send* time of that keepalive plus `ttl_ticks`, minus its drift margin (DESIGN rule 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepaliveAck {
+    /// The session renewed.
+    pub session: SessionId,
+    /// The driver's tag for the request.
+    pub tag: u64,
+    /// The session's TTL.
+    pub ttl_ticks: u64,
+}
+
+/// Everything the driver must do after feeding the node inputs, in this order:
+///
+/// 1. Make `hard_state`, `snapshot` and `entries` durable (write and fsync).
+/// 2. Call [`Node::advance`].
+/// 3. Send `messages` (never before step 1: votes and acknowledgements promise durability).
+/// 4. Hand `applied`, `leader_changes` and `keepalive_acks` to clients; these come from
+///    entries that are committed and durable, or from a leader lease that holds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ready {
+    /// Term, vote and commit index to persist, if they changed.
+    pub hard_state: Option<HardState>,
+    /// A snapshot to persist; then discard stored entries up to `snapshot.index` (all of
+    /// them if the stored entry at `snapshot.index` has another term).
+    pub snapshot: Option<Snapshot>,
+    /// Entries to persist: first discard stored entries at `entries[0].index` and after,
+    /// then append.
+    pub entries: Vec<Entry>,
+    /// Messages to send after the above are durable.
+    pub messages: Vec<Message>,
+    /// Results of committed entries applied by this node, in index order.
+    pub applied: Vec<Applied>,
+    /// Changes of leader in elections, in index order.
+    pub leader_changes: Vec<LeaderChange>,
+    /// Keepalives acknowledged.
+    pub keepalive_acks: Vec<KeepaliveAck>,
+}
+
+impl Ready {
+    /// True if there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.hard_state.is_none()
+            && self.snapshot.is_none()
+            && self.entries.is_empty()
+            && self.messages.is_empty()
+            && self.applied.is_empty()
+            && self.leader_changes.is_empty()
+            && self.keepalive_acks.is_empty()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PendingAck {
+    session: SessionId,
+    tag: u64,
+    received_tick: u64,
+}
+
+/// The node-local lease clock: when this node may expire each session, and what this node
+/// as leader has made durable enough to acknowledge keepalives.
+///
+/// It is not replicated (local clocks differ between nodes) and not persisted: on restart
+/// it is rebuilt from the log conservatively, as if every Grant and Checkpoint had just
+/// been applied, which can only make sessions live longer, never shorter.
+#[derive(Debug, Default)]
+struct LeaseClock {
+    /// Local tick before which this node must not expire a session.
+    deadline_tick: BTreeMap<SessionId, u64>,
+    /// As leader of `term`: local tick up to which this leader's own committed Grant or
+    /// Checkpoint entries oblige any later leader to keep the session. A keepalive is
+    /// acknowledged only if `received + ttl` fits below it.
+    coverage_tick: BTreeMap<SessionId, u64>,
+    /// This leader's proposals of Grant and Checkpoint entries: index → (term, tick proposed).
+    own: BTreeMap<Index, (Term, u64)>,
+    /// Sessions renewed since the last checkpoint proposal.
+    renewed: BTreeSet<SessionId>,
+    pending: VecDeque<PendingAck>,
+    /// Sessions whose Expire was proposed and not yet applied.
+    expiring: BTreeSet<SessionId>,
+    last_checkpoint_tick: u64,
+    /// The term in which the leader-only parts above were built.
+    leader_term: Option<Term>,
+}
+
+/// A tenure node: Raft, the replicated state machine and the lease clock.
+pub struct Node {
+    raft: Raft,
+    sm: StateMachine,
+    lease: LeaseClock,
+    applied: Vec<Applied>,
+    leader_changes: Vec<LeaderChange>,
+    acks: Vec<KeepaliveAck>,
+    /// Set between `ready()` and `advance()`; inputs in between are a driver bug.
+    awaiting_advance: bool,
+}
+
+impl Node {
+    /// Build a node from its configuration and what it found on disk.
+    pub fn new(config: Config, recovered: Recovered) -> Result<Node, NodeError> {
+        config.validate()?;
+        let limits = config.limits.clone();
+        let bugs = config.bugs;
+        if let Some(first) = recovered.entries.first() {
+            let expected = recovered.snapshot.as_ref().map_or(0, |s| s.index) + 1;
+            if first.index != expected {
+                return Err(NodeError::Corrupt(format!(
+                    "first entry has index {} but {} was expected",
+                    first.index, expected
+                )));
+            }
+        }
+        for w in recovered.entries.windows(2) {
+            if w[1].index != w[0].index + 1 || w[1].term < w[0].term {
+                return Err(NodeError::Corrupt(format!(
+                    "log breaks at index {}",
+                    w[1].index
+                )));
+            }
+        }
+        if recovered
+            .entries
+            .last()
+            .is_some_and(|e| e.term > recovered.hard_state.term)
+        {
+            return Err(NodeError::Corrupt(
+                "an entry is newer than the persisted term".into(),
+            ));
+        }
+        let sm = match &recovered.snapshot {
+            Some(s) => StateMachine::restore(limits, bugs, &s.data)
+                .map_err(|e| NodeError::Corrupt(format!("snapshot: {e}")))?,
+            None => StateMachine::new(limits, bugs),
+        };
+        let raft = Raft::new(
+            config,
+            recovered.hard_state,
+            recovered.snapshot,
+            recovered.entries,
+        );
+        let mut node = Node {
+            raft,
+            sm,
+            lease: LeaseClock::default(),
+            applied: Vec::new(),
+            leader_changes: Vec::new(),
+            acks: Vec::new(),
+            awaiting_advance: false,
+        };
+        node.reset_lease_from_state_machine();
+        node.apply_committed();
+        Ok(node)
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.raft.id
+    }
+
+    /// One tick of this node's local clock.
+    pub fn tick(&mut self) {
+        self.assert_not_awaiting();
+        self.raft.tick();
+        self.after_input();
+    }
+
+    /// Handle a message from a peer. Bad input returns an error and changes nothing.
+    pub fn step(&mut self, msg: Message) -> Result<(), StepError> {
+        self.assert_not_awaiting();
+        self.raft.step(msg)?;
+        self.after_input();
+        Ok(())
+    }
+
+    /// Propose a client command (leader only). Commands reserved to the leader and
+    /// commands that break the shared limits are refused before they reach the log.
+    pub fn propose(&mut self, command: Command) -> Result<Proposed, ProposeError> {
+        self.assert_not_awaiting();
+        if matches!(command, Command::Expire { .. } | Command::Checkpoint { .. }) {
+            return Err(ProposeError::ClientCommandNotAllowed);
+        }
+        self.raft.check_can_propose()?;
+        if let Err(e) = validate_sizes(&self.raft.config.limits, &command) {
+            return Err(ProposeError::Invalid(e));
+        }
+        let is_grant = matches!(command, Command::Grant { .. });
+        let (index, term) = self.raft.append_as_leader(Payload::Command(command));
+        if is_grant {
+            self.lease.own.insert(index, (term, self.raft.now_tick));
+        }
+        self.after_input();
+        Ok(Proposed { index, term })
+    }
+
+    /// A keepalive for `session`, received now (leader only). The acknowledgement, tagged
+    /// with `tag`, comes in a later [`Ready::keepalive_acks`] once this leader provably leads
+    /// and has made the renewal durable enough for any successor; if that cannot happen in
+    /// time it never comes, and the client retries.
+    pub fn keepalive(&mut self, session: SessionId, tag: u64) -> Result<(), ProposeError> {
+        self.assert_not_awaiting();
+        if self.raft.role != Role::Leader {
+            return Err(ProposeError::NotLeader {
+                leader_hint: self.raft.leader,
+            });
+        }
+        let Some(info) = self.sm.session(session) else {
+            return Err(ProposeError::UnknownSession(session));
+        };
+        let ttl = info.ttl_ticks;
+        let now = self.raft.now_tick;
+        let deadline = self.lease.deadline_tick.entry(session).or_insert(0);
+        *deadline = (*deadline).max(now + ttl);
+        self.lease.renewed.insert(session);
+        if self.lease.pending.len() >= PENDING_KEEPALIVES_MAX {
+            self.lease.pending.pop_front();
+        }
+        self.lease.pending.push_back(PendingAck {
+            session,
+            tag,
+            received_tick: now,
+        });
+        self.after_input();
+        Ok(())
+    }
+
+    /// Hand Raft leadership to `to` (leader only).
+    pub fn transfer_leadership(&mut self, to: NodeId) -> Result<(), ProposeError> {
+        self.assert_not_awaiting();
+        self.raft.transfer_leadership(to)?;
+        self.after_input();
+        Ok(())
+    }
+
+    /// Change the cluster's voters and learners by joint consensus (leader only).
+    pub fn change_membership(
+        &mut self,
+        voters: BTreeSet<NodeId>,
+        learners: BTreeSet<NodeId>,
+    ) -> Result<Proposed, ProposeError> {
+        self.assert_not_awaiting();
+        let target = Membership {
+            voters,
+            voters_outgoing: BTreeSet::new(),
+            learners,
+        };
+        let (index, term) = self.raft.change_membership(target)?;
+        self.after_input();
+        Ok(Proposed { index, term })
+    }
+
+    /// True if [`Node::ready`] has something.
+    pub fn has_ready(&self) -> bool {
+        !self.awaiting_advance
+            && (self.raft.log.has_unstable()
+                || self.raft.snapshot_to_persist.is_some()
+                || self.raft.hard_state() != self.raft_persisted_hard_state()
+                || !self.raft.msgs.is_empty()
+                || !self.applied.is_empty()
+                || !self.leader_changes.is_empty()
+                || !self.acks.is_empty())
+    }
+
+    fn raft_persisted_hard_state(&self) -> HardState {
+        self.raft.persisted_hard_state
+    }
+
+    /// Take what the driver must do now; see [`Ready`] for the order.
+    pub fn ready(&mut self) -> Ready {
+        self.assert_not_awaiting();
+        self.awaiting_advance = true;
+        Ready {
+            hard_state: self.raft.take_hard_state(),
+            snapshot: self.raft.snapshot_to_persist.take(),
+            entries: self.raft.log.take_unstable(),
+            messages: std::mem::take(&mut self.raft.msgs),
+            applied: std::mem::take(&mut self.applied),
+            leader_changes: std::mem::take(&mut self.leader_changes),
+            keepalive_acks: std::mem::take(&mut self.acks),
+        }
+    }
+
+    /// The persistent parts of the last [`Ready`] are durable.
+    pub fn advance(&mut self) {
+        assert!(self.awaiting_advance, "advance() without ready()");
+        self.awaiting_advance = false;
+        self.raft.on_persisted();
+        self.after_input();
+    }
+
+    /// The node's current state.
+    pub fn status(&self) -> Status {
+        Status {
+            id: self.raft.id,
+            role: self.raft.role,
+            term: self.raft.term,
+            vote: self.raft.vote,
+            leader: self.raft.leader,
+            commit: self.raft.log.committed,
+            applied: self.raft.log.applied,
+            last_index: self.raft.log.last_index(),
+            persisted_index: self.raft.log.persisted(),
+            membership: self.raft.membership.clone(),
+            transferring_to: self.raft.transfer.map(|t| t.to),
+            lease_until_tick: self.raft.lease_until_tick(),
+            now_tick: self.raft.now_tick,
+        }
+    }
+
+    /// The replicated state machine (read-only).
+    pub fn state_machine(&self) -> &StateMachine {
+        &self.sm
+    }
+
+    /// The in-memory log after the last snapshot.
+    pub fn log_entries(&self) -> &[Entry] {
+        self.raft.log.entries()
+    }
+
+    /// Index and term of the last snapshot, `(0, 0)` if none.
+    pub fn snapshot_meta(&self) -> (Index, Term) {
+        (
+            self.raft.log.snapshot_index(),
+            self.raft.log.snapshot_term(),
+        )
+    }
+
+    /// Panics with context if any invariant of the node is broken. Cheap enough to run after
+    /// every input in tests and the simulator.
+    ///
+    /// Invariant: the state machine has applied exactly the commands up to the log's
+    /// applied index (its own applied index never exceeds it).
+    /// Invariant: every session has an expiry deadline on this node, and no deadline
+    /// outlives its session.
+    pub fn check_invariants(&self) {
+        self.raft.check_invariants();
+        self.sm.check_invariants();
+        assert!(
+            self.sm.applied_index() <= self.raft.log.applied,
+            "node {}: state machine applied {} beyond log applied {}",
+            self.raft.id,
+            self.sm.applied_index(),
+            self.raft.log.applied
+        );
+        for (s, _) in self.sm.sessions() {
+            assert!(
+                self.lease.deadline_tick.contains_key(&s),
+                "node {}: session {s} has no deadline",
+                self.raft.id
+            );
+        }
+        for s in self.lease.deadline_tick.keys() {
+            assert!(
+                self.sm.session(*s).is_some(),
+                "node {}: deadline for ended session {s}",
+                self.raft.id
+            );
+        }
+    }
+
+    // ----- internals -----------------------------------------------------------------
+
+    fn assert_not_awaiting(&self) {
+        assert!(
+            !self.awaiting_advance,
+            "node {}: input between ready() and advance() (driver bug)",
+            self.raft.id
+        );
+    }
+
+    fn after_input(&mut self) {
+        if let Some(snapshot) = self.raft.snapshot_to_restore.take() {
+            self.load_snapshot(&snapshot);
+        }
+        self.apply_committed();
+        self.leader_duties();
+    }
+
+    fn load_snapshot(&mut self, snapshot: &Snapshot) {
+        let cfg = &self.raft.config;
+        match StateMachine::restore(cfg.limits.clone(), cfg.bugs, &snapshot.data) {
+            Ok(sm) => self.sm = sm,
+            // The leader encoded this snapshot from its own state machine; failing to
+            // decode it means the two binaries disagree, which no retry can fix.
+            Err(e) => panic!(
+                "node {}: cannot decode snapshot at {}: {e}",
+                self.raft.id, snapshot.index
+            ),
+        }
+        self.leader_changes.extend(self.sm.take_leader_changes());
+        self.reset_lease_from_state_machine();
+    }
+
+    /// Conservative deadlines for every session, as if its last Grant or Checkpoint had
+    /// been applied just now.
+    fn reset_lease_from_state_machine(&mut self) {
+        let now = self.raft.now_tick;
+        let drift = self.raft.config.clock_drift_max;
+        let mut deadlines = BTreeMap::new();
+        for (s, info) in self.sm.sessions() {
+            deadlines.insert(s, now + padded(info.remaining_ticks, drift));
+        }
+        self.lease.deadline_tick = deadlines;
+        self.lease.coverage_tick.clear();
+        self.lease.expiring.clear();
+    }
+
+    fn apply_committed(&mut self) {
+        let upto = self.raft.log.committed.min(self.raft.log.persisted());
+        while self.raft.log.applied < upto {
+            let index = self.raft.log.applied + 1;
+            let entry = self
+                .raft
+                .log
+                .entry(index)
+                .expect("committed entry is in the log")
+                .clone();
+            self.raft.log.applied = index;
+            if let Payload::Command(command) = entry.payload {
+                let response = self.sm.apply(index, &command);
+                self.on_applied(index, entry.term, &command, &response);
+                self.applied.push(Applied {
+                    index,
+                    term: entry.term,
+                    command,
+                    response,
+                });
+            }
+        }
+        self.leader_changes.extend(self.sm.take_leader_changes());
+        let (snap_index, _) = self.snapshot_meta();
+        if self.raft.log.applied - snap_index >= self.raft.config.snapshot_threshold_entries {
+            let applied = self.raft.log.applied;
+            self.raft.compact(applied, self.sm.snapshot());
+        }
+    }
+
+    /// Keep the lease clock in step with the replicated sessions.
+    fn on_applied(&mut self, index: Index, term: Term, command: &Command, response: &Response) {
+        let now = self.raft.now_tick;
+        let drift = self.raft.config.clock_drift_max;
+        // An entry this node proposed as leader in its current term: its acknowledgements
+        // are tracked exactly, so it only extends coverage. Anything else comes from
+        // another leader (or an earlier life of this one) whose acknowledgements we cannot
+        // see, so we keep the session at least as long as that entry promised, padded for
+        // clock drift between us.
+        let own = match self.lease.own.remove(&index) {
+            Some((t, proposed)) if t == term && self.lease.leader_term == Some(term) => {
+                Some(proposed)
+            }
+            _ => None,
+        };
+        match (command, response) {
+            (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
+                let deadline = match own {
+                    Some(_) => now + ttl_ticks,
+                    None => now + padded(*ttl_ticks, drift),
+                };
+                self.lease.deadline_tick.insert(*session, deadline);
+                if let Some(proposed) = own {
+                    self.lease
+                        .coverage_tick
+                        .insert(*session, proposed + ttl_ticks);
+                }
+            }
+            (Command::Checkpoint { remaining }, Response::Checkpointed) => {
+                for (s, r) in remaining {
+                    if self.sm.session(*s).is_none() {
+                        continue;
+                    }
+                    match own {
+                        Some(proposed) => {
+                            let c = self.lease.coverage_tick.entry(*s).or_insert(0);
+                            *c = (*c).max(proposed + r);
+                        }
+                        None => {
+                            let d = self.lease.deadline_tick.entry(*s).or_insert(0);
+                            *d = (*d).max(now + padded(*r, drift));
+                        }
+                    }
+                }
+            }
+            (_, Response::Ended { session }) => {
+                self.lease.deadline_tick.remove(session);
+                self.lease.coverage_tick.remove(session);
+                self.lease.renewed.remove(session);
+                self.lease.expiring.remove(session);
+            }
+            _ => {}
+        }
+    }
+
+    /// Leader-only work after every input: checkpoints, expiries, keepalive acks.
+    fn leader_duties(&mut self) {
+        let term = self.raft.term;
+        if self.raft.role != Role::Leader {
+            if self.lease.leader_term.is_some() {
+                self.drop_leader_lease_state();
+            }
+            return;
+        }
+        if self.lease.leader_term != Some(term) {
+            self.drop_leader_lease_state();
+            self.lease.leader_term = Some(term);
+            self.lease.last_checkpoint_tick = self.raft.now_tick;
+        }
+        if !self.raft.leader_ready() {
+            return;
+        }
+        let now = self.raft.now_tick;
+        self.propose_checkpoint_if_due(now);
+        self.propose_expiries(now);
+        self.acknowledge_keepalives(now);
+    }
+
+    fn drop_leader_lease_state(&mut self) {
+        self.lease.coverage_tick.clear();
+        self.lease.own.clear();
+        self.lease.renewed.clear();
+        self.lease.pending.clear();
+        self.lease.expiring.clear();
+        self.lease.leader_term = None;
+    }
+
+    fn propose_checkpoint_if_due(&mut self, now: u64) {
+        let interval = self.raft.config.lease_checkpoint_ticks;
+        if now < self.lease.last_checkpoint_tick + interval {
+            return;
+        }
+        // Sessions renewed since the last checkpoint, and sessions with keepalives waiting
+        // for coverage, get a checkpoint that covers keepalives received over the next two
+        // intervals, so that acknowledgements flow without waiting on every commit.
+        let mut sessions: BTreeSet<SessionId> = std::mem::take(&mut self.lease.renewed);
+        sessions.extend(self.lease.pending.iter().map(|p| p.session));
+        let remaining: Vec<(SessionId, u64)> = sessions
+            .into_iter()
+            .filter_map(|s| {
+                self.sm
+                    .session(s)
+                    .map(|info| (s, info.ttl_ticks + 2 * interval))
+            })
+            .collect();
+        if remaining.is_empty() || self.raft.check_can_propose().is_err() {
+            return;
+        }
+        self.lease.last_checkpoint_tick = now;
+        let (index, term) = self
+            .raft
+            .append_as_leader(Payload::Command(Command::Checkpoint { remaining }));
+        self.lease.own.insert(index, (term, now));
+    }
+
+    fn propose_expiries(&mut self, now: u64) {
+        if self.raft.check_can_propose().is_err() {
+            return;
+        }
+        let due: Vec<SessionId> = self
+            .lease
+            .deadline_tick
+            .iter()
+            .filter(|(s, d)| **d <= now && !self.lease.expiring.contains(s))
+            .map(|(s, _)| *s)
+            .take(EXPIRIES_PER_TICK_MAX)
+            .collect();
+        for session in due {
+            self.lease.expiring.insert(session);
+            self.raft
+                .append_as_leader(Payload::Command(Command::Expire { session }));
+        }
+    }
+
+    fn acknowledge_keepalives(&mut self, now: u64) {
+        if self.lease.pending.is_empty() {
+            return;
+        }
+        let lease_valid = self.raft.lease_valid();
+        let t = self.raft.config.election_timeout_ticks;
+        let mut keep = VecDeque::new();
+        while let Some(p) = self.lease.pending.pop_front() {
+            let Some(info) = self.sm.session(p.session) else {
+                continue;
+            };
+            let ttl = info.ttl_ticks;
+            let covered = self
+                .lease
+                .coverage_tick
+                .get(&p.session)
+                .is_some_and(|c| *c >= p.received_tick + ttl);
+            if lease_valid && covered {
+                self.acks.push(KeepaliveAck {
+                    session: p.session,
+                    tag: p.tag,
+                    ttl_ticks: ttl,
+                });
+            } else if now < p.received_tick + t {
+                keep.push_back(p);
+            }
+            // Older than T: the client has long retried; dropping it loses nothing.
+        }
+        self.lease.pending = keep;
+    }
+}
+
+/// A duration measured on another node's clock, stretched to be safe on ours.
+fn padded(ticks: u64, drift: f64) -> u64 {
+    ticks + (ticks as f64 * 2.0 * drift).ceil() as u64 + 1
+}
+
+/// Reject commands that break the shared limits before they take space in the log.
+fn validate_sizes(limits: &SmLimits, command: &Command) -> Result<(), SmError> {
+    fn check(what: &'static str, len: usize, min: usize, max: usize) -> Result<(), SmError> {
+        if len < min || len > max {
+            return Err(SmError::BadSize {
+                what: what.to_string(),
+                len,
+                max,
+            });
+        }
+        Ok(())
+    }
+    match command {
+        Command::Grant { ttl_ticks } => {
+            if *ttl_ticks < limits.ttl_min_ticks || *ttl_ticks > limits.ttl_max_ticks {
+                return Err(SmError::TtlOutOfRange {
+                    ttl_ticks: *ttl_ticks,
+                    min: limits.ttl_min_ticks,
+                    max: limits.ttl_max_ticks,
+                });
+            }
+        }
+        Command::Campaign {
+            election, value, ..
+        } => {
+            check(
+                "election name",
+                election.len(),
+                1,
+                limits.election_name_bytes_max,
+            )?;
+            check("value", value.len(), 0, limits.value_bytes_max)?;
+        }
+        Command::Resign { election, .. }
+        | Command::Transfer { election, .. }
+        | Command::Leader { election } => {
+            check(
+                "election name",
+                election.len(),
+                1,
+                limits.election_name_bytes_max,
+            )?;
+        }
+        Command::FencedPut {
+            key,
+            value,
+            election,
+            ..
+        } => {
+            check("key", key.len(), 1, limits.key_bytes_max)?;
+            check("value", value.len(), 0, limits.value_bytes_max)?;
+            check(
+                "election name",
+                election.len(),
+                1,
+                limits.election_name_bytes_max,
+            )?;
+        }
+        Command::Get { key } => check("key", key.len(), 1, limits.key_bytes_max)?,
+        Command::Revoke { .. } | Command::Expire { .. } | Command::Checkpoint { .. } => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,1310 @@
+//! Raft consensus: elections, replication, commitment, transfer, membership, snapshots.
+//!
+//! This module knows nothing about what entries mean; [`crate::node::Node`] applies them.
+//! Section numbers refer to the Raft paper ("In Search of an Understandable Consensus
+//! Algorithm", extended version) and Ongaro's dissertation.
+
+use std::collections::BTreeMap;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use crate::config::Config;
+use crate::log::RaftLog;
+use crate::message::{Body, Message, RejectHint};
+use crate::quorum::{joint_committed_index, joint_quorum_min, joint_vote_result, VoteResult};
+use crate::types::{Entry, HardState, Index, Membership, NodeId, Payload, Snapshot, Term};
+
+/// A node's role (Raft §5.1, plus the pre-candidate of dissertation §9.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Follows a leader, or waits for one.
+    Follower,
+    /// Asks whether it could win before disturbing anyone with a new term.
+    PreCandidate,
+    /// Campaigns in its current term.
+    Candidate,
+    /// Leads its term.
+    Leader,
+}
+
+/// The leader's view of one peer's log (Raft Figure 2, `nextIndex`/`matchIndex`).
+#[derive(Clone, Debug)]
+pub(crate) struct Progress {
+    /// Highest index known stored on the peer.
+    pub(crate) match_index: Index,
+    /// Next index to send.
+    pub(crate) next_index: Index,
+    /// While probing, send one batch per heartbeat and wait for the answer instead of
+    /// streaming, because we do not know where the peer's log diverges.
+    pub(crate) probing: bool,
+    /// Highest `sent_tick` the peer echoed in this term: it heard from us at or after it.
+    pub(crate) acked_sent_tick: Option<u64>,
+    /// Heard from in the current check-quorum period.
+    pub(crate) recent_active: bool,
+    /// Local tick when a snapshot was last sent, to avoid sending one every heartbeat.
+    pub(crate) snapshot_sent_tick: Option<u64>,
+}
+
+impl Progress {
+    fn new(next_index: Index) -> Progress {
+        Progress {
+            match_index: 0,
+            next_index,
+            probing: true,
+            acked_sent_tick: None,
+            recent_active: false,
+            snapshot_sent_tick: None,
+        }
+    }
+}
+
+/// An in-progress leadership transfer (dissertation §3.10).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Transfer {
+    pub(crate) to: NodeId,
+    pub(crate) elapsed_ticks: u64,
+}
+
+/// Why a leader-only operation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// This node does not lead; try `leader_hint` if known.
+    #[error("not the leader (leader hint: {leader_hint:?})")]
+    NotLeader {
+        /// The leader this node last heard from in its current term.
+        leader_hint: Option<NodeId>,
+    },
+    /// A leadership transfer is in progress; retry at the new leader.
+    #[error("leadership transfer in progress")]
+    Transferring,
+    /// Too many proposals wait for commitment; retry later.
+    #[error("too many uncommitted entries")]
+    TooManyUncommitted,
+    /// A membership change is still in flight.
+    #[error("a membership change is still in progress")]
+    MembershipChangePending,
+    /// The requested membership is not acceptable.
+    #[error("invalid membership: {0}")]
+    InvalidMembership(String),
+    /// Keepalive for a session that does not exist.
+    #[error("session {0} does not exist")]
+    UnknownSession(u64),
+    /// The command breaks the cluster's limits; nothing was proposed.
+    #[error("invalid command: {0}")]
+    Invalid(crate::sm::SmError),
+    /// Clients may not propose commands reserved to the leader (`Expire`, `Checkpoint`).
+    #[error("this command is reserved to the leader")]
+    ClientCommandNotAllowed,
+}
+
+/// A message that cannot be processed. The node's state is unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// Addressed to another node.
+    #[error("message for node {to} delivered to node {me}")]
+    WrongRecipient {
+        /// Intended receiver.
+        to: NodeId,
+        /// This node.
+        me: NodeId,
+    },
+    /// Sender id is 0 or this node itself.
+    #[error("invalid sender {0}")]
+    InvalidSender(NodeId),
+    /// The message is internally inconsistent.
+    #[error("malformed {kind}: {why}")]
+    Malformed {
+        /// Message kind.
+        kind: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// The consensus half of a node.
+pub(crate) struct Raft {
+    pub(crate) id: NodeId,
+    pub(crate) config: Config,
+    rng: ChaCha8Rng,
+
+    pub(crate) term: Term,
+    pub(crate) vote: Option<NodeId>,
+    pub(crate) role: Role,
+    pub(crate) leader: Option<NodeId>,
+    pub(crate) log: RaftLog,
+
+    /// Membership from the snapshot (or bootstrap) that later config entries build on.
+    base_membership: Membership,
+    /// The effective membership: the latest config in the log, committed or not.
+    pub(crate) membership: Membership,
+    /// Index of the entry that set `membership` (the snapshot index if none follows it).
+    pub(crate) membership_index: Index,
+
+    /// This node's local clock, in ticks since it started.
+    pub(crate) now_tick: u64,
+    election_elapsed_ticks: u64,
+    /// Drawn from `[T, 2T)` in thousandths of a tick.
+    randomized_timeout_milliticks: u64,
+    /// Ticks since this node last heard from a leader of its term (or started): while below
+    /// T it refuses to (pre-)vote for anyone, which is what makes the leader lease sound.
+    leader_contact_elapsed_ticks: u64,
+    heartbeat_elapsed_ticks: u64,
+    check_quorum_elapsed_ticks: u64,
+
+    votes: BTreeMap<NodeId, bool>,
+    pub(crate) progress: BTreeMap<NodeId, Progress>,
+    pub(crate) transfer: Option<Transfer>,
+    /// Set once this leader sent TimeoutNow: another node may win at any moment, so this
+    /// leader's lease is over for the rest of its term.
+    lease_void: bool,
+    /// Index of this leader's first entry of its term.
+    pub(crate) term_start_index: Index,
+
+    /// The latest snapshot (taken or installed), kept to send to lagging followers.
+    pub(crate) snapshot: Option<Snapshot>,
+    /// A snapshot received from the leader that the state machine must load.
+    pub(crate) snapshot_to_restore: Option<Snapshot>,
+    /// A snapshot the driver must persist.
+    pub(crate) snapshot_to_persist: Option<Snapshot>,
+
+    pub(crate) msgs: Vec<Message>,
+    /// The hard state as last made durable by the driver.
+    pub(crate) persisted_hard_state: HardState,
+}
+
+impl Raft {
+    pub(crate) fn new(
+        config: Config,
+        hard_state: HardState,
+        snapshot: Option<Snapshot>,
+        entries: Vec<Entry>,
+    ) -> Raft {
+        let rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let (snap_index, snap_term, base_membership) = match &snapshot {
+            Some(s) => (s.index, s.term, s.membership.clone()),
+            None => (0, 0, Membership::new(config.initial_voters.iter().copied())),
+        };
+        let mut log = RaftLog::restored(snap_index, snap_term, entries);
+        // The persisted commit index may run ahead of a torn log tail; it is only a hint.
+        log.committed = hard_state.commit.clamp(snap_index, log.last_index());
+        let mut raft = Raft {
+            id: config.id,
+            rng,
+            term: hard_state.term,
+            vote: hard_state.vote,
+            role: Role::Follower,
+            leader: None,
+            log,
+            membership: base_membership.clone(),
+            base_membership,
+            membership_index: snap_index,
+            now_tick: 0,
+            election_elapsed_ticks: 0,
+            randomized_timeout_milliticks: 0,
+            leader_contact_elapsed_ticks: 0,
+            heartbeat_elapsed_ticks: 0,
+            check_quorum_elapsed_ticks: 0,
+            votes: BTreeMap::new(),
+            progress: BTreeMap::new(),
+            transfer: None,
+            lease_void: false,
+            term_start_index: 0,
+            snapshot,
+            snapshot_to_restore: None,
+            snapshot_to_persist: None,
+            msgs: Vec::new(),
+            persisted_hard_state: hard_state,
+            config,
+        };
+        raft.recompute_membership();
+        raft.reset_election_timer();
+        raft
+    }
+
+    // ----- queries -------------------------------------------------------------------
+
+    pub(crate) fn hard_state(&self) -> HardState {
+        HardState {
+            term: self.term,
+            vote: self.vote,
+            commit: self.log.committed,
+        }
+    }
+
+    /// The hard state the driver must persist now, if it changed.
+    pub(crate) fn take_hard_state(&mut self) -> Option<HardState> {
+        let hs = self.hard_state();
+        if hs == self.persisted_hard_state {
+            return None;
+        }
+        self.persisted_hard_state = hs;
+        let mut out = hs;
+        if self.config.bugs.no_vote_persist {
+            out.vote = None;
+        }
+        Some(out)
+    }
+
+    fn promotable(&self) -> bool {
+        self.membership.is_voter(self.id)
+    }
+
+    fn t(&self) -> u64 {
+        self.config.election_timeout_ticks
+    }
+
+    /// True while this node must refuse to (pre-)vote for another: it is the leader, or it
+    /// heard from a leader (or started) less than T ago.
+    fn in_vote_lease(&self) -> bool {
+        self.config.check_quorum
+            && (self.role == Role::Leader || self.leader_contact_elapsed_ticks < self.t())
+    }
+
+    /// The local tick until which this leader provably leads: no other node can be elected
+    /// before it, because a quorum heard from it at or after the quorum's acknowledged send
+    /// tick and refuses votes for T after that, and the margin covers drift and rounding.
+    pub(crate) fn lease_until_tick(&self) -> Option<u64> {
+        if self.role != Role::Leader || self.lease_void || !self.config.check_quorum {
+            return None;
+        }
+        let mut acked: BTreeMap<NodeId, u64> = self
+            .progress
+            .iter()
+            .filter_map(|(id, p)| p.acked_sent_tick.map(|t| (*id, t)))
+            .collect();
+        acked.insert(self.id, self.now_tick);
+        let base = joint_quorum_min(&self.membership, &acked)?;
+        Some(base + self.t() - self.config.lease_margin_ticks())
+    }
+
+    pub(crate) fn lease_valid(&self) -> bool {
+        self.lease_until_tick()
+            .is_some_and(|until| self.now_tick < until)
+    }
+
+    /// The leader has applied everything committed before its term, so its view of the
+    /// replicated state is complete.
+    pub(crate) fn leader_ready(&self) -> bool {
+        self.role == Role::Leader
+            && self.log.committed >= self.term_start_index
+            && self.log.applied >= self.term_start_index
+    }
+
+    // ----- role changes --------------------------------------------------------------
+
+    fn reset_election_timer(&mut self) {
+        self.election_elapsed_ticks = 0;
+        let t_milli = self.t() * 1000;
+        self.randomized_timeout_milliticks = t_milli + self.rng.next_u64() % t_milli;
+    }
+
+    fn reset_term(&mut self, term: Term) {
+        if self.term != term {
+            self.term = term;
+            self.vote = None;
+        }
+        self.leader = None;
+        self.votes.clear();
+        self.transfer = None;
+        self.lease_void = false;
+        self.reset_election_timer();
+    }
+
+    pub(crate) fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        self.reset_term(term);
+        self.role = Role::Follower;
+        self.leader = leader;
+        self.progress.clear();
+    }
+
+    fn become_pre_candidate(&mut self) {
+        assert_ne!(
+            self.role,
+            Role::Leader,
+            "a leader cannot become pre-candidate"
+        );
+        self.role = Role::PreCandidate;
+        self.leader = None;
+        self.votes.clear();
+        self.reset_election_timer();
+    }
+
+    fn become_candidate(&mut self) {
+        assert_ne!(self.role, Role::Leader, "a leader cannot become candidate");
+        let term = self.term + 1;
+        self.reset_term(term);
+        self.role = Role::Candidate;
+        self.vote = Some(self.id);
+    }
+
+    fn become_leader(&mut self) {
+        assert!(
+            matches!(self.role, Role::Candidate),
+            "node {} became leader from {:?}",
+            self.id,
+            self.role
+        );
+        self.role = Role::Leader;
+        self.leader = Some(self.id);
+        self.transfer = None;
+        self.lease_void = false;
+        self.heartbeat_elapsed_ticks = 0;
+        self.check_quorum_elapsed_ticks = 0;
+        self.reset_progress();
+        // A no-op of the new term lets the leader commit everything before it (Raft §5.4.2,
+        // §8): until it commits, the leader does not know what is committed.
+        let index = self.log.last_index() + 1;
+        self.term_start_index = index;
+        self.log.append(Entry {
+            term: self.term,
+            index,
+            payload: Payload::Noop,
+        });
+        self.broadcast_append();
+    }
+
+    fn reset_progress(&mut self) {
+        let next = self.log.last_index() + 1;
+        self.progress = self
+            .membership
+            .all_nodes()
+            .into_iter()
+            .filter(|id| *id != self.id)
+            .map(|id| (id, Progress::new(next)))
+            .collect();
+    }
+
+    // ----- ticks ---------------------------------------------------------------------
+
+    pub(crate) fn tick(&mut self) {
+        self.now_tick += 1;
+        match self.role {
+            Role::Leader => self.tick_leader(),
+            _ => self.tick_election(),
+        }
+    }
+
+    fn tick_election(&mut self) {
+        self.election_elapsed_ticks += 1;
+        self.leader_contact_elapsed_ticks = self.leader_contact_elapsed_ticks.saturating_add(1);
+        if self.promotable()
+            && self.election_elapsed_ticks * 1000 >= self.randomized_timeout_milliticks
+        {
+            self.start_election(false);
+        }
+    }
+
+    fn tick_leader(&mut self) {
+        self.leader_contact_elapsed_ticks = 0;
+        self.heartbeat_elapsed_ticks += 1;
+        self.check_quorum_elapsed_ticks += 1;
+
+        if self.check_quorum_elapsed_ticks >= self.t() {
+            self.check_quorum_elapsed_ticks = 0;
+            if self.config.check_quorum && !self.quorum_active() {
+                // Check-quorum (dissertation §6.2): a leader cut off from a majority steps
+                // down so that clients stop waiting on it.
+                self.become_follower(self.term, None);
+                return;
+            }
+            for p in self.progress.values_mut() {
+                p.recent_active = false;
+            }
+        }
+
+        if let Some(transfer) = &mut self.transfer {
+            transfer.elapsed_ticks += 1;
+            if transfer.elapsed_ticks >= self.config.election_timeout_ticks {
+                self.transfer = None;
+                if self.lease_void {
+                    // TimeoutNow left: the target may still win, so this leader cannot
+                    // vouch for its lease again in this term. Stepping down lets a fresh
+                    // election restore a leader that can.
+                    self.become_follower(self.term, None);
+                    return;
+                }
+            }
+        }
+
+        if self.heartbeat_elapsed_ticks >= self.config.heartbeat_ticks {
+            self.heartbeat_elapsed_ticks = 0;
+            self.broadcast_heartbeat();
+        }
+    }
+
+    fn quorum_active(&self) -> bool {
+        let mut votes: BTreeMap<NodeId, bool> = self
+            .progress
+            .iter()
+            .map(|(id, p)| (*id, p.recent_active))
+            .collect();
+        votes.insert(self.id, true);
+        joint_vote_result(&self.membership, &votes) == VoteResult::Won
+    }
+
+    // ----- elections -----------------------------------------------------------------
+
+    fn start_election(&mut self, transfer: bool) {
+        if self.config.pre_vote && !transfer {
+            self.become_pre_candidate();
+            self.votes.insert(self.id, true);
+            let term = self.term + 1;
+            self.send_to_voters(term, |log| Body::PreVote {
+                last_log_index: log.last_index(),
+                last_log_term: log.last_term(),
+            });
+        } else {
+            self.become_candidate();
+            self.votes.insert(self.id, true);
+            let term = self.term;
+            self.send_to_voters(term, |log| Body::RequestVote {
+                last_log_index: log.last_index(),
+                last_log_term: log.last_term(),
+                transfer,
+            });
+        }
+        self.count_votes();
+    }
+
+    fn send_to_voters(&mut self, term: Term, body: impl Fn(&RaftLog) -> Body) {
+        let mut voters = self.membership.voters.clone();
+        voters.extend(self.membership.voters_outgoing.iter().copied());
+        for to in voters {
+            if to != self.id {
+                let b = body(&self.log);
+                self.send(to, term, b);
+            }
+        }
+    }
+
+    fn count_votes(&mut self) {
+        match joint_vote_result(&self.membership, &self.votes) {
+            VoteResult::Won => match self.role {
+                Role::PreCandidate => self.start_election_after_pre_vote(),
+                Role::Candidate => self.become_leader(),
+                _ => {}
+            },
+            VoteResult::Lost => {
+                let term = self.term;
+                self.become_follower(term, None);
+            }
+            VoteResult::Pending => {}
+        }
+    }
+
+    fn start_election_after_pre_vote(&mut self) {
+        self.become_candidate();
+        self.votes.insert(self.id, true);
+        let term = self.term;
+        self.send_to_voters(term, |log| Body::RequestVote {
+            last_log_index: log.last_index(),
+            last_log_term: log.last_term(),
+            transfer: false,
+        });
+        self.count_votes();
+    }
+
+    // ----- messages ------------------------------------------------------------------
+
+    fn send(&mut self, to: NodeId, term: Term, body: Body) {
+        self.msgs.push(Message {
+            from: self.id,
+            to,
+            term,
+            body,
+        });
+    }
+
+    fn validate(&self, m: &Message) -> Result<(), StepError> {
+        if m.to != self.id {
+            return Err(StepError::WrongRecipient {
+                to: m.to,
+                me: self.id,
+            });
+        }
+        if m.from == 0 || m.from == self.id {
+            return Err(StepError::InvalidSender(m.from));
+        }
+        let malformed = |why: String| StepError::Malformed {
+            kind: m.body.kind(),
+            why,
+        };
+        match &m.body {
+            Body::AppendEntries {
+                prev_log_index,
+                prev_log_term,
+                entries,
+                leader_commit,
+                ..
+            } => {
+                let mut last_term = *prev_log_term;
+                for (k, e) in entries.iter().enumerate() {
+                    if e.index != prev_log_index + 1 + k as Index {
+                        return Err(malformed(format!("entry {k} has index {}", e.index)));
+                    }
+                    if e.term < last_term || e.term > m.term {
+                        return Err(malformed(format!("entry {} has term {}", e.index, e.term)));
+                    }
+                    last_term = e.term;
+                }
+                if *prev_log_term > m.term {
+                    return Err(malformed("prev_log_term above the message term".into()));
+                }
+                let _ = leader_commit;
+            }
+            Body::InstallSnapshot { snapshot, .. } => {
+                if snapshot.index == 0 || snapshot.membership.voters.is_empty() {
+                    return Err(malformed("empty snapshot".into()));
+                }
+                if snapshot.term > m.term {
+                    return Err(malformed("snapshot term above the message term".into()));
+                }
+            }
+            Body::PreVote { last_log_term, .. } | Body::RequestVote { last_log_term, .. }
+                if *last_log_term > m.term =>
+            {
+                return Err(malformed("last_log_term above the message term".into()));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(crate) fn step(&mut self, m: Message) -> Result<(), StepError> {
+        self.validate(&m)?;
+
+        if m.term > self.term {
+            match &m.body {
+                Body::PreVote { .. } => {}
+                // Our own pre-vote round, answered positively, carries the term we would
+                // campaign in; it is not a newer term.
+                Body::PreVoteResponse { granted: true } => {}
+                Body::RequestVote {
+                    transfer: false, ..
+                } if self.in_vote_lease() => {
+                    // Check-quorum (dissertation §4.2.3): a node that hears from a live
+                    // leader ignores disruptive candidates, without even adopting the term.
+                    return Ok(());
+                }
+                Body::AppendEntries { .. } | Body::InstallSnapshot { .. } => {
+                    self.become_follower(m.term, Some(m.from));
+                }
+                _ => self.become_follower(m.term, None),
+            }
+        } else if m.term < self.term {
+            match &m.body {
+                Body::AppendEntries { sent_tick, .. } | Body::InstallSnapshot { sent_tick, .. } => {
+                    // Tell a stale leader about the newer term so that it steps down; with
+                    // pre-vote, nothing else would (dissertation §9.6).
+                    let sent_tick = *sent_tick;
+                    self.send(
+                        m.from,
+                        self.term,
+                        Body::AppendEntriesResponse {
+                            success: false,
+                            match_index: 0,
+                            hint: None,
+                            sent_tick,
+                        },
+                    );
+                }
+                Body::PreVote { .. } => {
+                    self.send(m.from, self.term, Body::PreVoteResponse { granted: false });
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
+
+        match m.body {
+            Body::PreVote {
+                last_log_index,
+                last_log_term,
+            } => {
+                let granted = m.term > self.term
+                    && !self.in_vote_lease()
+                    && self.log.is_up_to_date(last_log_index, last_log_term);
+                let term = if granted { m.term } else { self.term };
+                self.send(m.from, term, Body::PreVoteResponse { granted });
+            }
+            Body::RequestVote {
+                last_log_index,
+                last_log_term,
+                transfer,
+            } => {
+                let can_vote = self.vote.is_none()
+                    || self.vote == Some(m.from)
+                    || (self.config.bugs.double_vote && self.role == Role::Follower);
+                let lease_ok = transfer || !self.in_vote_lease() || self.vote == Some(m.from);
+                let granted = can_vote
+                    && lease_ok
+                    && self.role != Role::Leader
+                    && self.log.is_up_to_date(last_log_index, last_log_term);
+                if granted {
+                    self.vote = Some(m.from);
+                    self.election_elapsed_ticks = 0;
+                }
+                let term = self.term;
+                self.send(m.from, term, Body::RequestVoteResponse { granted });
+            }
+            Body::PreVoteResponse { granted } => {
+                if self.role == Role::PreCandidate && (!granted || m.term == self.term + 1) {
+                    self.votes.insert(m.from, granted);
+                    self.count_votes();
+                }
+            }
+            Body::RequestVoteResponse { granted } => {
+                if self.role == Role::Candidate {
+                    self.votes.insert(m.from, granted);
+                    self.count_votes();
+                }
+            }
+            Body::AppendEntries {
+                prev_log_index,
+                prev_log_term,
+                entries,
+                leader_commit,
+                sent_tick,
+            } => {
+                if !self.accept_leader(m.from) {
+                    return Ok(());
+                }
+                self.handle_append(
+                    m.from,
+                    prev_log_index,
+                    prev_log_term,
+                    &entries,
+                    leader_commit,
+                    sent_tick,
+                );
+            }
+            Body::InstallSnapshot {
+                snapshot,
+                sent_tick,
+            } => {
+                if !self.accept_leader(m.from) {
+                    return Ok(());
+                }
+                self.handle_snapshot(m.from, snapshot, sent_tick);
+            }
+            Body::AppendEntriesResponse {
+                success,
+                match_index,
+                hint,
+                sent_tick,
+            } => {
+                if self.role == Role::Leader {
+                    self.handle_append_response(m.from, success, match_index, hint, sent_tick);
+                }
+            }
+            Body::TimeoutNow => {
+                if self.role != Role::Leader && self.promotable() {
+                    self.start_election(true);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A message from the leader of our term: follow it. Returns false if we are a leader
+    /// of the same term ourselves, which Election Safety says cannot happen; the simulator's
+    /// checkers judge such runs, so the message is dropped rather than acted on.
+    fn accept_leader(&mut self, from: NodeId) -> bool {
+        if self.role == Role::Leader {
+            return false;
+        }
+        if self.role != Role::Follower || self.leader != Some(from) {
+            let term = self.term;
+            self.become_follower(term, Some(from));
+        }
+        self.election_elapsed_ticks = 0;
+        self.leader_contact_elapsed_ticks = 0;
+        true
+    }
+
+    fn handle_append(
+        &mut self,
+        from: NodeId,
+        prev: Index,
+        prev_term: Term,
+        entries: &[Entry],
+        leader_commit: Index,
+        sent_tick: u64,
+    ) {
+        let term = self.term;
+        if prev < self.log.committed {
+            // Everything up to our commit index matches the leader (Leader Completeness), so
+            // answer with it; the entries before it are old news.
+            let committed = self.log.committed;
+            let skip = (committed - prev) as usize;
+            if skip < entries.len() {
+                let last = self.log.append_from_leader(committed, &entries[skip..]);
+                self.on_log_changed();
+                self.commit_to(leader_commit.min(last));
+                self.send(
+                    from,
+                    term,
+                    Body::AppendEntriesResponse {
+                        success: true,
+                        match_index: last,
+                        hint: None,
+                        sent_tick,
+                    },
+                );
+            } else {
+                self.send(
+                    from,
+                    term,
+                    Body::AppendEntriesResponse {
+                        success: true,
+                        match_index: committed,
+                        hint: None,
+                        sent_tick,
+                    },
+                );
+            }
+            return;
+        }
+        if self.log.term(prev) == Some(prev_term) {
+            let last = self.log.append_from_leader(prev, entries);
+            self.on_log_changed();
+            self.commit_to(leader_commit.min(last));
+            self.send(
+                from,
+                term,
+                Body::AppendEntriesResponse {
+                    success: true,
+                    match_index: last,
+                    hint: None,
+                    sent_tick,
+                },
+            );
+        } else {
+            let hint = match self.log.term(prev) {
+                None => RejectHint {
+                    conflict_term: None,
+                    conflict_index: self.log.last_index() + 1,
+                },
+                Some(t) => RejectHint {
+                    conflict_term: Some(t),
+                    conflict_index: self.log.first_index_of_term(prev, t),
+                },
+            };
+            self.send(
+                from,
+                term,
+                Body::AppendEntriesResponse {
+                    success: false,
+                    match_index: 0,
+                    hint: Some(hint),
+                    sent_tick,
+                },
+            );
+        }
+    }
+
+    fn handle_snapshot(&mut self, from: NodeId, snapshot: Snapshot, sent_tick: u64) {
+        let term = self.term;
+        let index = snapshot.index;
+        if index <= self.log.committed {
+            let committed = self.log.committed;
+            self.send(
+                from,
+                term,
+                Body::AppendEntriesResponse {
+                    success: true,
+                    match_index: committed,
+                    hint: None,
+                    sent_tick,
+                },
+            );
+            return;
+        }
+        if self.log.term(index) == Some(snapshot.term) {
+            // We already hold the snapshot's last entry: keep the log after it (Raft §7).
+            self.commit_to(index);
+        } else {
+            self.log.restore(index, snapshot.term);
+            self.base_membership = snapshot.membership.clone();
+            self.recompute_membership();
+            self.snapshot_to_restore = Some(snapshot.clone());
+            self.snapshot_to_persist = Some(snapshot.clone());
+            self.snapshot = Some(snapshot);
+        }
+        self.send(
+            from,
+            term,
+            Body::AppendEntriesResponse {
+                success: true,
+                match_index: index,
+                hint: None,
+                sent_tick,
+            },
+        );
+    }
+
+    fn handle_append_response(
+        &mut self,
+        from: NodeId,
+        success: bool,
+        match_index: Index,
+        hint: Option<RejectHint>,
+        sent_tick: u64,
+    ) {
+        let last_index = self.log.last_index();
+        let Some(p) = self.progress.get_mut(&from) else {
+            return;
+        };
+        p.recent_active = true;
+        if sent_tick <= self.now_tick {
+            p.acked_sent_tick = Some(p.acked_sent_tick.map_or(sent_tick, |t| t.max(sent_tick)));
+        }
+        if success {
+            if match_index > p.match_index {
+                p.match_index = match_index.min(last_index);
+            }
+            p.next_index = p.next_index.max(p.match_index + 1);
+            p.probing = false;
+            p.snapshot_sent_tick = None;
+            self.maybe_commit();
+        } else if let Some(hint) = hint {
+            let mut next = hint.conflict_index;
+            if let Some(t) = hint.conflict_term {
+                if let Some(i) = self.log.last_index_of_term(t) {
+                    next = i + 1;
+                }
+            }
+            let p = self.progress.get_mut(&from).expect("checked above");
+            p.next_index = next.clamp(p.match_index + 1, last_index + 1);
+            p.probing = true;
+        } else {
+            return;
+        }
+        // Keep a catching-up peer busy, and finish a leadership transfer once the target
+        // has everything.
+        if let Some(p) = self.progress.get(&from) {
+            if p.next_index <= self.log.last_index() {
+                self.send_append(from);
+            }
+        }
+        if let Some(transfer) = self.transfer {
+            if transfer.to == from
+                && self
+                    .progress
+                    .get(&from)
+                    .is_some_and(|p| p.match_index == self.log.last_index())
+            {
+                self.send_timeout_now(from);
+            }
+        }
+    }
+
+    fn send_timeout_now(&mut self, to: NodeId) {
+        self.lease_void = true;
+        let term = self.term;
+        self.send(to, term, Body::TimeoutNow);
+    }
+
+    // ----- replication ---------------------------------------------------------------
+
+    fn send_append(&mut self, to: NodeId) {
+        let term = self.term;
+        let commit = self.log.committed;
+        let now = self.now_tick;
+        let max = self.config.append_entries_max;
+        let t = self.t();
+        let Some(p) = self.progress.get_mut(&to) else {
+            return;
+        };
+        let prev = p.next_index - 1;
+        match self.log.term(prev) {
+            Some(prev_term) if prev >= self.log.snapshot_index() => {
+                let entries = self.log.slice(p.next_index, max);
+                if !p.probing {
+                    // Stream optimistically; a loss shows up as a rejection and resets us.
+                    p.next_index += entries.len() as Index;
+                }
+                self.msgs.push(Message {
+                    from: self.id,
+                    to,
+                    term,
+                    body: Body::AppendEntries {
+                        prev_log_index: prev,
+                        prev_log_term: prev_term,
+                        entries,
+                        leader_commit: commit,
+                        sent_tick: now,
+                    },
+                });
+            }
+            _ => {
+                // The entries the peer needs were compacted: send the snapshot, at most once
+                // per election timeout while the peer has not acknowledged it.
+                if p.snapshot_sent_tick.is_some_and(|s| now < s + t) {
+                    return;
+                }
+                let Some(snapshot) = self.snapshot.clone() else {
+                    return;
+                };
+                p.snapshot_sent_tick = Some(now);
+                self.msgs.push(Message {
+                    from: self.id,
+                    to,
+                    term,
+                    body: Body::InstallSnapshot {
+                        snapshot,
+                        sent_tick: now,
+                    },
+                });
+            }
+        }
+    }
+
+    fn broadcast_append(&mut self) {
+        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
+        for to in peers {
+            self.send_append(to);
+        }
+    }
+
+    /// Heartbeats carry whatever a probing peer still needs and an empty batch otherwise;
+    /// either way they renew followers' contact, the commit index and the leader lease.
+    fn broadcast_heartbeat(&mut self) {
+        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
+        for to in peers {
+            let p = &self.progress[&to];
+            if p.probing || p.next_index <= self.log.last_index() {
+                self.send_append(to);
+            } else {
+                let prev = p.next_index - 1;
+                match self.log.term(prev) {
+                    Some(prev_term) => {
+                        let term = self.term;
+                        let body = Body::AppendEntries {
+                            prev_log_index: prev,
+                            prev_log_term: prev_term,
+                            entries: Vec::new(),
+                            leader_commit: self.log.committed,
+                            sent_tick: self.now_tick,
+                        };
+                        self.send(to, term, body);
+                    }
+                    None => self.send_append(to),
+                }
+            }
+        }
+    }
+
+    /// Append a new entry as leader and start replicating it.
+    pub(crate) fn append_as_leader(&mut self, payload: Payload) -> (Index, Term) {
+        let index = self.log.last_index() + 1;
+        let term = self.term;
+        let is_config = matches!(payload, Payload::Membership(_));
+        self.log.append(Entry {
+            term,
+            index,
+            payload,
+        });
+        if is_config {
+            self.on_log_changed();
+            self.sync_progress_with_membership();
+        }
+        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
+        for to in peers {
+            if !self.progress[&to].probing {
+                self.send_append(to);
+            }
+        }
+        (index, term)
+    }
+
+    pub(crate) fn check_can_propose(&self) -> Result<(), ProposeError> {
+        if self.role != Role::Leader {
+            return Err(ProposeError::NotLeader {
+                leader_hint: self.leader,
+            });
+        }
+        if self.transfer.is_some() {
+            return Err(ProposeError::Transferring);
+        }
+        if self.log.last_index() - self.log.committed >= self.config.uncommitted_entries_max {
+            return Err(ProposeError::TooManyUncommitted);
+        }
+        Ok(())
+    }
+
+    fn sync_progress_with_membership(&mut self) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let nodes = self.membership.all_nodes();
+        let next = self.log.last_index() + 1;
+        self.progress.retain(|id, _| nodes.contains(id));
+        for id in nodes {
+            if id != self.id {
+                self.progress
+                    .entry(id)
+                    .or_insert_with(|| Progress::new(next));
+            }
+        }
+    }
+
+    /// Advance the commit index to what a majority has durably stored, counting only
+    /// entries of the current term (Raft §5.4.2).
+    pub(crate) fn maybe_commit(&mut self) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let mut matched: BTreeMap<NodeId, Index> = self
+            .progress
+            .iter()
+            .map(|(id, p)| (*id, p.match_index))
+            .collect();
+        matched.insert(self.id, self.log.persisted());
+        let candidate = if self.config.bugs.commit_without_majority {
+            self.log.persisted()
+        } else {
+            joint_committed_index(&self.membership, &matched)
+        };
+        if candidate > self.log.committed && self.log.term(candidate) == Some(self.term) {
+            self.commit_to(candidate);
+            // Tell followers promptly; waiting for the next heartbeat would add latency.
+            self.broadcast_heartbeat();
+            self.after_commit_as_leader();
+        }
+    }
+
+    fn commit_to(&mut self, index: Index) {
+        if index > self.log.committed {
+            self.log.committed = index.min(self.log.last_index());
+        }
+    }
+
+    /// Membership transitions that follow from commitment (dissertation §4.3).
+    fn after_commit_as_leader(&mut self) {
+        if self.log.committed < self.membership_index {
+            return;
+        }
+        if self.membership.is_joint() {
+            // The joint configuration is committed: move to the new one on our own.
+            let mut next = self.membership.clone();
+            next.voters_outgoing.clear();
+            self.append_as_leader(Payload::Membership(next));
+        } else if !self.membership.is_voter(self.id) {
+            // Removed from the cluster and the removal is committed: stop leading.
+            let term = self.term;
+            self.become_follower(term, None);
+        }
+    }
+
+    // ----- membership ----------------------------------------------------------------
+
+    /// Recompute the effective membership from the log (it can move back when a conflicting
+    /// suffix is truncated).
+    fn recompute_membership(&mut self) {
+        let latest = self
+            .log
+            .entries()
+            .iter()
+            .rev()
+            .find_map(|e| match &e.payload {
+                Payload::Membership(m) => Some((e.index, m.clone())),
+                _ => None,
+            });
+        let (index, membership) =
+            latest.unwrap_or((self.log.snapshot_index(), self.base_membership.clone()));
+        self.membership = membership;
+        self.membership_index = index;
+    }
+
+    fn on_log_changed(&mut self) {
+        self.recompute_membership();
+    }
+
+    /// The membership in force at `index` (for snapshots taken there).
+    pub(crate) fn membership_at(&self, index: Index) -> Membership {
+        self.log
+            .entries()
+            .iter()
+            .rev()
+            .filter(|e| e.index <= index)
+            .find_map(|e| match &e.payload {
+                Payload::Membership(m) => Some(m.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| self.base_membership.clone())
+    }
+
+    pub(crate) fn change_membership(
+        &mut self,
+        target: Membership,
+    ) -> Result<(Index, Term), ProposeError> {
+        self.check_can_propose()?;
+        if self.membership.is_joint() || self.membership_index > self.log.committed {
+            return Err(ProposeError::MembershipChangePending);
+        }
+        if target.voters.is_empty() {
+            return Err(ProposeError::InvalidMembership("no voters".into()));
+        }
+        if target.voters.contains(&0) || target.learners.contains(&0) {
+            return Err(ProposeError::InvalidMembership("node id 0".into()));
+        }
+        if !target.voters.is_disjoint(&target.learners) {
+            return Err(ProposeError::InvalidMembership(
+                "a node is both voter and learner".into(),
+            ));
+        }
+        let next = if target.voters == self.membership.voters {
+            Membership {
+                voters: target.voters,
+                voters_outgoing: Default::default(),
+                learners: target.learners,
+            }
+        } else {
+            // Joint consensus: both the old and the new voters must agree until C_new.
+            Membership {
+                voters: target.voters,
+                voters_outgoing: self.membership.voters.clone(),
+                learners: target.learners,
+            }
+        };
+        if !next.voters_outgoing.is_disjoint(&next.learners) {
+            return Err(ProposeError::InvalidMembership(
+                "demoting a voter to learner needs two changes: remove, then add as learner".into(),
+            ));
+        }
+        Ok(self.append_as_leader(Payload::Membership(next)))
+    }
+
+    // ----- transfer ------------------------------------------------------------------
+
+    pub(crate) fn transfer_leadership(&mut self, to: NodeId) -> Result<(), ProposeError> {
+        if self.role != Role::Leader {
+            return Err(ProposeError::NotLeader {
+                leader_hint: self.leader,
+            });
+        }
+        if to == self.id {
+            return Ok(());
+        }
+        if !self.membership.is_voter(to) {
+            return Err(ProposeError::InvalidMembership(format!(
+                "node {to} is not a voter"
+            )));
+        }
+        if let Some(t) = self.transfer {
+            if t.to == to {
+                return Ok(());
+            }
+            return Err(ProposeError::Transferring);
+        }
+        self.transfer = Some(Transfer {
+            to,
+            elapsed_ticks: 0,
+        });
+        if self
+            .progress
+            .get(&to)
+            .is_some_and(|p| p.match_index == self.log.last_index())
+        {
+            self.send_timeout_now(to);
+        } else {
+            self.send_append(to);
+        }
+        Ok(())
+    }
+
+    // ----- persistence ---------------------------------------------------------------
+
+    /// The driver made everything handed out so far durable.
+    pub(crate) fn on_persisted(&mut self) {
+        self.log.mark_persisted();
+        self.maybe_commit();
+    }
+
+    /// Record a snapshot of the state machine at `index` and compact the log up to it.
+    pub(crate) fn compact(&mut self, index: Index, data: Vec<u8>) {
+        let term = self.log.term(index).expect("snapshot point is in the log");
+        let membership = self.membership_at(index);
+        let snapshot = Snapshot {
+            index,
+            term,
+            membership: membership.clone(),
+            data,
+        };
+        self.base_membership = membership;
+        self.log.compact(index);
+        self.snapshot_to_persist = Some(snapshot.clone());
+        self.snapshot = Some(snapshot);
+        self.recompute_membership();
+    }
+
+    // ----- invariants ----------------------------------------------------------------
+
+    /// Invariant: a leader voted for itself in its term and names itself leader.
+    /// Invariant: no entry is newer than the current term.
+    /// Invariant: the effective membership is the latest config in the log or the base.
+    /// Invariant: a pre-candidate or candidate has no progress map; a leader tracks exactly
+    /// the other members.
+    pub(crate) fn check_invariants(&self) {
+        self.log.check_invariants();
+        let ctx = || format!("node {} term {} role {:?}", self.id, self.term, self.role);
+        assert!(
+            self.log.last_term() <= self.term,
+            "{}: last log term {} above term",
+            ctx(),
+            self.log.last_term()
+        );
+        match self.role {
+            Role::Leader => {
+                assert_eq!(
+                    self.vote,
+                    Some(self.id),
+                    "{}: leader did not vote for itself",
+                    ctx()
+                );
+                assert_eq!(
+                    self.leader,
+                    Some(self.id),
+                    "{}: leader does not name itself",
+                    ctx()
+                );
+                for id in self.progress.keys() {
+                    assert!(
+                        self.membership.all_nodes().contains(id),
+                        "{}: progress for non-member {id}",
+                        ctx()
+                    );
+                }
+            }
+            Role::Candidate => {
+                assert_eq!(
+                    self.vote,
+                    Some(self.id),
+                    "{}: candidate did not vote for itself",
+                    ctx()
+                );
+                assert!(
+                    self.progress.is_empty(),
+                    "{}: candidate has progress",
+                    ctx()
+                );
+            }
+            Role::PreCandidate | Role::Follower => {
+                assert!(
+                    self.progress.is_empty(),
+                    "{}: non-leader has progress",
+                    ctx()
+                );
+            }
+        }
+        assert!(
+            self.membership
+                .learners
+                .is_disjoint(&self.membership.voters),
+            "{}: learner is also a voter",
+            ctx()
+        );
+    }
+}

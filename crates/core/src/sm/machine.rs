@@ -1,0 +1,659 @@
+//! The state machine itself: how each [`Command`] changes sessions, elections and fenced keys.
+//!
+//! Every handler validates its command completely before it mutates anything, so that a
+//! rejected command leaves the state exactly as it was (DESIGN "Rules that MUST hold", 6).
+//! All collections are ordered (`BTreeMap`, `BTreeSet`, `VecDeque`) so that iteration order,
+//! snapshots and digests are identical on every replica.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bincode::Options;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Command, FencedValue, LeaderChange, LeaderInfo, Response, SessionId, SmError, SmLimits,
+};
+use crate::config::InjectedBugs;
+use crate::types::Index;
+
+/// Version of the snapshot encoding, written first so that a future format is refused
+/// with a clear error instead of being misread.
+const SNAPSHOT_FORMAT: u32 = 1;
+
+/// What the replicated state knows about one session's lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// The TTL granted, in ticks. A keepalive extends the lease to this many ticks again.
+    pub ttl_ticks: u64,
+    /// Ticks the session may still live counted from the entry at `recorded_index`: the full
+    /// TTL at its `Grant`, or the value of its latest `Checkpoint`. A new Raft leader starts
+    /// its lease clock from this so that it neither expires the session early nor resets it.
+    pub remaining_ticks: u64,
+    /// Index of the entry (`Grant` or `Checkpoint`) that recorded `remaining_ticks`.
+    pub recorded_index: Index,
+}
+
+/// Snapshot bytes that cannot be turned back into a state machine.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SmDecodeError {
+    /// The bytes are not a bincode encoding of the state (truncated, corrupt, trailing bytes).
+    #[error("state machine snapshot does not decode: {0}")]
+    Malformed(String),
+    /// The snapshot was written in a format this version does not read.
+    #[error("state machine snapshot format {found} is not supported (expected {expected})")]
+    UnsupportedFormat {
+        /// Format found in the bytes.
+        found: u32,
+        /// Format this version reads and writes.
+        expected: u32,
+    },
+    /// The bytes decode but describe a state that breaks an invariant.
+    #[error("state machine snapshot is inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+/// One queued candidate of an election.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Candidate {
+    /// The candidacy ends with this session.
+    session: SessionId,
+    /// Published as the leader's value while this candidate leads.
+    value: Vec<u8>,
+}
+
+/// One election: its FIFO queue of candidates and the latest token it issued.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Election {
+    /// Latest fencing token ever issued; never decreases and survives an empty queue, so
+    /// that a later leader always gets a higher token than every earlier one.
+    token: u64,
+    /// Candidates in queue order; the head leads.
+    queue: VecDeque<Candidate>,
+}
+
+impl Election {
+    fn head(&self) -> Option<SessionId> {
+        self.queue.front().map(|c| c.session)
+    }
+
+    fn position(&self, session: SessionId) -> Option<usize> {
+        self.queue.iter().position(|c| c.session == session)
+    }
+
+    fn leader(&self) -> Option<LeaderInfo> {
+        self.queue.front().map(|c| LeaderInfo {
+            session: c.session,
+            value: c.value.clone(),
+            token: self.token,
+        })
+    }
+}
+
+/// One live session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Session {
+    /// Lease bookkeeping exposed through [`StateMachine::session`].
+    info: SessionInfo,
+    /// Elections this session is queued in, so that ending it does not scan every election.
+    elections: BTreeSet<String>,
+}
+
+/// The replicated contents: what the digest covers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Data {
+    sessions: BTreeMap<SessionId, Session>,
+    /// Created on first campaign and never removed, because their tokens must never reset.
+    elections: BTreeMap<String, Election>,
+    fenced: BTreeMap<String, FencedValue>,
+}
+
+/// Everything a snapshot carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct State {
+    applied_index: Index,
+    data: Data,
+}
+
+/// The replicated state machine: sessions, elections with fencing tokens, and fenced keys.
+///
+/// Feed it committed entries in log order with [`StateMachine::apply`]; it is deterministic,
+/// so every replica that applies the same entries holds the same state.
+#[derive(Clone, Debug)]
+pub struct StateMachine {
+    limits: SmLimits,
+    bugs: InjectedBugs,
+    state: State,
+    /// Leader changes not yet collected by [`StateMachine::take_leader_changes`]. Not part of
+    /// the snapshot: they are effects for the local node, not replicated state.
+    leader_changes: Vec<LeaderChange>,
+}
+
+/// The bincode options of snapshots: fixed-width integers, and trailing bytes are an error
+/// because they mean the bytes are not what we wrote.
+fn codec() -> impl Options {
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .reject_trailing_bytes()
+}
+
+/// FNV-1a, 64 bits: tiny, dependency-free and stable across platforms and releases.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Rejects a name or key that is empty or longer than `max` bytes.
+fn check_name(what: &'static str, name: &str, max: usize) -> Result<(), SmError> {
+    if name.is_empty() || name.len() > max {
+        return Err(SmError::BadSize {
+            what: what.to_string(),
+            len: name.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// Rejects a value longer than `max` bytes; empty values are allowed.
+fn check_value(value: &[u8], max: usize) -> Result<(), SmError> {
+    if value.len() > max {
+        return Err(SmError::BadSize {
+            what: "value".to_string(),
+            len: value.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// Called after every change to an election's queue: if the head is now a different
+/// session, that session's leadership gets a fresh token; if the head changed at all
+/// (including to nobody), a `LeaderChange` is recorded. Keeping this in one place is what
+/// guarantees that every passing of leadership raises the token (DESIGN rule 3).
+fn settle_head(
+    name: &str,
+    election: &mut Election,
+    old_head: Option<SessionId>,
+    index: Index,
+    changes: &mut Vec<LeaderChange>,
+) {
+    let new_head = election.head();
+    if new_head == old_head {
+        return;
+    }
+    if new_head.is_some() {
+        election.token = election
+            .token
+            .checked_add(1)
+            .expect("a u64 token cannot be exhausted by one per log entry");
+    }
+    changes.push(LeaderChange {
+        election: name.to_owned(),
+        leader: election.leader(),
+        index,
+    });
+}
+
+impl StateMachine {
+    /// An empty state machine, as before the first log entry.
+    pub fn new(limits: SmLimits, bugs: InjectedBugs) -> StateMachine {
+        StateMachine {
+            limits,
+            bugs,
+            state: State::default(),
+            leader_changes: Vec::new(),
+        }
+    }
+
+    /// Apply the command of the log entry at `index` and return its response.
+    ///
+    /// Indices must strictly increase across calls (panics otherwise: applying an entry
+    /// twice or out of order would break determinism). A rejected command changes nothing
+    /// but the applied index.
+    pub fn apply(&mut self, index: Index, command: &Command) -> Response {
+        assert!(
+            index > self.state.applied_index,
+            "apply index {index} does not follow applied index {}",
+            self.state.applied_index
+        );
+        let result = match command {
+            Command::Grant { ttl_ticks } => self.grant(index, *ttl_ticks),
+            Command::Revoke { session } | Command::Expire { session } => {
+                self.end_session(index, *session)
+            }
+            Command::Checkpoint { remaining } => Ok(self.checkpoint(index, remaining)),
+            Command::Campaign {
+                election,
+                session,
+                value,
+            } => self.campaign(index, election, *session, value),
+            Command::Resign { election, session } => self.resign(index, election, *session),
+            Command::Transfer { election, from, to } => self.transfer(index, election, *from, *to),
+            Command::FencedPut {
+                key,
+                value,
+                election,
+                token,
+            } => self.fenced_put(index, key, value, election, *token),
+            Command::Get { key } => Ok(Response::Value(self.fenced(key).cloned())),
+            Command::Leader { election } => Ok(Response::LeaderIs(self.leader(election))),
+        };
+        self.state.applied_index = index;
+        result.unwrap_or_else(Response::Rejected)
+    }
+
+    fn grant(&mut self, index: Index, ttl_ticks: u64) -> Result<Response, SmError> {
+        let (min, max) = (self.limits.ttl_min_ticks, self.limits.ttl_max_ticks);
+        if !(min..=max).contains(&ttl_ticks) {
+            return Err(SmError::TtlOutOfRange {
+                ttl_ticks,
+                min,
+                max,
+            });
+        }
+        let info = SessionInfo {
+            ttl_ticks,
+            remaining_ticks: ttl_ticks,
+            recorded_index: index,
+        };
+        let session = Session {
+            info,
+            elections: BTreeSet::new(),
+        };
+        // Indices strictly increase, so the entry's index is a session id never used before.
+        let previous = self.state.data.sessions.insert(index, session);
+        assert!(previous.is_none(), "session id {index} reused");
+        Ok(Response::Granted {
+            session: index,
+            ttl_ticks,
+        })
+    }
+
+    fn end_session(&mut self, index: Index, session: SessionId) -> Result<Response, SmError> {
+        let ended = self
+            .state
+            .data
+            .sessions
+            .remove(&session)
+            .ok_or(SmError::UnknownSession(session))?;
+        // Elections are visited in name order, so the leader changes come out in the same
+        // order on every replica.
+        for name in &ended.elections {
+            let election = self
+                .state
+                .data
+                .elections
+                .get_mut(name)
+                .expect("a session's election index names only existing elections");
+            let old_head = election.head();
+            let position = election
+                .position(session)
+                .expect("a session's election index matches the queues");
+            election.queue.remove(position);
+            settle_head(name, election, old_head, index, &mut self.leader_changes);
+        }
+        Ok(Response::Ended { session })
+    }
+
+    fn checkpoint(&mut self, index: Index, remaining: &[(SessionId, u64)]) -> Response {
+        for (id, remaining_ticks) in remaining {
+            // Sessions that ended between the leader's proposal and this apply are ignored.
+            if let Some(session) = self.state.data.sessions.get_mut(id) {
+                // A lease can never have more left than its TTL; clamping keeps a faulty
+                // proposal from extending a session beyond what its holder was promised.
+                session.info.remaining_ticks = (*remaining_ticks).min(session.info.ttl_ticks);
+                session.info.recorded_index = index;
+            }
+        }
+        Response::Checkpointed
+    }
+
+    fn campaign(
+        &mut self,
+        index: Index,
+        name: &str,
+        session: SessionId,
+        value: &[u8],
+    ) -> Result<Response, SmError> {
+        check_name("election name", name, self.limits.election_name_bytes_max)?;
+        check_value(value, self.limits.value_bytes_max)?;
+        let data = &mut self.state.data;
+        let candidate = data
+            .sessions
+            .get_mut(&session)
+            .ok_or(SmError::UnknownSession(session))?;
+        if let Some(election) = data.elections.get(name) {
+            if let Some(position) = election.position(session) {
+                // A retried campaign must not move the candidate or change its value.
+                let leader_token = (position == 0).then_some(election.token);
+                return Ok(Response::Campaigned {
+                    leader_token,
+                    position,
+                });
+            }
+            if election.queue.len() >= self.limits.candidates_per_election_max {
+                return Err(SmError::TooManyCandidates(name.to_owned()));
+            }
+        } else if self.limits.candidates_per_election_max == 0 {
+            return Err(SmError::TooManyCandidates(name.to_owned()));
+        }
+        // Validation is complete; from here on nothing fails.
+        candidate.elections.insert(name.to_owned());
+        let election = data.elections.entry(name.to_owned()).or_default();
+        let old_head = election.head();
+        election.queue.push_back(Candidate {
+            session,
+            value: value.to_vec(),
+        });
+        settle_head(name, election, old_head, index, &mut self.leader_changes);
+        let position = election.queue.len() - 1;
+        let leader_token = (position == 0).then_some(election.token);
+        Ok(Response::Campaigned {
+            leader_token,
+            position,
+        })
+    }
+
+    fn resign(
+        &mut self,
+        index: Index,
+        name: &str,
+        session: SessionId,
+    ) -> Result<Response, SmError> {
+        let data = &mut self.state.data;
+        let election = data
+            .elections
+            .get_mut(name)
+            .ok_or_else(|| SmError::UnknownElection(name.to_owned()))?;
+        let position = election
+            .position(session)
+            .ok_or_else(|| SmError::NotCandidate {
+                election: name.to_owned(),
+                session,
+            })?;
+        let old_head = election.head();
+        election.queue.remove(position);
+        settle_head(name, election, old_head, index, &mut self.leader_changes);
+        data.sessions
+            .get_mut(&session)
+            .expect("every queued candidate's session exists")
+            .elections
+            .remove(name);
+        Ok(Response::Resigned)
+    }
+
+    fn transfer(
+        &mut self,
+        index: Index,
+        name: &str,
+        from: SessionId,
+        to: SessionId,
+    ) -> Result<Response, SmError> {
+        let election = self
+            .state
+            .data
+            .elections
+            .get_mut(name)
+            .ok_or_else(|| SmError::UnknownElection(name.to_owned()))?;
+        if election.head() != Some(from) {
+            return Err(SmError::NotLeader {
+                election: name.to_owned(),
+                session: from,
+            });
+        }
+        let to_position = election.position(to).ok_or_else(|| SmError::NotCandidate {
+            election: name.to_owned(),
+            session: to,
+        })?;
+        if from == to {
+            // Already the leader: a retried transfer keeps the current token.
+            return Ok(Response::Transferred {
+                token: election.token,
+            });
+        }
+        let to_candidate = election
+            .queue
+            .remove(to_position)
+            .expect("position was just found");
+        let from_candidate = election.queue.pop_front().expect("`from` is the head");
+        election.queue.push_front(from_candidate);
+        election.queue.push_front(to_candidate);
+        settle_head(name, election, Some(from), index, &mut self.leader_changes);
+        Ok(Response::Transferred {
+            token: election.token,
+        })
+    }
+
+    fn fenced_put(
+        &mut self,
+        index: Index,
+        key: &str,
+        value: &[u8],
+        election: &str,
+        token: u64,
+    ) -> Result<Response, SmError> {
+        check_name("key", key, self.limits.key_bytes_max)?;
+        check_value(value, self.limits.value_bytes_max)?;
+        let latest = match self.state.data.elections.get(election) {
+            Some(e) => e.token,
+            None => return Err(SmError::UnknownElection(election.to_owned())),
+        };
+        // Token 0 is never issued: an election's first leader gets 1.
+        if token == 0 || token > latest {
+            return Err(SmError::TokenNotIssued {
+                election: election.to_owned(),
+                token,
+                latest,
+            });
+        }
+        if let Some(current) = self.state.data.fenced.get(key) {
+            // Equal tokens pass: one leader writes many times under the same token.
+            if current.token > token && !self.bugs.stale_fence_accepted {
+                return Err(SmError::StaleToken {
+                    token,
+                    current: current.token,
+                });
+            }
+        }
+        let stored = FencedValue {
+            value: value.to_vec(),
+            election: election.to_owned(),
+            token,
+            index,
+        };
+        self.state.data.fenced.insert(key.to_owned(), stored);
+        Ok(Response::Put)
+    }
+
+    /// Leader changes caused by applies since the last call, in the order they happened.
+    pub fn take_leader_changes(&mut self) -> Vec<LeaderChange> {
+        std::mem::take(&mut self.leader_changes)
+    }
+
+    /// The last index passed to [`StateMachine::apply`], or the index the snapshot was
+    /// restored at; 0 before anything was applied.
+    pub fn applied_index(&self) -> Index {
+        self.state.applied_index
+    }
+
+    /// The whole replicated state, including the applied index, encoded with bincode.
+    /// Pending leader changes and bug switches are not included: they are local.
+    pub fn snapshot(&self) -> Vec<u8> {
+        codec()
+            .serialize(&(SNAPSHOT_FORMAT, &self.state))
+            .expect("in-memory state always encodes")
+    }
+
+    /// A state machine holding the state that `data` (from [`StateMachine::snapshot`])
+    /// encodes. Refuses bytes that do not decode or that describe an inconsistent state.
+    pub fn restore(
+        limits: SmLimits,
+        bugs: InjectedBugs,
+        data: &[u8],
+    ) -> Result<StateMachine, SmDecodeError> {
+        let malformed = |e: bincode::Error| SmDecodeError::Malformed(e.to_string());
+        // Read the format first, on its own, so that a newer format gets a clear error.
+        let found: u32 = codec()
+            .allow_trailing_bytes()
+            .deserialize(data)
+            .map_err(malformed)?;
+        if found != SNAPSHOT_FORMAT {
+            return Err(SmDecodeError::UnsupportedFormat {
+                found,
+                expected: SNAPSHOT_FORMAT,
+            });
+        }
+        let (_, state): (u32, State) = codec().deserialize(data).map_err(malformed)?;
+        let machine = StateMachine {
+            limits,
+            bugs,
+            state,
+            leader_changes: Vec::new(),
+        };
+        machine
+            .violation()
+            .map_or(Ok(machine), |v| Err(SmDecodeError::Inconsistent(v)))
+    }
+
+    /// The lease bookkeeping of a live session.
+    pub fn session(&self, id: SessionId) -> Option<&SessionInfo> {
+        self.state.data.sessions.get(&id).map(|s| &s.info)
+    }
+
+    /// Every live session, in ascending id (that is, grant) order.
+    pub fn sessions(&self) -> impl Iterator<Item = (SessionId, &SessionInfo)> + '_ {
+        self.state
+            .data
+            .sessions
+            .iter()
+            .map(|(id, s)| (*id, &s.info))
+    }
+
+    /// Who leads `election`; `None` if nobody does or the election never existed.
+    pub fn leader(&self, election: &str) -> Option<LeaderInfo> {
+        self.state
+            .data
+            .elections
+            .get(election)
+            .and_then(Election::leader)
+    }
+
+    /// The latest token `election` ever issued; 0 if it never had a leader.
+    pub fn token(&self, election: &str) -> u64 {
+        self.state
+            .data
+            .elections
+            .get(election)
+            .map_or(0, |e| e.token)
+    }
+
+    /// The candidates of `election` in queue order, leader first.
+    pub fn candidates(&self, election: &str) -> Vec<SessionId> {
+        self.state
+            .data
+            .elections
+            .get(election)
+            .map_or_else(Vec::new, |e| e.queue.iter().map(|c| c.session).collect())
+    }
+
+    /// The stored value of a fenced key.
+    pub fn fenced(&self, key: &str) -> Option<&FencedValue> {
+        self.state.data.fenced.get(key)
+    }
+
+    /// A hash of the replicated contents (sessions, elections, fenced keys), equal on every
+    /// replica that applied the same entries. It leaves out the applied index, so a rejected
+    /// command or a read does not change it; compare digests at equal applied indices.
+    pub fn digest(&self) -> u64 {
+        let bytes = codec()
+            .serialize(&self.state.data)
+            .expect("in-memory state always encodes");
+        fnv1a(&bytes)
+    }
+
+    /// Panics, naming the broken rule and the applied index, if the state is inconsistent.
+    ///
+    /// Invariant: every session's id (its `Grant` index) ≤ its `recorded_index` ≤ the
+    /// applied index.
+    /// Invariant: every session's `remaining_ticks` ≤ its `ttl_ticks`.
+    /// Invariant: each session's election index lists exactly the elections it is queued in.
+    /// Invariant: every queued candidate is a live session, and appears once in its queue.
+    /// Invariant: every election has token ≥ 1 (it exists only because someone campaigned,
+    /// which issued token 1), so in particular every election with a leader has one.
+    /// Invariant: every fenced value names an existing election, its token is in
+    /// `1..=` that election's latest token, and it was written at or before the applied index.
+    ///
+    /// Queue lengths are not checked against `candidates_per_election_max`, because a
+    /// snapshot taken under a larger limit stays valid after the limit is lowered.
+    pub fn check_invariants(&self) {
+        if let Some(violation) = self.violation() {
+            panic!(
+                "state machine invariant violated at applied index {}: {violation}",
+                self.state.applied_index
+            );
+        }
+    }
+
+    /// The first broken invariant (see [`StateMachine::check_invariants`]), described; shared
+    /// by `check_invariants`, which panics, and `restore`, which refuses the snapshot.
+    fn violation(&self) -> Option<String> {
+        let applied = self.state.applied_index;
+        let data = &self.state.data;
+        for (id, session) in &data.sessions {
+            let info = &session.info;
+            if !(*id <= info.recorded_index && info.recorded_index <= applied) {
+                return Some(format!(
+                    "session {id} recorded at {} (applied {applied})",
+                    info.recorded_index
+                ));
+            }
+            if info.remaining_ticks > info.ttl_ticks {
+                return Some(format!(
+                    "session {id} has {} ticks left of a {}-tick TTL",
+                    info.remaining_ticks, info.ttl_ticks
+                ));
+            }
+            // Together with the check on each queue below, this makes the index exact.
+            for name in &session.elections {
+                let queued = data.elections.get(name).and_then(|e| e.position(*id));
+                if queued.is_none() {
+                    return Some(format!(
+                        "session {id} indexes election {name:?} but is not queued there"
+                    ));
+                }
+            }
+        }
+        for (name, election) in &data.elections {
+            if name.is_empty() || election.token == 0 {
+                return Some(format!("election {name:?} has token {}", election.token));
+            }
+            let mut seen = BTreeSet::new();
+            for candidate in &election.queue {
+                let id = candidate.session;
+                if !seen.insert(id) {
+                    return Some(format!("session {id} is queued twice in election {name:?}"));
+                }
+                if !data
+                    .sessions
+                    .get(&id)
+                    .is_some_and(|s| s.elections.contains(name))
+                {
+                    return Some(format!(
+                        "candidate {id} of election {name:?} is not a live session indexing it"
+                    ));
+                }
+            }
+        }
+        for (key, fenced) in &data.fenced {
+            let latest = data.elections.get(&fenced.election).map(|e| e.token);
+            let issued = latest.is_some_and(|latest| (1..=latest).contains(&fenced.token));
+            if key.is_empty() || !issued || fenced.index > applied {
+                return Some(format!(
+                    "fenced key {key:?} holds {fenced:?} (election token {latest:?}, applied {applied})"
+                ));
+            }
+        }
+        None
+    }
+}

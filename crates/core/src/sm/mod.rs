@@ -1,0 +1,266 @@
+//! The replicated state machine that tenure serves: sessions (leases), elections with
+//! fencing tokens, and fenced keys.
+//!
+//! Pure and deterministic: the same sequence of `apply` calls on any replica produces the same
+//! state, the same responses and the same events. Nothing here knows about time except as
+//! tick counts carried *inside* commands; the node-local lease clock lives in
+//! [`crate::node`], not here, because local clocks differ between replicas.
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::Index;
+
+/// A session's identity: the log index of the `Grant` entry that created it. Unique forever,
+/// identical on every replica.
+pub type SessionId = u64;
+
+/// Limits that every replica must share (they are part of the cluster's configuration).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmLimits {
+    /// Shortest TTL a session may ask for, in ticks.
+    pub ttl_min_ticks: u64,
+    /// Longest TTL a session may ask for, in ticks.
+    pub ttl_max_ticks: u64,
+    /// Longest election name, in bytes.
+    pub election_name_bytes_max: usize,
+    /// Longest fenced key, in bytes.
+    pub key_bytes_max: usize,
+    /// Largest candidate value or fenced value, in bytes.
+    pub value_bytes_max: usize,
+    /// Most candidates queued in one election.
+    pub candidates_per_election_max: usize,
+}
+
+impl Default for SmLimits {
+    fn default() -> SmLimits {
+        SmLimits {
+            ttl_min_ticks: 1,
+            ttl_max_ticks: 1_000_000,
+            election_name_bytes_max: 256,
+            key_bytes_max: 256,
+            value_bytes_max: 64 * 1024,
+            candidates_per_election_max: 10_000,
+        }
+    }
+}
+
+/// A command carried by a log entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Create a session with the given TTL. The new session's id is the entry's index.
+    Grant {
+        /// Time to live in ticks, within `SmLimits` bounds.
+        ttl_ticks: u64,
+    },
+    /// End a session at its holder's request, with everything bound to it.
+    Revoke {
+        /// The session to end.
+        session: SessionId,
+    },
+    /// End a session whose keepalives stopped. Proposed only by the Raft leader, when its
+    /// own lease clock says the session ran out.
+    Expire {
+        /// The session that ran out.
+        session: SessionId,
+    },
+    /// Record, for every listed session, how many ticks it may still live counted from the
+    /// moment a replica applies this entry. A new Raft leader honours these so that it neither
+    /// expires a session early nor resets it to a full TTL.
+    Checkpoint {
+        /// `(session, remaining_ticks)` pairs. Unknown sessions are ignored.
+        remaining: Vec<(SessionId, u64)>,
+    },
+    /// Join the FIFO queue of candidates of `election` with `session`.
+    Campaign {
+        /// Election name.
+        election: String,
+        /// The candidate's session; the candidacy ends with it.
+        session: SessionId,
+        /// Opaque value published while this candidate leads (e.g. its address).
+        value: Vec<u8>,
+    },
+    /// Leave the queue of `election` (and hand leadership to the next if `session` led).
+    Resign {
+        /// Election name.
+        election: String,
+        /// The candidate leaving.
+        session: SessionId,
+    },
+    /// Hand leadership of `election` from its current leader `from` to candidate `to`.
+    Transfer {
+        /// Election name.
+        election: String,
+        /// The current leader's session.
+        from: SessionId,
+        /// A queued candidate's session.
+        to: SessionId,
+    },
+    /// Write `value` at `key` if `token` is not below the highest token accepted for `key`.
+    FencedPut {
+        /// Key.
+        key: String,
+        /// New value.
+        value: Vec<u8>,
+        /// The election whose token guards the write.
+        election: String,
+        /// The writer's fencing token.
+        token: u64,
+    },
+    /// Read a fenced key (through the log, so linearizable).
+    Get {
+        /// Key.
+        key: String,
+    },
+    /// Read who leads an election (through the log, so linearizable).
+    Leader {
+        /// Election name.
+        election: String,
+    },
+}
+
+/// Who leads an election and since which token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderInfo {
+    /// The leading candidate's session.
+    pub session: SessionId,
+    /// The value it campaigned with.
+    pub value: Vec<u8>,
+    /// Its fencing token.
+    pub token: u64,
+}
+
+/// A fenced key's stored value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FencedValue {
+    /// The value.
+    pub value: Vec<u8>,
+    /// The election whose token guarded the last accepted write.
+    pub election: String,
+    /// Highest token accepted for this key.
+    pub token: u64,
+    /// Index of the entry that wrote it.
+    pub index: Index,
+}
+
+/// The result of applying one command. Errors are values: a rejected command changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// `Grant` succeeded.
+    Granted {
+        /// The new session (the entry's index).
+        session: SessionId,
+        /// The TTL granted, in ticks.
+        ttl_ticks: u64,
+    },
+    /// `Revoke` or `Expire` ended the session.
+    Ended {
+        /// The ended session.
+        session: SessionId,
+    },
+    /// `Checkpoint` recorded.
+    Checkpointed,
+    /// `Campaign` joined (or was already in) the queue.
+    Campaigned {
+        /// Present if this candidate now leads, with its token.
+        leader_token: Option<u64>,
+        /// 0 if leading, else the number of candidates ahead of it.
+        position: usize,
+    },
+    /// `Resign` removed the candidate.
+    Resigned,
+    /// `Transfer` made `to` the leader.
+    Transferred {
+        /// The new leader's token.
+        token: u64,
+    },
+    /// `FencedPut` was accepted.
+    Put,
+    /// `Get`'s answer.
+    Value(Option<FencedValue>),
+    /// `Leader`'s answer.
+    LeaderIs(Option<LeaderInfo>),
+    /// The command was rejected; nothing changed.
+    Rejected(SmError),
+}
+
+/// Why a command was rejected. Every variant leaves the state unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum SmError {
+    /// TTL outside `[ttl_min_ticks, ttl_max_ticks]`.
+    #[error("ttl {ttl_ticks} ticks is outside [{min}, {max}]")]
+    TtlOutOfRange {
+        /// Requested.
+        ttl_ticks: u64,
+        /// Minimum allowed.
+        min: u64,
+        /// Maximum allowed.
+        max: u64,
+    },
+    /// The session does not exist (never granted, revoked or expired).
+    #[error("session {0} does not exist (expired, revoked or never granted)")]
+    UnknownSession(SessionId),
+    /// No candidate ever campaigned in this election.
+    #[error("election {0:?} does not exist")]
+    UnknownElection(String),
+    /// The session is not a candidate in this election.
+    #[error("session {session} is not a candidate in election {election:?}")]
+    NotCandidate {
+        /// Election.
+        election: String,
+        /// Session.
+        session: SessionId,
+    },
+    /// `Transfer` from a session that does not lead.
+    #[error("session {session} does not lead election {election:?}")]
+    NotLeader {
+        /// Election.
+        election: String,
+        /// Session.
+        session: SessionId,
+    },
+    /// Fenced write with a token below the highest accepted for the key.
+    #[error("stale fencing token {token}: key already accepted token {current}")]
+    StaleToken {
+        /// Token presented.
+        token: u64,
+        /// Highest accepted so far.
+        current: u64,
+    },
+    /// Fenced write with a token the election never handed out.
+    #[error("fencing token {token} was never issued by election {election:?} (latest {latest})")]
+    TokenNotIssued {
+        /// Election.
+        election: String,
+        /// Token presented.
+        token: u64,
+        /// Latest token issued.
+        latest: u64,
+    },
+    /// A name, key or value is empty or too long.
+    #[error("{what} is {len} bytes; allowed 1..={max}")]
+    BadSize {
+        /// Which field.
+        what: String,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Too many candidates in one election.
+    #[error("election {0:?} has too many candidates")]
+    TooManyCandidates(String),
+}
+
+/// A change of leader in one election, emitted when a command changes who leads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderChange {
+    /// Election name.
+    pub election: String,
+    /// The new leader, or `None` when the queue emptied.
+    pub leader: Option<LeaderInfo>,
+    /// Index of the entry that caused the change.
+    pub index: Index,
+}
+
+mod machine;
+pub use machine::{SessionInfo, SmDecodeError, StateMachine};

@@ -1,0 +1,203 @@
+//! A tiny in-memory cluster for the core's tests: perfect or lossy delivery, no clocks,
+//! disks that keep exactly what the driver persisted.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tenure_core::config::Config;
+use tenure_core::message::Message;
+use tenure_core::node::{Applied, KeepaliveAck, Node, Role};
+use tenure_core::sm::LeaderChange;
+use tenure_core::types::{Entry, NodeId, Recovered};
+
+/// What a node's disk holds.
+#[derive(Clone, Debug, Default)]
+pub struct Disk {
+    pub recovered: Recovered,
+}
+
+impl Disk {
+    fn persist(&mut self, ready: &tenure_core::node::Ready) {
+        let r = &mut self.recovered;
+        if let Some(s) = &ready.snapshot {
+            let keep: Vec<Entry> = match r.entries.iter().find(|e| e.index == s.index) {
+                Some(e) if e.term == s.term => r
+                    .entries
+                    .iter()
+                    .filter(|e| e.index > s.index)
+                    .cloned()
+                    .collect(),
+                _ => Vec::new(),
+            };
+            r.entries = keep;
+            r.snapshot = Some(s.clone());
+        }
+        if let Some(first) = ready.entries.first() {
+            r.entries.retain(|e| e.index < first.index);
+            r.entries.extend(ready.entries.iter().cloned());
+        }
+        if let Some(hs) = ready.hard_state {
+            r.hard_state = hs;
+        }
+    }
+}
+
+pub struct Cluster {
+    pub nodes: BTreeMap<NodeId, Node>,
+    pub disks: BTreeMap<NodeId, Disk>,
+    pub configs: BTreeMap<NodeId, Config>,
+    pub inflight: Vec<Message>,
+    /// Pairs (from, to) whose messages are dropped.
+    pub cut: BTreeSet<(NodeId, NodeId)>,
+    pub applied: BTreeMap<NodeId, Vec<Applied>>,
+    pub acks: BTreeMap<NodeId, Vec<KeepaliveAck>>,
+    pub changes: BTreeMap<NodeId, Vec<LeaderChange>>,
+}
+
+impl Cluster {
+    pub fn new(n: u64) -> Cluster {
+        Cluster::with_config(n, |_| {})
+    }
+
+    pub fn with_config(n: u64, tweak: impl Fn(&mut Config)) -> Cluster {
+        let ids: Vec<NodeId> = (1..=n).collect();
+        let mut c = Cluster {
+            nodes: BTreeMap::new(),
+            disks: BTreeMap::new(),
+            configs: BTreeMap::new(),
+            inflight: Vec::new(),
+            cut: BTreeSet::new(),
+            applied: BTreeMap::new(),
+            acks: BTreeMap::new(),
+            changes: BTreeMap::new(),
+        };
+        for id in &ids {
+            let mut cfg = Config::new(*id, ids.clone());
+            tweak(&mut cfg);
+            c.add_node(cfg);
+        }
+        c
+    }
+
+    pub fn add_node(&mut self, cfg: Config) {
+        let id = cfg.id;
+        let node = Node::new(cfg.clone(), Recovered::default()).expect("valid config");
+        self.nodes.insert(id, node);
+        self.disks.insert(id, Disk::default());
+        self.configs.insert(id, cfg);
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[&id]
+    }
+
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        self.nodes.get_mut(&id).expect("node exists")
+    }
+
+    /// Drive every node's ready loop, collecting messages.
+    pub fn flush(&mut self) {
+        for (id, node) in self.nodes.iter_mut() {
+            while node.has_ready() {
+                let ready = node.ready();
+                self.disks.get_mut(id).expect("disk").persist(&ready);
+                node.advance();
+                self.inflight.extend(ready.messages);
+                self.applied.entry(*id).or_default().extend(ready.applied);
+                self.acks
+                    .entry(*id)
+                    .or_default()
+                    .extend(ready.keepalive_acks);
+                self.changes
+                    .entry(*id)
+                    .or_default()
+                    .extend(ready.leader_changes);
+                node.check_invariants();
+            }
+        }
+    }
+
+    /// Deliver messages until the network is quiet.
+    pub fn deliver_all(&mut self) {
+        for _ in 0..10_000 {
+            self.flush();
+            if self.inflight.is_empty() {
+                return;
+            }
+            let msgs = std::mem::take(&mut self.inflight);
+            for m in msgs {
+                if self.cut.contains(&(m.from, m.to)) {
+                    continue;
+                }
+                if let Some(node) = self.nodes.get_mut(&m.to) {
+                    node.step(m).expect("valid message");
+                }
+            }
+        }
+        panic!("network never went quiet");
+    }
+
+    /// Tick every node once, then deliver everything.
+    pub fn tick(&mut self) {
+        for node in self.nodes.values_mut() {
+            node.tick();
+        }
+        self.deliver_all();
+    }
+
+    pub fn ticks(&mut self, n: u64) {
+        for _ in 0..n {
+            self.tick();
+        }
+    }
+
+    pub fn leaders(&self) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.status().role == Role::Leader)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Tick until exactly one leader exists (bounded).
+    pub fn elect(&mut self) -> NodeId {
+        for _ in 0..500 {
+            self.tick();
+            let leaders = self.leaders();
+            if leaders.len() == 1 {
+                let l = leaders[0];
+                let applied = self.node(l).status().applied;
+                if applied >= self.node(l).status().commit && self.node(l).status().commit > 0 {
+                    return l;
+                }
+            }
+        }
+        panic!(
+            "no leader elected: {:?}",
+            self.nodes.values().map(|n| n.status()).collect::<Vec<_>>()
+        );
+    }
+
+    /// Isolate a node in both directions.
+    pub fn isolate(&mut self, id: NodeId) {
+        for other in self.nodes.keys().copied().collect::<Vec<_>>() {
+            if other != id {
+                self.cut.insert((id, other));
+                self.cut.insert((other, id));
+            }
+        }
+    }
+
+    pub fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    /// Crash a node and restart it from its disk.
+    pub fn restart(&mut self, id: NodeId) {
+        let cfg = self.configs[&id].clone();
+        let recovered = self.disks[&id].recovered.clone();
+        self.inflight.retain(|m| m.to != id && m.from != id);
+        let node = Node::new(cfg, recovered).expect("restart from disk");
+        self.nodes.insert(id, node);
+    }
+}

@@ -1,0 +1,802 @@
+//! Behaviour of the replicated state machine: sessions, elections with fencing tokens, fenced
+//! keys, snapshots and determinism. Every test checks the invariants after every apply.
+
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use tenure_core::config::InjectedBugs;
+use tenure_core::sm::*;
+
+/// Limits small enough that tests reach every bound.
+fn limits() -> SmLimits {
+    SmLimits {
+        ttl_min_ticks: 5,
+        ttl_max_ticks: 100,
+        election_name_bytes_max: 8,
+        key_bytes_max: 8,
+        value_bytes_max: 4,
+        candidates_per_election_max: 3,
+    }
+}
+
+/// A state machine fed consecutive indices, checking invariants after every apply.
+struct Harness {
+    sm: StateMachine,
+    next_index: u64,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        Harness::with_bugs(InjectedBugs::default())
+    }
+
+    fn with_bugs(bugs: InjectedBugs) -> Harness {
+        Harness {
+            sm: StateMachine::new(limits(), bugs),
+            next_index: 1,
+        }
+    }
+
+    fn apply(&mut self, command: Command) -> Response {
+        let response = self.sm.apply(self.next_index, &command);
+        self.next_index += 1;
+        self.sm.check_invariants();
+        response
+    }
+
+    fn grant(&mut self) -> SessionId {
+        match self.apply(Command::Grant { ttl_ticks: 10 }) {
+            Response::Granted { session, .. } => session,
+            other => panic!("grant failed: {other:?}"),
+        }
+    }
+
+    fn campaign(&mut self, election: &str, session: SessionId) -> Response {
+        self.apply(campaign(election, session, b"v"))
+    }
+
+    /// Applies `command`, expects it rejected with `error`, and checks that nothing changed.
+    fn expect_rejected(&mut self, command: Command, error: SmError) {
+        self.sm.take_leader_changes();
+        let digest = self.sm.digest();
+        assert_eq!(self.apply(command), Response::Rejected(error));
+        assert_eq!(
+            self.sm.digest(),
+            digest,
+            "a rejected command changed the state"
+        );
+        assert!(
+            self.sm.take_leader_changes().is_empty(),
+            "a rejected command changed a leader"
+        );
+    }
+
+    /// The leader changes since the last call, as (election, new leader's session and token).
+    fn leaders(&mut self) -> Vec<(String, Option<(SessionId, u64)>)> {
+        let changes = self.sm.take_leader_changes();
+        changes
+            .into_iter()
+            .map(|c| (c.election, c.leader.map(|l| (l.session, l.token))))
+            .collect()
+    }
+}
+
+fn campaign(election: &str, session: SessionId, value: &[u8]) -> Command {
+    Command::Campaign {
+        election: election.into(),
+        session,
+        value: value.to_vec(),
+    }
+}
+
+fn resign(election: &str, session: SessionId) -> Command {
+    Command::Resign {
+        election: election.into(),
+        session,
+    }
+}
+
+fn transfer(election: &str, from: SessionId, to: SessionId) -> Command {
+    Command::Transfer {
+        election: election.into(),
+        from,
+        to,
+    }
+}
+
+fn put(key: &str, election: &str, token: u64) -> Command {
+    Command::FencedPut {
+        key: key.into(),
+        value: b"x".to_vec(),
+        election: election.into(),
+        token,
+    }
+}
+
+/// A leader change as `leaders()` reports it: the election and the new (session, token).
+fn change(election: &str, leader: Option<(SessionId, u64)>) -> (String, Option<(SessionId, u64)>) {
+    (election.to_owned(), leader)
+}
+
+#[test]
+fn grant_creates_a_session_named_by_its_index_with_a_full_ttl() {
+    let mut h = Harness::new();
+    h.apply(Command::Leader {
+        election: "e".into(),
+    });
+    assert_eq!(
+        h.apply(Command::Grant { ttl_ticks: 7 }),
+        Response::Granted {
+            session: 2,
+            ttl_ticks: 7
+        }
+    );
+    let expected = SessionInfo {
+        ttl_ticks: 7,
+        remaining_ticks: 7,
+        recorded_index: 2,
+    };
+    assert_eq!(h.sm.session(2), Some(&expected));
+    assert_eq!(h.sm.sessions().collect::<Vec<_>>(), vec![(2, &expected)]);
+}
+
+#[test]
+fn grant_accepts_ttls_within_bounds_only() {
+    let mut h = Harness::new();
+    assert!(matches!(
+        h.apply(Command::Grant { ttl_ticks: 5 }),
+        Response::Granted { .. }
+    ));
+    assert!(matches!(
+        h.apply(Command::Grant { ttl_ticks: 100 }),
+        Response::Granted { .. }
+    ));
+    for ttl_ticks in [0, 4, 101, u64::MAX] {
+        h.expect_rejected(
+            Command::Grant { ttl_ticks },
+            SmError::TtlOutOfRange {
+                ttl_ticks,
+                min: 5,
+                max: 100,
+            },
+        );
+    }
+}
+
+#[test]
+fn checkpoint_records_remaining_time_of_live_sessions_only() {
+    let mut h = Harness::new();
+    let s = h.grant();
+    let checkpoint = Command::Checkpoint {
+        remaining: vec![(s, 4), (999, 1)],
+    };
+    assert_eq!(h.apply(checkpoint), Response::Checkpointed);
+    let expected = SessionInfo {
+        ttl_ticks: 10,
+        remaining_ticks: 4,
+        recorded_index: 2,
+    };
+    assert_eq!(h.sm.session(s), Some(&expected));
+    assert_eq!(h.sm.session(999), None);
+    // More than the TTL can never be left; a faulty checkpoint is clamped.
+    h.apply(Command::Checkpoint {
+        remaining: vec![(s, 1_000)],
+    });
+    assert_eq!(h.sm.session(s).map(|i| i.remaining_ticks), Some(10));
+}
+
+#[test]
+fn campaign_queues_in_fifo_order_and_each_passing_of_leadership_raises_the_token() {
+    let mut h = Harness::new();
+    let (a, b, c) = (h.grant(), h.grant(), h.grant());
+    assert_eq!(
+        h.campaign("e", a),
+        Response::Campaigned {
+            leader_token: Some(1),
+            position: 0
+        }
+    );
+    assert_eq!(
+        h.campaign("e", b),
+        Response::Campaigned {
+            leader_token: None,
+            position: 1
+        }
+    );
+    assert_eq!(
+        h.campaign("e", c),
+        Response::Campaigned {
+            leader_token: None,
+            position: 2
+        }
+    );
+    assert_eq!(h.sm.candidates("e"), vec![a, b, c]);
+    assert_eq!(h.leaders(), vec![change("e", Some((a, 1)))]);
+
+    assert_eq!(h.apply(resign("e", a)), Response::Resigned);
+    assert_eq!(h.leaders(), vec![change("e", Some((b, 2)))]);
+    assert_eq!(h.apply(resign("e", b)), Response::Resigned);
+    assert_eq!(h.leaders(), vec![change("e", Some((c, 3)))]);
+    let leader = LeaderInfo {
+        session: c,
+        value: b"v".to_vec(),
+        token: 3,
+    };
+    assert_eq!(h.sm.leader("e"), Some(leader.clone()));
+    assert_eq!(
+        h.apply(Command::Leader {
+            election: "e".into()
+        }),
+        Response::LeaderIs(Some(leader))
+    );
+    assert_eq!(
+        h.apply(Command::Leader {
+            election: "none".into()
+        }),
+        Response::LeaderIs(None)
+    );
+}
+
+#[test]
+fn campaigning_again_is_idempotent() {
+    let mut h = Harness::new();
+    let (a, b) = (h.grant(), h.grant());
+    h.apply(campaign("e", a, b"one"));
+    h.apply(campaign("e", b, b"one"));
+    h.leaders();
+    let digest = h.sm.digest();
+    assert_eq!(
+        h.apply(campaign("e", a, b"two")),
+        Response::Campaigned {
+            leader_token: Some(1),
+            position: 0
+        }
+    );
+    assert_eq!(
+        h.apply(campaign("e", b, b"two")),
+        Response::Campaigned {
+            leader_token: None,
+            position: 1
+        }
+    );
+    assert_eq!(h.sm.digest(), digest);
+    assert_eq!(h.sm.leader("e").map(|l| l.value), Some(b"one".to_vec()));
+    assert!(h.leaders().is_empty());
+}
+
+#[test]
+fn campaign_rejects_bad_sizes_unknown_sessions_and_full_queues() {
+    let mut h = Harness::new();
+    let sessions = [h.grant(), h.grant(), h.grant(), h.grant()];
+    let name = |len| SmError::BadSize {
+        what: "election name".into(),
+        len,
+        max: 8,
+    };
+    h.expect_rejected(campaign("", sessions[0], b""), name(0));
+    h.expect_rejected(campaign("123456789", sessions[0], b""), name(9));
+    h.expect_rejected(
+        campaign("e", sessions[0], b"12345"),
+        SmError::BadSize {
+            what: "value".into(),
+            len: 5,
+            max: 4,
+        },
+    );
+    h.expect_rejected(campaign("e", 999, b""), SmError::UnknownSession(999));
+    assert_eq!(
+        h.sm.token("e"),
+        0,
+        "a rejected campaign must not create the election"
+    );
+    for s in &sessions[..3] {
+        h.apply(campaign("e", *s, b""));
+    }
+    h.expect_rejected(
+        campaign("e", sessions[3], b""),
+        SmError::TooManyCandidates("e".into()),
+    );
+}
+
+#[test]
+fn resign_of_a_non_leader_changes_neither_leader_nor_token() {
+    let mut h = Harness::new();
+    let (a, b, c) = (h.grant(), h.grant(), h.grant());
+    for s in [a, b, c] {
+        h.campaign("e", s);
+    }
+    h.leaders();
+    assert_eq!(h.apply(resign("e", b)), Response::Resigned);
+    assert_eq!(h.sm.candidates("e"), vec![a, c]);
+    assert_eq!(h.sm.token("e"), 1);
+    assert!(h.leaders().is_empty());
+    h.expect_rejected(
+        resign("e", b),
+        SmError::NotCandidate {
+            election: "e".into(),
+            session: b,
+        },
+    );
+    h.expect_rejected(resign("x", a), SmError::UnknownElection("x".into()));
+}
+
+#[test]
+fn ending_a_session_removes_its_candidacies_everywhere_and_passes_leadership() {
+    for end in [
+        |session| Command::Expire { session },
+        |session| Command::Revoke { session },
+    ] {
+        let mut h = Harness::new();
+        let (a, b) = (h.grant(), h.grant());
+        h.campaign("e", a);
+        h.campaign("e", b);
+        h.campaign("f", b);
+        h.campaign("f", a);
+        h.campaign("g", a);
+        h.leaders();
+        assert_eq!(h.apply(end(a)), Response::Ended { session: a });
+        assert_eq!(h.sm.session(a), None);
+        assert_eq!(h.sm.candidates("e"), vec![b]);
+        assert_eq!(h.sm.candidates("f"), vec![b]);
+        assert_eq!(h.sm.candidates("g"), Vec::<SessionId>::new());
+        // "f" did not change leader; the changes come in election-name order.
+        assert_eq!(
+            h.leaders(),
+            vec![change("e", Some((b, 2))), change("g", None)]
+        );
+        h.expect_rejected(end(a), SmError::UnknownSession(a));
+    }
+}
+
+#[test]
+fn tokens_never_reset_when_the_queue_empties_and_refills() {
+    let mut h = Harness::new();
+    let (a, b) = (h.grant(), h.grant());
+    h.campaign("e", a);
+    h.apply(resign("e", a));
+    assert_eq!(
+        h.leaders(),
+        vec![change("e", Some((a, 1))), change("e", None)]
+    );
+    assert_eq!(h.sm.leader("e"), None);
+    assert_eq!(h.sm.token("e"), 1);
+    assert_eq!(
+        h.campaign("e", b),
+        Response::Campaigned {
+            leader_token: Some(2),
+            position: 0
+        }
+    );
+    h.apply(Command::Revoke { session: b });
+    assert_eq!(
+        h.campaign("e", a),
+        Response::Campaigned {
+            leader_token: Some(3),
+            position: 0
+        }
+    );
+}
+
+#[test]
+fn transfer_moves_the_target_to_the_head_and_the_old_leader_second() {
+    let mut h = Harness::new();
+    let (a, b, c) = (h.grant(), h.grant(), h.grant());
+    for s in [a, b, c] {
+        h.campaign("e", s);
+    }
+    h.leaders();
+    assert_eq!(
+        h.apply(transfer("e", a, c)),
+        Response::Transferred { token: 2 }
+    );
+    assert_eq!(h.sm.candidates("e"), vec![c, a, b]);
+    assert_eq!(h.leaders(), vec![change("e", Some((c, 2)))]);
+    // Transferring to oneself is a retry: no change, same token.
+    assert_eq!(
+        h.apply(transfer("e", c, c)),
+        Response::Transferred { token: 2 }
+    );
+    assert!(h.leaders().is_empty());
+    h.expect_rejected(
+        transfer("e", a, b),
+        SmError::NotLeader {
+            election: "e".into(),
+            session: a,
+        },
+    );
+    h.expect_rejected(
+        transfer("e", c, 999),
+        SmError::NotCandidate {
+            election: "e".into(),
+            session: 999,
+        },
+    );
+    h.expect_rejected(transfer("x", c, a), SmError::UnknownElection("x".into()));
+}
+
+#[test]
+fn fenced_put_accepts_equal_or_higher_tokens_and_rejects_stale_or_unissued_ones() {
+    let mut h = Harness::new();
+    let (a, b) = (h.grant(), h.grant());
+    h.campaign("e", a);
+    h.campaign("e", b);
+    assert_eq!(h.apply(put("k", "e", 1)), Response::Put);
+    assert_eq!(
+        h.apply(put("k", "e", 1)),
+        Response::Put,
+        "one leader writes many times"
+    );
+    h.apply(resign("e", a));
+    let index = h.next_index;
+    assert_eq!(h.apply(put("k", "e", 2)), Response::Put);
+    let stored = FencedValue {
+        value: b"x".to_vec(),
+        election: "e".into(),
+        token: 2,
+        index,
+    };
+    assert_eq!(h.sm.fenced("k"), Some(&stored));
+    assert_eq!(
+        h.apply(Command::Get { key: "k".into() }),
+        Response::Value(Some(stored))
+    );
+    assert_eq!(
+        h.apply(Command::Get { key: "nope".into() }),
+        Response::Value(None)
+    );
+
+    h.expect_rejected(
+        put("k", "e", 1),
+        SmError::StaleToken {
+            token: 1,
+            current: 2,
+        },
+    );
+    let not_issued = |token| SmError::TokenNotIssued {
+        election: "e".into(),
+        token,
+        latest: 2,
+    };
+    h.expect_rejected(put("k", "e", 3), not_issued(3));
+    h.expect_rejected(put("other", "e", 0), not_issued(0));
+    h.expect_rejected(put("k", "x", 1), SmError::UnknownElection("x".into()));
+    h.expect_rejected(
+        put("", "e", 2),
+        SmError::BadSize {
+            what: "key".into(),
+            len: 0,
+            max: 8,
+        },
+    );
+    h.expect_rejected(
+        put("123456789", "e", 2),
+        SmError::BadSize {
+            what: "key".into(),
+            len: 9,
+            max: 8,
+        },
+    );
+}
+
+#[test]
+fn fenced_put_compares_tokens_per_key_across_elections() {
+    let mut h = Harness::new();
+    let s = h.grant();
+    h.campaign("low", s);
+    for _ in 0..3 {
+        h.apply(resign("high", s));
+        h.campaign("high", s);
+        h.apply(resign("high", s));
+    }
+    h.campaign("high", s);
+    assert_eq!(h.sm.token("high"), 4);
+    assert_eq!(h.apply(put("k", "high", 4)), Response::Put);
+    h.expect_rejected(
+        put("k", "low", 1),
+        SmError::StaleToken {
+            token: 1,
+            current: 4,
+        },
+    );
+}
+
+#[test]
+fn the_stale_fence_bug_switch_really_accepts_a_stale_write() {
+    let bugs = InjectedBugs {
+        stale_fence_accepted: true,
+        ..InjectedBugs::default()
+    };
+    let mut h = Harness::with_bugs(bugs);
+    let (a, b) = (h.grant(), h.grant());
+    h.campaign("e", a);
+    h.campaign("e", b);
+    h.apply(resign("e", a));
+    assert_eq!(h.apply(put("k", "e", 2)), Response::Put);
+    assert_eq!(h.apply(put("k", "e", 1)), Response::Put);
+    assert_eq!(h.sm.fenced("k").map(|v| v.token), Some(1));
+}
+
+/// A script that touches every kind of command, for the snapshot and determinism tests.
+fn script() -> Vec<Command> {
+    vec![
+        Command::Grant { ttl_ticks: 10 },
+        Command::Grant { ttl_ticks: 20 },
+        campaign("e", 1, b"a"),
+        campaign("e", 2, b"b"),
+        campaign("f", 2, b"b"),
+        put("k", "e", 1),
+        Command::Checkpoint {
+            remaining: vec![(1, 3), (2, 9)],
+        },
+        transfer("e", 1, 2),
+        put("k", "e", 1),
+        resign("f", 2),
+        Command::Expire { session: 2 },
+        Command::Get { key: "k".into() },
+    ]
+}
+
+#[test]
+fn snapshot_and_restore_give_the_same_state_and_the_same_behaviour_afterwards() {
+    let mut h = Harness::new();
+    let script = script();
+    let (head, tail) = script.split_at(8);
+    for command in head {
+        h.apply(command.clone());
+    }
+    let restored = StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot())
+        .expect("a fresh snapshot restores");
+    assert_eq!(restored.digest(), h.sm.digest());
+    assert_eq!(restored.applied_index(), h.sm.applied_index());
+    assert_eq!(restored.snapshot(), h.sm.snapshot());
+    let mut r = Harness {
+        sm: restored,
+        next_index: h.next_index,
+    };
+    h.sm.take_leader_changes();
+    for command in tail {
+        assert_eq!(h.apply(command.clone()), r.apply(command.clone()));
+        assert_eq!(h.sm.take_leader_changes(), r.sm.take_leader_changes());
+        assert_eq!(h.sm.digest(), r.sm.digest());
+    }
+}
+
+#[test]
+fn restore_refuses_bytes_that_are_not_a_snapshot() {
+    let mut h = Harness::new();
+    for command in script() {
+        h.apply(command);
+    }
+    let good = h.sm.snapshot();
+    let restore = |bytes: &[u8]| StateMachine::restore(limits(), InjectedBugs::default(), bytes);
+    assert!(matches!(
+        restore(&good[..good.len() - 1]),
+        Err(SmDecodeError::Malformed(_))
+    ));
+    assert!(matches!(
+        restore(&[good.clone(), vec![0]].concat()),
+        Err(SmDecodeError::Malformed(_))
+    ));
+    assert!(matches!(restore(&[]), Err(SmDecodeError::Malformed(_))));
+    let mut future = good;
+    future[0] = 2;
+    assert_eq!(
+        restore(&future).err(),
+        Some(SmDecodeError::UnsupportedFormat {
+            found: 2,
+            expected: 1
+        })
+    );
+}
+
+#[test]
+fn two_machines_fed_the_same_commands_agree_on_everything() {
+    let (mut x, mut y) = (Harness::new(), Harness::new());
+    for command in script() {
+        assert_eq!(x.apply(command.clone()), y.apply(command));
+        assert_eq!(x.sm.digest(), y.sm.digest());
+    }
+    assert_eq!(x.sm.snapshot(), y.sm.snapshot());
+    assert_eq!(x.sm.take_leader_changes(), y.sm.take_leader_changes());
+}
+
+#[test]
+#[should_panic(expected = "does not follow applied index")]
+fn applying_an_index_twice_panics() {
+    let mut sm = StateMachine::new(limits(), InjectedBugs::default());
+    sm.apply(3, &Command::Grant { ttl_ticks: 10 });
+    sm.apply(3, &Command::Grant { ttl_ticks: 10 });
+}
+
+/// A command in terms of choices, turned into a concrete `Command` against the current
+/// state, so that random sequences often name live sessions, queued candidates and tokens
+/// that were really issued.
+#[derive(Clone, Debug)]
+enum Op {
+    Grant(u64),
+    Revoke(usize),
+    Expire(usize),
+    Checkpoint(Vec<(usize, u64)>),
+    Campaign(usize, usize, u8),
+    Resign(usize, usize),
+    Transfer(usize, bool, usize),
+    FencedPut(usize, usize, i8),
+    Get(usize),
+    Leader(usize),
+}
+
+/// Valid names first; the last is empty and the one before it too long.
+const ELECTIONS: [&str; 5] = ["a", "b", "c", "toolongname", ""];
+const KEYS: [&str; 4] = ["k", "l", "toolongkey", ""];
+
+/// Mostly valid names, sometimes a bad one.
+fn choice(valid: usize, all: usize) -> impl Strategy<Value = usize> + Clone {
+    prop_oneof![9 => 0..valid, 1 => valid..all]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let e = choice(3, ELECTIONS.len());
+    let k = choice(2, KEYS.len());
+    let s = 0..4usize;
+    prop_oneof![
+        3 => (0..110u64).prop_map(Op::Grant),
+        1 => s.clone().prop_map(Op::Revoke),
+        1 => s.clone().prop_map(Op::Expire),
+        1 => proptest::collection::vec((s.clone(), 0..20u64), 0..3).prop_map(Op::Checkpoint),
+        5 => (e.clone(), s.clone(), 0..5u8).prop_map(|(e, s, v)| Op::Campaign(e, s, v)),
+        2 => (e.clone(), s.clone()).prop_map(|(e, s)| Op::Resign(e, s)),
+        2 => (e.clone(), any::<bool>(), s.clone()).prop_map(|(e, l, s)| Op::Transfer(e, l, s)),
+        3 => (k.clone(), e.clone(), -3..2i8).prop_map(|(k, e, d)| Op::FencedPut(k, e, d)),
+        1 => k.prop_map(Op::Get),
+        1 => e.prop_map(Op::Leader),
+    ]
+}
+
+/// The `n`th live session, or an id that was never granted when there are fewer.
+fn pick(sm: &StateMachine, n: usize) -> SessionId {
+    sm.sessions().nth(n).map_or(1_000 + n as u64, |(id, _)| id)
+}
+
+/// The `n`th candidate of `election`, or else the `n`th live session.
+fn pick_candidate(sm: &StateMachine, election: &str, n: usize) -> SessionId {
+    let candidates = sm.candidates(election);
+    candidates.get(n).copied().unwrap_or_else(|| pick(sm, n))
+}
+
+fn concretize(sm: &StateMachine, op: &Op) -> Command {
+    let name = |e: usize| ELECTIONS[e].to_owned();
+    match op {
+        Op::Grant(ttl_ticks) => Command::Grant {
+            ttl_ticks: *ttl_ticks,
+        },
+        Op::Revoke(s) => Command::Revoke {
+            session: pick(sm, *s),
+        },
+        Op::Expire(s) => Command::Expire {
+            session: pick(sm, *s),
+        },
+        Op::Checkpoint(list) => Command::Checkpoint {
+            remaining: list.iter().map(|(s, r)| (pick(sm, *s), *r)).collect(),
+        },
+        Op::Campaign(e, s, v) => campaign(&name(*e), pick(sm, *s), &vec![7; *v as usize]),
+        Op::Resign(e, s) => resign(&name(*e), pick_candidate(sm, &name(*e), *s)),
+        Op::Transfer(e, from_leader, s) => {
+            let leader = sm.leader(&name(*e)).map(|l| l.session);
+            let from = leader
+                .filter(|_| *from_leader)
+                .unwrap_or_else(|| pick(sm, *s));
+            transfer(&name(*e), from, pick_candidate(sm, &name(*e), *s))
+        }
+        Op::FencedPut(k, e, delta) => {
+            let token = (sm.token(&name(*e)) as i64 + i64::from(*delta)).max(0) as u64;
+            Command::FencedPut {
+                key: KEYS[*k].into(),
+                value: vec![1],
+                election: name(*e),
+                token,
+            }
+        }
+        Op::Get(k) => Command::Get {
+            key: KEYS[*k].into(),
+        },
+        Op::Leader(e) => Command::Leader { election: name(*e) },
+    }
+}
+
+/// Applies `ops` to two replicas, replacing the second by a restore of its own snapshot
+/// before op `restore_at`, and checks after every apply that they agree, that invariants
+/// hold, that tokens never fall and that no key's accepted token ever goes down.
+fn replicas_agree(ops: &[Op], restore_at: usize, bugs: InjectedBugs) -> Result<(), TestCaseError> {
+    let mut x = StateMachine::new(limits(), bugs);
+    let mut y = StateMachine::new(limits(), bugs);
+    let mut tokens: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut leader_tokens: BTreeMap<String, u64> = BTreeMap::new();
+    let mut key_tokens: BTreeMap<&str, u64> = BTreeMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        if i == restore_at {
+            y = StateMachine::restore(limits(), bugs, &y.snapshot()).expect("snapshot restores");
+            prop_assert_eq!(y.digest(), x.digest());
+        }
+        let index = i as u64 + 1;
+        let command = concretize(&x, op);
+        let response = x.apply(index, &command);
+        prop_assert_eq!(
+            &response,
+            &y.apply(index, &command),
+            "command {:?}",
+            command
+        );
+        x.check_invariants();
+        y.check_invariants();
+        prop_assert_eq!(x.digest(), y.digest());
+        let changes = x.take_leader_changes();
+        prop_assert_eq!(&changes, &y.take_leader_changes());
+        for change in changes {
+            // Each new leader gets a token above every earlier leader's of its election.
+            if let Some(leader) = change.leader {
+                let previous = leader_tokens.insert(change.election, leader.token);
+                prop_assert!(previous.unwrap_or(0) < leader.token, "token did not rise");
+            }
+        }
+        for election in ELECTIONS {
+            let leader = x.leader(election).map(|l| l.session);
+            prop_assert_eq!(leader, x.candidates(election).first().copied());
+            let token = x.token(election);
+            let previous = tokens.insert(election, token).unwrap_or(0);
+            prop_assert!(
+                token >= previous,
+                "token of {:?} fell to {}",
+                election,
+                token
+            );
+        }
+        for key in KEYS {
+            // Fencing (DESIGN rule 3): a key's accepted token never goes down.
+            let token = x.fenced(key).map_or(0, |v| v.token);
+            let previous = key_tokens.insert(key, token).unwrap_or(0);
+            prop_assert!(
+                token >= previous,
+                "key {:?} went back to token {}",
+                key,
+                token
+            );
+        }
+    }
+    Ok(())
+}
+
+fn ops() -> impl Strategy<Value = (Vec<Op>, usize)> {
+    (proptest::collection::vec(op(), 0..80), 0..80usize)
+}
+
+proptest! {
+    #[test]
+    fn random_commands_keep_replicas_identical_across_a_snapshot_and_tokens_rising(
+        (ops, restore_at) in ops(),
+    ) {
+        replicas_agree(&ops, restore_at, InjectedBugs::default())?;
+    }
+}
+
+#[test]
+fn the_random_command_test_catches_the_stale_fence_bug() {
+    use proptest::test_runner::{Config, TestError, TestRng, TestRunner};
+    let bugs = InjectedBugs {
+        stale_fence_accepted: true,
+        ..InjectedBugs::default()
+    };
+    let config = Config {
+        cases: 1_000,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    // A fixed seed, so that this test passes or fails the same way on every run.
+    let rng = TestRng::deterministic_rng(config.rng_algorithm);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    let result = runner.run(&ops(), |(ops, restore_at)| {
+        replicas_agree(&ops, restore_at, bugs)
+    });
+    match result {
+        Err(TestError::Fail(reason, _)) => assert!(reason.message().contains("went back to token")),
+        other => panic!("the stale fence bug went unnoticed: {other:?}"),
+    }
+}

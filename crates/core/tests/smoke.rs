@@ -1,0 +1,194 @@
+mod common;
+
+use common::Cluster;
+use tenure_core::node::Role;
+use tenure_core::sm::{Command, Response};
+
+#[test]
+fn a_leader_is_elected_and_commits() {
+    let mut c = Cluster::new(3);
+    let l = c.elect();
+    let p = c
+        .node_mut(l)
+        .propose(Command::Grant { ttl_ticks: 100 })
+        .unwrap();
+    c.flush();
+    c.deliver_all();
+    for id in 1..=3 {
+        assert!(
+            c.node(id).status().applied >= p.index,
+            "node {id} {:?}",
+            c.node(id).status()
+        );
+    }
+    let got = c.applied[&l].iter().find(|a| a.index == p.index).unwrap();
+    assert_eq!(
+        got.response,
+        Response::Granted {
+            session: p.index,
+            ttl_ticks: 100
+        }
+    );
+    assert_eq!(c.leaders(), vec![l]);
+    let _ = Role::Leader;
+}
+
+fn propose_and_settle(c: &mut Cluster, leader: u64, cmd: Command) -> (u64, Response) {
+    let p = c.node_mut(leader).propose(cmd).expect("leader accepts");
+    c.flush();
+    c.deliver_all();
+    let a = c.applied[&leader]
+        .iter()
+        .find(|a| a.index == p.index)
+        .expect("applied")
+        .clone();
+    (p.index, a.response)
+}
+
+#[test]
+fn keepalives_are_acknowledged_and_silent_sessions_expire() {
+    let mut c = Cluster::new(3);
+    let l = c.elect();
+    let (_, r) = propose_and_settle(&mut c, l, Command::Grant { ttl_ticks: 60 });
+    let Response::Granted { session, .. } = r else {
+        panic!("{r:?}")
+    };
+    let (_, r) = propose_and_settle(
+        &mut c,
+        l,
+        Command::Campaign {
+            election: "e".into(),
+            session,
+            value: b"a".to_vec(),
+        },
+    );
+    assert_eq!(
+        r,
+        Response::Campaigned {
+            leader_token: Some(1),
+            position: 0
+        }
+    );
+    for round in 0..10 {
+        c.node_mut(l).keepalive(session, round).unwrap();
+        c.ticks(20);
+        assert!(
+            c.acks[&l].iter().any(|a| a.tag == round),
+            "keepalive {round} not acknowledged: {:?}",
+            c.node(l).status()
+        );
+    }
+    assert!(c.node(l).state_machine().session(session).is_some());
+    c.ticks(200);
+    for id in 1..=3 {
+        assert!(
+            c.node(id).state_machine().session(session).is_none(),
+            "node {id} still has session"
+        );
+        assert_eq!(c.node(id).state_machine().leader("e"), None);
+    }
+}
+
+#[test]
+fn a_partitioned_leader_steps_down_and_the_majority_elects_another() {
+    let mut c = Cluster::new(5);
+    let l = c.elect();
+    let term = c.node(l).status().term;
+    c.isolate(l);
+    c.ticks(100);
+    assert_ne!(
+        c.node(l).status().role,
+        Role::Leader,
+        "check-quorum must depose it"
+    );
+    let others: Vec<u64> = c.leaders();
+    assert_eq!(others.len(), 1);
+    assert!(c.node(others[0]).status().term > term);
+    c.heal();
+    c.ticks(60);
+    assert_eq!(c.leaders().len(), 1);
+}
+
+#[test]
+fn an_isolated_follower_rejoining_does_not_disturb_the_leader() {
+    let mut c = Cluster::new(3);
+    let l = c.elect();
+    let term = c.node(l).status().term;
+    let f = (1..=3).find(|id| *id != l).unwrap();
+    c.isolate(f);
+    c.ticks(200);
+    assert_eq!(
+        c.node(f).status().term,
+        term,
+        "pre-vote keeps the isolated node's term"
+    );
+    c.heal();
+    c.ticks(30);
+    assert_eq!(c.leaders(), vec![l]);
+    assert_eq!(c.node(l).status().term, term);
+}
+
+#[test]
+fn leadership_transfer_hands_over_to_the_target() {
+    let mut c = Cluster::new(3);
+    let l = c.elect();
+    let target = (1..=3).find(|id| *id != l).unwrap();
+    c.node_mut(l).transfer_leadership(target).unwrap();
+    c.flush();
+    c.deliver_all();
+    c.ticks(3);
+    assert_eq!(c.leaders(), vec![target]);
+}
+
+#[test]
+fn membership_change_through_joint_consensus_adds_and_removes_voters() {
+    let mut c = Cluster::new(3);
+    let l = c.elect();
+    let mut cfg = tenure_core::config::Config::new(4, vec![]);
+    cfg.seed = 44;
+    c.add_node(cfg);
+    let voters = [1, 2, 3, 4].into_iter().collect();
+    c.node_mut(l)
+        .change_membership(voters, Default::default())
+        .unwrap();
+    c.flush();
+    c.deliver_all();
+    c.ticks(10);
+    for id in 1..=4 {
+        let m = c.node(id).status().membership;
+        assert!(!m.is_joint(), "node {id} still joint: {m:?}");
+        assert_eq!(m.voters.len(), 4, "node {id}: {m:?}");
+    }
+    let remove_leader: std::collections::BTreeSet<u64> = (1..=4).filter(|id| *id != l).collect();
+    c.node_mut(l)
+        .change_membership(remove_leader.clone(), Default::default())
+        .unwrap();
+    c.flush();
+    c.deliver_all();
+    c.ticks(100);
+    let leaders = c.leaders();
+    assert_eq!(leaders.len(), 1);
+    assert!(remove_leader.contains(&leaders[0]));
+}
+
+#[test]
+fn a_lagging_follower_catches_up_from_a_snapshot_and_a_restart_keeps_state() {
+    let mut c = Cluster::with_config(3, |cfg| cfg.snapshot_threshold_entries = 10);
+    let l = c.elect();
+    let f = (1..=3).find(|id| *id != l).unwrap();
+    c.isolate(f);
+    for _ in 0..40 {
+        propose_and_settle(&mut c, l, Command::Grant { ttl_ticks: 10_000 });
+    }
+    assert!(c.node(l).snapshot_meta().0 > 0, "leader compacted");
+    c.heal();
+    c.ticks(20);
+    let digest = c.node(l).state_machine().digest();
+    assert_eq!(c.node(f).state_machine().digest(), digest);
+    c.restart(f);
+    c.ticks(20);
+    assert_eq!(
+        c.node(f).state_machine().digest(),
+        c.node(l).state_machine().digest()
+    );
+}
