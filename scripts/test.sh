@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: what CI runs (.ci/run) and what the README tells you to run.
+# Installs nothing it does not need; later parts of the suite that need external servers
+# install and start them from here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+  # nextest does not run doctests.
+  cargo test --workspace --doc
+else
+  cargo test --workspace --no-fail-fast "$@"
+fi
