@@ -300,9 +300,10 @@ impl StateMachine {
         for (id, remaining_ticks) in remaining {
             // Sessions that ended between the leader's proposal and this apply are ignored.
             if let Some(session) = self.state.data.sessions.get_mut(id) {
-                // A lease can never have more left than its TTL; clamping keeps a faulty
-                // proposal from extending a session beyond what its holder was promised.
-                session.info.remaining_ticks = (*remaining_ticks).min(session.info.ttl_ticks);
+                // Not clamped to the TTL: the leader records more than a TTL on purpose, to
+                // cover keepalives it will acknowledge before its next checkpoint commits
+                // (see the lease clock in `node.rs`). Only the leader proposes checkpoints.
+                session.info.remaining_ticks = *remaining_ticks;
                 session.info.recorded_index = index;
             }
         }
@@ -576,7 +577,6 @@ impl StateMachine {
     ///
     /// Invariant: every session's id (its `Grant` index) ≤ its `recorded_index` ≤ the
     /// applied index.
-    /// Invariant: every session's `remaining_ticks` ≤ its `ttl_ticks`.
     /// Invariant: each session's election index lists exactly the elections it is queued in.
     /// Invariant: every queued candidate is a live session, and appears once in its queue.
     /// Invariant: every election has token ≥ 1 (it exists only because someone campaigned,
@@ -606,12 +606,6 @@ impl StateMachine {
                 return Some(format!(
                     "session {id} recorded at {} (applied {applied})",
                     info.recorded_index
-                ));
-            }
-            if info.remaining_ticks > info.ttl_ticks {
-                return Some(format!(
-                    "session {id} has {} ticks left of a {}-tick TTL",
-                    info.remaining_ticks, info.ttl_ticks
                 ));
             }
             // Together with the check on each queue below, this makes the index exact.
