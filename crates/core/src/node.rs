@@ -298,8 +298,11 @@ impl Node {
                 leader_hint: self.raft.leader,
             });
         }
-        let Some(info) = self.sm.session(session) else {
-            return Err(ProposeError::UnknownSession(session));
+        // A session whose expiry this leader already proposed is as good as gone: an
+        // acknowledgement now would promise time that the committed expiry takes away.
+        let info = match self.sm.session(session) {
+            Some(info) if !self.lease.expiring.contains(&session) => info,
+            _ => return Err(ProposeError::UnknownSession(session)),
         };
         let ttl = info.ttl_ticks;
         let now = self.raft.now_tick;
@@ -674,6 +677,9 @@ impl Node {
             let Some(info) = self.sm.session(p.session) else {
                 continue;
             };
+            if self.lease.expiring.contains(&p.session) {
+                continue;
+            }
             let ttl = info.ttl_ticks;
             let covered = self
                 .lease

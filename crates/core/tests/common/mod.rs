@@ -17,7 +17,8 @@ pub struct Disk {
 }
 
 impl Disk {
-    fn persist(&mut self, ready: &tenure_core::node::Ready) {
+    /// Store what a `Ready` asks to persist, as a driver would before sending its messages.
+    pub fn persist(&mut self, ready: &tenure_core::node::Ready) {
         let r = &mut self.recovered;
         if let Some(s) = &ready.snapshot {
             let keep: Vec<Entry> = match r.entries.iter().find(|e| e.index == s.index) {
