@@ -126,8 +126,29 @@ impl Config {
         if self.lease_checkpoint_ticks == 0 {
             return Err(ConfigError::Zero("lease_checkpoint_ticks"));
         }
-        if self.limits.ttl_min_ticks == 0 || self.limits.ttl_min_ticks > self.limits.ttl_max_ticks {
+        if self.limits.ttl_min_ticks == 0 {
             return Err(ConfigError::Zero("limits.ttl_min_ticks"));
+        }
+        if self.limits.ttl_min_ticks > self.limits.ttl_max_ticks {
+            return Err(ConfigError::TtlBounds {
+                min: self.limits.ttl_min_ticks,
+                max: self.limits.ttl_max_ticks,
+            });
+        }
+        for (name, value) in [
+            (
+                "limits.election_name_bytes_max",
+                self.limits.election_name_bytes_max,
+            ),
+            ("limits.key_bytes_max", self.limits.key_bytes_max),
+            (
+                "limits.candidates_per_election_max",
+                self.limits.candidates_per_election_max,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
         }
         Ok(())
     }
@@ -163,6 +184,14 @@ pub enum ConfigError {
     /// The drift margin would eat the whole leader lease.
     #[error("the lease safety margin leaves no leader lease; raise the election timeout")]
     LeaseMarginTooLarge,
+    /// The TTL bounds are upside down.
+    #[error("ttl bounds are inverted: min {min} ticks > max {max} ticks")]
+    TtlBounds {
+        /// Lower bound.
+        min: u64,
+        /// Upper bound.
+        max: u64,
+    },
     /// A limit that must be positive is zero.
     #[error("{0} must be positive")]
     Zero(&'static str),
