@@ -1371,7 +1371,12 @@ fn config_validate_rejects_bad_values() {
                 c.limits.ttl_min_ticks = 10;
                 c.limits.ttl_max_ticks = 9;
             },
-            ConfigError::Zero("limits.ttl_min_ticks"),
+            ConfigError::TtlBounds { min: 10, max: 9 },
+        ),
+        (
+            "zero key limit",
+            |c| c.limits.key_bytes_max = 0,
+            ConfigError::Zero("limits.key_bytes_max"),
         ),
     ];
     for (what, tweak, expected) in cases {
