@@ -13,4 +13,5 @@ pub mod node;
 pub mod quorum;
 mod raft;
 pub mod sm;
+pub mod storage;
 pub mod types;

@@ -1,0 +1,91 @@
+//! What a node needs from its disk, as a trait shared by every driver: the server's
+//! write-ahead log implements it on files, the simulator's disk in memory with crash faults,
+//! and [`MemStorage`] plainly. One conformance suite (in the server's tests) runs against
+//! every implementation, so they all mean the same thing by "persisted".
+//!
+//! The trait is declared here, in the pure core, because it is part of the contract written
+//! on [`crate::node::Ready`]; nothing here performs IO.
+
+use crate::types::{Entry, HardState, Recovered, Snapshot};
+
+/// Durable storage for one node.
+pub trait Storage {
+    /// Why storage failed. A failed `persist` leaves the node unable to continue safely:
+    /// the driver must stop it rather than send the Ready's messages.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Everything persisted so far, as the node needs it to restart.
+    fn recover(&mut self) -> Result<Recovered, Self::Error>;
+
+    /// Make one Ready's persistent parts durable, in this order: the snapshot (discarding
+    /// stored entries up to its index, or all of them if the stored entry at its index has
+    /// another term), then the entries (discarding stored entries at `entries[0].index` and
+    /// after, then appending), then the hard state. Returns only once all of it would survive
+    /// a crash (fsync).
+    fn persist(
+        &mut self,
+        hard_state: Option<&HardState>,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+    ) -> Result<(), Self::Error>;
+}
+
+/// Apply a Ready's persistent parts to an in-memory image of the disk, with exactly the
+/// semantics [`Storage::persist`] documents. Shared by every in-memory storage.
+pub fn apply_to_image(
+    image: &mut Recovered,
+    hard_state: Option<&HardState>,
+    snapshot: Option<&Snapshot>,
+    entries: &[Entry],
+) {
+    if let Some(s) = snapshot {
+        let keep_tail = image
+            .entries
+            .iter()
+            .any(|e| e.index == s.index && e.term == s.term);
+        if keep_tail {
+            image.entries.retain(|e| e.index > s.index);
+        } else {
+            image.entries.clear();
+        }
+        image.snapshot = Some(s.clone());
+    }
+    if let Some(first) = entries.first() {
+        image.entries.retain(|e| e.index < first.index);
+        image.entries.extend(entries.iter().cloned());
+    }
+    if let Some(hs) = hard_state {
+        image.hard_state = *hs;
+    }
+}
+
+/// Storage that keeps everything in memory and never fails: for tests and examples.
+#[derive(Clone, Debug, Default)]
+pub struct MemStorage {
+    image: Recovered,
+}
+
+impl MemStorage {
+    /// An empty disk.
+    pub fn new() -> MemStorage {
+        MemStorage::default()
+    }
+}
+
+impl Storage for MemStorage {
+    type Error = std::convert::Infallible;
+
+    fn recover(&mut self) -> Result<Recovered, Self::Error> {
+        Ok(self.image.clone())
+    }
+
+    fn persist(
+        &mut self,
+        hard_state: Option<&HardState>,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+    ) -> Result<(), Self::Error> {
+        apply_to_image(&mut self.image, hard_state, snapshot, entries);
+        Ok(())
+    }
+}
