@@ -192,3 +192,40 @@ fn a_lagging_follower_catches_up_from_a_snapshot_and_a_restart_keeps_state() {
         c.node(l).state_machine().digest()
     );
 }
+
+/// Regression (simulator seed 105 with the entries-before-hard-state disk layout): a crash
+/// after a Ready's entries reached the disk and before its hard state did leaves entries of
+/// a newer term than the persisted one. The node must restart, adopting that term without a
+/// vote, rather than refuse its own disk.
+#[test]
+fn restart_adopts_the_term_of_entries_persisted_before_the_hard_state() {
+    use tenure_core::types::{Entry, HardState, Payload, Recovered};
+    let recovered = Recovered {
+        hard_state: HardState {
+            term: 1,
+            vote: Some(1),
+            commit: 1,
+        },
+        snapshot: None,
+        entries: vec![
+            Entry {
+                term: 1,
+                index: 1,
+                payload: Payload::Noop,
+            },
+            Entry {
+                term: 3,
+                index: 2,
+                payload: Payload::Noop,
+            },
+        ],
+    };
+    let node = tenure_core::node::Node::new(
+        tenure_core::config::Config::new(1, vec![1, 2, 3]),
+        recovered,
+    )
+    .expect("a torn hard state is not corruption");
+    let s = node.status();
+    assert_eq!((s.term, s.vote, s.last_index), (3, None, 2));
+    node.check_invariants();
+}

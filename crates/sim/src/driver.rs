@@ -1,0 +1,616 @@
+//! The per-node driver: owns a `Node`, its simulated disk and its log mirror, and handles each
+//! Ready in the order written on `Ready`:
+//!
+//! 1. persist snapshot, entries and hard state to the simulated disk and fsync;
+//! 2. `advance()`;
+//! 3. send the messages;
+//! 4. answer clients from `applied`, `leader_changes` and `keepalive_acks`.
+//!
+//! Ready is taken again until `has_ready()` is false. A crash between 1's write and its fsync
+//! loses (or tears) the write and the Ready's messages are never sent.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use tenure_core::config::Config;
+use tenure_core::message::Body;
+use tenure_core::node::{Node, ProposeError, Ready, Role, Status};
+use tenure_core::types::{Index, NodeId, Term};
+
+use crate::core_call::in_core;
+use crate::disk::{Disk, TornWrite};
+use crate::history::History;
+use crate::mirror::{EntryKind, LogMirror, Lookup};
+use crate::observe::{ClientId, Observation};
+use crate::protocol::{Addr, ClientReply, ClientRequest, Packet};
+use crate::report::Stats;
+use crate::rng::SimRng;
+use crate::time::SimTimeUs;
+use crate::trace::{Trace, TraceKind};
+
+/// Most keepalives a node remembers while waiting for their acks; older ones are forgotten
+/// (their clients retry with the next keepalive).
+const KEEPALIVE_WAITERS_MAX: usize = 4_096;
+
+/// A proposal waiting for its entry to be applied.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    term: Term,
+    client: ClientId,
+    req_id: u64,
+}
+
+/// The pieces of the world a driver needs while handling one input.
+pub struct DriveCtx<'a> {
+    /// True simulated time.
+    pub now_us: SimTimeUs,
+    /// The run's random generator.
+    pub rng: &'a mut SimRng,
+    /// The trace.
+    pub trace: &'a mut Trace,
+    /// Run counters.
+    pub stats: &'a mut Stats,
+    /// Observations for the checkers.
+    pub obs: &'a mut Vec<Observation>,
+    /// Cluster records (committed fingerprints).
+    pub history: &'a mut History,
+    /// Packets to send: (from, to, packet).
+    pub out: &'a mut Vec<(Addr, Addr, Packet)>,
+    /// Probability of crashing right after sending a granted vote (0 outside the safety phase).
+    pub crash_after_vote: f64,
+}
+
+/// How handling an input ended for the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Drive {
+    /// The node runs on.
+    Running,
+    /// The node crashed (a fault injected while handling its Ready).
+    Crashed {
+        /// Why, for the trace.
+        reason: &'static str,
+        /// What a crash between write and fsync left behind.
+        torn: Option<TornWrite>,
+    },
+    /// The node broke the storage contract (e.g. entries with a gap).
+    StorageContract(String),
+}
+
+/// One node's slot in the world: the node while it runs, and what outlives crashes.
+pub struct NodeSlot {
+    /// The node's id; never reused.
+    pub id: NodeId,
+    /// The node while it runs; `None` while crashed or after it was decommissioned.
+    pub node: Option<Node>,
+    /// The configuration it (re)starts with; only the seed changes between restarts.
+    pub config: Config,
+    /// Its disk, which survives crashes.
+    pub disk: Disk,
+    /// Fingerprint of its in-memory log.
+    pub mirror: LogMirror,
+    /// Bumped at every crash, so that stale tick and restart events are ignored.
+    pub incarnation: u64,
+    /// Tick period of its clock in true microseconds (10 ms × (1 + drift)).
+    pub tick_period_us: u64,
+    /// Paused: not ticked, and packets are held until it resumes.
+    pub paused: bool,
+    /// Bumped at every pause, so that a stale resume event is ignored.
+    pub pause_gen: u64,
+    /// Packets that arrived while paused, in arrival order.
+    pub held: VecDeque<(Addr, Packet)>,
+    /// Ticks the node's clock would have made while paused; on resume they are delivered
+    /// before the held packets, as a driver that ticks from a monotonic clock would.
+    pub missed_ticks: u64,
+    /// Crash at the next Ready that writes, between write and fsync.
+    pub crash_mid_ready: bool,
+    /// Removed from the cluster and shut down for good.
+    pub decommissioned: bool,
+    /// Has been a member of the cluster (so leaving the configuration means removal).
+    pub was_member: bool,
+    /// The node's status after its last step (`None` while down).
+    pub status: Option<Status>,
+    pending: BTreeMap<Index, Pending>,
+    keepalive_waiters: BTreeMap<u64, ClientId>,
+    watchers: BTreeMap<ClientId, String>,
+    commit_noted: Index,
+    sm_applied_noted: Option<Index>,
+}
+
+impl NodeSlot {
+    /// A slot for a node that has not started yet.
+    pub fn new(
+        id: NodeId,
+        config: Config,
+        tick_period_us: u64,
+        was_member: bool,
+        disk: Disk,
+    ) -> NodeSlot {
+        NodeSlot {
+            id,
+            node: None,
+            config,
+            disk,
+            mirror: LogMirror::default(),
+            incarnation: 0,
+            tick_period_us,
+            paused: false,
+            pause_gen: 0,
+            held: VecDeque::new(),
+            missed_ticks: 0,
+            crash_mid_ready: false,
+            decommissioned: false,
+            was_member,
+            status: None,
+            pending: BTreeMap::new(),
+            keepalive_waiters: BTreeMap::new(),
+            watchers: BTreeMap::new(),
+            commit_noted: 0,
+            sm_applied_noted: None,
+        }
+    }
+
+    /// True if the node runs (not crashed, not decommissioned); it may be paused.
+    pub fn is_up(&self) -> bool {
+        self.node.is_some()
+    }
+
+    /// The node's role, if up.
+    pub fn role(&self) -> Option<Role> {
+        self.status.as_ref().map(|s| s.role)
+    }
+
+    /// Starts (or restarts) the node from its disk with a fresh seed.
+    pub fn start(&mut self, seed: u64, ctx: &mut DriveCtx<'_>) -> Result<Drive, String> {
+        let recovered = self.disk.recovered();
+        let snapshot = recovered
+            .snapshot
+            .as_ref()
+            .map(|s| (s.index, s.term, ctx.history.anchor(s.index)));
+        self.mirror = LogMirror::recovered(snapshot, &recovered.entries);
+        let mut config = self.config.clone();
+        config.seed = seed;
+        let node = in_core(|| Node::new(config, recovered))
+            .map_err(|e| format!("node {} refused to start from its own disk: {e:?}", self.id))?;
+        let status = in_core(|| node.status());
+        self.commit_noted = status.commit;
+        self.sm_applied_noted = None;
+        self.status = None;
+        self.node = Some(node);
+        self.paused = false;
+        Ok(self.drive(ctx))
+    }
+
+    /// Crashes the node: unsynced writes are lost, and so is everything in memory.
+    pub fn crash(&mut self) {
+        self.node = None;
+        self.status = None;
+        self.disk.crash();
+        self.held.clear();
+        self.missed_ticks = 0;
+        self.pending.clear();
+        self.keepalive_waiters.clear();
+        self.watchers.clear();
+        self.paused = false;
+        self.crash_mid_ready = false;
+        self.incarnation += 1;
+    }
+
+    /// One tick of the node's clock.
+    pub fn tick(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(node) = self.node.as_mut() else {
+            return Drive::Running;
+        };
+        in_core(|| node.tick());
+        self.drive(ctx)
+    }
+
+    /// A packet arrives (the caller has dealt with pauses).
+    pub fn receive(&mut self, from: Addr, packet: Packet, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(node) = self.node.as_mut() else {
+            return Drive::Running;
+        };
+        match (from, packet) {
+            (_, Packet::Raft(message)) => {
+                if let Err(e) = in_core(|| node.step(message)) {
+                    // Refusing bad input with a typed error is the core's contract; nothing to
+                    // check here, but it goes into the trace.
+                    ctx.trace.log(ctx.now_us, || {
+                        format!("node {} refused a message: {e:?}", self.id)
+                    });
+                }
+            }
+            (Addr::Client(client), Packet::Request(request)) => {
+                self.client_request(client, request, ctx)
+            }
+            // Nodes never receive replies, and client requests only come from clients.
+            _ => return Drive::Running,
+        }
+        self.drive(ctx)
+    }
+
+    fn reply(&self, client: ClientId, reply: ClientReply, ctx: &mut DriveCtx<'_>) {
+        ctx.out.push((
+            Addr::Node(self.id),
+            Addr::Client(client),
+            Packet::Reply(reply),
+        ));
+    }
+
+    fn set_watch(&mut self, client: ClientId, watch: Option<String>) {
+        match watch {
+            Some(election) => {
+                self.watchers.insert(client, election);
+            }
+            None => {
+                self.watchers.remove(&client);
+            }
+        }
+    }
+
+    fn client_request(&mut self, client: ClientId, request: ClientRequest, ctx: &mut DriveCtx<'_>) {
+        let Some(node) = self.node.as_mut() else {
+            return;
+        };
+        match request {
+            ClientRequest::Propose {
+                req_id,
+                command,
+                watch,
+            } => {
+                let result = in_core(|| node.propose(command));
+                self.set_watch(client, watch);
+                match result {
+                    Ok(proposed) => {
+                        let pending = Pending {
+                            term: proposed.term,
+                            client,
+                            req_id,
+                        };
+                        if let Some(old) = self.pending.insert(proposed.index, pending) {
+                            // The old proposal's entry was overwritten before it was applied.
+                            self.reply(old.client, ClientReply::Retry { req_id: old.req_id }, ctx);
+                        }
+                    }
+                    Err(ProposeError::NotLeader { leader_hint }) => self.reply(
+                        client,
+                        ClientReply::NotLeader {
+                            req_id,
+                            hint: leader_hint,
+                        },
+                        ctx,
+                    ),
+                    Err(ProposeError::UnknownSession(session)) => {
+                        self.reply(client, ClientReply::SessionUnknown { req_id, session }, ctx)
+                    }
+                    Err(_) => self.reply(client, ClientReply::Busy { req_id }, ctx),
+                }
+            }
+            ClientRequest::Keepalive {
+                session,
+                tag,
+                watch,
+            } => {
+                let result = in_core(|| node.keepalive(session, tag));
+                self.set_watch(client, watch);
+                match result {
+                    Ok(()) => {
+                        if self.keepalive_waiters.len() >= KEEPALIVE_WAITERS_MAX {
+                            self.keepalive_waiters.pop_first();
+                        }
+                        self.keepalive_waiters.insert(tag, client);
+                    }
+                    Err(ProposeError::NotLeader { leader_hint }) => self.reply(
+                        client,
+                        ClientReply::KeepaliveRefused {
+                            tag,
+                            session,
+                            unknown_session: false,
+                            hint: leader_hint,
+                        },
+                        ctx,
+                    ),
+                    Err(ProposeError::UnknownSession(_)) => self.reply(
+                        client,
+                        ClientReply::KeepaliveRefused {
+                            tag,
+                            session,
+                            unknown_session: true,
+                            hint: None,
+                        },
+                        ctx,
+                    ),
+                    // A transient refusal: the client's next keepalive retries.
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+
+    /// Records entries newly covered by the node's commit index.
+    fn note_commit(&mut self, commit: Index, ctx: &mut DriveCtx<'_>) {
+        if commit <= self.commit_noted {
+            return;
+        }
+        let mut entries = Vec::new();
+        for index in (self.commit_noted + 1)..=commit {
+            if let Lookup::Entry(e) = self.mirror.get(index) {
+                entries.push(e);
+            }
+        }
+        ctx.trace.detail(ctx.now_us, || {
+            format!("node {} commit {} -> {commit}", self.id, self.commit_noted)
+        });
+        self.commit_noted = commit;
+        if !entries.is_empty() {
+            ctx.history.record_committed(&entries);
+            ctx.stats.committed_index = ctx.stats.committed_index.max(commit);
+            ctx.obs.push(Observation::Committed {
+                node: self.id,
+                entries,
+            });
+        }
+    }
+
+    /// Handles Ready until there is none, then records the node's new status.
+    pub fn drive(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
+        loop {
+            let Some(node) = self.node.as_mut() else {
+                return Drive::Running;
+            };
+            if !in_core(|| node.has_ready()) {
+                break;
+            }
+            let ready = in_core(|| node.ready());
+            match self.handle_ready(ready, ctx) {
+                Drive::Running => {}
+                other => return other,
+            }
+        }
+        self.after_step(ctx);
+        Drive::Running
+    }
+
+    fn handle_ready(&mut self, ready: Ready, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Ready {
+            hard_state,
+            snapshot,
+            entries,
+            messages,
+            applied,
+            leader_changes,
+            keepalive_acks,
+        } = ready;
+        ctx.trace.event(
+            TraceKind::Ready,
+            ctx.now_us,
+            &[
+                self.id,
+                entries.len() as u64,
+                messages.len() as u64,
+                applied.len() as u64,
+            ],
+        );
+        if let Some(s) = &snapshot {
+            // A local compaction: record what this node committed before the mirror drops it.
+            // (The mirror still shows the log as of the previous Ready; if it does not hold
+            // the snapshot's last entry, the snapshot came from the leader and replaces a log
+            // that may conflict with it, so nothing of it is recorded.)
+            if matches!(self.mirror.get(s.index), Lookup::Entry(e) if e.term == s.term) {
+                let commit = self
+                    .node
+                    .as_ref()
+                    .map_or(0, |n| in_core(|| n.status().commit));
+                self.note_commit(commit.min(s.index), ctx);
+            }
+            self.commit_noted = self.commit_noted.max(s.index);
+        }
+        let writes = hard_state.is_some() || snapshot.is_some() || !entries.is_empty();
+        if writes && self.crash_mid_ready {
+            self.disk.write(snapshot, entries, hard_state);
+            let torn = match self.disk.crash_torn(ctx.rng) {
+                Ok(torn) => torn,
+                Err(e) => return Drive::StorageContract(format!("node {}: {e}", self.id)),
+            };
+            self.crash();
+            return Drive::Crashed {
+                reason: "between write and fsync",
+                torn: Some(torn),
+            };
+        }
+
+        // 1. Persist and fsync.
+        if let Some(s) = &snapshot {
+            self.mirror
+                .install_snapshot(s.index, s.term, ctx.history.anchor(s.index));
+        }
+        if !entries.is_empty() {
+            ctx.trace.detail(ctx.now_us, || {
+                let terms: Vec<(u64, u64)> = entries.iter().map(|e| (e.index, e.term)).collect();
+                format!("node {} appends {terms:?}", self.id)
+            });
+            let appended = self.mirror.append(&entries);
+            ctx.obs.push(Observation::Appended {
+                node: self.id,
+                entries: appended,
+            });
+        }
+        let snapshot_index = snapshot.as_ref().map(|s| s.index);
+        self.disk.write(snapshot, entries, hard_state);
+        if let Err(e) = self.disk.fsync() {
+            return Drive::StorageContract(format!("node {}: {e}", self.id));
+        }
+
+        // 2. Tell the node its Ready is durable.
+        let Some(node) = self.node.as_mut() else {
+            return Drive::Running;
+        };
+        in_core(|| node.advance());
+
+        // 3. Send.
+        let mut granted_vote = false;
+        for message in messages {
+            if matches!(message.body, Body::RequestVoteResponse { granted: true }) {
+                granted_vote = true;
+                ctx.obs.push(Observation::VoteGranted {
+                    voter: self.id,
+                    candidate: message.to,
+                    term: message.term,
+                });
+            }
+            let to = message.to;
+            ctx.out
+                .push((Addr::Node(self.id), Addr::Node(to), Packet::Raft(message)));
+        }
+
+        // 4. Answer clients.
+        let mut answered_up_to = snapshot_index.unwrap_or(0);
+        for a in &applied {
+            answered_up_to = answered_up_to.max(a.index);
+            if let Some(p) = self.pending.remove(&a.index) {
+                let reply = if p.term == a.term {
+                    ClientReply::Applied {
+                        req_id: p.req_id,
+                        index: a.index,
+                        term: a.term,
+                        response: a.response.clone(),
+                    }
+                } else {
+                    ClientReply::Retry { req_id: p.req_id }
+                };
+                self.reply(p.client, reply, ctx);
+            }
+        }
+        // Proposals at indices now applied that produced no result had their entry replaced
+        // by a no-op or a configuration: they were lost.
+        while let Some((&index, _)) = self.pending.first_key_value() {
+            if index > answered_up_to {
+                break;
+            }
+            if let Some(p) = self.pending.remove(&index) {
+                self.reply(p.client, ClientReply::Retry { req_id: p.req_id }, ctx);
+            }
+        }
+        for change in &leader_changes {
+            let watchers: Vec<ClientId> = self
+                .watchers
+                .iter()
+                .filter(|(_, e)| **e == change.election)
+                .map(|(c, _)| *c)
+                .collect();
+            for client in watchers {
+                self.reply(client, ClientReply::LeaderChanged(change.clone()), ctx);
+            }
+        }
+        for ack in keepalive_acks {
+            if let Some(client) = self.keepalive_waiters.remove(&ack.tag) {
+                let reply = ClientReply::KeepaliveAck {
+                    tag: ack.tag,
+                    session: ack.session,
+                    ttl_ticks: ack.ttl_ticks,
+                };
+                self.reply(client, reply, ctx);
+            }
+        }
+        if !applied.is_empty() || !leader_changes.is_empty() {
+            ctx.obs.push(Observation::Applied {
+                node: self.id,
+                applied,
+                leader_changes,
+            });
+        }
+
+        if granted_vote && ctx.rng.chance(ctx.crash_after_vote) {
+            self.crash();
+            return Drive::Crashed {
+                reason: "right after granting a vote",
+                torn: None,
+            };
+        }
+        Drive::Running
+    }
+
+    /// Records role, term, commit and state machine changes after a step, and runs the
+    /// node's own invariant checks.
+    fn after_step(&mut self, ctx: &mut DriveCtx<'_>) {
+        let Some(status) = self.node.as_ref().map(|node| in_core(|| node.status())) else {
+            return;
+        };
+        self.note_commit(status.commit, ctx);
+        let Some(node) = self.node.as_ref() else {
+            return;
+        };
+        let changed = match &self.status {
+            Some(old) => old.role != status.role || old.term != status.term,
+            None => true,
+        };
+        if changed {
+            ctx.trace.event(
+                TraceKind::Role,
+                ctx.now_us,
+                &[self.id, role_code(status.role), status.term],
+            );
+            ctx.trace.log(ctx.now_us, || {
+                format!(
+                    "node {} is {:?} in term {}",
+                    self.id, status.role, status.term
+                )
+            });
+            ctx.stats.max_term = ctx.stats.max_term.max(status.term);
+            if status.role == Role::Leader {
+                ctx.stats.raft_leaders_elected += 1;
+            }
+            ctx.obs.push(Observation::Role {
+                node: self.id,
+                role: status.role,
+                term: status.term,
+            });
+        }
+        let sm = in_core(|| node.state_machine());
+        let applied_index = in_core(|| sm.applied_index());
+        if self.sm_applied_noted != Some(applied_index) {
+            self.sm_applied_noted = Some(applied_index);
+            let digest = in_core(|| sm.digest());
+            ctx.obs.push(Observation::Digest {
+                node: self.id,
+                applied_index,
+                digest,
+            });
+        }
+        self.status = Some(status);
+        in_core(|| node.check_invariants());
+    }
+
+    /// Index of the node's latest membership entry still in its log, if any.
+    pub fn latest_membership_index(&self) -> Option<Index> {
+        self.mirror
+            .entries()
+            .iter()
+            .rev()
+            .find(|e| e.kind == EntryKind::Membership)
+            .map(|e| e.index)
+    }
+
+    /// Whether the node's current membership is committed (its latest membership entry, if
+    /// still in the log, is at or below its commit index).
+    pub fn membership_committed(&self) -> bool {
+        match (&self.status, self.latest_membership_index()) {
+            (Some(s), Some(index)) => index <= s.commit && !s.membership.is_joint(),
+            (Some(s), None) => !s.membership.is_joint(),
+            (None, _) => false,
+        }
+    }
+
+    /// The node itself, for the world's leader-side operations.
+    pub fn node_mut(&mut self) -> Option<&mut Node> {
+        self.node.as_mut()
+    }
+}
+
+/// A number for each role, for the trace hash.
+pub fn role_code(role: Role) -> u64 {
+    match role {
+        Role::Follower => 1,
+        Role::PreCandidate => 2,
+        Role::Candidate => 3,
+        Role::Leader => 4,
+    }
+}

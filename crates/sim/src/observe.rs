@@ -1,0 +1,123 @@
+//! What the world tells the checkers after each step.
+
+use tenure_core::node::{Applied, Role};
+use tenure_core::sm::{Command, LeaderChange, Response};
+use tenure_core::types::{Index, NodeId, Term};
+
+use crate::mirror::ChainedEntry;
+use crate::time::SimTimeUs;
+
+/// A simulated client's identity.
+pub type ClientId = u64;
+/// A client operation's identity, unique in a run.
+pub type OpId = u64;
+
+/// One fact observed during a step. Checkers are fed these in order after every step.
+#[derive(Clone, Debug)]
+pub enum Observation {
+    /// A node's role or term changed.
+    Role {
+        /// The node.
+        node: NodeId,
+        /// Its new role.
+        role: Role,
+        /// Its term.
+        term: Term,
+    },
+    /// A node sent a granted vote (a `RequestVoteResponse` with `granted`).
+    VoteGranted {
+        /// The voter.
+        voter: NodeId,
+        /// The candidate.
+        candidate: NodeId,
+        /// The term of the vote.
+        term: Term,
+    },
+    /// A node appended entries to its log.
+    Appended {
+        /// The node.
+        node: NodeId,
+        /// The appended entries' fingerprints.
+        entries: Vec<ChainedEntry>,
+    },
+    /// A node's commit index moved over these entries (those still in its log).
+    Committed {
+        /// The node.
+        node: NodeId,
+        /// The newly committed entries' fingerprints.
+        entries: Vec<ChainedEntry>,
+    },
+    /// Commands a node applied in one Ready, with the leader changes they caused.
+    Applied {
+        /// The node.
+        node: NodeId,
+        /// Results in index order.
+        applied: Vec<Applied>,
+        /// Leader changes of elections.
+        leader_changes: Vec<LeaderChange>,
+    },
+    /// The next command of the canonical applied sequence: every command, in index order, as
+    /// the first node to apply it reported it.
+    Canonical(CanonicalEntry),
+    /// A node's state machine digest after applying up to `applied_index`.
+    Digest {
+        /// The node.
+        node: NodeId,
+        /// The state machine's applied index.
+        applied_index: Index,
+        /// `StateMachine::digest()`.
+        digest: u64,
+    },
+    /// A client started or stopped believing it leads an election.
+    Belief {
+        /// The client.
+        client: ClientId,
+        /// The election.
+        election: String,
+        /// Its token (0 when it stops believing).
+        token: u64,
+        /// While believing: the true simulated time at which its lease runs out by its own
+        /// clock. `None` when it stops believing.
+        until_us: Option<SimTimeUs>,
+    },
+    /// A client invoked an operation (first send).
+    OpInvoked {
+        /// The operation.
+        op: OpId,
+        /// The client.
+        client: ClientId,
+        /// The command.
+        command: Command,
+    },
+    /// A client received the answer to an operation.
+    OpCompleted {
+        /// The operation.
+        op: OpId,
+        /// The client.
+        client: ClientId,
+        /// The log index and term of the entry that answered it (`None` if it was refused
+        /// before reaching the log).
+        position: Option<(Index, Term)>,
+        /// The state machine's response, if it reached the log.
+        response: Option<Response>,
+    },
+    /// The liveness phase started: all faults healed.
+    Healed,
+    /// The run ended.
+    Finished,
+}
+
+/// One command of the canonical applied sequence.
+#[derive(Clone, Debug)]
+pub struct CanonicalEntry {
+    /// Its index.
+    pub index: Index,
+    /// Its term.
+    pub term: Term,
+    /// The command.
+    pub command: Command,
+    /// The state machine's response.
+    pub response: Response,
+    /// Leader changes caused by it.
+    pub leader_changes: Vec<LeaderChange>,
+}

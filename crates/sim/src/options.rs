@@ -1,0 +1,221 @@
+//! Options of a simulation run, the injectable bugs, and argument validation shared with the CLI.
+
+use std::ops::Range;
+
+/// Cluster sizes the simulator accepts. Even sizes are refused: they add a node without adding
+/// fault tolerance, which DESIGN warns about.
+pub const NODE_COUNTS: [usize; 3] = [3, 5, 7];
+
+/// Shortest liveness phase: ten election timeouts (1.5 s with the default timing) for the
+/// election, plus time for pending operations to finish.
+pub const LIVENESS_MIN_MS: u64 = 3_000;
+
+/// How one seed is run. The same options and seed always produce the same run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimOptions {
+    /// Voters at bootstrap: 3, 5 or 7.
+    pub nodes: usize,
+    /// Simulated clients.
+    pub clients: usize,
+    /// Length of the safety phase (faults on), in simulated milliseconds.
+    pub safety_ms: u64,
+    /// Length of the liveness phase (everything healed), in simulated milliseconds.
+    pub liveness_ms: u64,
+    /// Inject faults during the safety phase. Off only for debugging the simulator.
+    pub faults: bool,
+    /// Re-introduce a known bug, to prove a checker catches it.
+    pub bug: Option<InjectBug>,
+    /// Keep a readable trace of faults, role changes, election leader changes and rejected
+    /// stale writes.
+    pub trace: bool,
+    /// Also trace every Raft message delivered and every commit advance (very verbose).
+    pub trace_raft: bool,
+    /// On resuming a paused node, deliver the ticks it missed before the packets that queued
+    /// up (a driver that ticks from a monotonic clock). Off only to reproduce what happens
+    /// when a driver handles queued input first.
+    pub pause_catch_up: bool,
+    /// How drivers lay Readies out on disk (what a torn write can leave behind).
+    pub wal_layout: crate::disk::WalLayout,
+}
+
+impl Default for SimOptions {
+    fn default() -> SimOptions {
+        SimOptions {
+            nodes: 5,
+            clients: 6,
+            safety_ms: 30_000,
+            liveness_ms: 5_000,
+            faults: true,
+            bug: None,
+            trace: false,
+            trace_raft: false,
+            pause_catch_up: true,
+            wal_layout: crate::disk::WalLayout::TermFirst,
+        }
+    }
+}
+
+impl SimOptions {
+    /// Checks the options, returning a message fit for a command-line user.
+    pub fn validate(&self) -> Result<(), String> {
+        validate_nodes(self.nodes)?;
+        if self.clients == 0 || self.clients > 64 {
+            return Err(format!("--clients must be in 1..=64, got {}", self.clients));
+        }
+        if self.safety_ms == 0 {
+            return Err("--safety-secs must be positive".to_string());
+        }
+        if self.liveness_ms < LIVENESS_MIN_MS {
+            return Err(format!(
+                "--liveness-secs must be at least {} s (ten election timeouts plus time to finish pending operations)",
+                LIVENESS_MIN_MS as f64 / 1000.0
+            ));
+        }
+        Ok(())
+    }
+
+    /// Simulated microseconds covered by one seed.
+    pub fn total_us(&self) -> u64 {
+        (self.safety_ms + self.liveness_ms) * 1_000
+    }
+}
+
+/// Accepts 3, 5 or 7 nodes.
+pub fn validate_nodes(nodes: usize) -> Result<(), String> {
+    if NODE_COUNTS.contains(&nodes) {
+        Ok(())
+    } else {
+        Err(format!("--nodes must be 3, 5 or 7 (odd sizes only: an even size adds a node without adding fault tolerance), got {nodes}"))
+    }
+}
+
+/// A known bug that `--inject-bug` puts back, and the checker expected to catch it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum InjectBug {
+    /// A node grants a second vote in a term (core switch `double_vote`).
+    DoubleVote,
+    /// A leader commits entries only it has (core switch `commit_without_majority`).
+    CommitWithoutMajority,
+    /// The state machine accepts a fenced write with a stale token (core switch
+    /// `stale_fence_accepted`).
+    StaleFenceAccepted,
+    /// The vote is not persisted, so a restarted node votes again in the same term (core
+    /// switch `no_vote_persist`).
+    NoVotePersist,
+    /// Clients time their lease from the receipt of a keepalive ack instead of from the send
+    /// of the keepalive (a simulator-side client bug).
+    LeaseFromReceiveTime,
+}
+
+impl InjectBug {
+    /// Every injectable bug.
+    pub const ALL: [InjectBug; 5] = [
+        InjectBug::DoubleVote,
+        InjectBug::CommitWithoutMajority,
+        InjectBug::StaleFenceAccepted,
+        InjectBug::NoVotePersist,
+        InjectBug::LeaseFromReceiveTime,
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            InjectBug::DoubleVote => "double-vote",
+            InjectBug::CommitWithoutMajority => "commit-without-majority",
+            InjectBug::StaleFenceAccepted => "stale-fence-accepted",
+            InjectBug::NoVotePersist => "no-vote-persist",
+            InjectBug::LeaseFromReceiveTime => "lease-from-receive-time",
+        }
+    }
+
+    /// Parses a command-line name; the error lists the valid names.
+    pub fn from_name(name: &str) -> Result<InjectBug, String> {
+        InjectBug::ALL
+            .iter()
+            .copied()
+            .find(|b| b.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = InjectBug::ALL.iter().map(|b| b.name()).collect();
+                format!("unknown bug {name:?}; valid names: {}", names.join(", "))
+            })
+    }
+
+    /// The checker whose property the bug breaks.
+    pub fn expected_checker(self) -> &'static str {
+        match self {
+            InjectBug::DoubleVote => "election-safety",
+            InjectBug::CommitWithoutMajority => "leader-completeness",
+            InjectBug::StaleFenceAccepted => "fencing",
+            InjectBug::NoVotePersist => "election-safety",
+            InjectBug::LeaseFromReceiveTime => "lease-safety",
+        }
+    }
+}
+
+impl std::fmt::Display for InjectBug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses a seed range `A..B` (start inclusive, end exclusive, as in Rust), `A..=B` (both
+/// inclusive) or a single seed `N`.
+pub fn parse_seed_range(text: &str) -> Result<Range<u64>, String> {
+    let parse = |s: &str| -> Result<u64, String> {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|e| format!("bad seed {s:?} in {text:?}: {e}"))
+    };
+    let range = if let Some((a, b)) = text.split_once("..=") {
+        let end = parse(b)?
+            .checked_add(1)
+            .ok_or_else(|| format!("seed range {text:?} overflows"))?;
+        parse(a)?..end
+    } else if let Some((a, b)) = text.split_once("..") {
+        parse(a)?..parse(b)?
+    } else {
+        let n = parse(text)?;
+        n..n.checked_add(1)
+            .ok_or_else(|| format!("seed {text:?} overflows"))?
+    };
+    if range.is_empty() {
+        return Err(format!("seed range {text:?} is empty (A..B excludes B)"));
+    }
+    Ok(range)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_counts_other_than_3_5_7_are_rejected() {
+        for bad in [0, 1, 2, 4, 6, 8, 9] {
+            assert!(validate_nodes(bad).is_err(), "{bad} accepted");
+        }
+        for good in NODE_COUNTS {
+            assert!(validate_nodes(good).is_ok());
+        }
+    }
+
+    #[test]
+    fn seed_ranges_are_half_open_like_rust() {
+        assert_eq!(parse_seed_range("1..10000"), Ok(1..10000));
+        assert_eq!(parse_seed_range("1..=10"), Ok(1..11));
+        assert_eq!(parse_seed_range("7"), Ok(7..8));
+        assert!(parse_seed_range("5..5").is_err());
+        assert!(parse_seed_range("x..5").is_err());
+    }
+
+    #[test]
+    fn bug_names_round_trip_and_unknown_names_list_the_valid_ones() {
+        for bug in InjectBug::ALL {
+            assert_eq!(InjectBug::from_name(bug.name()), Ok(bug));
+        }
+        let err = InjectBug::from_name("nope").unwrap_err();
+        assert!(
+            err.contains("double-vote") && err.contains("lease-from-receive-time"),
+            "{err}"
+        );
+    }
+}

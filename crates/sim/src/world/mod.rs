@@ -1,0 +1,716 @@
+//! The world: nodes, clients, network and faults, driven by one event queue and one random
+//! generator, with the checkers run after every step.
+
+use std::collections::BTreeMap;
+
+use tenure_core::config::Config;
+use tenure_core::sm::{Command, Response, SessionId};
+use tenure_core::types::NodeId;
+
+use crate::checkers::{self, Checker, View};
+use crate::client::{Client, ClientAction, ClientEnv, ClientInput, ClientTimer};
+use crate::disk::Disk;
+use crate::driver::{Drive, DriveCtx, NodeSlot};
+use crate::faults::{FaultMix, FAULT_TICK_US};
+use crate::history::History;
+use crate::network::Network;
+use crate::observe::{ClientId, Observation, OpId};
+use crate::options::{InjectBug, SimOptions};
+use crate::protocol::{Addr, Packet};
+use crate::queue::EventQueue;
+use crate::report::{SeedReport, Stats, Violation};
+use crate::rng::SimRng;
+use crate::time::{SimTimeUs, TICK_NOMINAL_US, US_PER_MS};
+use crate::trace::{Trace, TraceKind};
+
+mod inject;
+
+/// How long a crashed node stays down (true time).
+pub(crate) const DOWNTIME_US: (u64, u64) = (10 * US_PER_MS, 2_000 * US_PER_MS);
+/// How long a node that crashed right after voting stays down: short, so that it can vote
+/// again in the same election if its vote was not durable.
+const VOTE_CRASH_DOWNTIME_US: (u64, u64) = (US_PER_MS, 30 * US_PER_MS);
+/// Range of the per-seed snapshot threshold.
+const SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (32, 256);
+
+/// Scheduled happenings.
+enum Event {
+    Tick {
+        node: NodeId,
+        incarnation: u64,
+    },
+    Deliver {
+        from: Addr,
+        to: Addr,
+        packet: Box<Packet>,
+    },
+    Client {
+        client: ClientId,
+        timer: ClientTimer,
+    },
+    FaultTick,
+    HealPartition {
+        id: u64,
+    },
+    Restart {
+        node: NodeId,
+        incarnation: u64,
+    },
+    Resume {
+        node: NodeId,
+        pause_gen: u64,
+    },
+    Heal,
+    Quiesce,
+    End,
+}
+
+/// One seed's simulation.
+pub struct World {
+    opts: SimOptions,
+    now_us: SimTimeUs,
+    rng: SimRng,
+    queue: EventQueue<Event>,
+    network: Network,
+    mix: FaultMix,
+    nodes: BTreeMap<NodeId, NodeSlot>,
+    /// Nodes not decommissioned, for clients to contact.
+    live_ids: Vec<NodeId>,
+    next_node_id: NodeId,
+    /// A started node waiting to be added to the configuration.
+    pending_join: Option<NodeId>,
+    clients: Vec<Client>,
+    campaigners: BTreeMap<ClientId, (String, SessionId)>,
+    history: History,
+    checkers: Vec<Box<dyn Checker>>,
+    obs: Vec<Observation>,
+    out: Vec<(Addr, Addr, Packet)>,
+    actions: Vec<ClientAction>,
+    trace: Trace,
+    stats: Stats,
+    violations: Vec<Violation>,
+    /// Safety phase with faults on.
+    faults_on: bool,
+    healed_at_us: Option<SimTimeUs>,
+    quiesced: bool,
+    next_partition_id: u64,
+    next_op: OpId,
+    drift_max: f64,
+    /// Entries applied between snapshots, drawn per seed: small values make snapshots and
+    /// `InstallSnapshot` frequent (and keep the core's per-step invariant checks cheap).
+    snapshot_threshold_entries: u64,
+    /// T in true time for the slowest clock (the liveness deadline is ten of these).
+    election_timeout_us: SimTimeUs,
+}
+
+impl World {
+    /// Builds the world of one seed.
+    pub fn new(opts: &SimOptions, seed: u64) -> World {
+        let mut rng = SimRng::new(seed);
+        let mix = FaultMix::draw(&mut rng, opts.faults);
+        let snapshot_threshold_entries =
+            rng.between(SNAPSHOT_THRESHOLD_ENTRIES.0, SNAPSHOT_THRESHOLD_ENTRIES.1);
+        let voters: Vec<NodeId> = (1..=opts.nodes as NodeId).collect();
+        let template = Config::new(1, voters.clone());
+        let drift_max = template.clock_drift_max;
+        let slowest_tick_us = (TICK_NOMINAL_US as f64 * (1.0 + drift_max / 2.0)).ceil() as u64;
+        let election_timeout_us = template.election_timeout_ticks * slowest_tick_us;
+        let mut world = World {
+            opts: opts.clone(),
+            now_us: 0,
+            rng,
+            queue: EventQueue::default(),
+            network: Network::new(mix.network),
+            mix,
+            nodes: BTreeMap::new(),
+            live_ids: voters.clone(),
+            next_node_id: opts.nodes as NodeId + 1,
+            pending_join: None,
+            clients: Vec::new(),
+            campaigners: BTreeMap::new(),
+            history: History::new(),
+            checkers: checkers::all(),
+            obs: Vec::new(),
+            out: Vec::new(),
+            actions: Vec::new(),
+            trace: Trace::new(opts.trace, opts.trace_raft),
+            stats: Stats::default(),
+            violations: Vec::new(),
+            faults_on: opts.faults,
+            healed_at_us: None,
+            quiesced: false,
+            next_partition_id: 0,
+            next_op: 0,
+            drift_max,
+            snapshot_threshold_entries,
+            election_timeout_us,
+        };
+        for id in voters.iter().copied() {
+            let config = world.node_config(id, voters.clone());
+            let period = world.draw_tick_period();
+            world.nodes.insert(
+                id,
+                NodeSlot::new(id, config, period, true, Disk::new(world.opts.wal_layout)),
+            );
+        }
+        for id in 0..opts.clients as ClientId {
+            let client = Client::new(id, &mut world.rng, &voters, drift_max);
+            world.clients.push(client);
+        }
+        world
+    }
+
+    fn node_config(&self, id: NodeId, initial_voters: Vec<NodeId>) -> Config {
+        let mut config = Config::new(id, initial_voters);
+        config.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        let bug = self.opts.bug;
+        config.bugs.double_vote = bug == Some(InjectBug::DoubleVote);
+        config.bugs.commit_without_majority = bug == Some(InjectBug::CommitWithoutMajority);
+        config.bugs.stale_fence_accepted = bug == Some(InjectBug::StaleFenceAccepted);
+        config.bugs.no_vote_persist = bug == Some(InjectBug::NoVotePersist);
+        config
+            .validate()
+            .expect("the simulator's node configuration is valid");
+        config
+    }
+
+    /// 10 ms × (1 + drift), drift uniform in [-ρ/2, ρ/2].
+    fn draw_tick_period(&mut self) -> u64 {
+        let drift = self
+            .rng
+            .uniform(-self.drift_max / 2.0, self.drift_max / 2.0);
+        (TICK_NOMINAL_US as f64 * (1.0 + drift)).round() as u64
+    }
+
+    /// Runs the seed to the end or to the first violation.
+    pub fn run(mut self, seed: u64) -> SeedReport {
+        self.start();
+        while let Some((time_us, event)) = self.queue.pop() {
+            self.now_us = time_us;
+            let end = matches!(event, Event::End);
+            self.handle(event);
+            self.flush();
+            self.check_step();
+            if !self.violations.is_empty() {
+                // Make sure the checkers were looking at the nodes' real logs.
+                self.check_mirrors();
+                break;
+            }
+            if end {
+                break;
+            }
+        }
+        SeedReport {
+            seed,
+            trace_hash: self.trace.hash(),
+            violations: self.violations,
+            simulated_us: self.now_us,
+            stats: self.stats,
+            fault_mix: self.mix.describe(),
+            trace: self.trace.take_lines(),
+        }
+    }
+
+    fn start(&mut self) {
+        self.trace
+            .log(0, || format!("fault mix: {}", self.mix.describe()));
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            self.start_node(id);
+        }
+        for i in 0..self.clients.len() {
+            self.with_client(i, |client, env| client.start(env));
+        }
+        if self.faults_on {
+            self.queue.push(FAULT_TICK_US, Event::FaultTick);
+        }
+        let safety_us = self.opts.safety_ms * US_PER_MS;
+        let liveness_us = self.opts.liveness_ms * US_PER_MS;
+        self.queue.push(safety_us, Event::Heal);
+        self.queue.push(safety_us + liveness_us / 2, Event::Quiesce);
+        self.queue.push(safety_us + liveness_us, Event::End);
+        self.flush();
+        self.check_step();
+    }
+
+    /// Starts or restarts a node from its disk and begins its tick chain at a random phase.
+    fn start_node(&mut self, id: NodeId) {
+        let seed = self.rng.next_u64();
+        let result = self.with_node(id, |slot, ctx| slot.start(seed, ctx));
+        match result {
+            Some(Ok(drive)) => {
+                self.after_drive(id, drive);
+                if let Some(slot) = self.nodes.get(&id) {
+                    let phase = self.rng.below(slot.tick_period_us);
+                    let incarnation = slot.incarnation;
+                    self.queue.push(
+                        self.now_us + phase,
+                        Event::Tick {
+                            node: id,
+                            incarnation,
+                        },
+                    );
+                }
+            }
+            Some(Err(detail)) => self.violation("recovery", detail),
+            None => {}
+        }
+    }
+
+    fn with_node<R>(
+        &mut self,
+        id: NodeId,
+        f: impl FnOnce(&mut NodeSlot, &mut DriveCtx<'_>) -> R,
+    ) -> Option<R> {
+        let slot = self.nodes.get_mut(&id)?;
+        let mut ctx = DriveCtx {
+            now_us: self.now_us,
+            rng: &mut self.rng,
+            trace: &mut self.trace,
+            stats: &mut self.stats,
+            obs: &mut self.obs,
+            history: &mut self.history,
+            out: &mut self.out,
+            crash_after_vote: if self.faults_on {
+                self.mix.crash_after_vote
+            } else {
+                0.0
+            },
+        };
+        Some(f(slot, &mut ctx))
+    }
+
+    fn with_client(&mut self, index: usize, f: impl FnOnce(&mut Client, &mut ClientEnv<'_>)) {
+        let Some(client) = self.clients.get_mut(index) else {
+            return;
+        };
+        let mut env = ClientEnv {
+            now_us: self.now_us,
+            rng: &mut self.rng,
+            out: &mut self.actions,
+            obs: &mut self.obs,
+            trace: &mut self.trace,
+            stats: &mut self.stats,
+            nodes: &self.live_ids,
+            campaigners: &self.campaigners,
+            mix: &self.mix,
+            faults_on: self.faults_on,
+            quiesced: self.quiesced,
+            lease_from_receive: self.opts.bug == Some(InjectBug::LeaseFromReceiveTime),
+            drift_max: self.drift_max,
+            next_op: &mut self.next_op,
+        };
+        f(client, &mut env);
+        let id = client.id();
+        for action in self.actions.drain(..) {
+            match action {
+                ClientAction::Send { to, request } => {
+                    self.out
+                        .push((Addr::Client(id), Addr::Node(to), Packet::Request(request)))
+                }
+                ClientAction::Timer { at_us, timer } => {
+                    self.queue.push(at_us, Event::Client { client: id, timer })
+                }
+                ClientAction::Campaigning(Some(c)) => {
+                    self.campaigners.insert(id, c);
+                }
+                ClientAction::Campaigning(None) => {
+                    self.campaigners.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Deals with how a node's step ended.
+    fn after_drive(&mut self, id: NodeId, drive: Drive) {
+        match drive {
+            Drive::Running => {}
+            Drive::Crashed { reason, torn } => {
+                let kind = if torn.is_some() {
+                    "crash-torn-write"
+                } else {
+                    "crash-after-vote"
+                };
+                self.stats.fault(kind);
+                self.trace.event(TraceKind::Fault, self.now_us, &[1, id]);
+                self.trace.log(self.now_us, || {
+                    format!("fault: node {id} crashes {reason} {torn:?}")
+                });
+                let (lo, hi) = if torn.is_some() {
+                    DOWNTIME_US
+                } else {
+                    VOTE_CRASH_DOWNTIME_US
+                };
+                self.schedule_restart(id, lo, hi);
+            }
+            Drive::StorageContract(detail) => self.violation("storage-contract", detail),
+        }
+    }
+
+    fn schedule_restart(&mut self, id: NodeId, lo_us: u64, hi_us: u64) {
+        let Some(slot) = self.nodes.get(&id) else {
+            return;
+        };
+        let incarnation = slot.incarnation;
+        let at = self.now_us + self.rng.between(lo_us, hi_us);
+        self.queue.push(
+            at,
+            Event::Restart {
+                node: id,
+                incarnation,
+            },
+        );
+    }
+
+    fn violation(&mut self, checker: &'static str, detail: String) {
+        self.violations.push(Violation {
+            checker,
+            time_us: self.now_us,
+            detail,
+        });
+    }
+
+    /// Sends every queued packet through the network.
+    fn flush(&mut self) {
+        let out = std::mem::take(&mut self.out);
+        for (from, to, packet) in out {
+            let delays = self.network.route(from, to, &mut self.rng);
+            if delays.is_empty() {
+                self.stats.messages_dropped += 1;
+                self.trace.event(
+                    TraceKind::Network,
+                    self.now_us,
+                    &[from.code(), to.code(), 0],
+                );
+                continue;
+            }
+            let (first, duplicates) = delays.split_first().expect("checked non-empty");
+            for delay in duplicates {
+                self.queue.push(
+                    self.now_us + delay,
+                    Event::Deliver {
+                        from,
+                        to,
+                        packet: Box::new(packet.clone()),
+                    },
+                );
+            }
+            self.queue.push(
+                self.now_us + first,
+                Event::Deliver {
+                    from,
+                    to,
+                    packet: Box::new(packet),
+                },
+            );
+        }
+    }
+
+    /// Feeds the step's observations to every checker.
+    fn check_step(&mut self) {
+        let mut obs = std::mem::take(&mut self.obs);
+        for o in obs.drain(..) {
+            let canonical = match &o {
+                Observation::Applied {
+                    applied,
+                    leader_changes,
+                    ..
+                } => self.history.feed_applied(applied, leader_changes),
+                Observation::Committed { .. } => self.history.drain(),
+                _ => Vec::new(),
+            };
+            self.dispatch(&o);
+            for entry in canonical {
+                self.note_canonical(&entry);
+                self.dispatch(&Observation::Canonical(entry));
+            }
+        }
+        self.obs = obs;
+    }
+
+    fn dispatch(&mut self, o: &Observation) {
+        let view = View {
+            now_us: self.now_us,
+            nodes: &self.nodes,
+            history: &self.history,
+            healed_at_us: self.healed_at_us,
+            election_timeout_us: self.election_timeout_us,
+        };
+        for checker in self.checkers.iter_mut() {
+            if let Some(detail) = checker.observe(o, &view) {
+                self.violations.push(Violation {
+                    checker: checker.name(),
+                    time_us: self.now_us,
+                    detail,
+                });
+            }
+        }
+    }
+
+    fn note_canonical(&mut self, entry: &crate::observe::CanonicalEntry) {
+        if matches!(entry.command, Command::Expire { .. })
+            && matches!(entry.response, Response::Ended { .. })
+        {
+            self.stats.sessions_expired += 1;
+        }
+        self.trace.detail(self.now_us, || {
+            format!(
+                "applied {} (term {}): {:?} -> {:?}",
+                entry.index, entry.term, entry.command, entry.response
+            )
+        });
+        if self.trace.readable() {
+            for change in &entry.leader_changes {
+                let line = match &change.leader {
+                    Some(l) => format!(
+                        "election {}: session {} leads with token {} (index {})",
+                        change.election, l.session, l.token, change.index
+                    ),
+                    None => format!(
+                        "election {}: no leader (index {})",
+                        change.election, change.index
+                    ),
+                };
+                self.trace.log(self.now_us, || line);
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Tick { node, incarnation } => self.on_tick(node, incarnation),
+            Event::Deliver { from, to, packet } => self.on_deliver(from, to, *packet),
+            Event::Client { client, timer } => {
+                self.trace
+                    .event(TraceKind::ClientTimer, self.now_us, &[client, timer.code()]);
+                self.with_client(client as usize, |c, env| {
+                    c.input(ClientInput::Timer(timer), env)
+                });
+            }
+            Event::FaultTick => self.on_fault_tick(),
+            Event::HealPartition { id } => {
+                if self.network.heal(id) {
+                    self.trace.event(TraceKind::Fault, self.now_us, &[2, id]);
+                    self.trace
+                        .log(self.now_us, || format!("heal: partition {id}"));
+                }
+            }
+            Event::Restart { node, incarnation } => {
+                let due = self.nodes.get(&node).is_some_and(|s| {
+                    !s.decommissioned && !s.is_up() && s.incarnation == incarnation
+                });
+                if due {
+                    self.trace.event(TraceKind::Fault, self.now_us, &[3, node]);
+                    self.trace
+                        .log(self.now_us, || format!("restart: node {node}"));
+                    self.start_node(node);
+                }
+            }
+            Event::Resume { node, pause_gen } => {
+                let due = self
+                    .nodes
+                    .get(&node)
+                    .is_some_and(|s| s.paused && s.pause_gen == pause_gen);
+                if due {
+                    self.resume(node);
+                }
+            }
+            Event::Heal => self.heal(),
+            Event::Quiesce => self.quiesced = true,
+            Event::End => self.end(),
+        }
+    }
+
+    fn on_tick(&mut self, id: NodeId, incarnation: u64) {
+        let Some(slot) = self.nodes.get(&id) else {
+            return;
+        };
+        if slot.incarnation != incarnation || !slot.is_up() {
+            return;
+        }
+        let period = slot.tick_period_us;
+        let paused = slot.paused;
+        self.queue.push(
+            self.now_us + period,
+            Event::Tick {
+                node: id,
+                incarnation,
+            },
+        );
+        if paused {
+            if let Some(slot) = self.nodes.get_mut(&id) {
+                slot.missed_ticks += 1;
+            }
+            return;
+        }
+        self.trace.event(TraceKind::Tick, self.now_us, &[id]);
+        if let Some(drive) = self.with_node(id, |slot, ctx| slot.tick(ctx)) {
+            self.after_drive(id, drive);
+        }
+    }
+
+    fn on_deliver(&mut self, from: Addr, to: Addr, packet: Packet) {
+        if self.network.is_blocked(from, to) {
+            self.stats.messages_dropped += 1;
+            return;
+        }
+        match to {
+            Addr::Node(id) => {
+                let Some(slot) = self.nodes.get_mut(&id) else {
+                    return;
+                };
+                if !slot.is_up() {
+                    return;
+                }
+                if slot.paused {
+                    slot.held.push_back((from, packet));
+                    return;
+                }
+                self.deliver_to_node(id, from, packet);
+            }
+            Addr::Client(client) => {
+                if let Packet::Reply(reply) = packet {
+                    self.trace
+                        .event(TraceKind::ClientReply, self.now_us, &[client]);
+                    self.with_client(client as usize, |c, env| {
+                        c.input(ClientInput::Reply(reply), env)
+                    });
+                }
+            }
+        }
+    }
+
+    fn deliver_to_node(&mut self, id: NodeId, from: Addr, packet: Packet) {
+        match &packet {
+            Packet::Raft(m) => {
+                self.stats.messages_delivered += 1;
+                self.trace
+                    .detail(self.now_us, || format!("deliver {} -> {id}: {m:?}", m.from));
+                self.trace.event(
+                    TraceKind::Deliver,
+                    self.now_us,
+                    &[from.code(), id, m.term, body_code(m.body.kind())],
+                );
+            }
+            _ => self
+                .trace
+                .event(TraceKind::ClientRequest, self.now_us, &[from.code(), id]),
+        }
+        if let Some(drive) = self.with_node(id, |slot, ctx| slot.receive(from, packet, ctx)) {
+            self.after_drive(id, drive);
+        }
+    }
+
+    fn resume(&mut self, id: NodeId) {
+        let Some(slot) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        slot.paused = false;
+        let held: Vec<(Addr, Packet)> = slot.held.drain(..).collect();
+        let missed_ticks = std::mem::take(&mut slot.missed_ticks);
+        self.trace
+            .event(TraceKind::Fault, self.now_us, &[4, id, missed_ticks]);
+        self.trace.log(self.now_us, || {
+            format!(
+                "resume: node {id} ({missed_ticks} ticks missed, {} packets held)",
+                held.len()
+            )
+        });
+        // The paused process's monotonic clock kept running: its driver ticks for the elapsed
+        // time first, then handles what queued up. (Handling the packets first would let a
+        // deposed leader whose tick count stood still acknowledge keepalives under a leader
+        // lease that in truth ran out during the pause.)
+        if self.opts.pause_catch_up {
+            for _ in 0..missed_ticks {
+                if !self.nodes.get(&id).is_some_and(|s| s.is_up()) {
+                    break;
+                }
+                if let Some(drive) = self.with_node(id, |slot, ctx| slot.tick(ctx)) {
+                    self.after_drive(id, drive);
+                }
+            }
+        }
+        for (from, packet) in held {
+            // A node may crash while catching up (right after a vote); the rest is then lost.
+            if !self.nodes.get(&id).is_some_and(|s| s.is_up()) {
+                break;
+            }
+            self.deliver_to_node(id, from, packet);
+        }
+    }
+
+    /// The liveness phase: heal partitions, resume paused nodes, restart crashed ones, wake
+    /// frozen clients, and inject nothing more.
+    fn heal(&mut self) {
+        self.faults_on = false;
+        self.healed_at_us = Some(self.now_us);
+        self.network.heal_all();
+        self.trace.event(TraceKind::Fault, self.now_us, &[11]);
+        self.trace.log(self.now_us, || {
+            "heal: everything; the liveness phase starts".to_string()
+        });
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let Some(slot) = self.nodes.get_mut(&id) else {
+                continue;
+            };
+            if slot.decommissioned {
+                continue;
+            }
+            slot.crash_mid_ready = false;
+            if slot.paused {
+                self.resume(id);
+            } else if !slot.is_up() {
+                self.start_node(id);
+            }
+        }
+        for i in 0..self.clients.len() {
+            self.with_client(i, |client, env| client.heal(env));
+        }
+        self.obs.push(Observation::Healed);
+    }
+
+    fn end(&mut self) {
+        self.check_mirrors();
+        self.obs.push(Observation::Finished);
+    }
+
+    /// The mirrors must agree with the nodes' own logs, or every log check was looking at the
+    /// wrong thing.
+    fn check_mirrors(&mut self) {
+        for slot in self.nodes.values() {
+            let Some(node) = slot.node.as_ref() else {
+                continue;
+            };
+            let entries = crate::core_call::in_core(|| node.log_entries());
+            let mirror = slot.mirror.entries();
+            let same = entries.len() == mirror.len()
+                && entries
+                    .iter()
+                    .zip(mirror)
+                    .all(|(e, m)| e.index == m.index && e.term == m.term);
+            if !same {
+                let detail = format!(
+                    "node {}: the simulator's log mirror ({} entries after {}) disagrees with log_entries() ({} entries)",
+                    slot.id,
+                    mirror.len(),
+                    slot.mirror.base_index(),
+                    entries.len()
+                );
+                self.violations.push(Violation {
+                    checker: "simulator-mirror",
+                    time_us: self.now_us,
+                    detail,
+                });
+                break;
+            }
+        }
+    }
+}
+
+/// A number per message kind for the trace hash.
+fn body_code(kind: &str) -> u64 {
+    let mut h = crate::hash::Fnv64::new();
+    h.str(kind);
+    h.finish()
+}

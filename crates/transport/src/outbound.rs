@@ -1,0 +1,227 @@
+//! One writer task per peer: dial with backoff, say hello, write batches of frames.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rand_chacha::ChaCha8Rng;
+use tenure_core::message::Message;
+use tenure_core::types::NodeId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{timeout, Instant};
+use tracing::{debug, info, warn};
+
+use crate::backoff::Backoff;
+use crate::codec::{encode_hello, encode_message_into, Hello, PROTOCOL_VERSION};
+use crate::metrics::PeerShared;
+use crate::transport::{shutdown_requested, Limits, Shared};
+
+/// What a writer needs besides its queue and the shutdown signal.
+pub(crate) struct OutboundCtx {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) peer_id: NodeId,
+    pub(crate) peer: Arc<PeerShared>,
+    pub(crate) limits: Limits,
+    /// Jitter for the reconnect backoff.
+    pub(crate) rng: ChaCha8Rng,
+}
+
+/// Why a connection ended.
+enum Ended {
+    /// Shutdown was requested or every handle is gone: the writer stops.
+    Stop,
+    /// The connection failed; the writer reconnects.
+    Lost(io::Error),
+}
+
+/// Reads nothing useful: the acceptor never writes, so any read completing means the
+/// connection was closed (or the peer is not speaking our protocol).
+const PROBE_BYTES: usize = 64;
+
+/// The writer task: connect, serve until the connection fails, back off, repeat.
+pub(crate) async fn run(
+    mut ctx: OutboundCtx,
+    mut queue: mpsc::Receiver<Message>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = Backoff::new(
+        ctx.limits.reconnect_backoff_min,
+        ctx.limits.reconnect_backoff_max,
+    );
+    let mut ever_connected = false;
+    // Log the first failure of a streak loudly and the retries quietly, so that a peer that
+    // is down for an hour does not fill the log.
+    let mut failures_in_a_row: u64 = 0;
+    loop {
+        let connected = tokio::select! {
+            _ = shutdown_requested(&mut shutdown) => return,
+            result = connect(&ctx) => result,
+        };
+        match connected {
+            Ok(stream) => {
+                if ever_connected {
+                    ctx.peer.reconnects.inc();
+                    ctx.shared.counters.reconnects.inc();
+                }
+                ever_connected = true;
+                failures_in_a_row = 0;
+                ctx.peer.outbound_connected.store(true, Ordering::Release);
+                info!(node = ctx.shared.id, peer = ctx.peer_id, addr = %ctx.peer.addr, "connected to peer");
+                let since = Instant::now();
+                let ended = serve(&ctx, stream, &mut queue, &mut shutdown).await;
+                ctx.peer.outbound_connected.store(false, Ordering::Release);
+                discard_queued(&ctx, &mut queue);
+                match ended {
+                    Ended::Stop => return,
+                    Ended::Lost(e) => {
+                        warn!(node = ctx.shared.id, peer = ctx.peer_id, addr = %ctx.peer.addr, error = %e, "connection to peer lost; reconnecting");
+                    }
+                }
+                // A connection that lived long is evidence the peer is healthy again; one
+                // that dies at once (say, refused at the handshake) must not make us spin.
+                if since.elapsed() >= ctx.limits.reconnect_backoff_max {
+                    backoff.reset();
+                }
+            }
+            Err(e) => {
+                ctx.shared.counters.connect_failures.inc();
+                failures_in_a_row += 1;
+                if failures_in_a_row == 1 {
+                    warn!(node = ctx.shared.id, peer = ctx.peer_id, addr = %ctx.peer.addr, error = %e, "cannot connect to peer; retrying with backoff");
+                } else {
+                    debug!(node = ctx.shared.id, peer = ctx.peer_id, addr = %ctx.peer.addr, error = %e, attempt = failures_in_a_row, "cannot connect to peer");
+                }
+            }
+        }
+        let delay = backoff.next_delay(&mut ctx.rng);
+        tokio::select! {
+            _ = shutdown_requested(&mut shutdown) => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Dials the peer and sends the hello, within the connect and write timeouts.
+async fn connect(ctx: &OutboundCtx) -> io::Result<TcpStream> {
+    let mut stream = timeout(
+        ctx.limits.connect_timeout,
+        TcpStream::connect(ctx.peer.addr),
+    )
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    // Raft messages are latency-sensitive and this writer batches on its own.
+    stream.set_nodelay(true)?;
+    let hello = encode_hello(&Hello {
+        cluster_id: ctx.shared.cluster_id.clone(),
+        node_id: ctx.shared.id,
+        protocol_version: PROTOCOL_VERSION,
+    })
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    timeout(ctx.limits.write_timeout, stream.write_all(&hello))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "hello write timed out"))??;
+    Ok(stream)
+}
+
+/// Writes queued messages until the connection fails or the writer must stop.
+async fn serve(
+    ctx: &OutboundCtx,
+    stream: TcpStream,
+    queue: &mut mpsc::Receiver<Message>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Ended {
+    let (mut reader, mut writer) = stream.into_split();
+    let mut probe = [0u8; PROBE_BYTES];
+    let mut batch = Vec::new();
+    loop {
+        let first = tokio::select! {
+            _ = shutdown_requested(shutdown) => return Ended::Stop,
+            message = queue.recv() => match message {
+                Some(message) => message,
+                None => return Ended::Stop,
+            },
+            read = reader.read(&mut probe) => {
+                return Ended::Lost(match read {
+                    Ok(0) => io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection"),
+                    Ok(_) => io::Error::new(io::ErrorKind::InvalidData, "peer wrote on a one-way connection"),
+                    Err(e) => e,
+                });
+            }
+        };
+        // Gather everything already queued, up to the batch cap, into one write.
+        batch.clear();
+        let mut frames = 0u64;
+        let mut next = Some(first);
+        while let Some(message) = next.take() {
+            if add_to_batch(ctx, &message, &mut batch) {
+                frames += 1;
+            }
+            if batch.len() < ctx.limits.batch_bytes_max {
+                next = queue.try_recv().ok();
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let written = tokio::select! {
+            _ = shutdown_requested(shutdown) => return Ended::Stop,
+            written = write_batch(&mut writer, &batch, ctx) => written,
+        };
+        if let Err(e) = written {
+            // The frames of this batch may or may not have arrived; Raft copes either way.
+            return Ended::Lost(e);
+        }
+        let bytes = batch.len() as u64;
+        ctx.peer.frames_sent.add(frames);
+        ctx.peer.bytes_sent.add(bytes);
+        ctx.shared.counters.frames_sent.add(frames);
+        ctx.shared.counters.bytes_sent.add(bytes);
+    }
+}
+
+/// Encodes `message` onto the batch unless it must be dropped; returns whether it was added.
+fn add_to_batch(ctx: &OutboundCtx, message: &Message, batch: &mut Vec<u8>) -> bool {
+    // Blocking may have started after the message was queued.
+    if ctx.peer.is_blocked() {
+        ctx.shared.counters.dropped_blocked.inc();
+        ctx.peer.dropped.inc();
+        return false;
+    }
+    match encode_message_into(message, ctx.limits.frame_bytes_max, batch) {
+        Ok(()) => true,
+        Err(e) => {
+            // Oversize is the only failure a `Message` can meet; a serializer error
+            // would be a bug, and is counted with it rather than hidden.
+            ctx.shared.counters.dropped_too_large.inc();
+            ctx.peer.dropped.inc();
+            warn!(node = ctx.shared.id, peer = ctx.peer_id, kind = message.body.kind(), error = %e, "dropping a message that cannot be framed");
+            false
+        }
+    }
+}
+
+async fn write_batch(
+    writer: &mut OwnedWriteHalf,
+    batch: &[u8],
+    ctx: &OutboundCtx,
+) -> io::Result<()> {
+    timeout(ctx.limits.write_timeout, writer.write_all(batch))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "write timed out"))?
+}
+
+/// Drops what is still queued for a lost connection: by the time a new one is up these
+/// messages are stale, and Raft will send fresh ones.
+fn discard_queued(ctx: &OutboundCtx, queue: &mut mpsc::Receiver<Message>) {
+    let mut dropped = 0;
+    while queue.try_recv().is_ok() {
+        dropped += 1;
+    }
+    if dropped > 0 {
+        ctx.shared.counters.dropped_peer_down.add(dropped);
+        ctx.peer.dropped.add(dropped);
+    }
+}
