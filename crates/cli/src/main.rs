@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod server;
 mod sim;
 
 /// tenure — leader election with leases and fencing tokens.
@@ -22,11 +23,14 @@ struct Cli {
 enum Cmd {
     /// Run the deterministic simulator over a range of seeds and check every invariant.
     Sim(sim::SimArgs),
+    /// Run one node of a tenure cluster.
+    Server(server::ServerArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Sim(args) => sim::run(args),
+        Cmd::Server(args) => server::run(args),
     }
 }

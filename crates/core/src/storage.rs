@@ -1,6 +1,6 @@
 //! What a node needs from its disk, as a trait shared by every driver: the server's
 //! write-ahead log implements it on files, the simulator's disk in memory with crash faults,
-//! and [`MemStorage`] plainly. One conformance suite (in the server's tests) runs against
+//! and [`MemStorage`] plainly. One conformance suite (`tenure_wal::conformance`) runs against
 //! every implementation, so they all mean the same thing by "persisted".
 //!
 //! The trait is declared here, in the pure core, because it is part of the contract written
@@ -17,6 +17,10 @@ pub trait Storage {
     /// Everything persisted so far, as the node needs it to restart.
     fn recover(&mut self) -> Result<Recovered, Self::Error>;
 
+    /// The core never persists a snapshot at or below the index of the one already stored
+    /// (compaction and installs only move forward), so the "other term" case below only
+    /// arises for a snapshot from a leader whose log diverged from ours.
+    ///
     /// Make one Ready's persistent parts durable, in this order: the snapshot (discarding
     /// stored entries up to its index, or all of them if the stored entry at its index has
     /// another term), then the entries (discarding stored entries at `entries[0].index` and

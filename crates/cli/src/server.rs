@@ -1,0 +1,176 @@
+//! `tenure server`: run one node of a tenure cluster.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use tenure_server::{Listeners, NodeAddrs, ServerConfig};
+
+/// Run one node of a tenure cluster. Flags override values from `--config`.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// A TOML file with the server configuration (the same field names as the flags, in
+    /// snake_case, and a `[nodes.N]` table per node with `peer`, `client`, `http`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// This node's id (≥ 1).
+    #[arg(long)]
+    id: Option<u64>,
+    /// A node of the cluster, repeated for each: `ID=PEER,CLIENT,HTTP` addresses, e.g.
+    /// `1=127.0.0.1:7001,127.0.0.1:8001,127.0.0.1:9001`.
+    #[arg(long = "node", value_name = "ID=PEER,CLIENT,HTTP")]
+    nodes: Vec<String>,
+    /// Directory for the write-ahead log and snapshots.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Cluster name; nodes refuse peers of another cluster.
+    #[arg(long)]
+    cluster_id: Option<String>,
+    /// Join an existing cluster instead of bootstrapping one.
+    #[arg(long)]
+    join: bool,
+    /// Core tick length in milliseconds.
+    #[arg(long)]
+    tick_ms: Option<u64>,
+    /// Election timeout T in milliseconds (timeouts drawn from [T, 2T)).
+    #[arg(long)]
+    election_timeout_ms: Option<u64>,
+    /// Heartbeat interval in milliseconds (at most T/5).
+    #[arg(long)]
+    heartbeat_ms: Option<u64>,
+    /// Shortest session TTL clients may ask for, in milliseconds.
+    #[arg(long)]
+    ttl_min_ms: Option<u64>,
+    /// Longest session TTL clients may ask for, in milliseconds.
+    #[arg(long)]
+    ttl_max_ms: Option<u64>,
+    /// Serve `POST /debug/block` (cut this node off from named peers). Tests only.
+    #[arg(long)]
+    fault_injection: bool,
+}
+
+fn parse_node(spec: &str) -> Result<(u64, NodeAddrs), String> {
+    let (id, addrs) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("--node {spec:?}: expected ID=PEER,CLIENT,HTTP"))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("--node {spec:?}: bad id {id:?}"))?;
+    Ok((
+        id,
+        addrs.parse().map_err(|e| format!("--node {spec:?}: {e}"))?,
+    ))
+}
+
+fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
+    let mut config = match &args.config {
+        Some(path) => ServerConfig::from_toml_file(path).map_err(|e| e.to_string())?,
+        None => {
+            let id = args.id.ok_or("--id is required (or give --config)")?;
+            let data_dir = args
+                .data_dir
+                .clone()
+                .ok_or("--data-dir is required (or give --config)")?;
+            if args.nodes.is_empty() {
+                return Err("at least one --node is required (or give --config)".into());
+            }
+            // Start from the file format's defaults by parsing a minimal document.
+            let minimal = format!(
+                "id = {id}\ndata_dir = {:?}\n[nodes]\n",
+                data_dir.display().to_string()
+            );
+            toml::from_str::<ServerConfig>(&minimal).map_err(|e| e.to_string())?
+        }
+    };
+    if !args.nodes.is_empty() {
+        let mut nodes = BTreeMap::new();
+        for spec in &args.nodes {
+            let (id, addrs) = parse_node(spec)?;
+            if nodes.insert(id, addrs).is_some() {
+                return Err(format!("node {id} is given twice"));
+            }
+        }
+        config.nodes = nodes;
+    }
+    if let Some(id) = args.id {
+        config.id = id;
+    }
+    if let Some(d) = &args.data_dir {
+        config.data_dir = d.clone();
+    }
+    if let Some(c) = &args.cluster_id {
+        config.cluster_id = c.clone();
+    }
+    config.join |= args.join;
+    config.fault_injection |= args.fault_injection;
+    macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(v) = args.$f { config.$f = v; } )* };
+    }
+    set!(
+        tick_ms,
+        election_timeout_ms,
+        heartbeat_ms,
+        ttl_min_ms,
+        ttl_max_ms
+    );
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+/// Run the server until SIGINT or SIGTERM.
+pub fn run(args: ServerArgs) -> ExitCode {
+    let config = match build_config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tenure server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tenure server: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        let listeners = Listeners::bind(&config).await?;
+        tenure_server::run(config, listeners, shutdown_signal()).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tenure server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

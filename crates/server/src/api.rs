@@ -1,0 +1,540 @@
+//! The gRPC client API (`tenure.v1`) over the driver.
+//!
+//! A request that reaches a follower is answered with a typed `not-leader` status naming the
+//! leader's client address, so that clients go there directly (no hidden forwarding hop).
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::sm::{Command, LeaderInfo, Response, SmError};
+use tenure_core::types::NodeId;
+use tenure_proto::v1;
+use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
+use tokio::sync::{broadcast, mpsc, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Status};
+
+use crate::config::{NodeAddrs, ServerConfig};
+use crate::driver::{ApiError, ClientRequest, DriverHandle};
+
+/// Shared by every service.
+#[derive(Clone)]
+pub struct Api {
+    driver: DriverHandle,
+    nodes: Arc<BTreeMap<NodeId, NodeAddrs>>,
+    timeout: Duration,
+    tick_ms: u64,
+    streams: Arc<Semaphore>,
+    config: Arc<ServerConfig>,
+}
+
+impl Api {
+    /// Build the API over a running driver.
+    pub fn new(config: &ServerConfig, driver: DriverHandle) -> Api {
+        Api {
+            driver,
+            nodes: Arc::new(config.nodes.clone()),
+            timeout: Duration::from_millis(config.request_timeout_ms),
+            tick_ms: config.tick_ms,
+            streams: Arc::new(Semaphore::new(config.streams_max)),
+            config: Arc::new(config.clone()),
+        }
+    }
+
+    fn status(&self, e: ApiError) -> Status {
+        let (mut status, reason) = match &e {
+            ApiError::NotLeader { .. } => {
+                (Status::failed_precondition(e.to_string()), "not-leader")
+            }
+            ApiError::Unavailable(_) | ApiError::ShuttingDown => {
+                (Status::unavailable(e.to_string()), "unavailable")
+            }
+            ApiError::Invalid(_) => (Status::invalid_argument(e.to_string()), "invalid-argument"),
+            ApiError::UnknownSession(_) => (Status::not_found(e.to_string()), "unknown-session"),
+            ApiError::Rejected(sm) => match sm {
+                SmError::StaleToken { .. } => (Status::aborted(e.to_string()), "stale-token"),
+                SmError::TokenNotIssued { .. } => (
+                    Status::failed_precondition(e.to_string()),
+                    "token-not-issued",
+                ),
+                SmError::UnknownSession(_) => (Status::not_found(e.to_string()), "unknown-session"),
+                SmError::UnknownElection(_) => {
+                    (Status::not_found(e.to_string()), "unknown-election")
+                }
+                SmError::NotCandidate { .. } | SmError::NotLeader { .. } => {
+                    (Status::failed_precondition(e.to_string()), "not-candidate")
+                }
+                SmError::TtlOutOfRange { .. }
+                | SmError::BadSize { .. }
+                | SmError::TooManyCandidates(_) => {
+                    (Status::invalid_argument(e.to_string()), "invalid-argument")
+                }
+            },
+        };
+        let md = status.metadata_mut();
+        md.insert(ERROR_KEY, MetadataValue::from_static(reason));
+        if let ApiError::NotLeader { leader: Some(id) } = &e {
+            if let Ok(v) = id.to_string().parse() {
+                md.insert(LEADER_ID_KEY, v);
+            }
+            if let Some(addrs) = self.nodes.get(id) {
+                if let Ok(v) = addrs.client.to_string().parse() {
+                    md.insert(LEADER_ADDR_KEY, v);
+                }
+            }
+        }
+        if let ApiError::Rejected(SmError::StaleToken { current, .. }) = &e {
+            if let Ok(v) = current.to_string().parse() {
+                md.insert(CURRENT_TOKEN_KEY, v);
+            }
+        }
+        status
+    }
+
+    async fn run(&self, command: Command) -> Result<(u64, Response), Status> {
+        match self.driver.propose(command, self.timeout).await {
+            Ok((index, Response::Rejected(e))) => {
+                let _ = index;
+                Err(self.status(ApiError::Rejected(e)))
+            }
+            Ok(ok) => Ok(ok),
+            Err(e) => Err(self.status(e)),
+        }
+    }
+
+    fn unexpected(r: Response) -> Status {
+        Status::internal(format!("unexpected state machine response {r:?}"))
+    }
+}
+
+fn leader_to_proto(l: LeaderInfo) -> v1::LeaderInfo {
+    v1::LeaderInfo {
+        session_id: l.session,
+        value: l.value,
+        token: l.token,
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl v1::sessions_server::Sessions for Api {
+    async fn grant(
+        &self,
+        req: Request<v1::GrantRequest>,
+    ) -> Result<tonic::Response<v1::GrantResponse>, Status> {
+        let ttl_ms = req.into_inner().ttl_ms;
+        if ttl_ms < self.config.ttl_min_ms || ttl_ms > self.config.ttl_max_ms {
+            return Err(self.status(ApiError::Invalid(format!(
+                "ttl {ttl_ms} ms is outside [{}, {}] ms",
+                self.config.ttl_min_ms, self.config.ttl_max_ms
+            ))));
+        }
+        let ttl_ticks = self.config.ms_to_ticks(ttl_ms);
+        match self.run(Command::Grant { ttl_ticks }).await? {
+            (_, Response::Granted { session, ttl_ticks }) => {
+                Ok(tonic::Response::new(v1::GrantResponse {
+                    session_id: session,
+                    ttl_ms: ttl_ticks * self.tick_ms,
+                }))
+            }
+            (_, r) => Err(Api::unexpected(r)),
+        }
+    }
+
+    type KeepAliveStream = BoxStream<v1::KeepAliveResponse>;
+
+    async fn keep_alive(
+        &self,
+        req: Request<tonic::Streaming<v1::KeepAliveRequest>>,
+    ) -> Result<tonic::Response<Self::KeepAliveStream>, Status> {
+        let permit = self
+            .streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Status::resource_exhausted("too many streams"))?;
+        let mut incoming = req.into_inner();
+        let (tx, rx) = mpsc::channel::<Result<v1::KeepAliveResponse, Status>>(256);
+        let api = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            while let Some(item) = incoming.next().await {
+                let Ok(ka) = item else { break };
+                let api = api.clone();
+                let tx = tx.clone();
+                // Each keepalive is answered on its own, so that one waiting for the lease
+                // does not hold up the next.
+                tokio::spawn(async move {
+                    let session = ka.session_id;
+                    let answer = api
+                        .driver
+                        .call(
+                            |reply| ClientRequest::KeepAlive { session, reply },
+                            api.timeout,
+                        )
+                        .await;
+                    let msg = match answer {
+                        Ok(ttl_ticks) => Ok(v1::KeepAliveResponse {
+                            session_id: session,
+                            seq: ka.seq,
+                            ttl_ms: ttl_ticks * api.tick_ms,
+                        }),
+                        Err(e) => Err(api.status(e)),
+                    };
+                    let _ = tx.send(msg).await;
+                });
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn revoke(
+        &self,
+        req: Request<v1::RevokeRequest>,
+    ) -> Result<tonic::Response<v1::RevokeResponse>, Status> {
+        let session = req.into_inner().session_id;
+        self.run(Command::Revoke { session }).await?;
+        Ok(tonic::Response::new(v1::RevokeResponse {}))
+    }
+}
+
+#[tonic::async_trait]
+impl v1::elections_server::Elections for Api {
+    async fn campaign(
+        &self,
+        req: Request<v1::CampaignRequest>,
+    ) -> Result<tonic::Response<v1::CampaignResponse>, Status> {
+        let r = req.into_inner();
+        // Subscribe before proposing, so that the change that makes us leader cannot slip
+        // between the answer and the subscription.
+        let mut changes = self.driver.leader_changes.subscribe();
+        let election = r.election.clone();
+        let session = r.session_id;
+        let cmd = Command::Campaign {
+            election: r.election,
+            session,
+            value: r.value,
+        };
+        match self.run(cmd).await? {
+            (
+                _,
+                Response::Campaigned {
+                    leader_token: Some(token),
+                    ..
+                },
+            ) => {
+                return Ok(tonic::Response::new(v1::CampaignResponse { token }));
+            }
+            (
+                _,
+                Response::Campaigned {
+                    leader_token: None, ..
+                },
+            ) => {}
+            (_, r) => return Err(Api::unexpected(r)),
+        }
+        // Wait for our turn. Only this call wakes for it: other waiters filter on their own
+        // session, and no client is told anything until it leads.
+        loop {
+            match changes.recv().await {
+                Ok(change) => {
+                    if change.election == election {
+                        if let Some(l) = change.leader {
+                            if l.session == session {
+                                return Ok(tonic::Response::new(v1::CampaignResponse {
+                                    token: l.token,
+                                }));
+                            }
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // We missed changes: ask the log who leads now.
+                    if let (_, Response::LeaderIs(Some(l))) = self
+                        .run(Command::Leader {
+                            election: election.clone(),
+                        })
+                        .await?
+                    {
+                        if l.session == session {
+                            return Ok(tonic::Response::new(v1::CampaignResponse {
+                                token: l.token,
+                            }));
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    return Err(self.status(ApiError::ShuttingDown));
+                }
+            }
+        }
+    }
+
+    async fn resign(
+        &self,
+        req: Request<v1::ResignRequest>,
+    ) -> Result<tonic::Response<v1::ResignResponse>, Status> {
+        let r = req.into_inner();
+        self.run(Command::Resign {
+            election: r.election,
+            session: r.session_id,
+        })
+        .await?;
+        Ok(tonic::Response::new(v1::ResignResponse {}))
+    }
+
+    async fn transfer(
+        &self,
+        req: Request<v1::TransferRequest>,
+    ) -> Result<tonic::Response<v1::TransferResponse>, Status> {
+        let r = req.into_inner();
+        let cmd = Command::Transfer {
+            election: r.election,
+            from: r.from_session_id,
+            to: r.to_session_id,
+        };
+        match self.run(cmd).await? {
+            (_, Response::Transferred { token }) => {
+                Ok(tonic::Response::new(v1::TransferResponse { token }))
+            }
+            (_, r) => Err(Api::unexpected(r)),
+        }
+    }
+
+    async fn leader(
+        &self,
+        req: Request<v1::LeaderRequest>,
+    ) -> Result<tonic::Response<v1::LeaderResponse>, Status> {
+        let election = req.into_inner().election;
+        match self.run(Command::Leader { election }).await? {
+            (_, Response::LeaderIs(l)) => Ok(tonic::Response::new(v1::LeaderResponse {
+                leader: l.map(leader_to_proto),
+            })),
+            (_, r) => Err(Api::unexpected(r)),
+        }
+    }
+
+    type ObserveStream = BoxStream<v1::LeaderEvent>;
+
+    async fn observe(
+        &self,
+        req: Request<v1::ObserveRequest>,
+    ) -> Result<tonic::Response<Self::ObserveStream>, Status> {
+        let permit = self
+            .streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Status::resource_exhausted("too many streams"))?;
+        let election = req.into_inner().election;
+        let mut changes = self.driver.leader_changes.subscribe();
+        let (index, current) = match self
+            .run(Command::Leader {
+                election: election.clone(),
+            })
+            .await?
+        {
+            (index, Response::LeaderIs(l)) => (index, l),
+            (_, r) => return Err(Api::unexpected(r)),
+        };
+        let (tx, rx) = mpsc::channel(64);
+        let first = v1::LeaderEvent {
+            election: election.clone(),
+            leader: current.map(leader_to_proto),
+            index,
+        };
+        let api = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
+            loop {
+                match changes.recv().await {
+                    Ok(c) if c.election == election && c.index > index => {
+                        let ev = v1::LeaderEvent {
+                            election: c.election,
+                            leader: c.leader.map(leader_to_proto),
+                            index: c.index,
+                        };
+                        if tx.send(Ok(ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        let _ = tx
+                            .send(Err(Status::data_loss(format!(
+                                "observer fell {n} changes behind; observe again"
+                            ))))
+                            .await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        let _ = tx.send(Err(api.status(ApiError::ShuttingDown))).await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+#[tonic::async_trait]
+impl v1::fenced_keys_server::FencedKeys for Api {
+    async fn get(
+        &self,
+        req: Request<v1::GetRequest>,
+    ) -> Result<tonic::Response<v1::GetResponse>, Status> {
+        let key = req.into_inner().key;
+        match self.run(Command::Get { key }).await? {
+            (_, Response::Value(v)) => Ok(tonic::Response::new(v1::GetResponse {
+                value: v.map(|v| v1::FencedValue {
+                    value: v.value,
+                    election: v.election,
+                    token: v.token,
+                    index: v.index,
+                }),
+            })),
+            (_, r) => Err(Api::unexpected(r)),
+        }
+    }
+
+    async fn put(
+        &self,
+        req: Request<v1::PutRequest>,
+    ) -> Result<tonic::Response<v1::PutResponse>, Status> {
+        let r = req.into_inner();
+        let cmd = Command::FencedPut {
+            key: r.key,
+            value: r.value,
+            election: r.election,
+            token: r.token,
+        };
+        match self.run(cmd).await? {
+            (index, Response::Put) => Ok(tonic::Response::new(v1::PutResponse { index })),
+            (_, r) => Err(Api::unexpected(r)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl v1::cluster_server::Cluster for Api {
+    async fn status(
+        &self,
+        _req: Request<v1::StatusRequest>,
+    ) -> Result<tonic::Response<v1::StatusResponse>, Status> {
+        let p = self.driver.published.borrow().clone();
+        Ok(tonic::Response::new(self.status_response(&p.status)))
+    }
+
+    async fn add_member(
+        &self,
+        req: Request<v1::MemberRequest>,
+    ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
+        let r = req.into_inner();
+        if !self.nodes.contains_key(&r.id) {
+            return Err(self.status(ApiError::Invalid(format!(
+                "node {} has no addresses in this server's `nodes` configuration",
+                r.id
+            ))));
+        }
+        let m = self.driver.published.borrow().status.membership.clone();
+        let (mut voters, mut learners) = (m.voters, m.learners);
+        voters.remove(&r.id);
+        learners.remove(&r.id);
+        if r.voter {
+            voters.insert(r.id);
+        } else {
+            learners.insert(r.id);
+        }
+        self.change_members(voters, learners).await
+    }
+
+    async fn remove_member(
+        &self,
+        req: Request<v1::MemberRequest>,
+    ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
+        let id = req.into_inner().id;
+        let m = self.driver.published.borrow().status.membership.clone();
+        let (mut voters, mut learners) = (m.voters, m.learners);
+        voters.remove(&id);
+        learners.remove(&id);
+        self.change_members(voters, learners).await
+    }
+
+    async fn transfer_leadership(
+        &self,
+        req: Request<v1::TransferLeadershipRequest>,
+    ) -> Result<tonic::Response<v1::TransferLeadershipResponse>, Status> {
+        let to = req.into_inner().to;
+        self.driver
+            .call(
+                |reply| ClientRequest::TransferLeader { to, reply },
+                self.timeout,
+            )
+            .await
+            .map_err(|e| self.status(e))?;
+        Ok(tonic::Response::new(v1::TransferLeadershipResponse {}))
+    }
+}
+
+impl Api {
+    async fn change_members(
+        &self,
+        voters: std::collections::BTreeSet<NodeId>,
+        learners: std::collections::BTreeSet<NodeId>,
+    ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
+        self.driver
+            .call(
+                |reply| ClientRequest::ChangeMembership {
+                    voters,
+                    learners,
+                    reply,
+                },
+                self.timeout,
+            )
+            .await
+            .map_err(|e| self.status(e))?;
+        let p = self.driver.published.borrow().clone();
+        Ok(tonic::Response::new(v1::MembersResponse {
+            members: self.status_response(&p.status).members,
+        }))
+    }
+
+    fn status_response(&self, s: &tenure_core::node::Status) -> v1::StatusResponse {
+        let members = s
+            .membership
+            .all_nodes()
+            .into_iter()
+            .map(|id| {
+                let addrs = self.nodes.get(&id);
+                v1::Member {
+                    id,
+                    peer_addr: addrs.map(|a| a.peer.to_string()).unwrap_or_default(),
+                    client_addr: addrs.map(|a| a.client.to_string()).unwrap_or_default(),
+                    voter: s.membership.is_voter(id),
+                }
+            })
+            .collect();
+        let leader = s.leader.unwrap_or(0);
+        v1::StatusResponse {
+            id: s.id,
+            role: format!("{:?}", s.role).to_lowercase(),
+            term: s.term,
+            leader_id: leader,
+            leader_addr: self
+                .nodes
+                .get(&leader)
+                .map(|a| a.client.to_string())
+                .unwrap_or_default(),
+            commit_index: s.commit,
+            applied_index: s.applied,
+            members,
+        }
+    }
+}

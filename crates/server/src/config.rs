@@ -1,0 +1,286 @@
+//! Server configuration: from a TOML file and/or flags, validated before anything starts.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tenure_core::config::Config;
+use tenure_core::sm::SmLimits;
+use tenure_core::types::NodeId;
+
+/// The addresses one node listens on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeAddrs {
+    /// Raft traffic between nodes.
+    pub peer: SocketAddr,
+    /// The gRPC client API.
+    pub client: SocketAddr,
+    /// HTTP: `/metrics`, `/health`, `/status`.
+    pub http: SocketAddr,
+}
+
+impl std::str::FromStr for NodeAddrs {
+    type Err = String;
+
+    /// `PEER,CLIENT,HTTP`, e.g. `127.0.0.1:7001,127.0.0.1:8001,127.0.0.1:9001`.
+    fn from_str(s: &str) -> Result<NodeAddrs, String> {
+        let parts: Vec<&str> = s.split(',').collect();
+        let [peer, client, http] = parts.as_slice() else {
+            return Err(format!("expected PEER,CLIENT,HTTP addresses, got {s:?}"));
+        };
+        let parse = |what: &str, a: &str| {
+            a.trim()
+                .parse::<SocketAddr>()
+                .map_err(|e| format!("bad {what} address {a:?}: {e}"))
+        };
+        Ok(NodeAddrs {
+            peer: parse("peer", peer)?,
+            client: parse("client", client)?,
+            http: parse("http", http)?,
+        })
+    }
+}
+
+fn default_cluster_id() -> String {
+    "tenure".to_string()
+}
+fn default_tick_ms() -> u64 {
+    10
+}
+fn default_election_timeout_ms() -> u64 {
+    150
+}
+fn default_heartbeat_ms() -> u64 {
+    30
+}
+fn default_ttl_min_ms() -> u64 {
+    100
+}
+fn default_ttl_max_ms() -> u64 {
+    3_600_000
+}
+fn default_connections_max() -> usize {
+    1_024
+}
+fn default_streams_max() -> usize {
+    10_000
+}
+fn default_message_bytes_max() -> usize {
+    4 * 1024 * 1024
+}
+fn default_request_timeout_ms() -> u64 {
+    5_000
+}
+fn default_snapshot_threshold() -> u64 {
+    10_000
+}
+
+/// Everything a `tenure server` needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// This node's id (≥ 1), one of `nodes`.
+    pub id: NodeId,
+    /// Nodes refuse peers that present another cluster id.
+    #[serde(default = "default_cluster_id")]
+    pub cluster_id: String,
+    /// Every node of the cluster with its addresses (including this one).
+    pub nodes: BTreeMap<NodeId, NodeAddrs>,
+    /// Where the write-ahead log and snapshots live.
+    pub data_dir: PathBuf,
+    /// Start as a node joining an existing cluster: it waits to be added with
+    /// `add-member` instead of bootstrapping with `nodes` as the voters.
+    #[serde(default)]
+    pub join: bool,
+    /// Length of one core tick.
+    #[serde(default = "default_tick_ms")]
+    pub tick_ms: u64,
+    /// T: election timeouts are drawn from `[T, 2T)`.
+    #[serde(default = "default_election_timeout_ms")]
+    pub election_timeout_ms: u64,
+    /// Heartbeat interval, at most T/5.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    /// Shortest session TTL a client may ask for.
+    #[serde(default = "default_ttl_min_ms")]
+    pub ttl_min_ms: u64,
+    /// Longest session TTL a client may ask for.
+    #[serde(default = "default_ttl_max_ms")]
+    pub ttl_max_ms: u64,
+    /// Most concurrent client connections.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
+    /// Most concurrent streams (keepalive, observe) over all connections.
+    #[serde(default = "default_streams_max")]
+    pub streams_max: usize,
+    /// Largest gRPC message accepted, and largest peer frame.
+    #[serde(default = "default_message_bytes_max")]
+    pub message_bytes_max: usize,
+    /// How long a client request may wait for its answer.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// Applied entries between snapshots.
+    #[serde(default = "default_snapshot_threshold")]
+    pub snapshot_threshold_entries: u64,
+    /// Serve `POST /debug/block` on the HTTP port, which cuts this node off from the named
+    /// peers. For tests and demonstrations only.
+    #[serde(default)]
+    pub fault_injection: bool,
+}
+
+/// A configuration that cannot work. Each says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The TOML file could not be read or parsed.
+    #[error("cannot read config file {path}: {why}")]
+    File {
+        /// File.
+        path: PathBuf,
+        /// Reason.
+        why: String,
+    },
+    /// This node's id is not among `nodes`.
+    #[error("node id {0} is not listed in nodes")]
+    UnknownSelf(NodeId),
+    /// Node id 0 is reserved.
+    #[error("node id 0 is reserved; ids start at 1")]
+    ZeroId,
+    /// Two nodes share an address.
+    #[error("address {0} is used twice")]
+    DuplicateAddr(SocketAddr),
+    /// A duration or limit is out of range.
+    #[error("{what}: {why}")]
+    Range {
+        /// Field.
+        what: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// The derived core configuration is invalid.
+    #[error("{0}")]
+    Core(#[from] tenure_core::config::ConfigError),
+}
+
+impl ServerConfig {
+    /// Read a TOML file.
+    pub fn from_toml_file(path: &std::path::Path) -> Result<ServerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })
+    }
+
+    /// This node's addresses.
+    pub fn me(&self) -> &NodeAddrs {
+        &self.nodes[&self.id]
+    }
+
+    /// Check every rule, including the core's.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.id == 0 || self.nodes.contains_key(&0) {
+            return Err(ConfigError::ZeroId);
+        }
+        if !self.nodes.contains_key(&self.id) {
+            return Err(ConfigError::UnknownSelf(self.id));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for a in self.nodes.values() {
+            for addr in [a.peer, a.client, a.http] {
+                if !seen.insert(addr) {
+                    return Err(ConfigError::DuplicateAddr(addr));
+                }
+            }
+        }
+        let range = |what: &'static str, ok: bool, why: String| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::Range { what, why })
+            }
+        };
+        range(
+            "tick_ms",
+            (1..=1_000).contains(&self.tick_ms),
+            format!("{} is outside 1..=1000", self.tick_ms),
+        )?;
+        range(
+            "election_timeout_ms",
+            self.election_timeout_ms.is_multiple_of(self.tick_ms),
+            format!(
+                "{} is not a multiple of tick_ms {}",
+                self.election_timeout_ms, self.tick_ms
+            ),
+        )?;
+        range(
+            "ttl_min_ms",
+            self.ttl_min_ms <= self.ttl_max_ms,
+            format!("{} exceeds ttl_max_ms {}", self.ttl_min_ms, self.ttl_max_ms),
+        )?;
+        range(
+            "ttl_min_ms",
+            self.ttl_min_ms > self.election_timeout_ms / 2,
+            "a TTL shorter than half an election timeout cannot survive one Raft failover".into(),
+        )?;
+        range(
+            "connections_max",
+            self.connections_max > 0,
+            "must be positive".into(),
+        )?;
+        range(
+            "streams_max",
+            self.streams_max > 0,
+            "must be positive".into(),
+        )?;
+        range(
+            "message_bytes_max",
+            self.message_bytes_max >= 4096,
+            "must be at least 4096".into(),
+        )?;
+        range(
+            "request_timeout_ms",
+            self.request_timeout_ms > 0,
+            "must be positive".into(),
+        )?;
+        self.core_config().validate()?;
+        Ok(())
+    }
+
+    /// Milliseconds to ticks, rounding up (a TTL never shrinks by conversion).
+    pub fn ms_to_ticks(&self, ms: u64) -> u64 {
+        ms.div_ceil(self.tick_ms)
+    }
+
+    /// Ticks to milliseconds.
+    pub fn ticks_to_ms(&self, ticks: u64) -> u64 {
+        ticks * self.tick_ms
+    }
+
+    /// The core's configuration for this node.
+    pub fn core_config(&self) -> Config {
+        let voters = if self.join {
+            Vec::new()
+        } else {
+            self.nodes.keys().copied().collect()
+        };
+        let mut cfg = Config::new(self.id, voters);
+        cfg.election_timeout_ticks = self.election_timeout_ms / self.tick_ms;
+        cfg.heartbeat_ticks = (self.heartbeat_ms / self.tick_ms).max(1);
+        cfg.lease_checkpoint_ticks = cfg.heartbeat_ticks.max(1);
+        cfg.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        // Election timeouts must differ between nodes and between restarts of one node;
+        // outside the simulator nothing needs to be replayed, so mix in the process id.
+        cfg.seed = self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(std::process::id());
+        cfg.limits = SmLimits {
+            ttl_min_ticks: self.ms_to_ticks(self.ttl_min_ms),
+            ttl_max_ticks: self.ms_to_ticks(self.ttl_max_ms),
+            ..SmLimits::default()
+        };
+        cfg
+    }
+}

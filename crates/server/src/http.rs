@@ -1,0 +1,130 @@
+//! HTTP: `/metrics` (Prometheus text), `/health`, `/status` (JSON).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use serde::Serialize;
+
+use crate::config::ServerConfig;
+use crate::driver::DriverHandle;
+
+#[derive(Clone)]
+struct HttpState {
+    driver: DriverHandle,
+    config: Arc<ServerConfig>,
+}
+
+/// The JSON served at `/status`.
+#[derive(Debug, Serialize)]
+pub struct StatusJson {
+    /// This node.
+    pub id: u64,
+    /// `follower`, `precandidate`, `candidate` or `leader`.
+    pub role: String,
+    /// Raft term.
+    pub term: u64,
+    /// Known leader (0 if none).
+    pub leader: u64,
+    /// The leader's client address, if known.
+    pub leader_addr: Option<String>,
+    /// Commit index.
+    pub commit_index: u64,
+    /// Applied index.
+    pub applied_index: u64,
+    /// Voters.
+    pub voters: Vec<u64>,
+    /// Voters of the outgoing configuration while joint.
+    pub voters_outgoing: Vec<u64>,
+    /// Learners.
+    pub learners: Vec<u64>,
+    /// Live sessions.
+    pub sessions: usize,
+}
+
+/// The router for the HTTP endpoint.
+pub fn router(config: &ServerConfig, driver: DriverHandle) -> Router {
+    let state = HttpState {
+        driver,
+        config: Arc::new(config.clone()),
+    };
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/health", get(health))
+        .route("/status", get(status))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        s.driver.metrics.render(),
+    )
+}
+
+/// Healthy when the node knows a leader (itself or another).
+async fn health(State(s): State<HttpState>) -> impl IntoResponse {
+    let st = s.driver.published.borrow().status.clone();
+    match st.leader {
+        Some(l) => (
+            StatusCode::OK,
+            format!("ok: leader {l}, term {}\n", st.term),
+        ),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no leader known in term {}\n", st.term),
+        ),
+    }
+}
+
+async fn status(State(s): State<HttpState>) -> impl IntoResponse {
+    let p = s.driver.published.borrow().clone();
+    let st = p.status;
+    let leader = st.leader.unwrap_or(0);
+    axum::Json(StatusJson {
+        id: st.id,
+        role: format!("{:?}", st.role).to_lowercase(),
+        term: st.term,
+        leader,
+        leader_addr: s.config.nodes.get(&leader).map(|a| a.client.to_string()),
+        commit_index: st.commit,
+        applied_index: st.applied,
+        voters: st.membership.voters.iter().copied().collect(),
+        voters_outgoing: st.membership.voters_outgoing.iter().copied().collect(),
+        learners: st.membership.learners.iter().copied().collect(),
+        sessions: p.sessions,
+    })
+}
+
+/// Test-only fault injection: `POST /debug/block` with a body of comma-separated node ids
+/// drops all traffic to and from those peers at this node's transport (an empty body heals).
+/// Mounted only when the server runs with `fault_injection = true`.
+pub fn fault_router(transport: tenure_transport::TransportHandle, enabled: bool) -> Router {
+    if !enabled {
+        return Router::new();
+    }
+    Router::new().route(
+        "/debug/block",
+        axum::routing::post(move |body: String| {
+            let transport = transport.clone();
+            async move {
+                let mut peers = std::collections::BTreeSet::new();
+                for part in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    match part.parse::<u64>() {
+                        Ok(id) => {
+                            peers.insert(id);
+                        }
+                        Err(_) => {
+                            return (StatusCode::BAD_REQUEST, format!("bad node id {part:?}\n"))
+                        }
+                    }
+                }
+                transport.set_blocked(peers.clone());
+                (StatusCode::OK, format!("blocked {peers:?}\n"))
+            }
+        }),
+    )
+}

@@ -1,0 +1,310 @@
+//! tenure-server: the pure core on real IO.
+//!
+//! `main` parses arguments and calls [`run`] with bound listeners and a shutdown future
+//! (the mini-redis shape). Inside:
+//!
+//! - the **driver** ([`driver`]) owns the core's `Node` and the write-ahead log on one
+//!   thread and handles each `Ready` as persist (fsync) → advance → send → answer;
+//! - the **peer transport** (crate `tenure-transport`) carries Raft messages over TCP;
+//! - the **client API** ([`api`]) serves `tenure.v1` over gRPC;
+//! - **HTTP** ([`http`]) serves `/metrics`, `/health` and `/status`.
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod config;
+pub mod driver;
+pub mod http;
+pub mod metrics;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::message::Message;
+use tenure_core::node::Node;
+use tenure_core::storage::Storage;
+use tenure_proto::v1;
+use tenure_transport::{Transport, TransportConfig, TransportHandle};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+pub use config::{NodeAddrs, ServerConfig};
+use driver::{Input, Outbox};
+
+/// Why the server could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration breaks a rule.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] config::ConfigError),
+    /// The write-ahead log could not be opened or recovered.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// The recovered state does not make a valid node.
+    #[error("cannot start the node: {0}")]
+    Node(#[from] tenure_core::node::NodeError),
+    /// The peer transport failed to start.
+    #[error("peer transport: {0}")]
+    Transport(String),
+    /// A listener failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// The driver stopped with an error.
+    #[error("{0}")]
+    Driver(String),
+}
+
+/// The three listeners a server needs, bound by the caller (so tests can bind port 0).
+pub struct Listeners {
+    /// Raft peers.
+    pub peer: TcpListener,
+    /// gRPC clients.
+    pub client: TcpListener,
+    /// HTTP.
+    pub http: TcpListener,
+}
+
+impl Listeners {
+    /// Bind the addresses of this node in `config`.
+    pub async fn bind(config: &ServerConfig) -> std::io::Result<Listeners> {
+        let me = config.me();
+        Ok(Listeners {
+            peer: TcpListener::bind(me.peer).await?,
+            client: TcpListener::bind(me.client).await?,
+            http: TcpListener::bind(me.http).await?,
+        })
+    }
+}
+
+struct TransportOutbox(TransportHandle);
+
+impl Outbox for TransportOutbox {
+    fn send(&self, message: Message) {
+        // A message that cannot be queued is dropped; Raft retransmits what matters.
+        let _ = self.0.send(message);
+    }
+}
+
+/// Run one server until `shutdown` completes.
+pub async fn run(
+    config: ServerConfig,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    config.validate()?;
+    let mut storage =
+        tenure_wal::FileStorage::open(&config.data_dir, tenure_wal::WalOptions::default())
+            .map_err(|e| ServerError::Storage(e.to_string()))?;
+    let recovered = storage
+        .recover()
+        .map_err(|e| ServerError::Storage(e.to_string()))?;
+    tracing::info!(
+        node = config.id,
+        term = recovered.hard_state.term,
+        entries = recovered.entries.len(),
+        snapshot = recovered.snapshot.as_ref().map(|s| s.index),
+        "recovered from {}",
+        config.data_dir.display()
+    );
+    let node = Node::new(config.core_config(), recovered)?;
+
+    let peers: BTreeMap<_, _> = config
+        .nodes
+        .iter()
+        .filter(|(id, _)| **id != config.id)
+        .map(|(id, a)| (*id, a.peer))
+        .collect();
+    let mut tcfg =
+        TransportConfig::new(config.id, config.cluster_id.clone(), listeners.peer, peers);
+    tcfg.frame_bytes_max = config.message_bytes_max.max(tcfg.frame_bytes_max);
+    let (transport, mut inbound) =
+        Transport::start(tcfg).map_err(|e| ServerError::Transport(e.to_string()))?;
+
+    let tick = Duration::from_millis(config.tick_ms);
+    let (driver, handle) =
+        driver::new_driver(node, storage, TransportOutbox(transport.clone()), tick);
+    let driver_thread = std::thread::Builder::new()
+        .name(format!("tenure-driver-{}", config.id))
+        .spawn(move || driver.run())?;
+
+    // Peer messages into the driver. If the driver is saturated, wait: TCP then pushes back
+    // on the senders, whose queues drop, which Raft tolerates.
+    let inputs = handle.inputs.clone();
+    let forward = tokio::spawn(async move {
+        while let Some(m) = inbound.recv().await {
+            if inputs.send(Input::Peer(m)).await.is_err() {
+                break;
+            }
+        }
+    });
+    // The driver counts ticks from the monotonic clock; this only wakes it up.
+    let inputs = handle.inputs.clone();
+    let waker = tokio::spawn(async move {
+        let mut interval = tokio::time::interval(tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            interval.tick().await;
+            if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) =
+                inputs.try_send(Input::Wake)
+            {
+                break;
+            }
+        }
+    });
+
+    let api = api::Api::new(&config, handle.clone());
+    let limit = config.message_bytes_max;
+    let grpc = tonic::transport::Server::builder()
+        .add_service(
+            v1::sessions_server::SessionsServer::new(api.clone()).max_decoding_message_size(limit),
+        )
+        .add_service(
+            v1::elections_server::ElectionsServer::new(api.clone())
+                .max_decoding_message_size(limit),
+        )
+        .add_service(
+            v1::fenced_keys_server::FencedKeysServer::new(api.clone())
+                .max_decoding_message_size(limit),
+        )
+        .add_service(v1::cluster_server::ClusterServer::new(api).max_decoding_message_size(limit));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let incoming = limited_incoming(listeners.client, config.connections_max);
+    let mut grpc_stop = stop_rx.clone();
+    let grpc_task = tokio::spawn(async move {
+        grpc.serve_with_incoming_shutdown(incoming, async move {
+            let _ = grpc_stop.wait_for(|s| *s).await;
+        })
+        .await
+    });
+    let router = http::router(&config, handle.clone()).merge(http::fault_router(
+        transport.clone(),
+        config.fault_injection,
+    ));
+    let mut http_stop = stop_rx.clone();
+    let http_task = tokio::spawn(async move {
+        axum::serve(listeners.http, router)
+            .with_graceful_shutdown(async move {
+                let _ = http_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    tracing::info!(
+        node = config.id,
+        "serving: peers {}, clients {}, http {}",
+        config.me().peer,
+        config.me().client,
+        config.me().http
+    );
+
+    shutdown.await;
+    tracing::info!(node = config.id, "shutting down");
+    let _ = stop_tx.send(true);
+    let _ = handle.inputs.send(Input::Shutdown).await;
+    waker.abort();
+    forward.abort();
+    let _ = grpc_task.await;
+    let _ = http_task.await;
+    transport.shutdown().await;
+    let result = tokio::task::spawn_blocking(move || driver_thread.join())
+        .await
+        .map_err(|e| ServerError::Driver(e.to_string()))?;
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ServerError::Driver(e.to_string())),
+        Err(_) => Err(ServerError::Driver("the driver thread panicked".into())),
+    }
+}
+
+/// Accept client connections up to `max` at a time; further connections are closed at once.
+fn limited_incoming(
+    listener: TcpListener,
+    max: usize,
+) -> impl tokio_stream::Stream<Item = std::io::Result<LimitedStream>> {
+    let permits = Arc::new(Semaphore::new(max));
+    async_stream(listener, permits)
+}
+
+fn async_stream(
+    listener: TcpListener,
+    permits: Arc<Semaphore>,
+) -> impl tokio_stream::Stream<Item = std::io::Result<LimitedStream>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            match permits.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let _ = stream.set_nodelay(true);
+                    if tx
+                        .send(Ok(LimitedStream {
+                            stream,
+                            _permit: permit,
+                        }))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    tracing::warn!("refusing client {peer}: connection limit reached");
+                    drop(stream);
+                }
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// A client connection that holds one of the connection permits while it lives.
+pub struct LimitedStream {
+    stream: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for LimitedStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for LimitedStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for LimitedStream {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}

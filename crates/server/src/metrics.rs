@@ -1,0 +1,251 @@
+//! Metrics in the Prometheus text format, kept in atomics so that the driver thread, the
+//! gRPC handlers and the HTTP endpoint share them without locks.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A histogram with fixed bucket bounds in milliseconds.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds_ms: &'static [f64],
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    /// Sum in microseconds, so that sub-millisecond samples still add up.
+    sum_us: AtomicU64,
+}
+
+/// Bucket bounds for latencies, in milliseconds.
+pub const LATENCY_BUCKETS_MS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
+];
+
+impl Histogram {
+    fn new(bounds_ms: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds_ms,
+            buckets: bounds_ms.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+
+    /// Record one sample.
+    pub fn observe(&self, d: std::time::Duration) {
+        let ms = d.as_secs_f64() * 1000.0;
+        for (b, bound) in self.buckets.iter().zip(self.bounds_ms) {
+            if ms <= *bound {
+                b.fetch_add(1, Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(d.as_micros() as u64, Relaxed);
+    }
+
+    /// Number of samples.
+    pub fn count(&self) -> u64 {
+        self.count.load(Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (b, bound) in self.buckets.iter().zip(self.bounds_ms) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{}\"}} {}",
+                bound / 1000.0,
+                b.load(Relaxed)
+            );
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count());
+        let _ = writeln!(out, "{name}_sum {}", self.sum_us.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {}", self.count());
+    }
+}
+
+/// Every metric DESIGN.md lists.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Current Raft term.
+    pub term: AtomicU64,
+    /// Current Raft leader id (0 if unknown).
+    pub leader_id: AtomicU64,
+    /// 1 if this node leads.
+    pub is_leader: AtomicU64,
+    /// Changes of the Raft leader seen by this node.
+    pub leader_changes: AtomicU64,
+    /// Elections this node started (became candidate).
+    pub elections_started: AtomicU64,
+    /// Pre-vote rounds this node lost.
+    pub pre_votes_lost: AtomicU64,
+    /// Times this node stopped being leader.
+    pub step_downs: AtomicU64,
+    /// Keepalive round trip through the driver, receive to acknowledgement.
+    pub lease_renewal: Histogram,
+    /// Sessions expired (applied `Expire` entries).
+    pub session_expiries: AtomicU64,
+    /// Fenced writes rejected for a stale or unissued token.
+    pub fenced_rejections: AtomicU64,
+    /// Changes of leader in elections (applied).
+    pub election_leader_changes: AtomicU64,
+    /// Time without a known Raft leader, from losing one to knowing the next.
+    pub failover: Histogram,
+    /// Proposal to local apply, for proposals made on this node.
+    pub commit_latency: Histogram,
+    /// One `persist` call: write plus fsync.
+    pub fsync_latency: Histogram,
+    /// Commit index.
+    pub commit_index: AtomicU64,
+    /// Applied index.
+    pub applied_index: AtomicU64,
+    /// Live sessions.
+    pub sessions: AtomicU64,
+    /// Messages that failed validation (`StepError`).
+    pub bad_peer_messages: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            term: AtomicU64::new(0),
+            leader_id: AtomicU64::new(0),
+            is_leader: AtomicU64::new(0),
+            leader_changes: AtomicU64::new(0),
+            elections_started: AtomicU64::new(0),
+            pre_votes_lost: AtomicU64::new(0),
+            step_downs: AtomicU64::new(0),
+            lease_renewal: Histogram::new(LATENCY_BUCKETS_MS),
+            session_expiries: AtomicU64::new(0),
+            fenced_rejections: AtomicU64::new(0),
+            election_leader_changes: AtomicU64::new(0),
+            failover: Histogram::new(LATENCY_BUCKETS_MS),
+            commit_latency: Histogram::new(LATENCY_BUCKETS_MS),
+            fsync_latency: Histogram::new(LATENCY_BUCKETS_MS),
+            commit_index: AtomicU64::new(0),
+            applied_index: AtomicU64::new(0),
+            sessions: AtomicU64::new(0),
+            bad_peer_messages: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let gauge = |out: &mut String, name: &str, help: &str, v: &AtomicU64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                v.load(Relaxed)
+            );
+        };
+        let counter = |out: &mut String, name: &str, help: &str, v: &AtomicU64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Relaxed)
+            );
+        };
+        gauge(&mut out, "tenure_term", "Current Raft term.", &self.term);
+        gauge(
+            &mut out,
+            "tenure_leader_id",
+            "Current Raft leader (0 if unknown).",
+            &self.leader_id,
+        );
+        gauge(
+            &mut out,
+            "tenure_is_leader",
+            "1 if this node is the Raft leader.",
+            &self.is_leader,
+        );
+        counter(
+            &mut out,
+            "tenure_leader_changes_total",
+            "Raft leader changes seen.",
+            &self.leader_changes,
+        );
+        counter(
+            &mut out,
+            "tenure_elections_started_total",
+            "Elections started by this node.",
+            &self.elections_started,
+        );
+        counter(
+            &mut out,
+            "tenure_pre_votes_lost_total",
+            "Pre-vote rounds lost by this node.",
+            &self.pre_votes_lost,
+        );
+        counter(
+            &mut out,
+            "tenure_step_downs_total",
+            "Times this node stopped leading.",
+            &self.step_downs,
+        );
+        counter(
+            &mut out,
+            "tenure_session_expiries_total",
+            "Sessions expired.",
+            &self.session_expiries,
+        );
+        counter(
+            &mut out,
+            "tenure_fenced_write_rejections_total",
+            "Fenced writes rejected for a stale or unissued token.",
+            &self.fenced_rejections,
+        );
+        counter(
+            &mut out,
+            "tenure_election_leader_changes_total",
+            "Changes of leader in elections.",
+            &self.election_leader_changes,
+        );
+        counter(
+            &mut out,
+            "tenure_bad_peer_messages_total",
+            "Peer messages refused as malformed.",
+            &self.bad_peer_messages,
+        );
+        gauge(
+            &mut out,
+            "tenure_commit_index",
+            "Commit index.",
+            &self.commit_index,
+        );
+        gauge(
+            &mut out,
+            "tenure_applied_index",
+            "Applied index.",
+            &self.applied_index,
+        );
+        gauge(
+            &mut out,
+            "tenure_sessions",
+            "Live sessions.",
+            &self.sessions,
+        );
+        self.lease_renewal.render(
+            &mut out,
+            "tenure_lease_renewal_seconds",
+            "Keepalive receive to acknowledgement.",
+        );
+        self.failover.render(
+            &mut out,
+            "tenure_failover_seconds",
+            "Time without a known Raft leader.",
+        );
+        self.commit_latency.render(
+            &mut out,
+            "tenure_commit_latency_seconds",
+            "Proposal to apply on the proposing node.",
+        );
+        self.fsync_latency.render(
+            &mut out,
+            "tenure_fsync_seconds",
+            "Write-ahead log write plus fsync.",
+        );
+        out
+    }
+}

@@ -1,0 +1,519 @@
+//! One conformance suite for every implementation of [`Storage`]: the files of this crate,
+//! [`tenure_core::storage::MemStorage`], the simulator's disk. Each check says what
+//! "persisted" means in terms of [`apply_to_image`], so that all of them agree.
+//!
+//! A check takes two functions: `fresh` makes an empty storage, `reopen` turns a storage into
+//! what a restart of the process would find (for files: drop it and open the same directory;
+//! for plain memory: the same value). Checks panic on the first difference, naming the step.
+//!
+//! Run everything at once with [`run_all`], or one test per check with the
+//! [`conformance_tests!`](crate::conformance_tests) macro:
+//!
+//! ```
+//! mod mem_storage {
+//!     use tenure_core::storage::MemStorage;
+//!     tenure_wal::conformance_tests!(MemStorage::new, |s: MemStorage| s);
+//! }
+//! # tenure_wal::conformance::run_all(tenure_core::storage::MemStorage::new, |s| s);
+//! ```
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tenure_core::sm::Command;
+use tenure_core::storage::{apply_to_image, Storage};
+use tenure_core::types::{Entry, HardState, Index, Membership, Payload, Recovered, Snapshot, Term};
+
+/// One check of the suite.
+pub type Check<S> = fn(&mut dyn FnMut() -> S, &mut dyn FnMut(S) -> S);
+
+/// Every check, by name, in the order [`run_all`] runs them.
+pub fn checks<S: Storage>() -> Vec<(&'static str, Check<S>)> {
+    vec![
+        (
+            "empty_storage_recovers_empty",
+            empty_storage_recovers_empty::<S>,
+        ),
+        ("hard_state_round_trips", hard_state_round_trips::<S>),
+        (
+            "appended_entries_round_trip",
+            appended_entries_round_trip::<S>,
+        ),
+        (
+            "conflicting_suffix_is_replaced",
+            conflicting_suffix_is_replaced::<S>,
+        ),
+        (
+            "snapshot_discards_covered_prefix_and_keeps_matching_tail",
+            snapshot_discards_covered_prefix_and_keeps_matching_tail::<S>,
+        ),
+        (
+            "snapshot_with_other_term_discards_everything",
+            snapshot_with_other_term_discards_everything::<S>,
+        ),
+        (
+            "snapshot_beyond_the_log_discards_everything",
+            snapshot_beyond_the_log_discards_everything::<S>,
+        ),
+        (
+            "one_persist_applies_snapshot_then_entries_then_hard_state",
+            one_persist_applies_snapshot_then_entries_then_hard_state::<S>,
+        ),
+        (
+            "newer_snapshot_replaces_older",
+            newer_snapshot_replaces_older::<S>,
+        ),
+        (
+            "empty_persist_changes_nothing",
+            empty_persist_changes_nothing::<S>,
+        ),
+        ("large_batch_round_trips", large_batch_round_trips::<S>),
+        (
+            "random_persists_match_the_model",
+            random_persists_match_the_model::<S>,
+        ),
+    ]
+}
+
+/// Run every check, each on a fresh storage.
+pub fn run_all<S: Storage>(mut fresh: impl FnMut() -> S, mut reopen: impl FnMut(S) -> S) {
+    for (_name, check) in checks::<S>() {
+        check(&mut fresh, &mut reopen);
+    }
+}
+
+/// One test function per check, calling `$fresh` and `$reopen` (expressions evaluating to
+/// the two functions; evaluated anew in each test). Use it inside a module of its own.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($fresh:expr, $reopen:expr $(,)?) => {
+        $crate::conformance_tests!(@each $fresh, $reopen;
+            empty_storage_recovers_empty,
+            hard_state_round_trips,
+            appended_entries_round_trip,
+            conflicting_suffix_is_replaced,
+            snapshot_discards_covered_prefix_and_keeps_matching_tail,
+            snapshot_with_other_term_discards_everything,
+            snapshot_beyond_the_log_discards_everything,
+            one_persist_applies_snapshot_then_entries_then_hard_state,
+            newer_snapshot_replaces_older,
+            empty_persist_changes_nothing,
+            large_batch_round_trips,
+            random_persists_match_the_model,
+        );
+    };
+    (@each $fresh:expr, $reopen:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                let mut fresh = $fresh;
+                let mut reopen = $reopen;
+                $crate::conformance::$name(&mut fresh, &mut reopen);
+            }
+        )*
+    };
+}
+
+/// A storage under test next to the model of what it must hold.
+struct Probe<'a, S> {
+    storage: Option<S>,
+    model: Recovered,
+    reopen: &'a mut dyn FnMut(S) -> S,
+    check: &'static str,
+}
+
+impl<'a, S: Storage> Probe<'a, S> {
+    fn new(
+        check: &'static str,
+        fresh: &mut dyn FnMut() -> S,
+        reopen: &'a mut dyn FnMut(S) -> S,
+    ) -> Self {
+        Probe {
+            storage: Some(fresh()),
+            model: Recovered::default(),
+            reopen,
+            check,
+        }
+    }
+
+    fn storage(&mut self) -> &mut S {
+        self.storage.as_mut().expect("present between reopens")
+    }
+
+    fn persist(&mut self, hs: Option<HardState>, snapshot: Option<Snapshot>, entries: Vec<Entry>) {
+        let check = self.check;
+        self.storage()
+            .persist(hs.as_ref(), snapshot.as_ref(), &entries)
+            .unwrap_or_else(|e| panic!("{check}: persist failed: {e}"));
+        apply_to_image(&mut self.model, hs.as_ref(), snapshot.as_ref(), &entries);
+    }
+
+    /// `recover` equals the model now, and again after a restart.
+    fn verify(&mut self, step: &str) {
+        self.verify_live(step);
+        self.reopen();
+        self.verify_live(&format!("{step}, after reopen"));
+    }
+
+    fn verify_live(&mut self, step: &str) {
+        let check = self.check;
+        let got = self
+            .storage()
+            .recover()
+            .unwrap_or_else(|e| panic!("{check}: {step}: recover failed: {e}"));
+        assert_eq!(
+            got, self.model,
+            "{check}: {step}: recovered state differs from the model"
+        );
+    }
+
+    fn reopen(&mut self) {
+        let storage = self.storage.take().expect("present between reopens");
+        self.storage = Some((self.reopen)(storage));
+    }
+}
+
+fn entry(index: Index, term: Term) -> Entry {
+    Entry {
+        term,
+        index,
+        payload: Payload::Noop,
+    }
+}
+
+fn entries(indexes: std::ops::RangeInclusive<Index>, term: Term) -> Vec<Entry> {
+    indexes.map(|i| entry(i, term)).collect()
+}
+
+fn snapshot(index: Index, term: Term, data: &[u8]) -> Snapshot {
+    Snapshot {
+        index,
+        term,
+        membership: Membership::new([1, 2, 3]),
+        data: data.to_vec(),
+    }
+}
+
+fn hard_state(term: Term, vote: Option<u64>, commit: Index) -> HardState {
+    HardState { term, vote, commit }
+}
+
+/// A new storage holds nothing, before and after a restart.
+pub fn empty_storage_recovers_empty<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new("empty_storage_recovers_empty", fresh, reopen);
+    p.verify("fresh");
+    p.verify("reopened twice");
+}
+
+/// Term, vote and commit survive a restart; the latest persisted wins, including a vote
+/// taken back to none in a new term (DESIGN rule 1: durable before the vote is sent).
+pub fn hard_state_round_trips<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new("hard_state_round_trips", fresh, reopen);
+    p.persist(Some(hard_state(1, Some(2), 0)), None, vec![]);
+    p.verify("after voting for 2 in term 1");
+    p.persist(Some(hard_state(2, None, 0)), None, vec![]);
+    p.verify("after moving to term 2 without a vote");
+    p.persist(Some(hard_state(2, Some(3), 7)), None, vec![]);
+    p.verify("after voting for 3 in term 2");
+}
+
+/// Entries appended over several persists all come back, in order.
+pub fn appended_entries_round_trip<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new("appended_entries_round_trip", fresh, reopen);
+    p.persist(None, None, entries(1..=5, 1));
+    p.verify("after 1..=5");
+    p.persist(Some(hard_state(1, Some(1), 3)), None, entries(6..=8, 1));
+    p.verify("after 6..=8");
+    assert_eq!(p.model.entries.len(), 8);
+}
+
+/// Appending at an index already stored discards that entry and everything after it
+/// (Raft §5.3), also across a restart.
+pub fn conflicting_suffix_is_replaced<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new("conflicting_suffix_is_replaced", fresh, reopen);
+    p.persist(None, None, entries(1..=5, 1));
+    p.persist(None, None, entries(3..=4, 2));
+    p.verify("after replacing 3..=5 with 3..=4 of term 2");
+    assert_eq!(
+        p.model
+            .entries
+            .iter()
+            .map(|e| (e.index, e.term))
+            .collect::<Vec<_>>(),
+        vec![(1, 1), (2, 1), (3, 2), (4, 2)]
+    );
+    p.persist(None, None, entries(5..=6, 2));
+    p.verify("after appending 5..=6 again");
+    p.persist(None, None, entries(2..=2, 3));
+    p.verify("after replacing all but entry 1");
+}
+
+/// A snapshot whose (index, term) is in the log discards the entries it covers and keeps
+/// the rest (Raft §7).
+pub fn snapshot_discards_covered_prefix_and_keeps_matching_tail<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new(
+        "snapshot_discards_covered_prefix_and_keeps_matching_tail",
+        fresh,
+        reopen,
+    );
+    p.persist(Some(hard_state(1, Some(1), 10)), None, entries(1..=10, 1));
+    p.persist(None, Some(snapshot(5, 1, b"state at 5")), vec![]);
+    p.verify("after a snapshot at 5");
+    assert_eq!(p.model.entries.first().map(|e| e.index), Some(6));
+    p.persist(None, None, entries(11..=12, 1));
+    p.verify("after appending past the snapshot");
+}
+
+/// A snapshot whose index holds an entry of another term discards every entry.
+pub fn snapshot_with_other_term_discards_everything<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new(
+        "snapshot_with_other_term_discards_everything",
+        fresh,
+        reopen,
+    );
+    p.persist(None, None, entries(1..=10, 1));
+    p.persist(None, Some(snapshot(7, 2, b"leader's state")), vec![]);
+    p.verify("after a snapshot at 7 in term 2");
+    assert!(p.model.entries.is_empty());
+    p.persist(None, None, entries(8..=9, 2));
+    p.verify("after appending after the snapshot");
+}
+
+/// A snapshot past the end of the log discards every entry.
+pub fn snapshot_beyond_the_log_discards_everything<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new("snapshot_beyond_the_log_discards_everything", fresh, reopen);
+    p.persist(None, None, entries(1..=5, 1));
+    p.persist(None, Some(snapshot(20, 3, b"far ahead")), vec![]);
+    p.verify("after a snapshot at 20");
+    p.persist(None, None, entries(21..=23, 3));
+    p.verify("after appending 21..=23");
+}
+
+/// One persist carrying all three parts applies the snapshot, then the entries, then the
+/// hard state.
+pub fn one_persist_applies_snapshot_then_entries_then_hard_state<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new(
+        "one_persist_applies_snapshot_then_entries_then_hard_state",
+        fresh,
+        reopen,
+    );
+    p.persist(Some(hard_state(1, Some(1), 0)), None, entries(1..=5, 1));
+    p.persist(
+        Some(hard_state(2, Some(2), 3)),
+        Some(snapshot(3, 1, b"at 3")),
+        entries(4..=5, 2),
+    );
+    p.verify("after snapshot 3 + entries 4..=5 of term 2 + hard state");
+    assert_eq!(
+        p.model
+            .entries
+            .iter()
+            .map(|e| (e.index, e.term))
+            .collect::<Vec<_>>(),
+        vec![(4, 2), (5, 2)]
+    );
+}
+
+/// A later snapshot replaces the earlier one.
+pub fn newer_snapshot_replaces_older<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new("newer_snapshot_replaces_older", fresh, reopen);
+    p.persist(None, None, entries(1..=10, 1));
+    p.persist(None, Some(snapshot(4, 1, b"first")), vec![]);
+    p.verify("after the first snapshot");
+    p.persist(None, Some(snapshot(8, 1, b"second")), vec![]);
+    p.verify("after the second snapshot");
+    p.persist(None, Some(snapshot(8, 1, b"second, again")), vec![]);
+    p.verify("after the same snapshot position with other data");
+}
+
+/// A persist with nothing in it changes nothing.
+pub fn empty_persist_changes_nothing<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new("empty_persist_changes_nothing", fresh, reopen);
+    p.persist(Some(hard_state(3, Some(1), 2)), None, entries(1..=3, 3));
+    p.persist(None, None, vec![]);
+    p.verify("after an empty persist");
+}
+
+/// A batch larger than a typical record (hundreds of entries, some large) survives whole.
+pub fn large_batch_round_trips<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new("large_batch_round_trips", fresh, reopen);
+    let batch = (1..=400)
+        .map(|i| Entry {
+            term: 1,
+            index: i,
+            payload: Payload::Command(Command::Campaign {
+                election: format!("election-{i}"),
+                session: i,
+                value: vec![(i % 251) as u8; (i as usize % 7) * 500],
+            }),
+        })
+        .collect();
+    p.persist(Some(hard_state(1, Some(1), 0)), None, batch);
+    p.verify("after 400 entries in one persist");
+}
+
+/// Random sequences of persists (hard states, snapshots that keep or drop the tail,
+/// conflicting appends, gaps, large entries) give exactly what [`apply_to_image`] gives,
+/// checked now and then live and after every restart.
+pub fn random_persists_match_the_model<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    for seed in 1..=3 {
+        random_persists_match_the_model_with(seed, 150, fresh, reopen);
+    }
+}
+
+/// [`random_persists_match_the_model`] for one seed and number of persists.
+pub fn random_persists_match_the_model_with<S: Storage>(
+    seed: u64,
+    steps: usize,
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut p = Probe::new("random_persists_match_the_model", fresh, reopen);
+    let mut term: Term = 1;
+    for step in 0..steps {
+        let last = p
+            .model
+            .entries
+            .last()
+            .map(|e| e.index)
+            .or(p.model.snapshot.as_ref().map(|s| s.index))
+            .unwrap_or(0);
+        if chance(&mut rng, 15) {
+            term += 1;
+        }
+
+        let hs = chance(&mut rng, 50).then(|| HardState {
+            term,
+            vote: chance(&mut rng, 50).then(|| below(&mut rng, 5) + 1),
+            commit: below(&mut rng, last + 1),
+        });
+
+        let snap = chance(&mut rng, 12).then(|| {
+            let (index, snap_term) = match below(&mut rng, 10) {
+                // An entry in the log: the tail after it stays.
+                0..=4 if !p.model.entries.is_empty() => {
+                    let at = below(&mut rng, p.model.entries.len() as u64) as usize;
+                    (p.model.entries[at].index, p.model.entries[at].term)
+                }
+                // An entry's index with another term: everything goes.
+                5..=6 if !p.model.entries.is_empty() => {
+                    let at = below(&mut rng, p.model.entries.len() as u64) as usize;
+                    (p.model.entries[at].index, p.model.entries[at].term + 1)
+                }
+                // Anywhere, including past the end or before the current snapshot.
+                _ => (below(&mut rng, last + 10), term),
+            };
+            let data_len = if chance(&mut rng, 10) { 20_000 } else { 300 };
+            let data = (0..below(&mut rng, data_len))
+                .map(|_| rng.next_u32() as u8)
+                .collect::<Vec<u8>>();
+            Snapshot {
+                index,
+                term: snap_term,
+                membership: Membership::new(1..=below(&mut rng, 5) + 1),
+                data,
+            }
+        });
+
+        let mut batch = Vec::new();
+        if chance(&mut rng, 70) {
+            let first = if chance(&mut rng, 3) {
+                // A gap after the last entry.
+                last + 2 + below(&mut rng, 3)
+            } else {
+                // At the end, or overwriting up to five entries.
+                last + 1 - below(&mut rng, last.min(5) + 1)
+            };
+            let count = if chance(&mut rng, 5) {
+                below(&mut rng, 200) + 1
+            } else {
+                below(&mut rng, 8) + 1
+            };
+            for index in first.max(1)..first.max(1) + count {
+                batch.push(Entry {
+                    term,
+                    index,
+                    payload: random_payload(&mut rng, index),
+                });
+            }
+            if chance(&mut rng, 2) {
+                // Out of order: not what Raft writes, but `apply_to_image` defines it.
+                batch.reverse();
+            }
+        }
+
+        p.persist(hs, snap, batch);
+        if chance(&mut rng, 25) {
+            p.reopen();
+            p.verify_live(&format!("seed {seed} step {step}, after reopen"));
+        } else if chance(&mut rng, 15) {
+            p.verify_live(&format!("seed {seed} step {step}"));
+        }
+    }
+    p.verify(&format!("seed {seed} at the end"));
+}
+
+fn random_payload(rng: &mut ChaCha8Rng, index: Index) -> Payload {
+    match below(rng, 10) {
+        0..=1 => Payload::Noop,
+        2 => Payload::Membership(Membership::new(1..=below(rng, 5) + 1)),
+        _ => {
+            let len = if chance(rng, 5) {
+                below(rng, 9_000)
+            } else {
+                below(rng, 64)
+            };
+            Payload::Command(Command::Campaign {
+                election: format!("e{}", below(rng, 100)),
+                session: index,
+                value: (0..len).map(|_| rng.next_u32() as u8).collect(),
+            })
+        }
+    }
+}
+
+/// A number in `0..n` (`n > 0`); the modulo bias does not matter for a test generator.
+fn below(rng: &mut ChaCha8Rng, n: u64) -> u64 {
+    rng.next_u64() % n.max(1)
+}
+
+/// True with the given probability in percent.
+fn chance(rng: &mut ChaCha8Rng, percent: u64) -> bool {
+    below(rng, 100) < percent
+}

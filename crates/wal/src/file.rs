@@ -1,0 +1,599 @@
+//! [`FileStorage`]: the write-ahead log and snapshots on files, with fsync.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tenure_core::storage::Storage;
+use tenure_core::types::{Entry, HardState, Recovered, Snapshot};
+
+use crate::error::{Result, WalError};
+use crate::options::WalOptions;
+use crate::record::{self, kind, PersistPartRef, SegmentHeader, SnapOp, SnapRef, SnapshotFileRef};
+use crate::replay::{self, segment_name, snapshot_name, Repair, TMP_SUFFIX};
+use crate::tracked::{Slot, TrackedLog};
+
+/// Name of the lock file that keeps a second process out of the directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// How long the log's fsyncs took, for the server's fsync-latency metric.
+///
+/// Counts the one `fdatasync` of the segment that every non-empty
+/// [`Storage::persist`] ends with: the wait a Ready pays before its messages may leave.
+/// Snapshot files and directory fsyncs are not included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsyncStats {
+    /// Number of persist fsyncs since the storage was opened.
+    pub count: u64,
+    /// Their total duration (divide by `count` for the mean).
+    pub total: Duration,
+    /// The latest one.
+    pub last: Duration,
+    /// The slowest one.
+    pub max: Duration,
+    /// Bytes written to segments by persists since the storage was opened.
+    pub bytes_written: u64,
+}
+
+/// The crash-safe implementation of [`Storage`] on a directory of files. See the crate docs
+/// for the format and the recovery rules.
+///
+/// Invariant: `hard_state`, `snapshot`, `entries` and `persist_seq` describe exactly what
+/// replaying the directory would give (they are updated only after an fsync returned).
+/// Invariant: `active_seq` is the newest segment and the only one written to.
+#[derive(Debug)]
+pub struct FileStorage {
+    dir: PathBuf,
+    options: WalOptions,
+    /// Held open for its advisory lock; closing it (on drop) releases the directory.
+    _lock: File,
+    /// The newest segment, opened for appending.
+    active: File,
+    active_seq: u64,
+    /// Length of the active segment, to know when to rotate.
+    active_bytes: u64,
+    /// Every segment on disk, so that compaction knows what to remove.
+    segments: BTreeSet<u64>,
+    hard_state: HardState,
+    snapshot: Option<SnapRef>,
+    /// Positions of stored entries: decides whether a snapshot keeps the tail, and which
+    /// segments compaction may remove.
+    entries: TrackedLog<()>,
+    persist_seq: u64,
+    next_snapshot_seq: u64,
+    /// What `open` read, handed out by the first `recover` so that startup reads once.
+    recovered: Option<Recovered>,
+    /// What recovery repaired, for the operator's log.
+    repaired: Option<String>,
+    /// Set when a write or fsync failed: the disk's content is then unknown.
+    poisoned: Option<String>,
+    fsync: FsyncStats,
+}
+
+impl FileStorage {
+    /// Open (or create) the log in `dir`: take the directory's lock, replay it, cut a torn
+    /// tail, and remove leftovers of interrupted writes. Fails with [`WalError::Corrupt`] or
+    /// [`WalError::UnsupportedVersion`] without changing anything when the log is damaged
+    /// anywhere but a torn tail, and with [`WalError::Locked`] when another process has it.
+    pub fn open(dir: &Path, options: WalOptions) -> Result<FileStorage> {
+        options.validate()?;
+        create_dir_durably(dir)?;
+        let lock = lock_dir(dir)?;
+        let replayed = replay::replay(dir, &options)?;
+
+        // Nothing below runs unless the whole directory replayed, so a damaged log is left
+        // exactly as found.
+        let mut dir_changed = false;
+        let repaired = match &replayed.repair {
+            None => None,
+            Some(Repair::Truncate { path, len, why }) => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(WalError::io("open", path))?;
+                file.set_len(*len).map_err(WalError::io("truncate", path))?;
+                file.sync_all().map_err(WalError::io("fsync", path))?;
+                Some(format!(
+                    "cut a torn write at the end of {} at byte {len}: {why}",
+                    path.display()
+                ))
+            }
+            Some(Repair::Remove { path, why, .. }) => {
+                fs::remove_file(path).map_err(WalError::io("remove", path))?;
+                dir_changed = true;
+                Some(format!(
+                    "removed {}, whose header was torn while it was created: {why}",
+                    path.display()
+                ))
+            }
+        };
+        for path in &replayed.listing.temporaries {
+            fs::remove_file(path).map_err(WalError::io("remove", path))?;
+            dir_changed = true;
+        }
+        let current_snapshot = replayed.snapshot_ref.map(|s| s.file_seq);
+        for (&seq, path) in &replayed.listing.snapshots {
+            if Some(seq) != current_snapshot {
+                fs::remove_file(path).map_err(WalError::io("remove", path))?;
+                dir_changed = true;
+            }
+        }
+        let next_snapshot_seq = replayed
+            .listing
+            .snapshots
+            .keys()
+            .next_back()
+            .copied()
+            .max(current_snapshot)
+            .map_or(1, |s| s + 1);
+
+        let entries = replayed.entries.positions();
+        let mut segments: BTreeSet<u64> = replayed.segment_bytes.keys().copied().collect();
+        let (active, active_seq, active_bytes) = match replayed.segment_bytes.last_key_value() {
+            Some((&seq, &bytes)) => {
+                let path = dir.join(segment_name(seq));
+                let file = OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .map_err(WalError::io("open", &path))?;
+                (file, seq, bytes)
+            }
+            None => {
+                // A new log (or one whose only segment was torn while being created).
+                let seq = 1;
+                let header = SegmentHeader {
+                    segment_seq: seq,
+                    persist_seq: replayed.persist_seq,
+                    hard_state: replayed.hard_state,
+                    snapshot: replayed.snapshot_ref,
+                };
+                let mut buf = Vec::new();
+                encode_header(&mut buf, &header, &options)?;
+                let path = dir.join(segment_name(seq));
+                let mut file = create_segment(&path)?;
+                file.write_all(&buf).map_err(WalError::io("write", &path))?;
+                file.sync_data().map_err(WalError::io("fsync", &path))?;
+                segments.insert(seq);
+                dir_changed = true;
+                (file, seq, buf.len() as u64)
+            }
+        };
+
+        let recovered = Recovered {
+            hard_state: replayed.hard_state,
+            snapshot: replayed.snapshot,
+            entries: replayed.entries.into_values().collect(),
+        };
+        let mut storage = FileStorage {
+            dir: dir.to_path_buf(),
+            options,
+            _lock: lock,
+            active,
+            active_seq,
+            active_bytes,
+            segments,
+            hard_state: recovered.hard_state,
+            snapshot: replayed.snapshot_ref,
+            entries,
+            persist_seq: replayed.persist_seq,
+            next_snapshot_seq,
+            recovered: Some(recovered),
+            repaired,
+            poisoned: None,
+            fsync: FsyncStats::default(),
+        };
+        // A crash between a snapshot and its compaction leaves dead segments behind.
+        dir_changed |= storage.remove_dead_segments()?;
+        if dir_changed {
+            sync_dir(dir)?;
+        }
+        Ok(storage)
+    }
+
+    /// The directory this storage owns.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &WalOptions {
+        &self.options
+    }
+
+    /// Fsync timings since open.
+    pub fn fsync_stats(&self) -> FsyncStats {
+        self.fsync
+    }
+
+    /// What `open` had to repair (a torn write cut off the end of the log), for the
+    /// operator's log; `None` after a clean shutdown or crash between persists.
+    pub fn repaired(&self) -> Option<&str> {
+        self.repaired.as_deref()
+    }
+
+    /// Sequence numbers of the segment files on disk, oldest first.
+    pub fn segments(&self) -> impl Iterator<Item = u64> + '_ {
+        self.segments.iter().copied()
+    }
+
+    /// Encode a persist into records, checking every limit, before anything is written.
+    fn encode_persist(
+        &self,
+        persist_seq: u64,
+        snapshot: Option<SnapOp>,
+        hard_state: Option<&HardState>,
+        entries: &[Entry],
+    ) -> Result<Vec<u8>> {
+        let entry_max = self.options.entry_bytes_max();
+        let mut ranges = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, entry) in entries.iter().enumerate() {
+            let n = record::body_bytes(entry);
+            if n > entry_max {
+                return Err(WalError::EntryTooLarge {
+                    index: entry.index,
+                    bytes: n,
+                    max: entry_max,
+                });
+            }
+            if bytes + n > entry_max && i > start {
+                ranges.push(start..i);
+                (start, bytes) = (i, 0);
+            }
+            bytes += n;
+        }
+        ranges.push(start..entries.len());
+
+        let mut out = Vec::with_capacity(
+            usize::try_from(bytes).unwrap_or(0) + ranges.len() * record::PART_OVERHEAD_BYTES_MAX,
+        );
+        let parts = ranges.len();
+        for (part, range) in ranges.into_iter().enumerate() {
+            let last = part + 1 == parts;
+            let chunk = &entries[range];
+            let body = PersistPartRef {
+                persist_seq,
+                part: u32::try_from(part)
+                    .expect("parts are fewer than entries, themselves in memory"),
+                last,
+                snapshot: if part == 0 { snapshot } else { None },
+                hard_state: if last { hard_state.copied() } else { None },
+                entries_start: part == 0,
+                entries: chunk,
+            };
+            record::encode(
+                &mut out,
+                kind::PERSIST,
+                &body,
+                self.options.record_bytes_max.into(),
+            )
+            .map_err(|bytes| WalError::EntryTooLarge {
+                index: chunk.first().map_or(0, |e| e.index),
+                bytes,
+                max: entry_max,
+            })?;
+        }
+        Ok(out)
+    }
+
+    fn write_snapshot_file(&self, seq: u64, bytes: &[u8]) -> Result<()> {
+        let name = snapshot_name(seq);
+        let tmp = self.dir.join(format!("{name}{TMP_SUFFIX}"));
+        let path = self.dir.join(name);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(WalError::io("create", &tmp))?;
+        file.write_all(bytes).map_err(WalError::io("write", &tmp))?;
+        file.sync_all().map_err(WalError::io("fsync", &tmp))?;
+        drop(file);
+        fs::rename(&tmp, &path).map_err(WalError::io("rename", &tmp))?;
+        // The log will refer to this name: the rename must be durable first.
+        sync_dir(&self.dir)
+    }
+
+    /// Write one encoded persist (after its snapshot file, if any) and fsync it; start a new
+    /// segment first if the active one is full. Any error here poisons the storage.
+    fn write_persist(&mut self, snapshot_file: Option<(u64, &[u8])>, wal: &[u8]) -> Result<()> {
+        if let Some((seq, bytes)) = snapshot_file {
+            self.write_snapshot_file(seq, bytes)?;
+        }
+        let rotate = self.active_bytes >= self.options.segment_bytes_max;
+        if rotate {
+            let seq = self.active_seq + 1;
+            let header = SegmentHeader {
+                segment_seq: seq,
+                persist_seq: self.persist_seq,
+                hard_state: self.hard_state,
+                snapshot: self.snapshot,
+            };
+            let mut buf = Vec::with_capacity(wal.len() + 128);
+            encode_header(&mut buf, &header, &self.options)?;
+            buf.extend_from_slice(wal);
+            let path = self.dir.join(segment_name(seq));
+            let mut file = create_segment(&path)?;
+            self.segments.insert(seq);
+            file.write_all(&buf).map_err(WalError::io("write", &path))?;
+            let took = timed_sync(&file, &path)?;
+            sync_dir(&self.dir)?;
+            self.note_fsync(took, buf.len());
+            self.active = file;
+            self.active_seq = seq;
+            self.active_bytes = buf.len() as u64;
+        } else {
+            let path = self.dir.join(segment_name(self.active_seq));
+            self.active
+                .write_all(wal)
+                .map_err(WalError::io("write", &path))?;
+            let took = timed_sync(&self.active, &path)?;
+            self.note_fsync(took, wal.len());
+            self.active_bytes += wal.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn note_fsync(&mut self, took: Duration, bytes: usize) {
+        self.fsync.count += 1;
+        self.fsync.total += took;
+        self.fsync.last = took;
+        self.fsync.max = self.fsync.max.max(took);
+        self.fsync.bytes_written += bytes as u64;
+    }
+
+    /// Remove segments that hold no stored entry and precede the first one that does.
+    /// Replay can start from any segment's header, so only the state in later segments
+    /// matters. Returns whether a file was removed (the caller fsyncs the directory).
+    fn remove_dead_segments(&mut self) -> Result<bool> {
+        let first_live = self
+            .entries
+            .first_segment()
+            .unwrap_or(self.active_seq)
+            .min(self.active_seq);
+        let dead: Vec<u64> = self.segments.range(..first_live).copied().collect();
+        for seq in &dead {
+            let path = self.dir.join(segment_name(*seq));
+            fs::remove_file(&path).map_err(WalError::io("remove", &path))?;
+            self.segments.remove(seq);
+        }
+        Ok(!dead.is_empty())
+    }
+
+    fn persist_inner(
+        &mut self,
+        hard_state: Option<&HardState>,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+    ) -> Result<()> {
+        // Encode and check everything first: input over a limit fails with nothing written.
+        let snapshot_file = match snapshot {
+            None => None,
+            Some(s) => {
+                let seq = self.next_snapshot_seq;
+                let mut buf = Vec::new();
+                let body = SnapshotFileRef {
+                    file_seq: seq,
+                    snapshot: s,
+                };
+                let max = u64::from(self.options.snapshot_bytes_max);
+                record::encode(&mut buf, kind::SNAPSHOT_FILE, &body, max).map_err(|bytes| {
+                    WalError::SnapshotTooLarge {
+                        index: s.index,
+                        bytes,
+                        max,
+                    }
+                })?;
+                let snap = SnapRef {
+                    file_seq: seq,
+                    index: s.index,
+                    term: s.term,
+                };
+                Some((snap, buf))
+            }
+        };
+        let op = snapshot_file.as_ref().map(|(snap, _)| SnapOp {
+            snap: *snap,
+            keep_tail: self.entries.contains(snap.index, snap.term),
+        });
+        let persist_seq = self.persist_seq + 1;
+        let wal = self.encode_persist(persist_seq, op, hard_state, entries)?;
+
+        self.recovered = None;
+        if let Some((snap, _)) = &snapshot_file {
+            self.next_snapshot_seq = snap.file_seq + 1;
+        }
+        let written = self.write_persist(
+            snapshot_file
+                .as_ref()
+                .map(|(s, b)| (s.file_seq, b.as_slice())),
+            &wal,
+        );
+        if let Err(e) = written {
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+
+        // Durable: now the in-memory picture follows, in persist's order.
+        let previous_snapshot = self.snapshot;
+        if let Some(op) = op {
+            self.entries.apply_snapshot(op.snap.index, op.keep_tail);
+            self.snapshot = Some(op.snap);
+        }
+        if let Some(first) = entries.first() {
+            self.entries.truncate_from(first.index);
+        }
+        for entry in entries {
+            self.entries.push(Slot {
+                index: entry.index,
+                term: entry.term,
+                segment: self.active_seq,
+                value: (),
+            });
+        }
+        if let Some(hs) = hard_state {
+            self.hard_state = *hs;
+        }
+        self.persist_seq = persist_seq;
+
+        // Compaction: the old snapshot file and the segments the new snapshot covers.
+        if op.is_some() {
+            let cleaned = self.compact(previous_snapshot);
+            if let Err(e) = cleaned {
+                self.poisoned = Some(e.to_string());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn compact(&mut self, previous_snapshot: Option<SnapRef>) -> Result<()> {
+        let mut changed = false;
+        if let Some(old) = previous_snapshot {
+            if Some(old.file_seq) != self.snapshot.map(|s| s.file_seq) {
+                let path = self.dir.join(snapshot_name(old.file_seq));
+                fs::remove_file(&path).map_err(WalError::io("remove", &path))?;
+                changed = true;
+            }
+        }
+        changed |= self.remove_dead_segments()?;
+        if changed {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+impl Storage for FileStorage {
+    type Error = WalError;
+
+    /// What the directory holds. The first call after [`FileStorage::open`] returns what
+    /// open replayed; later calls replay the directory again.
+    fn recover(&mut self) -> Result<Recovered> {
+        if let Some(why) = &self.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        if let Some(recovered) = self.recovered.take() {
+            return Ok(recovered);
+        }
+        let replayed = replay::replay(&self.dir, &self.options)?;
+        if let Some(repair) = replayed.repair {
+            let (path, why) = match repair {
+                Repair::Truncate { path, why, .. } | Repair::Remove { path, why, .. } => {
+                    (path, why)
+                }
+            };
+            return Err(WalError::corrupt(
+                path,
+                0,
+                format!(
+                    "{why}: a torn write in a log that this process holds open and fsynced \
+                     (was the directory changed by something else?)"
+                ),
+            ));
+        }
+        Ok(Recovered {
+            hard_state: replayed.hard_state,
+            snapshot: replayed.snapshot,
+            entries: replayed.entries.into_values().collect(),
+        })
+    }
+
+    fn persist(
+        &mut self,
+        hard_state: Option<&HardState>,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+    ) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        if hard_state.is_none() && snapshot.is_none() && entries.is_empty() {
+            return Ok(());
+        }
+        self.persist_inner(hard_state, snapshot, entries)
+    }
+}
+
+fn encode_header(out: &mut Vec<u8>, header: &SegmentHeader, options: &WalOptions) -> Result<()> {
+    record::encode(
+        out,
+        kind::SEGMENT_HEADER,
+        header,
+        options.record_bytes_max.into(),
+    )
+    .map(|_| ())
+    .map_err(|bytes| {
+        WalError::Options(format!(
+            "record_bytes_max ({}) cannot hold a {bytes}-byte segment header",
+            options.record_bytes_max
+        ))
+    })
+}
+
+/// Fsync a segment's data (and the size that makes it readable), timed for the metrics.
+fn timed_sync(file: &File, path: &Path) -> Result<Duration> {
+    let started = Instant::now();
+    file.sync_data().map_err(WalError::io("fsync", path))?;
+    Ok(started.elapsed())
+}
+
+fn create_segment(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .open(path)
+        .map_err(WalError::io("create", path))
+}
+
+/// Fsync a directory, making the creation, renaming and removal of its entries durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(WalError::io("fsync directory", dir))
+}
+
+fn create_dir_durably(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).map_err(WalError::io("create directory", dir))?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    sync_dir(parent)
+}
+
+/// Take the directory's advisory lock (flock), released when the process exits or the
+/// storage is dropped, and write our pid into it for the error message of the next one.
+fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(WalError::io("open", &path))?;
+    match fs4::FileExt::try_lock(&file) {
+        Ok(()) => {}
+        Err(fs4::TryLockError::WouldBlock) => {
+            let holder = fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default();
+            return Err(WalError::Locked {
+                dir: dir.to_path_buf(),
+                holder,
+            });
+        }
+        Err(fs4::TryLockError::Error(e)) => return Err(WalError::io("lock", &path)(e)),
+    }
+    file.set_len(0).map_err(WalError::io("truncate", &path))?;
+    writeln!(file, "{}", std::process::id()).map_err(WalError::io("write", &path))?;
+    Ok(file)
+}
