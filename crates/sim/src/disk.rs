@@ -73,14 +73,14 @@ impl Stored {
                 self.hard_state.vote = hs.vote;
             }
             Write::Snapshot(snapshot) => {
-                if snapshot.index <= self.snapshot_index() {
-                    return Ok(());
-                }
+                // Exactly `Storage::persist`'s rule (checked by the conformance suite): keep
+                // the tail only if an entry at the snapshot's index has the snapshot's term.
                 let base = self.snapshot_index();
-                let same = self
-                    .entries
-                    .get((snapshot.index - base - 1) as usize)
-                    .is_some_and(|e| e.term == snapshot.term);
+                let same = snapshot.index > base
+                    && self
+                        .entries
+                        .get((snapshot.index - base - 1) as usize)
+                        .is_some_and(|e| e.term == snapshot.term);
                 if same {
                     self.entries.drain(..(snapshot.index - base) as usize);
                 } else {
