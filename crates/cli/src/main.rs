@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod demo;
+mod measure;
 mod server;
 mod sim;
 
@@ -25,6 +27,16 @@ enum Cmd {
     Sim(sim::SimArgs),
     /// Run one node of a tenure cluster.
     Server(server::ServerArgs),
+    /// Run a local 3-node cluster and three job replicas through a frozen leader and a crash.
+    ///
+    /// Prints a timeline (who leads, terms, fencing tokens, rejected stale writes) and a
+    /// verdict (reports written, duplicates, failover times); exits 0 only if it holds.
+    Demo(demo::DemoArgs),
+    /// Measure failover (leader crash or pause) and durable write latency on a local cluster.
+    Measure(measure::MeasureArgs),
+    /// One replica of `tenure demo`'s job (started by `tenure demo`).
+    #[command(hide = true)]
+    DemoWorker(demo::worker::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,5 +44,8 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Sim(args) => sim::run(args),
         Cmd::Server(args) => server::run(args),
+        Cmd::Demo(args) => demo::run(args),
+        Cmd::Measure(args) => measure::run(args),
+        Cmd::DemoWorker(args) => demo::worker::run(args),
     }
 }

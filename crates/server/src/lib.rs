@@ -203,8 +203,21 @@ pub async fn run(
     let _ = handle.inputs.send(Input::Shutdown).await;
     waker.abort();
     forward.abort();
-    let _ = grpc_task.await;
-    let _ = http_task.await;
+    // Graceful shutdown waits for clients to finish, and a client holding a stream (or one
+    // that ignores GOAWAY) would hold the node forever: give them a deadline, then drop them.
+    let deadline = Duration::from_secs(2);
+    let grpc_abort = grpc_task.abort_handle();
+    if tokio::time::timeout(deadline, grpc_task).await.is_err() {
+        tracing::warn!(
+            node = config.id,
+            "clients still connected after {deadline:?}; closing them"
+        );
+        grpc_abort.abort();
+    }
+    let http_abort = http_task.abort_handle();
+    if tokio::time::timeout(deadline, http_task).await.is_err() {
+        http_abort.abort();
+    }
     transport.shutdown().await;
     let result = tokio::task::spawn_blocking(move || driver_thread.join())
         .await

@@ -1,0 +1,359 @@
+//! The demo's child processes: three `tenure server`s and three `tenure demo-worker`s, all
+//! started from the current executable, each in its own process group (so that Ctrl-C reaches
+//! only the controller, which then cleans up), each killed by the kernel if the controller
+//! dies first (`PR_SET_PDEATHSIG` on Linux), and all killed by [`Procs`]'s `Drop`.
+
+use std::fs::{File, OpenOptions};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use tokio::io::AsyncBufReadExt as _;
+use tokio::sync::mpsc;
+
+/// The addresses of one node.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeAddrs {
+    /// Raft peers.
+    pub peer: SocketAddr,
+    /// gRPC clients.
+    pub client: SocketAddr,
+    /// HTTP `/status` and `/metrics`.
+    pub http: SocketAddr,
+}
+
+/// `n` nodes' worth of free loopback ports: bind port 0 for each at once (so that none repeats),
+/// note the ports, then let them go for the servers to bind.
+pub fn free_addrs(n: usize) -> anyhow::Result<Vec<NodeAddrs>> {
+    let listeners = (0..n * 3)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("cannot bind a loopback port")?;
+    let addrs: Vec<SocketAddr> = listeners
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<std::io::Result<_>>()?;
+    Ok(addrs
+        .chunks(3)
+        .map(|c| NodeAddrs {
+            peer: c[0],
+            client: c[1],
+            http: c[2],
+        })
+        .collect())
+}
+
+/// Server timing for the demo: the defaults that `tenure plan` would check, stated here so the
+/// demo does not depend on them changing.
+pub const ELECTION_TIMEOUT_MS: u64 = 150;
+/// Heartbeat interval.
+pub const HEARTBEAT_MS: u64 = 30;
+
+/// One server node, running or not.
+pub struct Server {
+    /// Node id (1-based).
+    pub id: u64,
+    /// Its addresses.
+    pub addrs: NodeAddrs,
+    /// Its write-ahead log, kept across a restart.
+    pub data_dir: PathBuf,
+    /// Where its stdout and stderr go (appended to across restarts).
+    pub log: PathBuf,
+    /// The running process, if any.
+    pub child: Option<std::process::Child>,
+}
+
+/// One worker process.
+pub struct Worker {
+    /// Worker number (1-based).
+    pub id: u64,
+    /// Its process id (for signals).
+    pub pid: u32,
+    /// Where its stderr goes.
+    pub log: PathBuf,
+    /// The process.
+    pub child: tokio::process::Child,
+    /// Whether the controller stopped it with SIGSTOP.
+    pub frozen: bool,
+}
+
+/// A line from a worker's stdout, stamped on arrival; `None` line = the worker's stdout closed.
+pub type WorkerLine = (u64, Instant, Option<String>);
+
+/// Every child of the demo. Dropping it kills them all.
+pub struct Procs {
+    exe: PathBuf,
+    /// The servers, node `i + 1` at index `i`.
+    pub servers: Vec<Server>,
+    /// The workers, worker `i + 1` at index `i`.
+    pub workers: Vec<Worker>,
+}
+
+/// Make a child its own process group leader and ask the kernel to kill it when the
+/// controller dies, however it dies.
+fn detach(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt as _;
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    // SAFETY: `prctl` is async-signal-safe, touches no memory of the parent and is the only
+    // call made between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
+}
+
+fn open_log(path: &Path) -> anyhow::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))
+}
+
+/// Send `signal` to `pid`. Errors (the process is already gone) are ignored on purpose: every
+/// caller only wants the process to be in the signalled state if it still exists.
+pub fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) with a pid we spawned; no memory is involved.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+impl Procs {
+    /// Lay out (but do not start) `n` servers under `dir`.
+    pub fn new(dir: &Path, n: usize) -> anyhow::Result<Procs> {
+        let exe = std::env::current_exe().context("cannot find the tenure executable")?;
+        let servers = free_addrs(n)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, addrs)| {
+                let id = i as u64 + 1;
+                Server {
+                    id,
+                    addrs,
+                    data_dir: dir.join(format!("node-{id}")),
+                    log: dir.join(format!("node-{id}.log")),
+                    child: None,
+                }
+            })
+            .collect();
+        Ok(Procs {
+            exe,
+            servers,
+            workers: Vec::new(),
+        })
+    }
+
+    /// The client (gRPC) addresses of all servers, in node order.
+    pub fn client_addrs(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .map(|s| s.addrs.client.to_string())
+            .collect()
+    }
+
+    /// Start node `id` (again, after a kill: same addresses, same data directory).
+    pub fn start_server(&mut self, id: u64) -> anyhow::Result<u32> {
+        let nodes: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}={},{},{}",
+                    s.id, s.addrs.peer, s.addrs.client, s.addrs.http
+                )
+            })
+            .collect();
+        let s = &mut self.servers[id as usize - 1];
+        let log = open_log(&s.log)?;
+        let mut cmd = std::process::Command::new(&self.exe);
+        cmd.arg("server").arg("--id").arg(id.to_string());
+        for n in &nodes {
+            cmd.arg("--node").arg(n);
+        }
+        cmd.arg("--data-dir")
+            .arg(&s.data_dir)
+            .arg("--cluster-id")
+            .arg("tenure-demo")
+            .arg("--election-timeout-ms")
+            .arg(ELECTION_TIMEOUT_MS.to_string())
+            .arg("--heartbeat-ms")
+            .arg(HEARTBEAT_MS.to_string())
+            // The log is a file: no colour codes in it.
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        detach(&mut cmd);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start node {id}"))?;
+        let pid = child.id();
+        s.child = Some(child);
+        Ok(pid)
+    }
+
+    /// SIGKILL node `id` and reap it. Returns its pid.
+    pub fn kill_server(&mut self, id: u64) -> Option<u32> {
+        let mut child = self.servers[id as usize - 1].child.take()?;
+        let pid = child.id();
+        let _ = child.kill();
+        let _ = child.wait();
+        Some(pid)
+    }
+
+    /// Whether node `id` has a process (that has not exited).
+    pub fn server_running(&mut self, id: u64) -> bool {
+        match &mut self.servers[id as usize - 1].child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// If node `id` exited on its own (not killed by [`Procs::kill_server`]), its exit
+    /// status; the process is then forgotten.
+    pub fn server_exited(&mut self, id: u64) -> Option<std::process::ExitStatus> {
+        let s = &mut self.servers[id as usize - 1];
+        let status = s.child.as_mut()?.try_wait().ok()??;
+        s.child = None;
+        Some(status)
+    }
+
+    /// Start worker `id`; its stdout lines go to `lines`.
+    pub fn start_worker(
+        &mut self,
+        dir: &Path,
+        id: u64,
+        ttl_ms: u64,
+        compute_ms: u64,
+        lines: mpsc::UnboundedSender<WorkerLine>,
+    ) -> anyhow::Result<u32> {
+        let log_path = dir.join(format!("worker-{id}.log"));
+        let log = open_log(&log_path)?;
+        let mut std_cmd = std::process::Command::new(&self.exe);
+        std_cmd
+            .arg("demo-worker")
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--nodes")
+            .arg(self.client_addrs().join(","))
+            .arg("--ttl-ms")
+            .arg(ttl_ms.to_string())
+            .arg("--compute-ms")
+            .arg(compute_ms.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        detach(&mut std_cmd);
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start worker {id}"))?;
+        let pid = child.id().context("worker exited at once")?;
+        let stdout = child.stdout.take().context("worker stdout is piped")?;
+        tokio::spawn(async move {
+            let mut reader = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if lines.send((id, Instant::now(), Some(line))).is_err() {
+                    return;
+                }
+            }
+            let _ = lines.send((id, Instant::now(), None));
+        });
+        self.workers.push(Worker {
+            id,
+            pid,
+            log: log_path,
+            child,
+            frozen: false,
+        });
+        Ok(pid)
+    }
+
+    /// The worker with number `id`.
+    pub fn worker(&mut self, id: u64) -> &mut Worker {
+        self.workers
+            .iter_mut()
+            .find(|w| w.id == id)
+            .expect("worker ids come from the workers we started")
+    }
+
+    /// SIGSTOP a worker.
+    pub fn freeze(&mut self, id: u64) -> u32 {
+        let w = self.worker(id);
+        signal(w.pid, libc::SIGSTOP);
+        w.frozen = true;
+        w.pid
+    }
+
+    /// SIGCONT a worker.
+    pub fn thaw(&mut self, id: u64) -> u32 {
+        let w = self.worker(id);
+        signal(w.pid, libc::SIGCONT);
+        w.frozen = false;
+        w.pid
+    }
+
+    /// Kill every worker (they hold no state worth a graceful stop: their sessions simply
+    /// expire).
+    pub fn kill_workers(&mut self) {
+        for w in &mut self.workers {
+            signal(w.pid, libc::SIGKILL);
+            let _ = w.child.try_wait();
+        }
+    }
+
+    /// Stop the servers gracefully (SIGTERM), and kill what is left after `grace`. Returns
+    /// the nodes that had to be killed.
+    ///
+    /// Async on purpose: a server's graceful stop waits for its clients to close their
+    /// HTTP/2 connections, and the controller's own connections are driven by this runtime.
+    pub async fn stop_servers(&mut self, grace: Duration) -> Vec<u64> {
+        for s in &self.servers {
+            if let Some(c) = &s.child {
+                signal(c.id(), libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + grace;
+        let mut killed = Vec::new();
+        for s in &mut self.servers {
+            if let Some(mut c) = s.child.take() {
+                loop {
+                    match c.try_wait() {
+                        Ok(None) if Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(20)).await
+                        }
+                        Ok(None) => {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                            killed.push(s.id);
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        killed
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        // Workers first, so that nothing writes while the cluster goes away; a frozen worker
+        // dies of SIGKILL too.
+        self.kill_workers();
+        for s in &mut self.servers {
+            if let Some(mut c) = s.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}

@@ -1,0 +1,1063 @@
+//! Real-process tests of a tenure cluster: `tenure server` processes on loopback, killed with
+//! SIGKILL, frozen with SIGSTOP, cut off with `/debug/block`, and fed bad bytes and bad
+//! requests. Timing profile: election timeout 150 ms, heartbeat 30 ms, tick 10 ms. Bounds
+//! are generous on purpose: these tests check behaviour, not speed (`tenure measure` gives
+//! the figures).
+//!
+//! The harness (`common`) builds the `tenure` binary if needed and runs one cluster at a
+//! time; see its module docs.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tenure_proto::v1;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+/// A key and the value acknowledged for it.
+type KeyValue = (String, Vec<u8>);
+
+/// Put `count` keys `<prefix>-<i>` through `client`, each acknowledged; returns them.
+async fn put_acked(
+    client: &mut Client,
+    prefix: &str,
+    count: usize,
+    election: &str,
+    token: u64,
+) -> Vec<KeyValue> {
+    let mut acked = Vec::new();
+    for i in 0..count {
+        let key = format!("{prefix}-{i}");
+        let value = format!("value of {key}").into_bytes();
+        client
+            .put(&key, &value, election, token, secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("Put {key}: {e:?}"));
+        acked.push((key, value));
+    }
+    acked
+}
+
+/// kill -9 the Raft leader: a new leader is elected, every acknowledged write is still
+/// there, and the killed node restarts, catches up, and (after a leadership transfer to it)
+/// serves every write itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_new_leader_keeps_acknowledged_writes_and_old_leader_catches_up() {
+    let mut c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let mut client = c.client();
+    let (_, token) = client.writer_token("writers").await;
+    let mut acked = put_acked(&mut client, "before-crash", 20, "writers", token).await;
+
+    c.kill(leader);
+    let survivors = c.others(&[leader]);
+    let (new_leader, new_term) = c.wait_for_leader(&survivors, secs(10)).await;
+    assert_ne!(new_leader, leader);
+    assert!(new_term > term, "new term {new_term} must exceed {term}");
+
+    let mut client = c.client_for(&survivors);
+    acked.extend(put_acked(&mut client, "after-crash", 20, "writers", token).await);
+    let missing = missing_keys(&client, &acked).await;
+    assert!(
+        missing.is_empty(),
+        "acknowledged writes lost after the crash: {missing:?}"
+    );
+
+    // The killed node restarts from its data directory and catches up.
+    c.start_node(leader);
+    c.wait_caught_up(new_leader, &[leader], secs(10)).await;
+    let restarted = c.status_of(leader).await;
+    assert_eq!(
+        restarted.term, new_term,
+        "the restarted node must not disturb the term: {restarted:?}"
+    );
+
+    // Hand Raft leadership to it; it then answers every read from its own state.
+    let deadline = Instant::now() + secs(10);
+    loop {
+        let ch = c.channel(new_leader);
+        let _ = v1::cluster_client::ClusterClient::new(ch)
+            .transfer_leadership(v1::TransferLeadershipRequest { to: leader })
+            .await;
+        let became = tokio::time::timeout(secs(2), async {
+            loop {
+                if c.status(leader).await.is_some_and(|s| s.is_leader()) {
+                    return;
+                }
+                tokio::time::sleep(ms(20)).await;
+            }
+        })
+        .await;
+        if became.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leadership never moved to the restarted node {leader}"
+        );
+    }
+    let only_restarted = c.client_for(&[leader]);
+    let missing = missing_keys(&only_restarted, &acked).await;
+    assert!(
+        missing.is_empty(),
+        "the restarted node lacks acknowledged writes: {missing:?}"
+    );
+}
+
+/// SIGSTOP the leader past the election timeout: the others elect a new leader; a Put sent
+/// to the frozen leader (it waits in its socket) is never acknowledged as committed, because
+/// it never was; after SIGCONT the old leader steps down and follows the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_leader_is_replaced_steps_down_and_never_commits_what_it_accepted_while_paused() {
+    let mut c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let mut client = c.client();
+    let (_, token) = client.writer_token("writers").await;
+    let mut acked = put_acked(&mut client, "before-pause", 5, "writers", token).await;
+
+    // A connection to the leader that is already set up, so that the request below is
+    // written into the frozen process's socket rather than waiting for a handshake.
+    let to_old = c.channel_with_timeout(leader, secs(30));
+    v1::cluster_client::ClusterClient::new(to_old.clone())
+        .status(v1::StatusRequest {})
+        .await
+        .expect("the leader answers before the pause");
+
+    c.pause(leader);
+    let paused_at = Instant::now();
+    let put_while_paused = tokio::spawn(async move {
+        let req = v1::PutRequest {
+            key: "written-while-paused".into(),
+            value: b"must not commit".to_vec(),
+            election: "writers".into(),
+            token,
+        };
+        v1::fenced_keys_client::FencedKeysClient::new(to_old)
+            .put(req)
+            .await
+    });
+
+    let survivors = c.others(&[leader]);
+    let (new_leader, new_term) = c.wait_for_leader(&survivors, secs(10)).await;
+    assert_ne!(new_leader, leader);
+    assert!(new_term > term);
+    let mut survivors_client = c.client_for(&survivors);
+    acked.extend(put_acked(&mut survivors_client, "during-pause", 5, "writers", token).await);
+    // Keep the old leader frozen for well past an election timeout before waking it.
+    let frozen_min = ms(4 * ELECTION_TIMEOUT_MS);
+    if paused_at.elapsed() < frozen_min {
+        tokio::time::sleep(frozen_min - paused_at.elapsed()).await;
+    }
+    c.resume(leader);
+
+    let old = c
+        .wait_status(
+            leader,
+            secs(10),
+            "stepping down to follow the new leader",
+            |s| !s.is_leader() && s.term == new_term && s.leader == new_leader,
+        )
+        .await;
+    assert_eq!(old.role, "follower");
+
+    let answer = tokio::time::timeout(secs(30), put_while_paused)
+        .await
+        .expect("the paused leader answers the Put within 30 s")
+        .expect("the Put task does not panic");
+    let stored = survivors_client
+        .get("written-while-paused")
+        .await
+        .expect("Get on the new leader");
+    // The property: an acknowledgement means the write is committed in the new leader's log.
+    if let Ok(r) = &answer {
+        assert!(
+            stored.is_some(),
+            "the old leader acknowledged a write (index {}) that is not committed",
+            r.get_ref().index
+        );
+    }
+    // And here it cannot have been committed: the old leader lost its majority to a higher
+    // term before the write reached it. So the client gets a typed, retryable error.
+    assert!(
+        stored.is_none(),
+        "a write sent to the paused old leader was committed: {stored:?}"
+    );
+    let status = answer.expect_err("the paused leader must not acknowledge the write");
+    eprintln!("the Put sent to the paused leader was answered with {status:?}");
+    assert!(
+        matches!(reason(&status), Some("not-leader") | Some("unavailable")),
+        "expected not-leader or unavailable, got {status:?}"
+    );
+
+    // The old leader catches up and the cluster kept every acknowledged write.
+    c.wait_caught_up(new_leader, &[leader], secs(10)).await;
+    let missing = missing_keys(&survivors_client, &acked).await;
+    assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
+    assert!(c.metric(leader, "tenure_step_downs_total").await >= 1.0);
+}
+
+/// Crash the leader with kill -9 in the middle of a burst of writes, five times, then crash
+/// every node at once: no acknowledged write is ever lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_during_write_bursts_lose_no_acknowledged_write() {
+    const ROUNDS: usize = 5;
+    const WRITERS: usize = 3;
+    const ACKS_AFTER_CRASH: usize = 20;
+    let mut c = Cluster::start(Options::nodes(3));
+    c.wait_for_leader(&c.ids(), secs(10)).await;
+    let mut client = c.client();
+    let (_, token) = client.writer_token("writers").await;
+    let acked: Arc<Mutex<Vec<KeyValue>>> = Arc::default();
+    let mut unknown_outcomes = 0;
+
+    for round in 0..ROUNDS {
+        let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks = Arc::new(AtomicUsize::new(0));
+        let mut writers = tokio::task::JoinSet::new();
+        for w in 0..WRITERS {
+            let (stop, acks, acked, mut client) =
+                (stop.clone(), acks.clone(), acked.clone(), c.client());
+            writers.spawn(async move {
+                let mut unknown = 0;
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("round{round}-writer{w}-{i}");
+                    let value = format!("{key} by token {token}").into_bytes();
+                    i += 1;
+                    match client.put(&key, &value, "writers", token, secs(5)).await {
+                        Ok(_) => {
+                            acked
+                                .lock()
+                                .expect("no writer panics holding the lock")
+                                .push((key, value));
+                            acks.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Not acknowledged: it may or may not have been applied.
+                        Err(_) => unknown += 1,
+                    }
+                }
+                unknown
+            });
+        }
+        // Crash at a different point of the burst each round.
+        tokio::time::sleep(ms(150 + 70 * round as u64)).await;
+        let before = acks.load(Ordering::Relaxed);
+        assert!(before > 0, "round {round}: the burst had not started");
+        c.kill(leader);
+        let deadline = Instant::now() + secs(15);
+        while acks.load(Ordering::Relaxed) < before + ACKS_AFTER_CRASH {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: writes did not resume after the crash"
+            );
+            tokio::time::sleep(ms(10)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        while let Some(u) = writers.join_next().await {
+            unknown_outcomes += u.expect("a writer panicked");
+        }
+        c.start_node(leader);
+        let (new_leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+        c.wait_caught_up(new_leader, &c.ids(), secs(10)).await;
+        eprintln!(
+            "round {round}: killed leader {leader} after {before} acks, {} acks in all, new leader {new_leader}",
+            acks.load(Ordering::Relaxed)
+        );
+    }
+
+    let acked = acked.lock().expect("writers are done").clone();
+    eprintln!(
+        "{} acknowledged writes, {unknown_outcomes} with unknown outcome",
+        acked.len()
+    );
+    let missing = missing_keys(&c.client(), &acked).await;
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged writes lost: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(20)]
+    );
+
+    // Every node at once: acknowledged means durable on a majority.
+    for id in c.ids() {
+        c.kill(id);
+    }
+    for id in c.ids() {
+        c.start_node(id);
+    }
+    c.wait_for_leader(&c.ids(), secs(10)).await;
+    let missing = missing_keys(&c.client(), &acked).await;
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged writes lost after a full crash: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(20)]
+    );
+}
+
+/// What one run of the session-expiry scenario measured.
+#[derive(Debug)]
+struct ExpiryTrial {
+    /// Observed change of leader, from the send of the last keepalive.
+    from_last_send: Duration,
+    /// Observed change of leader, from the receipt of the last keepalive acknowledgement.
+    from_last_ack: Duration,
+}
+
+/// One holder leads `election` with a session of `ttl_ms`, a second candidate waits; the
+/// holder sends `keepalives` keepalives 100 ms apart (each acknowledged) and then falls
+/// silent. Waits for the Observe stream (on the leader) to report the second candidate as
+/// leader and checks everything that must hold around that; returns the timings.
+async fn expiry_trial(
+    c: &mut Cluster,
+    leader: u64,
+    election: &str,
+    ttl_ms: u64,
+    keepalives: u64,
+) -> ExpiryTrial {
+    // Straight to the leader on a connection without request timeouts (the streams and the
+    // waiting Campaign live long); each wait has its own deadline.
+    let ch = c.channel_without_timeout(leader);
+    let mut sessions = v1::sessions_client::SessionsClient::new(ch.clone());
+    let mut elections = v1::elections_client::ElectionsClient::new(ch);
+    let grant = |ttl_ms| {
+        let mut s = sessions.clone();
+        async move {
+            s.grant(v1::GrantRequest { ttl_ms })
+                .await
+                .expect("grant")
+                .into_inner()
+        }
+    };
+    let holder = grant(ttl_ms).await;
+    assert_eq!(holder.ttl_ms, ttl_ms);
+    let next = grant(60_000).await;
+    let campaign = |session_id, value: &str| v1::CampaignRequest {
+        election: election.to_string(),
+        session_id,
+        value: value.as_bytes().to_vec(),
+    };
+    let first_token = elections
+        .campaign(campaign(holder.session_id, "holder"))
+        .await
+        .expect("the first candidate leads at once")
+        .into_inner()
+        .token;
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let mut acks = sessions
+        .keep_alive(ReceiverStream::new(rx))
+        .await
+        .expect("keepalive stream")
+        .into_inner();
+    let mut observe = elections
+        .observe(v1::ObserveRequest {
+            election: election.to_string(),
+        })
+        .await
+        .expect("observe")
+        .into_inner();
+    let current = observe
+        .message()
+        .await
+        .expect("observe stream")
+        .expect("first event");
+    assert_eq!(
+        current.leader.as_ref().map(|l| l.session_id),
+        Some(holder.session_id)
+    );
+    let mut waiting = elections.clone();
+    let next_campaign = tokio::spawn({
+        let req = campaign(next.session_id, "next");
+        async move { waiting.campaign(req).await }
+    });
+
+    let (mut last_send, mut last_ack) = (Instant::now(), Instant::now());
+    for seq in 1..=keepalives {
+        tokio::time::sleep(ms(100)).await;
+        last_send = Instant::now();
+        tx.send(v1::KeepAliveRequest {
+            session_id: holder.session_id,
+            seq,
+        })
+        .await
+        .expect("send keepalive");
+        let ack = tokio::time::timeout(secs(5), acks.message())
+            .await
+            .expect("a keepalive acknowledgement within 5 s")
+            .expect("keepalive stream")
+            .expect("an acknowledgement");
+        last_ack = Instant::now();
+        assert_eq!(
+            (ack.session_id, ack.seq, ack.ttl_ms),
+            (holder.session_id, seq, ttl_ms)
+        );
+    }
+    // The holder falls silent (its stream stays open).
+
+    let event = tokio::time::timeout(secs(5), observe.message())
+        .await
+        .expect("the leader changes within 5 s of the last keepalive")
+        .expect("observe stream")
+        .expect("an event");
+    let observed = Instant::now();
+    let new = event.leader.expect("the next candidate leads");
+    assert_eq!(
+        new.session_id, next.session_id,
+        "the queued candidate leads"
+    );
+    assert!(
+        new.token > first_token,
+        "token {} must exceed {first_token}",
+        new.token
+    );
+    let won = tokio::time::timeout(secs(5), next_campaign)
+        .await
+        .expect("the waiting Campaign returns")
+        .expect("campaign task")
+        .expect("campaign succeeds")
+        .into_inner();
+    assert_eq!(won.token, new.token);
+    let now_leads = elections
+        .leader(v1::LeaderRequest {
+            election: election.to_string(),
+        })
+        .await
+        .expect("Leader")
+        .into_inner();
+    assert_eq!(
+        now_leads.leader.map(|l| (l.session_id, l.token)),
+        Some((next.session_id, new.token))
+    );
+    // The holder's session is gone: its next keepalive is refused.
+    tx.send(v1::KeepAliveRequest {
+        session_id: holder.session_id,
+        seq: 999,
+    })
+    .await
+    .expect("send keepalive");
+    let refused = tokio::time::timeout(secs(5), acks.message())
+        .await
+        .expect("an answer within 5 s");
+    assert_error(
+        refused,
+        Code::NotFound,
+        "unknown-session",
+        "keepalive after expiry",
+    );
+    ExpiryTrial {
+        from_last_send: observed - last_send,
+        from_last_ack: observed - last_ack,
+    }
+}
+
+/// A session's holder stops keepalives: the session expires within TTL + 50 ms of the last
+/// keepalive the server received, and the next candidate becomes leader with a higher token.
+///
+/// Measured from the client's receipt of the last acknowledgement (no earlier than the
+/// server's receipt of the keepalive) to the Observe event on the leader, which also
+/// includes committing the expiry and streaming the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_without_keepalives_expires_on_time_and_next_candidate_leads_with_higher_token() {
+    const TTL_MS: u64 = 500;
+    let mut c = Cluster::start(Options::nodes(3));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let mut trials = Vec::new();
+    for trial in 0..3 {
+        trials.push(expiry_trial(&mut c, leader, &format!("lease-{trial}"), TTL_MS, 5).await);
+    }
+    eprintln!("session expiry, TTL {TTL_MS} ms, observed via Observe on the leader: {trials:#?}");
+    let expiries = c.metric(leader, "tenure_session_expiries_total").await;
+    assert!(
+        expiries >= trials.len() as f64,
+        "expiries counted: {expiries}"
+    );
+    for t in &trials {
+        assert!(
+            t.from_last_ack <= ms(TTL_MS + 50),
+            "session expired late: {t:?}"
+        );
+        // Never early: see `session_never_expires_before_keepalive_receipt_plus_ttl` for the
+        // one-tick allowance made here.
+        assert!(
+            t.from_last_send + ms(TICK_MS) >= ms(TTL_MS),
+            "session expired early: {t:?}"
+        );
+    }
+}
+
+/// DESIGN rule 4: the server never expires a session before receive time + TTL. The last
+/// keepalive was received after the client sent it, so the change of leader must not be
+/// observed earlier than send time + TTL.
+///
+/// It is, by up to one tick: the leader stamps a keepalive with its current tick count (the
+/// floor of the time elapsed; `Node::keepalive` sets `deadline = now + ttl`) and proposes the
+/// expiry when its tick count reaches that deadline, which can be almost a whole tick less
+/// than receive time + TTL in real time. The same holds for a fresh Grant (`on_applied`:
+/// `now + ttl_ticks`). With 10 ms ticks the standard test above sees expiries 493-499 ms
+/// after the last send with a 500 ms TTL in some runs; this test uses 50 ms ticks so that the
+/// early expiry (up to 50 ms) stands out from the few milliseconds it takes to observe it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: the leader expires a session up to one tick before receive time + TTL (core node.rs: deadline = now_tick + ttl_ticks, and now_tick is the floor of elapsed time)"]
+async fn session_never_expires_before_keepalive_receipt_plus_ttl() {
+    const TTL_MS: u64 = 1_000;
+    let mut c = Cluster::start(
+        Options::nodes(3)
+            .timing(500, 100, 50)
+            .args(&["--ttl-min-ms", "300"]),
+    );
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let mut trials = Vec::new();
+    for trial in 0..6 {
+        trials.push(expiry_trial(&mut c, leader, &format!("early-{trial}"), TTL_MS, 1).await);
+    }
+    let early: Vec<_> = trials
+        .iter()
+        .filter(|t| t.from_last_send < ms(TTL_MS))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "sessions expired before send time + TTL ({TTL_MS} ms), tick 50 ms: {early:#?} (all trials: {trials:#?})"
+    );
+}
+
+/// Bytes that are not a valid peer frame, sent to the leader's peer port, and client
+/// requests that break the rules: each is refused with a clear error, nothing changes, and
+/// the node keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_change_nothing() {
+    use tenure_transport::codec::{
+        encode_hello, Hello, FLAG_HELLO, HEADER_BYTES, MAGIC, PROTOCOL_VERSION,
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+    let mut client = c.client();
+    let (holder, token) = client.writer_token("fence").await;
+    client
+        .put("k", b"v1", "fence", token, secs(10))
+        .await
+        .expect("first write");
+
+    // ---- Peer frames. After each, the connection must be closed by the node promptly (well
+    // before the 5 s handshake timeout), not left hanging.
+    let hello_from = |node_id, cluster_id: &str| {
+        encode_hello(&Hello {
+            cluster_id: cluster_id.into(),
+            node_id,
+            protocol_version: PROTOCOL_VERSION,
+        })
+        .expect("encode hello")
+    };
+    let header = |flags: u8, len: u32, crc: u32| {
+        let mut h = MAGIC.to_vec();
+        h.push(PROTOCOL_VERSION);
+        h.push(flags);
+        h.extend_from_slice(&len.to_be_bytes());
+        h.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(h.len(), HEADER_BYTES);
+        h
+    };
+    let garbage_payload = vec![0xAB; 64];
+    let mut garbage_frame = header(0, garbage_payload.len() as u32, crc32c_of(&garbage_payload));
+    garbage_frame.extend_from_slice(&garbage_payload);
+    let mut bad_version = header(0, 0, 0);
+    bad_version[4] = PROTOCOL_VERSION + 1;
+    // Impersonating a follower: the leader hears least from followers, so briefly replacing
+    // that follower's connection disturbs nothing.
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "garbage text",
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        ),
+        (
+            "random bytes",
+            (0..200u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+                .collect(),
+        ),
+        (
+            "bad magic",
+            [b"XXXX".as_slice(), &header(FLAG_HELLO, 8, 0)[4..]].concat(),
+        ),
+        ("unknown protocol version", bad_version),
+        ("unknown flags", header(0b1000_0000, 0, 0)),
+        ("oversize hello", header(FLAG_HELLO, 1 << 20, 0)),
+        (
+            "hello of another cluster",
+            hello_from(follower, "other-cluster"),
+        ),
+        ("hello of an unknown node", hello_from(99, CLUSTER_ID)),
+        ("a message instead of a hello", garbage_frame.clone()),
+        (
+            "oversize frame after hello",
+            [
+                hello_from(follower, CLUSTER_ID),
+                header(0, u32::MAX - 64, 0),
+            ]
+            .concat(),
+        ),
+        (
+            "frame just over 16 MiB after hello",
+            [hello_from(follower, CLUSTER_ID), header(0, 16 << 20, 0)].concat(),
+        ),
+        (
+            "bad checksum after hello",
+            [
+                hello_from(follower, CLUSTER_ID),
+                header(0, 4, 0xDEAD_BEEF),
+                vec![1, 2, 3, 4],
+            ]
+            .concat(),
+        ),
+        (
+            "malformed payload after hello",
+            [hello_from(follower, CLUSTER_ID), garbage_frame].concat(),
+        ),
+    ];
+    let peer_addr = c.addrs(leader).peer;
+    for (what, bytes) in &cases {
+        let mut s = tokio::net::TcpStream::connect(peer_addr)
+            .await
+            .expect("connect to the peer port");
+        // The node may close while we still write; that is fine.
+        let _ = s.write_all(bytes).await;
+        let mut buf = [0u8; 64];
+        let closed = tokio::time::timeout(secs(3), async {
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "{what}: the node did not close the connection within 3 s"
+        );
+    }
+    let after = c.status_of(leader).await;
+    assert!(
+        after.is_leader() && after.term == term,
+        "bad peer frames disturbed the leader: {after:?}"
+    );
+
+    // ---- Client requests, straight to the leader.
+    let ch = c.channel(leader);
+    let mut sessions = v1::sessions_client::SessionsClient::new(ch.clone());
+    let mut elections = v1::elections_client::ElectionsClient::new(ch.clone());
+    let mut keys = v1::fenced_keys_client::FencedKeysClient::new(ch.clone());
+    let sessions_before = c.status_of(leader).await.sessions;
+
+    for ttl_ms in [0, 1, 99, 3_600_001, u64::MAX] {
+        let r = sessions.grant(v1::GrantRequest { ttl_ms }).await;
+        assert_error(
+            r,
+            Code::InvalidArgument,
+            "invalid-argument",
+            &format!("Grant ttl {ttl_ms} ms"),
+        );
+    }
+    let put = |key: &str, value: Vec<u8>, election: &str, token| v1::PutRequest {
+        key: key.into(),
+        value,
+        election: election.into(),
+        token,
+    };
+    assert_error(
+        keys.put(put("", b"x".to_vec(), "fence", token)).await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Put empty key",
+    );
+    assert_error(
+        keys.put(put(&"k".repeat(257), b"x".to_vec(), "fence", token))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Put long key",
+    );
+    assert_error(
+        keys.put(put("k", b"x".to_vec(), "", token)).await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Put empty election",
+    );
+    assert_error(
+        keys.put(put("k", vec![7; 64 * 1024 + 1], "fence", token))
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Put value over 64 KiB",
+    );
+    assert_error(
+        keys.get(v1::GetRequest { key: String::new() }).await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Get empty key",
+    );
+    // A message over the server's 4 MiB cap is refused by the gRPC layer before tenure sees
+    // it (OUT_OF_RANGE, no tenure-error reason; see `oversize_grpc_message_carries_a_reason`).
+    let huge = keys
+        .put(put("k", vec![7; 5 << 20], "fence", token))
+        .await
+        .expect_err("a 5 MiB Put is refused");
+    assert_eq!(huge.code(), Code::OutOfRange, "{huge:?}");
+    assert_error(
+        keys.put(put("k", b"x".to_vec(), "no-such-election", 1))
+            .await,
+        Code::NotFound,
+        "unknown-election",
+        "Put unknown election",
+    );
+    assert_error(
+        keys.put(put("k", b"x".to_vec(), "fence", token + 1)).await,
+        Code::FailedPrecondition,
+        "token-not-issued",
+        "Put token not issued",
+    );
+    assert_error(
+        keys.put(put("k", b"x".to_vec(), "fence", 0)).await,
+        Code::FailedPrecondition,
+        "token-not-issued",
+        "Put token 0",
+    );
+
+    let campaign = |election: &str, session_id| v1::CampaignRequest {
+        election: election.into(),
+        session_id,
+        value: Vec::new(),
+    };
+    assert_error(
+        elections.campaign(campaign("", holder)).await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Campaign empty election",
+    );
+    assert_error(
+        elections.campaign(campaign(&"e".repeat(257), holder)).await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Campaign long election name",
+    );
+    assert_error(
+        elections.campaign(campaign("fence", 999_999)).await,
+        Code::NotFound,
+        "unknown-session",
+        "Campaign unknown session",
+    );
+    let resign = |election: &str, session_id| v1::ResignRequest {
+        election: election.into(),
+        session_id,
+    };
+    assert_error(
+        elections.resign(resign("no-such-election", holder)).await,
+        Code::NotFound,
+        "unknown-election",
+        "Resign unknown election",
+    );
+    assert_error(
+        elections.resign(resign("", holder)).await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Resign empty election",
+    );
+    assert_error(
+        elections.resign(resign("fence", 999_999)).await,
+        Code::FailedPrecondition,
+        "not-candidate",
+        "Resign non-candidate",
+    );
+    let transfer = v1::TransferRequest {
+        election: "no-such-election".into(),
+        from_session_id: holder,
+        to_session_id: holder,
+    };
+    assert_error(
+        elections.transfer(transfer).await,
+        Code::NotFound,
+        "unknown-election",
+        "Transfer unknown election",
+    );
+    assert_error(
+        elections
+            .leader(v1::LeaderRequest {
+                election: String::new(),
+            })
+            .await,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "Leader empty election",
+    );
+    // Leader and Observe of an election that never existed: see
+    // `leader_and_observe_of_an_unknown_election_are_refused`.
+    assert_error(
+        sessions
+            .revoke(v1::RevokeRequest {
+                session_id: 999_999,
+            })
+            .await,
+        Code::NotFound,
+        "unknown-session",
+        "Revoke unknown session",
+    );
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(v1::KeepAliveRequest {
+        session_id: 999_999,
+        seq: 1,
+    })
+    .await
+    .expect("send");
+    let mut stream = sessions
+        .keep_alive(ReceiverStream::new(rx))
+        .await
+        .expect("keepalive stream")
+        .into_inner();
+    assert_error(
+        stream.message().await,
+        Code::NotFound,
+        "unknown-session",
+        "KeepAlive unknown session",
+    );
+
+    // A follower names the leader.
+    let on_follower = v1::fenced_keys_client::FencedKeysClient::new(c.channel(follower))
+        .get(v1::GetRequest { key: "k".into() })
+        .await;
+    let s = assert_error(
+        on_follower,
+        Code::FailedPrecondition,
+        "not-leader",
+        "Get on a follower",
+    );
+    let hint = s
+        .metadata()
+        .get(tenure_proto::LEADER_ADDR_KEY)
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(hint, Some(c.addrs(leader).client.to_string().as_str()));
+
+    // Fencing: a newer holder's write makes the old token stale, atomically.
+    elections
+        .resign(resign("fence", holder))
+        .await
+        .expect("resign");
+    let newer = sessions
+        .grant(v1::GrantRequest { ttl_ms: 60_000 })
+        .await
+        .expect("grant")
+        .into_inner()
+        .session_id;
+    let newer_token = elections
+        .campaign(campaign("fence", newer))
+        .await
+        .expect("campaign")
+        .into_inner()
+        .token;
+    assert!(newer_token > token);
+    keys.put(put("k", b"v2".to_vec(), "fence", newer_token))
+        .await
+        .expect("newer holder writes");
+    let stale = assert_error(
+        keys.put(put("k", b"stale".to_vec(), "fence", token)).await,
+        Code::Aborted,
+        "stale-token",
+        "stale write",
+    );
+    let current = stale
+        .metadata()
+        .get(tenure_proto::CURRENT_TOKEN_KEY)
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(current, Some(newer_token.to_string().as_str()));
+
+    // Nothing changed, and the node serves.
+    let value = keys
+        .get(v1::GetRequest { key: "k".into() })
+        .await
+        .expect("Get")
+        .into_inner()
+        .value
+        .expect("k is set");
+    assert_eq!(
+        (value.value.as_slice(), value.token),
+        (b"v2".as_slice(), newer_token)
+    );
+    keys.put(put("after-bad-input", b"ok".to_vec(), "fence", newer_token))
+        .await
+        .expect("a normal Put succeeds");
+    let status = c.status_of(leader).await;
+    assert!(status.is_leader() && status.term == term, "{status:?}");
+    assert_eq!(
+        status.sessions,
+        sessions_before + 1,
+        "only the one good Grant created a session"
+    );
+}
+
+/// CRC-32C (Castagnoli), bit by bit: enough for a few test frames without a dependency.
+fn crc32c_of(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for b in bytes {
+        crc ^= u32::from(*b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// DESIGN rule 6 ("unknown elections get a clear error") and the proto's `unknown-election`
+/// reason: Leader and Observe of an election nobody ever campaigned in should be refused with
+/// NOT_FOUND / `unknown-election`, as Resign and Transfer are. They answer "no leader"
+/// instead: `StateMachine::leader` returns `None` for an unknown name, the same as for an
+/// election whose candidates all left, so a typo in an election name looks like an election
+/// waiting for its first leader (and Observe waits on it forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: Leader/Observe of an unknown election answer `no leader` instead of NOT_FOUND unknown-election (sm::StateMachine::leader cannot tell unknown from empty)"]
+async fn leader_and_observe_of_an_unknown_election_are_refused() {
+    let mut c = Cluster::start(Options::nodes(1));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let mut elections = v1::elections_client::ElectionsClient::new(c.channel(leader));
+    let election = || "no-such-election".to_string();
+    let leader_of = elections
+        .leader(v1::LeaderRequest {
+            election: election(),
+        })
+        .await;
+    assert_error(
+        leader_of,
+        Code::NotFound,
+        "unknown-election",
+        "Leader of an unknown election",
+    );
+    let observe = elections
+        .observe(v1::ObserveRequest {
+            election: election(),
+        })
+        .await;
+    assert_error(
+        observe.map(|_| ()),
+        Code::NotFound,
+        "unknown-election",
+        "Observe of an unknown election",
+    );
+}
+
+/// The proto's contract: size violations are `INVALID_ARGUMENT` with reason
+/// `invalid-argument`. A gRPC message over `message_bytes_max` is refused by tonic's decoder
+/// with `OUT_OF_RANGE` and no `tenure-error` reason, so a client cannot tell it apart from
+/// other failures by the documented key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "bug: a gRPC message over message_bytes_max gets OUT_OF_RANGE without a tenure-error reason (api.rs relies on tonic's max_decoding_message_size)"]
+async fn oversize_grpc_message_carries_a_reason() {
+    let mut c = Cluster::start(Options::nodes(1));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let r = v1::fenced_keys_client::FencedKeysClient::new(c.channel(leader))
+        .put(v1::PutRequest {
+            key: "k".into(),
+            value: vec![0; 5 << 20],
+            election: "e".into(),
+            token: 1,
+        })
+        .await;
+    assert_error(r, Code::InvalidArgument, "invalid-argument", "Put of 5 MiB");
+    assert!(c.status(leader).await.is_some_and(|s| s.is_leader()));
+}
+
+/// Five nodes; one follower is cut off both ways with `/debug/block`. The leader keeps its
+/// place and term for many election timeouts, the isolated node (pre-vote) does not raise
+/// its term, and when it rejoins no election happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_follower_neither_unseats_the_leader_nor_forces_an_election_on_rejoining() {
+    let mut c = Cluster::start(Options::nodes(5).fault_injection());
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(15)).await;
+    let isolated = *c.others(&[leader]).last().expect("four followers");
+    let majority = c.others(&[isolated]);
+    let mut elections_before = Vec::new();
+    for id in c.ids() {
+        elections_before.push((id, c.metric(id, "tenure_elections_started_total").await));
+    }
+
+    for id in &majority {
+        c.block(*id, &[isolated]).await;
+    }
+    c.block(isolated, &majority).await;
+    let mut client = c.client_for(&majority);
+    let (_, token) = client.writer_token("writers").await;
+    let mut acked = Vec::new();
+    // Ten election timeouts (five to ten randomized timeouts of the isolated node), writing.
+    let until = Instant::now() + ms(10 * ELECTION_TIMEOUT_MS);
+    let mut i = 0;
+    while Instant::now() < until {
+        acked.extend(
+            put_acked(
+                &mut client,
+                &format!("partitioned-{i}"),
+                1,
+                "writers",
+                token,
+            )
+            .await,
+        );
+        i += 1;
+        tokio::time::sleep(ms(50)).await;
+    }
+    for id in &majority {
+        let s = c.status_of(*id).await;
+        assert_eq!(
+            (s.leader, s.term),
+            (leader, term),
+            "node {id} during the partition: {s:?}"
+        );
+    }
+    let cut_off = c.status_of(isolated).await;
+    assert_eq!(
+        cut_off.term, term,
+        "the isolated node raised its term (no pre-vote?): {cut_off:?}"
+    );
+    assert!(!cut_off.is_leader());
+
+    for id in c.ids() {
+        c.block(id, &[]).await;
+    }
+    c.wait_caught_up(leader, &[isolated], secs(10)).await;
+    // Several more election timeouts after rejoining: still no election anywhere.
+    tokio::time::sleep(ms(6 * ELECTION_TIMEOUT_MS)).await;
+    for id in c.ids() {
+        let s = c.status_of(id).await;
+        assert_eq!(
+            (s.leader, s.term),
+            (leader, term),
+            "node {id} after rejoining: {s:?}"
+        );
+    }
+    for (id, before) in elections_before {
+        let after = c.metric(id, "tenure_elections_started_total").await;
+        assert_eq!(after, before, "node {id} started an election");
+    }
+    let missing = missing_keys(&c.client(), &acked).await;
+    assert!(missing.is_empty(), "{missing:?}");
+}
+
+/// SIGTERM stops a node gracefully (exit status 0) and it restarts into the same cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_node_gracefully_and_it_rejoins() {
+    let mut c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+    let status = c.terminate(follower, secs(10)).await;
+    assert!(status.success(), "SIGTERM exit status {status:?}");
+    c.start_node(follower);
+    c.wait_caught_up(leader, &[follower], secs(10)).await;
+    assert_eq!(c.status_of(follower).await.term, term);
+}

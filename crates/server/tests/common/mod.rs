@@ -1,0 +1,958 @@
+//! The harness of the server's real-process tests: it starts `tenure server` child processes
+//! on loopback ports with a temporary data directory each, signals them (SIGKILL, SIGSTOP,
+//! SIGCONT, SIGTERM), reads their HTTP `/status` and `/metrics`, and talks to them over the
+//! gRPC API. Every wait has a deadline; dropping a [`Cluster`] kills every node it started.
+//!
+//! **Which binary.** Tests of `tenure-server` cannot use `CARGO_BIN_EXE_tenure` (the binary
+//! belongs to `tenure-cli`), so the harness runs `cargo build -p tenure-cli --bin tenure` once
+//! per test process, into the target directory and profile the test binary itself was built
+//! in, and uses `<target>/<profile>/tenure`. When the binary is up to date that build is a
+//! no-op of well under a second; on a clean clone the first test pays for the build. Set
+//! `TENURE_BIN=/path/to/tenure` to skip the build and test a given binary.
+//!
+//! **One cluster at a time.** The tests are timing-sensitive (150 ms election timeouts) and
+//! the machine may have two cores, so a cluster takes an exclusive `flock` on a file in the
+//! temporary directory for its lifetime. That serializes clusters across the threads of
+//! `cargo test` and across the processes of `cargo nextest` alike.
+//!
+//! **Debugging.** When a test panics, the tail of every node's log is printed. Set
+//! `TENURE_KEEP_TEST_DIRS=1` to keep the data directories and full logs.
+#![allow(dead_code)] // Each test binary uses a different part of the harness.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use tenure_proto::v1;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+/// The timing profile every test uses (the numbers).
+pub const ELECTION_TIMEOUT_MS: u64 = 150;
+/// Heartbeat interval.
+pub const HEARTBEAT_MS: u64 = 30;
+/// Core tick.
+pub const TICK_MS: u64 = 10;
+
+/// The cluster id the CLI uses by default; raw peer frames must present it.
+pub const CLUSTER_ID: &str = "tenure";
+
+/// Shorthand for durations in tests.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Shorthand for durations in tests.
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+// ------------------------------------------------------------------------------------------
+// The binary.
+
+/// The `tenure` binary to run, built (or found up to date) once per test process.
+pub fn tenure_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("TENURE_BIN") {
+            let bin = PathBuf::from(bin);
+            assert!(bin.is_file(), "TENURE_BIN={} is not a file", bin.display());
+            return bin;
+        }
+        // The test binary lives at <target>/<profile>/deps/<name>-<hash>.
+        let exe = std::env::current_exe().expect("the test binary knows its path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lives in <target>/<profile>/deps")
+            .to_path_buf();
+        let target_dir = profile_dir
+            .parent()
+            .expect("a profile directory has a parent");
+        let profile = profile_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("profile directory name is UTF-8")
+            .to_string();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "tenure-cli",
+            "--bin",
+            "tenure",
+            "--target-dir",
+        ])
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                cmd.arg("--release");
+            }
+            other => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let out = cmd
+            .output()
+            .expect("cannot run cargo to build the tenure binary");
+        assert!(
+            out.status.success(),
+            "building the tenure binary failed ({:?}); set TENURE_BIN to use a prebuilt one\n{}",
+            cmd,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bin = profile_dir.join("tenure");
+        assert!(
+            bin.is_file(),
+            "cargo built tenure but {} does not exist",
+            bin.display()
+        );
+        bin
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// Ports and the cluster lock.
+
+/// Ports are drawn below the kernel's ephemeral range (32768 and up on Linux), so that an
+/// outgoing connection can never take the port of a node that is down for a restart.
+const PORT_RANGE: std::ops::Range<u16> = 20_000..32_000;
+
+fn free_ports(n: usize) -> Vec<u16> {
+    // A cheap pseudo-random walk seeded by the clock and the process id; each candidate is
+    // checked by binding it. Held listeners keep the candidates distinct until all are found.
+    let mut state = (std::process::id() as u64) << 32
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    let span = u64::from(PORT_RANGE.end - PORT_RANGE.start);
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    let mut attempts = 0;
+    while ports.len() < n {
+        attempts += 1;
+        assert!(attempts < 10_000, "cannot find {n} free loopback ports");
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = PORT_RANGE.start + ((state >> 33) % span) as u16;
+        if let Ok(l) = StdTcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+            ports.push(port);
+        }
+    }
+    ports
+}
+
+/// An exclusive lock held while a cluster runs (see the module docs).
+struct ClusterLock(File);
+
+impl ClusterLock {
+    fn acquire() -> ClusterLock {
+        let path = std::env::temp_dir().join("tenure-server-process-tests.lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+        // SAFETY: flock on a descriptor we own; it blocks until the lock is ours and is
+        // released when the file is closed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(
+            rc,
+            0,
+            "flock {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        ClusterLock(file)
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// HTTP.
+
+/// A tiny HTTP/1.1 client: one request per connection, whole exchange within `within`.
+pub async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    within: Duration,
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{method} {path} on {addr} timed out"),
+        )
+    })??;
+    parse_http_response(&raw)
+}
+
+fn parse_http_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let code: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| bad("no status code"))?;
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase().starts_with("transfer-encoding:")
+            && l.to_ascii_lowercase().contains("chunked")
+    });
+    if !chunked {
+        return Ok((code, body.to_string()));
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n").ok_or_else(|| bad("bad chunk"))?;
+        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad("bad chunk size"))?;
+        if size == 0 {
+            return Ok((code, out));
+        }
+        out.push_str(after.get(..size).ok_or_else(|| bad("short chunk"))?);
+        rest = after.get(size + 2..).ok_or_else(|| bad("short chunk"))?;
+    }
+}
+
+/// The JSON of `/status`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub id: u64,
+    pub role: String,
+    pub term: u64,
+    /// 0 when no leader is known.
+    pub leader: u64,
+    pub leader_addr: Option<String>,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub voters: Vec<u64>,
+    pub sessions: usize,
+}
+
+impl NodeStatus {
+    pub fn is_leader(&self) -> bool {
+        self.role == "leader"
+    }
+}
+
+/// One value of a Prometheus text exposition (the first sample whose name and labels start
+/// with `name`).
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (k, v) = l.rsplit_once(' ')?;
+        (k == name).then(|| v.parse().ok()).flatten()
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// The cluster.
+
+/// The addresses of one node.
+#[derive(Clone, Copy, Debug)]
+pub struct Addrs {
+    pub peer: SocketAddr,
+    pub client: SocketAddr,
+    pub http: SocketAddr,
+}
+
+/// Options of a test cluster.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub nodes: usize,
+    pub fault_injection: bool,
+    pub election_timeout_ms: u64,
+    pub heartbeat_ms: u64,
+    pub tick_ms: u64,
+    /// More `tenure server` flags.
+    pub extra_args: Vec<String>,
+}
+
+impl Options {
+    /// `n` nodes with the standard timing profile.
+    pub fn nodes(n: usize) -> Options {
+        Options {
+            nodes: n,
+            fault_injection: false,
+            election_timeout_ms: ELECTION_TIMEOUT_MS,
+            heartbeat_ms: HEARTBEAT_MS,
+            tick_ms: TICK_MS,
+            extra_args: Vec::new(),
+        }
+    }
+
+    /// Serve `POST /debug/block`.
+    pub fn fault_injection(mut self) -> Options {
+        self.fault_injection = true;
+        self
+    }
+
+    /// Another timing profile.
+    pub fn timing(mut self, election_timeout_ms: u64, heartbeat_ms: u64, tick_ms: u64) -> Options {
+        self.election_timeout_ms = election_timeout_ms;
+        self.heartbeat_ms = heartbeat_ms;
+        self.tick_ms = tick_ms;
+        self
+    }
+
+    /// Extra `tenure server` flags.
+    pub fn args(mut self, args: &[&str]) -> Options {
+        self.extra_args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+}
+
+/// A running test cluster of `tenure server` processes.
+pub struct Cluster {
+    opts: Options,
+    dir: tempfile::TempDir,
+    addrs: BTreeMap<u64, Addrs>,
+    children: BTreeMap<u64, Child>,
+    channels: BTreeMap<u64, Channel>,
+    started: Instant,
+    _lock: ClusterLock,
+}
+
+impl Cluster {
+    /// Start every node (not waiting for a leader).
+    pub fn start(opts: Options) -> Cluster {
+        // Build (or find) the binary before taking the lock: building holds no cluster.
+        tenure_binary();
+        let lock = ClusterLock::acquire();
+        let ports = free_ports(opts.nodes * 3);
+        let addrs: BTreeMap<u64, Addrs> = (0..opts.nodes)
+            .map(|i| {
+                let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+                (
+                    i as u64 + 1,
+                    Addrs {
+                        peer: addr(ports[3 * i]),
+                        client: addr(ports[3 * i + 1]),
+                        http: addr(ports[3 * i + 2]),
+                    },
+                )
+            })
+            .collect();
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-test-")
+            .tempdir()
+            .expect("create a temporary directory");
+        let mut cluster = Cluster {
+            opts,
+            dir,
+            addrs,
+            children: BTreeMap::new(),
+            channels: BTreeMap::new(),
+            started: Instant::now(),
+            _lock: lock,
+        };
+        for id in cluster.ids() {
+            cluster.start_node(id);
+        }
+        cluster
+    }
+
+    /// Every node id.
+    pub fn ids(&self) -> Vec<u64> {
+        self.addrs.keys().copied().collect()
+    }
+
+    /// Every node id but `except`.
+    pub fn others(&self, except: &[u64]) -> Vec<u64> {
+        self.ids()
+            .into_iter()
+            .filter(|id| !except.contains(id))
+            .collect()
+    }
+
+    pub fn addrs(&self, id: u64) -> Addrs {
+        self.addrs[&id]
+    }
+
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    fn log_path(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    /// Start (or restart) node `id` with its data directory and addresses.
+    pub fn start_node(&mut self, id: u64) {
+        assert!(
+            !self.children.contains_key(&id),
+            "node {id} is already running"
+        );
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .expect("open the node's log file");
+        let _ = writeln!(
+            log,
+            "==== harness: starting node {id} at +{:?}",
+            self.started.elapsed()
+        );
+        let mut cmd = Command::new(tenure_binary());
+        cmd.arg("server")
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--data-dir")
+            .arg(self.data_dir(id))
+            .arg("--election-timeout-ms")
+            .arg(self.opts.election_timeout_ms.to_string())
+            .arg("--heartbeat-ms")
+            .arg(self.opts.heartbeat_ms.to_string())
+            .arg("--tick-ms")
+            .arg(self.opts.tick_ms.to_string())
+            .args(&self.opts.extra_args);
+        for (n, a) in &self.addrs {
+            cmd.arg("--node")
+                .arg(format!("{n}={},{},{}", a.peer, a.client, a.http));
+        }
+        if self.opts.fault_injection {
+            cmd.arg("--fault-injection");
+        }
+        let stderr = log.try_clone().expect("clone the log file handle");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(stderr))
+            .env("NO_COLOR", "1")
+            .env(
+                "RUST_LOG",
+                std::env::var("TENURE_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            );
+        // SAFETY: prctl is async-signal-safe. If the test process dies without running its
+        // destructors (killed by a timeout), the kernel kills the nodes too.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", tenure_binary().display()));
+        self.children.insert(id, child);
+    }
+
+    /// Whether node `id` has a running (or stopped) process.
+    pub fn is_running(&self, id: u64) -> bool {
+        self.children.contains_key(&id)
+    }
+
+    fn pid(&self, id: u64) -> libc::pid_t {
+        self.children
+            .get(&id)
+            .unwrap_or_else(|| panic!("node {id} is not running"))
+            .id() as libc::pid_t
+    }
+
+    fn signal(&self, id: u64, sig: libc::c_int) {
+        // SAFETY: kill(2) on a child we spawned and have not reaped, so the pid is ours.
+        let rc = unsafe { libc::kill(self.pid(id), sig) };
+        assert_eq!(
+            rc,
+            0,
+            "kill({id}, {sig}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// `kill -9` node `id` and reap it.
+    pub fn kill(&mut self, id: u64) {
+        self.signal(id, libc::SIGKILL);
+        let mut child = self.children.remove(&id).expect("checked by signal");
+        let _ = child.wait();
+        self.note(id, "SIGKILL");
+    }
+
+    /// `kill -STOP` node `id`.
+    pub fn pause(&mut self, id: u64) {
+        self.signal(id, libc::SIGSTOP);
+        self.note(id, "SIGSTOP");
+    }
+
+    /// `kill -CONT` node `id`.
+    pub fn resume(&mut self, id: u64) {
+        self.signal(id, libc::SIGCONT);
+        self.note(id, "SIGCONT");
+    }
+
+    /// SIGTERM node `id` and wait for it to exit by itself; returns its exit status.
+    pub async fn terminate(&mut self, id: u64, within: Duration) -> std::process::ExitStatus {
+        self.signal(id, libc::SIGTERM);
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.children.get_mut(&id).expect("checked by signal");
+            if let Some(status) = child.try_wait().expect("try_wait on our child") {
+                self.children.remove(&id);
+                self.note(id, "exited after SIGTERM");
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} did not exit within {within:?} of SIGTERM"
+            );
+            tokio::time::sleep(ms(20)).await;
+        }
+    }
+
+    fn note(&self, id: u64, what: &str) {
+        if let Ok(mut log) = OpenOptions::new().append(true).open(self.log_path(id)) {
+            let _ = writeln!(
+                log,
+                "==== harness: {what} node {id} at +{:?}",
+                self.started.elapsed()
+            );
+        }
+    }
+
+    /// `/status` of node `id`, or `None` if it does not answer within 500 ms.
+    pub async fn status(&self, id: u64) -> Option<NodeStatus> {
+        let (code, body) = http(self.addrs[&id].http, "GET", "/status", "", ms(500))
+            .await
+            .ok()?;
+        if code != 200 {
+            return None;
+        }
+        serde_json::from_str(&body).ok()
+    }
+
+    /// `/status` of node `id`, which must answer.
+    pub async fn status_of(&self, id: u64) -> NodeStatus {
+        self.status(id)
+            .await
+            .unwrap_or_else(|| panic!("node {id} does not answer /status"))
+    }
+
+    /// `/metrics` of node `id`.
+    pub async fn metrics(&self, id: u64) -> String {
+        let (code, body) = http(self.addrs[&id].http, "GET", "/metrics", "", secs(2))
+            .await
+            .unwrap_or_else(|e| panic!("GET /metrics on node {id}: {e}"));
+        assert_eq!(code, 200, "GET /metrics on node {id}: {body}");
+        body
+    }
+
+    /// One metric of node `id`.
+    pub async fn metric(&self, id: u64, name: &str) -> f64 {
+        let text = self.metrics(id).await;
+        metric_value(&text, name).unwrap_or_else(|| panic!("node {id} has no metric {name}"))
+    }
+
+    /// `POST /debug/block` on node `id`: drop its traffic to and from `peers`.
+    pub async fn block(&self, id: u64, peers: &[u64]) {
+        let body = peers
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let (code, text) = http(self.addrs[&id].http, "POST", "/debug/block", &body, secs(2))
+            .await
+            .unwrap_or_else(|e| panic!("POST /debug/block on node {id}: {e}"));
+        assert_eq!(code, 200, "POST /debug/block {body:?} on node {id}: {text}");
+    }
+
+    /// Wait until the nodes in `among` agree on one leader (also in `among`) and one term;
+    /// returns `(leader, term)`.
+    pub async fn wait_for_leader(&self, among: &[u64], within: Duration) -> (u64, u64) {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut seen = Vec::new();
+            for id in among {
+                seen.push((*id, self.status(*id).await));
+            }
+            let leaders: BTreeSet<(u64, u64)> = seen
+                .iter()
+                .filter_map(|(_, s)| s.as_ref().map(|s| (s.leader, s.term)))
+                .collect();
+            if seen.iter().all(|(_, s)| s.is_some()) && leaders.len() == 1 {
+                let (leader, term) = *leaders.iter().next().expect("one element");
+                let leader_says = seen
+                    .iter()
+                    .find(|(id, _)| *id == leader)
+                    .and_then(|(_, s)| s.as_ref());
+                if leader != 0 && leader_says.is_some_and(NodeStatus::is_leader) {
+                    return (leader, term);
+                }
+            }
+            if Instant::now() > deadline {
+                panic!("nodes {among:?} agree on no leader within {within:?}; last statuses: {seen:#?}");
+            }
+            tokio::time::sleep(ms(20)).await;
+        }
+    }
+
+    /// Wait until `cond` holds for the status of node `id`.
+    pub async fn wait_status(
+        &self,
+        id: u64,
+        within: Duration,
+        what: &str,
+        cond: impl Fn(&NodeStatus) -> bool,
+    ) -> NodeStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            let s = self.status(id).await;
+            if let Some(s) = &s {
+                if cond(s) {
+                    return s.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id}: {what} did not happen within {within:?}; last status {s:?}"
+            );
+            tokio::time::sleep(ms(20)).await;
+        }
+    }
+
+    /// Wait until every running node in `ids` has applied everything the leader had
+    /// committed when the wait began.
+    pub async fn wait_caught_up(&self, leader: u64, ids: &[u64], within: Duration) {
+        let target = self.status_of(leader).await.commit_index;
+        for id in ids {
+            self.wait_status(*id, within, &format!("applying up to {target}"), |s| {
+                s.applied_index >= target && s.leader == leader
+            })
+            .await;
+        }
+    }
+
+    /// A gRPC channel to node `id` whose requests time out after 3 s.
+    pub fn channel(&mut self, id: u64) -> Channel {
+        if let Some(c) = self.channels.get(&id) {
+            return c.clone();
+        }
+        let c = self.channel_with_timeout(id, secs(3));
+        self.channels.insert(id, c.clone());
+        c
+    }
+
+    /// A new gRPC channel to node `id` (its own connection) with a request timeout.
+    pub fn channel_with_timeout(&self, id: u64, timeout: Duration) -> Channel {
+        endpoint(self.addrs[&id].client)
+            .timeout(timeout)
+            .connect_lazy()
+    }
+
+    /// A new gRPC channel to node `id` without a request timeout, for streams and calls
+    /// that wait (Campaign); wrap calls in `tokio::time::timeout`.
+    pub fn channel_without_timeout(&self, id: u64) -> Channel {
+        endpoint(self.addrs[&id].client).connect_lazy()
+    }
+
+    /// A client that follows the leader among all nodes.
+    pub fn client(&mut self) -> Client {
+        let ids = self.ids();
+        self.client_for(&ids)
+    }
+
+    /// A client that follows the leader among `ids` only.
+    pub fn client_for(&mut self, ids: &[u64]) -> Client {
+        let channels = ids.iter().map(|id| (*id, self.channel(*id))).collect();
+        Client {
+            channels,
+            leader: None,
+            turn: 0,
+        }
+    }
+}
+
+fn endpoint(addr: SocketAddr) -> Endpoint {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .expect("a socket address makes a valid URI")
+        .connect_timeout(ms(500))
+        .tcp_nodelay(true)
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (id, child) in std::mem::take(&mut self.children) {
+            let mut child = child;
+            // SIGKILL ends a stopped process too.
+            let _ = child.kill();
+            let _ = child.wait();
+            self.note(id, "cleanup SIGKILL");
+        }
+        if std::thread::panicking() {
+            for id in self.ids() {
+                let text = std::fs::read_to_string(self.log_path(id)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(60)..];
+                eprintln!(
+                    "---- last {} lines of node {id}'s log ----\n{}",
+                    tail.len(),
+                    tail.join("\n")
+                );
+            }
+        }
+        if std::env::var_os("TENURE_KEEP_TEST_DIRS").is_some() {
+            let path =
+                std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")).keep();
+            eprintln!("kept the cluster's directory: {}", path.display());
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// gRPC helpers.
+
+/// The `tenure-error` reason of a status.
+pub fn reason(s: &Status) -> Option<&str> {
+    s.metadata()
+        .get(tenure_proto::ERROR_KEY)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// Assert that `result` failed with `code` and `tenure-error` reason `why`.
+#[track_caller]
+pub fn assert_error<T: std::fmt::Debug>(
+    result: Result<T, Status>,
+    code: tonic::Code,
+    why: &str,
+    what: &str,
+) -> Status {
+    match result {
+        Ok(v) => panic!("{what}: expected {code:?}/{why}, got success {v:?}"),
+        Err(s) => {
+            assert_eq!(s.code(), code, "{what}: wrong code in {s:?}");
+            assert_eq!(
+                reason(&s),
+                Some(why),
+                "{what}: wrong tenure-error reason in {s:?}"
+            );
+            s
+        }
+    }
+}
+
+enum Retry {
+    /// An answer from the application: return it.
+    No,
+    /// The node does not lead; the named node might.
+    Leader(Option<u64>),
+    /// The node is down, slow or unsure: try another.
+    Elsewhere,
+}
+
+fn classify(s: &Status) -> Retry {
+    match reason(s) {
+        Some("not-leader") => Retry::Leader(
+            s.metadata()
+                .get(tenure_proto::LEADER_ID_KEY)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok()),
+        ),
+        Some("unavailable") => Retry::Elsewhere,
+        Some(_) => Retry::No,
+        // No reason: transport errors, timeouts, a node that is down.
+        None => Retry::Elsewhere,
+    }
+}
+
+/// A client that finds the leader and retries on `not-leader`, `unavailable` and transport
+/// errors, like a real client library would. Cheap to clone (channels are shared).
+#[derive(Clone)]
+pub struct Client {
+    channels: BTreeMap<u64, Channel>,
+    leader: Option<u64>,
+    turn: usize,
+}
+
+impl Client {
+    /// Run `call` against the leader until it gets an application answer or `within` ends.
+    /// Returns the node that answered with the answer.
+    pub async fn on_leader<T, F, Fut>(
+        &mut self,
+        within: Duration,
+        mut call: F,
+    ) -> Result<(u64, T), Status>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let deadline = Instant::now() + within;
+        let ids: Vec<u64> = self.channels.keys().copied().collect();
+        loop {
+            let id = match self.leader {
+                Some(l) if self.channels.contains_key(&l) => l,
+                _ => {
+                    self.turn += 1;
+                    ids[self.turn % ids.len()]
+                }
+            };
+            let status = match call(self.channels[&id].clone()).await {
+                Ok(r) => {
+                    self.leader = Some(id);
+                    return Ok((id, r.into_inner()));
+                }
+                Err(s) => s,
+            };
+            match classify(&status) {
+                Retry::No => return Err(status),
+                Retry::Leader(Some(hint)) if hint != id && self.channels.contains_key(&hint) => {
+                    self.leader = Some(hint);
+                }
+                Retry::Leader(_) | Retry::Elsewhere => {
+                    self.leader = None;
+                    tokio::time::sleep(ms(10)).await;
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(status);
+            }
+        }
+    }
+
+    pub fn leader_hint(&self) -> Option<u64> {
+        self.leader
+    }
+
+    pub async fn grant(&mut self, ttl_ms: u64) -> Result<u64, Status> {
+        self.on_leader(secs(10), |ch| async move {
+            v1::sessions_client::SessionsClient::new(ch)
+                .grant(v1::GrantRequest { ttl_ms })
+                .await
+        })
+        .await
+        .map(|(_, r)| r.session_id)
+    }
+
+    /// Campaign for an election nobody holds: returns at once with the token.
+    pub async fn campaign_uncontested(
+        &mut self,
+        election: &str,
+        session: u64,
+    ) -> Result<u64, Status> {
+        let election = election.to_string();
+        self.on_leader(secs(10), |ch| {
+            let req = v1::CampaignRequest {
+                election: election.clone(),
+                session_id: session,
+                value: b"test".to_vec(),
+            };
+            async move {
+                v1::elections_client::ElectionsClient::new(ch)
+                    .campaign(req)
+                    .await
+            }
+        })
+        .await
+        .map(|(_, r)| r.token)
+    }
+
+    /// A session with a long TTL leading `election`: `(session, token)` for fenced writes.
+    pub async fn writer_token(&mut self, election: &str) -> (u64, u64) {
+        let session = self.grant(600_000).await.expect("grant a session");
+        let token = self
+            .campaign_uncontested(election, session)
+            .await
+            .expect("campaign");
+        (session, token)
+    }
+
+    /// A fenced Put; `Ok` means acknowledged (committed and applied on the leader).
+    pub async fn put(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        election: &str,
+        token: u64,
+        within: Duration,
+    ) -> Result<u64, Status> {
+        let req = v1::PutRequest {
+            key: key.to_string(),
+            value: value.to_vec(),
+            election: election.to_string(),
+            token,
+        };
+        self.on_leader(within, |ch| {
+            let req = req.clone();
+            async move {
+                v1::fenced_keys_client::FencedKeysClient::new(ch)
+                    .put(req)
+                    .await
+            }
+        })
+        .await
+        .map(|(_, r)| r.index)
+    }
+
+    /// A linearizable Get through the leader's log.
+    pub async fn get(&mut self, key: &str) -> Result<Option<v1::FencedValue>, Status> {
+        let key = key.to_string();
+        self.on_leader(secs(10), |ch| {
+            let req = v1::GetRequest { key: key.clone() };
+            async move {
+                v1::fenced_keys_client::FencedKeysClient::new(ch)
+                    .get(req)
+                    .await
+            }
+        })
+        .await
+        .map(|(_, r)| r.value)
+    }
+}
+
+/// Check that every `(key, value)` is stored, with many Gets in flight (each Get is a log
+/// entry, so concurrency lets them share fsyncs). Returns the keys that are missing or hold
+/// another value.
+pub async fn missing_keys(client: &Client, expected: &[(String, Vec<u8>)]) -> Vec<String> {
+    const IN_FLIGHT: usize = 16;
+    let mut missing = Vec::new();
+    let per_task = expected.len().div_ceil(IN_FLIGHT).max(1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in expected.chunks(per_task) {
+        let chunk = chunk.to_vec();
+        let mut client = client.clone();
+        tasks.spawn(async move {
+            let mut missing = Vec::new();
+            for (key, value) in chunk {
+                match client.get(&key).await {
+                    Ok(Some(v)) if v.value == value => {}
+                    Ok(other) => missing.push(format!("{key} (found {other:?})")),
+                    Err(e) => panic!("Get {key}: {e:?}"),
+                }
+            }
+            missing
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        missing.extend(r.expect("a Get task panicked"));
+    }
+    missing
+}
