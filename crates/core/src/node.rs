@@ -321,8 +321,11 @@ impl Node {
         };
         let ttl = info.ttl_ticks;
         let now = self.raft.now_tick;
+        // `now` is the floor of the time elapsed, so the keepalive arrived up to one tick
+        // after it: counting from the next tick never expires a session before receive
+        // time + TTL.
         let deadline = self.lease.deadline_tick.entry(session).or_insert(0);
-        *deadline = (*deadline).max(now + ttl);
+        *deadline = (*deadline).max(now + 1 + ttl);
         self.lease.renewed.insert(session);
         if self.lease.pending.len() >= PENDING_KEEPALIVES_MAX {
             self.lease.pending.pop_front();
@@ -571,14 +574,16 @@ impl Node {
         match (command, response) {
             (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
                 let deadline = match own {
-                    Some(_) => now + ttl_ticks,
+                    Some(_) => now + 1 + ttl_ticks,
                     None => now + padded(*ttl_ticks, drift),
                 };
                 self.lease.deadline_tick.insert(*session, deadline);
                 if let Some(proposed) = own {
+                    // One tick more than the TTL: a successor counts the TTL from the tick
+                    // after it applies this entry (`padded` adds it), never from before.
                     self.lease
                         .coverage_tick
-                        .insert(*session, proposed + ttl_ticks);
+                        .insert(*session, proposed + 1 + ttl_ticks);
                 }
             }
             (Command::Checkpoint { remaining }, Response::Checkpointed) => {
@@ -706,7 +711,7 @@ impl Node {
                 .lease
                 .coverage_tick
                 .get(&p.session)
-                .is_some_and(|c| *c >= p.received_tick + ttl);
+                .is_some_and(|c| *c >= p.received_tick + 1 + ttl);
             if lease_valid && covered {
                 self.acks.push(KeepaliveAck {
                     session: p.session,

@@ -229,11 +229,12 @@ fn campaign_queues_in_fifo_order_and_each_passing_of_leadership_raises_the_token
         }),
         Response::LeaderIs(Some(leader))
     );
+    // Nobody ever campaigned in "none": a clear error, not "no leader yet".
     assert_eq!(
         h.apply(Command::Leader {
             election: "none".into()
         }),
-        Response::LeaderIs(None)
+        Response::Rejected(SmError::UnknownElection("none".into()))
     );
 }
 

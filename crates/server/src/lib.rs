@@ -156,6 +156,7 @@ pub async fn run(
     let api = api::Api::new(&config, handle.clone());
     let limit = config.message_bytes_max;
     let grpc = tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(label_decoder_errors))
         .add_service(
             v1::sessions_server::SessionsServer::new(api.clone()).max_decoding_message_size(limit),
         )
@@ -227,6 +228,27 @@ pub async fn run(
         Ok(Err(e)) => Err(ServerError::Driver(e.to_string())),
         Err(_) => Err(ServerError::Driver("the driver thread panicked".into())),
     }
+}
+
+/// A request that tonic's decoder refuses (over `message_bytes_max`) never reaches our
+/// handlers, so it would leave as OUT_OF_RANGE without the `tenure-error` reason the API
+/// promises. Label it here as the size violation it is: INVALID_ARGUMENT, `invalid-argument`.
+fn label_decoder_errors<B>(
+    mut response: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    use tonic::codegen::http::HeaderValue;
+    let headers = response.headers_mut();
+    let out_of_range = headers
+        .get("grpc-status")
+        .is_some_and(|v| v.as_bytes() == b"11");
+    if out_of_range && !headers.contains_key(tenure_proto::ERROR_KEY) {
+        headers.insert("grpc-status", HeaderValue::from_static("3"));
+        headers.insert(
+            tenure_proto::ERROR_KEY,
+            HeaderValue::from_static("invalid-argument"),
+        );
+    }
+    response
 }
 
 /// Accept client connections up to `max` at a time; further connections are closed at once.

@@ -213,9 +213,10 @@ impl Model {
                 Ok(Response::Put)
             }
             Command::Get { key } => Ok(Response::Value(self.fenced.get(key).cloned())),
-            Command::Leader { election } => Ok(Response::LeaderIs(
-                self.elections.get(election).and_then(|e| e.leader()),
-            )),
+            Command::Leader { election } => match self.elections.get(election) {
+                Some(e) => Ok(Response::LeaderIs(e.leader())),
+                None => Err(SmError::UnknownElection(election.clone())),
+            },
         }
     }
 }

@@ -237,7 +237,15 @@ impl StateMachine {
                 token,
             } => self.fenced_put(index, key, value, election, *token),
             Command::Get { key } => Ok(Response::Value(self.fenced(key).cloned())),
-            Command::Leader { election } => Ok(Response::LeaderIs(self.leader(election))),
+            // An election nobody ever campaigned in is an error, not "no leader yet", so that
+            // a misspelt name is noticed instead of waited on forever.
+            Command::Leader { election } => {
+                if self.state.data.elections.contains_key(election) {
+                    Ok(Response::LeaderIs(self.leader(election)))
+                } else {
+                    Err(SmError::UnknownElection(election.clone()))
+                }
+            }
         };
         self.state.applied_index = index;
         result.unwrap_or_else(Response::Rejected)
