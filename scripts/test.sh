@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+# The real-process tests start `tenure` itself; build it once up front so that they do not
+# each wait for (or race) that build.
+cargo build -p tenure-cli
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
   # nextest does not run doctests.

@@ -4,11 +4,14 @@
 //! gRPC API. Every wait has a deadline; dropping a [`Cluster`] kills every node it started.
 //!
 //! **Which binary.** Tests of `tenure-server` cannot use `CARGO_BIN_EXE_tenure` (the binary
-//! belongs to `tenure-cli`), so the harness runs `cargo build -p tenure-cli --bin tenure` once
-//! per test process, into the target directory and profile the test binary itself was built
-//! in, and uses `<target>/<profile>/tenure`. When the binary is up to date that build is a
-//! no-op of well under a second; on a clean clone the first test pays for the build. Set
-//! `TENURE_BIN=/path/to/tenure` to skip the build and test a given binary.
+//! belongs to `tenure-cli`), so the harness uses `<target>/<profile>/tenure` next to the test
+//! binary itself. If that file is older than any source that goes into it (or missing), the
+//! harness first runs `cargo build -p tenure-cli --bin tenure` into the same target directory
+//! and profile; on a clean clone the first test pays for that build. `cargo test --workspace`
+//! and `cargo nextest run --workspace` build the binary themselves (`tenure-cli` has
+//! integration tests), so there the harness finds it fresh and builds nothing: a build would
+//! re-link the file while `tenure-cli`'s tests may be starting it. Set
+//! `TENURE_BIN=/path/to/tenure` to test a given binary without any of this.
 //!
 //! **One cluster at a time.** The tests are timing-sensitive (150 ms election timeouts) and
 //! the machine may have two cores, so a cluster takes an exclusive `flock` on a file in the
@@ -59,7 +62,7 @@ pub fn secs(n: u64) -> Duration {
 // ------------------------------------------------------------------------------------------
 // The binary.
 
-/// The `tenure` binary to run, built (or found up to date) once per test process.
+/// The `tenure` binary to run, found up to date or built, once per test process.
 pub fn tenure_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -75,27 +78,28 @@ pub fn tenure_binary() -> &'static Path {
             .and_then(Path::parent)
             .expect("the test binary lives in <target>/<profile>/deps")
             .to_path_buf();
-        let target_dir = profile_dir
-            .parent()
-            .expect("a profile directory has a parent");
+        let bin = profile_dir.join("tenure");
+        // One checker-or-builder at a time, so that parallel test processes do not all build
+        // (each build re-links the binary, which another process may be starting).
+        let _lock = FileLock::acquire("tenure-server-tests-build.lock");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        if is_newer_than_sources(&bin, &workspace) {
+            return bin;
+        }
         let profile = profile_dir
             .file_name()
             .and_then(|n| n.to_str())
             .expect("profile directory name is UTF-8")
             .to_string();
+        let target_dir = profile_dir
+            .parent()
+            .expect("a profile directory has a parent");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "--quiet",
-            "-p",
-            "tenure-cli",
-            "--bin",
-            "tenure",
-            "--target-dir",
-        ])
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
+        cmd.args(["build", "--quiet", "-p", "tenure-cli", "--bin", "tenure"])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(&workspace);
         match profile.as_str() {
             "debug" => {}
             "release" => {
@@ -110,11 +114,9 @@ pub fn tenure_binary() -> &'static Path {
             .expect("cannot run cargo to build the tenure binary");
         assert!(
             out.status.success(),
-            "building the tenure binary failed ({:?}); set TENURE_BIN to use a prebuilt one\n{}",
-            cmd,
+            "building the tenure binary failed ({cmd:?}); set TENURE_BIN to use a prebuilt one\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let bin = profile_dir.join("tenure");
         assert!(
             bin.is_file(),
             "cargo built tenure but {} does not exist",
@@ -122,6 +124,41 @@ pub fn tenure_binary() -> &'static Path {
         );
         bin
     })
+}
+
+/// Whether `bin` exists and was written after every file that goes into it: each crate's
+/// `Cargo.toml`, `build.rs`, `src/` and `proto/`, and the workspace's `Cargo.toml` and
+/// `Cargo.lock` (tests, benches and examples do not go into the binary). Cargo decides
+/// freshness by the same modification times.
+fn is_newer_than_sources(bin: &Path, workspace: &Path) -> bool {
+    fn newest(path: &Path, newest_seen: &mut std::time::SystemTime) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                newest(&entry.path(), newest_seen);
+            }
+        } else if let Ok(m) = meta.modified() {
+            *newest_seen = (*newest_seen).max(m);
+        }
+    }
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return false;
+    };
+    let mut sources = std::time::UNIX_EPOCH;
+    newest(&workspace.join("Cargo.toml"), &mut sources);
+    newest(&workspace.join("Cargo.lock"), &mut sources);
+    for krate in std::fs::read_dir(workspace.join("crates"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for part in ["Cargo.toml", "build.rs", "src", "proto"] {
+            newest(&krate.path().join(part), &mut sources);
+        }
+    }
+    built >= sources
 }
 
 // ------------------------------------------------------------------------------------------
@@ -158,29 +195,34 @@ fn free_ports(n: usize) -> Vec<u16> {
     ports
 }
 
-/// An exclusive lock held while a cluster runs (see the module docs).
-struct ClusterLock(File);
+/// An exclusive `flock` on a file in the temporary directory, held until dropped; it works
+/// across the threads of one test process and across test processes alike.
+struct FileLock(File);
 
-impl ClusterLock {
-    fn acquire() -> ClusterLock {
-        let path = std::env::temp_dir().join("tenure-server-process-tests.lock");
+impl FileLock {
+    fn acquire(name: &str) -> FileLock {
+        let path = std::env::temp_dir().join(name);
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
             .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-        // SAFETY: flock on a descriptor we own; it blocks until the lock is ours and is
-        // released when the file is closed.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        assert_eq!(
-            rc,
-            0,
-            "flock {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        );
-        ClusterLock(file)
+        loop {
+            // SAFETY: flock on a descriptor we own; it blocks until the lock is ours and is
+            // released when the file is closed.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::Interrupted,
+                "flock {}: {e}",
+                path.display()
+            );
+        }
+        FileLock(file)
     }
 }
 
@@ -342,7 +384,7 @@ pub struct Cluster {
     children: BTreeMap<u64, Child>,
     channels: BTreeMap<u64, Channel>,
     started: Instant,
-    _lock: ClusterLock,
+    _lock: FileLock,
 }
 
 impl Cluster {
@@ -350,7 +392,7 @@ impl Cluster {
     pub fn start(opts: Options) -> Cluster {
         // Build (or find) the binary before taking the lock: building holds no cluster.
         tenure_binary();
-        let lock = ClusterLock::acquire();
+        let lock = FileLock::acquire("tenure-server-tests-cluster.lock");
         let ports = free_ports(opts.nodes * 3);
         let addrs: BTreeMap<u64, Addrs> = (0..opts.nodes)
             .map(|i| {
@@ -407,6 +449,11 @@ impl Cluster {
 
     fn log_path(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    /// Everything node `id` has logged so far (all its lives).
+    pub fn log(&self, id: u64) -> String {
+        std::fs::read_to_string(self.log_path(id)).unwrap_or_default()
     }
 
     /// Start (or restart) node `id` with its data directory and addresses.
