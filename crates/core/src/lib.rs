@@ -1,6 +1,6 @@
 //! tenure-core: the pure, sans-IO heart of tenure.
 //!
-//! Raft consensus ([`raft`] internals behind [`node::Node`]) and the replicated state
+//! Raft consensus (private internals behind [`node::Node`]) and the replicated state
 //! machine ([`sm`]) that serves sessions, elections with fencing tokens and fenced keys.
 //! Messages in, effects out, time as ticks, randomness from a seed in the configuration.
 //! No clock, no IO, no threads, no global state: see `tests/purity.rs`.

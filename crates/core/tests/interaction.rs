@@ -615,9 +615,9 @@ impl Harness {
         let drop = a.links("drop").unwrap_or_default();
         let round: Vec<Message> = self.inflight.drain(..).collect();
         for m in round {
-            let selected = from.map_or(true, |f| m.from == f)
-                && to.map_or(true, |t| m.to == t)
-                && only.as_ref().map_or(true, |o| o.contains(&(m.from, m.to)));
+            let selected = from.is_none_or(|f| m.from == f)
+                && to.is_none_or(|t| m.to == t)
+                && only.as_ref().is_none_or(|o| o.contains(&(m.from, m.to)));
             if !selected {
                 self.inflight.push_back(m);
                 continue;

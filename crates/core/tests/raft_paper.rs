@@ -595,9 +595,9 @@ fn test_5_3_fast_backtracking_reaches_the_divergence_point_in_few_round_trips() 
     // Figure 7, scaled up: the follower holds 50 entries of a term the leader never had.
     // Stepping back one entry per refusal would take 50 round trips; the hint takes one.
     let mut leader_log = vec![1, 1, 1];
-    leader_log.extend(std::iter::repeat(4).take(50));
+    leader_log.extend(std::iter::repeat_n(4, 50));
     let mut stale_log = vec![1, 1, 1];
-    stale_log.extend(std::iter::repeat(2).take(50));
+    stale_log.extend(std::iter::repeat_n(2, 50));
     let mut net = Net::new(3, |_| {});
     let disk = |terms: &[Term]| Recovered {
         hard_state: HardState {
