@@ -77,6 +77,22 @@ fn default_snapshot_threshold() -> u64 {
     10_000
 }
 
+/// TOML table keys are strings (`[nodes.1]`): read them as node ids, with a clear error
+/// for a key that is not one.
+fn nodes_by_id<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<NodeId, NodeAddrs>, D::Error> {
+    let raw = BTreeMap::<String, NodeAddrs>::deserialize(d)?;
+    raw.into_iter()
+        .map(|(k, v)| {
+            k.trim()
+                .parse::<NodeId>()
+                .map(|id| (id, v))
+                .map_err(|_| serde::de::Error::custom(format!("node key {k:?} is not a node id")))
+        })
+        .collect()
+}
+
 /// Everything a `tenure server` needs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,6 +103,7 @@ pub struct ServerConfig {
     #[serde(default = "default_cluster_id")]
     pub cluster_id: String,
     /// Every node of the cluster with its addresses (including this one).
+    #[serde(deserialize_with = "nodes_by_id")]
     pub nodes: BTreeMap<NodeId, NodeAddrs>,
     /// Where the write-ahead log and snapshots live.
     pub data_dir: PathBuf,
@@ -222,10 +239,16 @@ impl ServerConfig {
             self.ttl_min_ms <= self.ttl_max_ms,
             format!("{} exceeds ttl_max_ms {}", self.ttl_min_ms, self.ttl_max_ms),
         )?;
+        // Sizing TTLs against failover time is `tenure plan`'s job; here only what cannot
+        // work at all: a TTL of less than two ticks cannot be measured.
         range(
             "ttl_min_ms",
-            self.ttl_min_ms > self.election_timeout_ms / 2,
-            "a TTL shorter than half an election timeout cannot survive one Raft failover".into(),
+            self.ttl_min_ms >= 2 * self.tick_ms,
+            format!(
+                "{} is less than two ticks ({} ms)",
+                self.ttl_min_ms,
+                2 * self.tick_ms
+            ),
         )?;
         range(
             "connections_max",
@@ -282,5 +305,93 @@ impl ServerConfig {
             ..SmLimits::default()
         };
         cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        id = 2
+        data_dir = "/tmp/tenure-2"
+        election_timeout_ms = 200
+        heartbeat_ms = 40
+        [nodes.1]
+        peer = "127.0.0.1:7001"
+        client = "127.0.0.1:8001"
+        http = "127.0.0.1:9001"
+        [nodes.2]
+        peer = "127.0.0.1:7002"
+        client = "127.0.0.1:8002"
+        http = "127.0.0.1:9002"
+        [nodes.3]
+        peer = "127.0.0.1:7003"
+        client = "127.0.0.1:8003"
+        http = "127.0.0.1:9003"
+    "#;
+
+    fn parse(text: &str) -> Result<ServerConfig, String> {
+        toml::from_str::<ServerConfig>(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_toml_file_parses_and_validates_with_defaults_filled_in() {
+        let c = parse(GOOD).expect("parses");
+        c.validate().expect("valid");
+        assert_eq!(c.tick_ms, 10);
+        assert_eq!(c.me().client.to_string(), "127.0.0.1:8002");
+        let core = c.core_config();
+        assert_eq!(core.election_timeout_ticks, 20);
+        assert_eq!(core.heartbeat_ticks, 4);
+        assert_eq!(core.initial_voters, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_get_clear_errors() {
+        let typo = GOOD.replace("heartbeat_ms", "heartbeat_msec");
+        assert!(parse(&typo)
+            .unwrap_err()
+            .contains("unknown field `heartbeat_msec`"));
+
+        let cases: &[(&str, &str, &str)] = &[
+            ("id = 2", "id = 7", "node id 7 is not listed"),
+            ("heartbeat_ms = 40", "heartbeat_ms = 100", "heartbeat"),
+            (
+                "election_timeout_ms = 200",
+                "election_timeout_ms = 205",
+                "not a multiple of tick_ms",
+            ),
+            (
+                "127.0.0.1:9003",
+                "127.0.0.1:9002",
+                "address 127.0.0.1:9002 is used twice",
+            ),
+        ];
+        for (from, to, expected) in cases {
+            let c = parse(&GOOD.replace(from, to)).expect("parses");
+            let e = c.validate().expect_err(to).to_string();
+            assert!(e.contains(expected), "{to}: {e}");
+        }
+        let mut c = parse(GOOD).expect("parses");
+        c.ttl_min_ms = 15;
+        let e = c
+            .validate()
+            .expect_err("ttl below two ticks")
+            .to_string();
+        assert!(e.contains("ttl_min_ms"), "{e}");
+    }
+
+    #[test]
+    fn addresses_parse_from_the_flag_form() {
+        let a: NodeAddrs = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+            .parse()
+            .expect("three addresses");
+        assert_eq!(a.http.port(), 3);
+        assert!("127.0.0.1:1,127.0.0.1:2".parse::<NodeAddrs>().is_err());
+        assert!("127.0.0.1:1,nope,127.0.0.1:3"
+            .parse::<NodeAddrs>()
+            .unwrap_err()
+            .contains("bad client address"));
     }
 }
