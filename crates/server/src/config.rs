@@ -375,10 +375,7 @@ mod tests {
         }
         let mut c = parse(GOOD).expect("parses");
         c.ttl_min_ms = 15;
-        let e = c
-            .validate()
-            .expect_err("ttl below two ticks")
-            .to_string();
+        let e = c.validate().expect_err("ttl below two ticks").to_string();
         assert!(e.contains("ttl_min_ms"), "{e}");
     }
 

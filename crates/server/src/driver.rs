@@ -217,6 +217,9 @@ pub struct Driver<S: Storage, O: Outbox> {
     metrics: Arc<Metrics>,
     proposals: BTreeMap<Index, PendingProposal>,
     keepalives: BTreeMap<u64, PendingKeepAlive>,
+    /// When each session's last keepalive reached this node (for the lease-age metric;
+    /// forgotten when the session ends).
+    last_keepalive: BTreeMap<SessionId, Instant>,
     next_tag: u64,
     last_role: Role,
     last_leader: Option<NodeId>,
@@ -252,6 +255,7 @@ pub fn new_driver<S: Storage, O: Outbox>(
         metrics: metrics.clone(),
         proposals: BTreeMap::new(),
         keepalives: BTreeMap::new(),
+        last_keepalive: BTreeMap::new(),
         next_tag: 1,
     };
     let handle = DriverHandle {
@@ -355,6 +359,10 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 }
             },
             ClientRequest::KeepAlive { session, reply } => {
+                let now = Instant::now();
+                if let Some(previous) = self.last_keepalive.insert(session, now) {
+                    self.metrics.lease_age_at_renewal.observe(now - previous);
+                }
                 let tag = self.next_tag;
                 self.next_tag += 1;
                 match self.node.keepalive(session, tag) {
@@ -450,7 +458,10 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
         Ok(())
     }
 
-    fn count_applied(&self, command: &Command, response: &Response) {
+    fn count_applied(&mut self, command: &Command, response: &Response) {
+        if let Response::Ended { session } = response {
+            self.last_keepalive.remove(session);
+        }
         match (command, response) {
             (Command::Expire { .. }, Response::Ended { .. }) => {
                 self.metrics.session_expiries.fetch_add(1, Relaxed);

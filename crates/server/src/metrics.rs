@@ -82,6 +82,9 @@ pub struct Metrics {
     pub step_downs: AtomicU64,
     /// Keepalive round trip through the driver, receive to acknowledgement.
     pub lease_renewal: Histogram,
+    /// Time since the session's previous keepalive reached this node, at each renewal:
+    /// how close holders cut it.
+    pub lease_age_at_renewal: Histogram,
     /// Sessions expired (applied `Expire` entries).
     pub session_expiries: AtomicU64,
     /// Fenced writes rejected for a stale or unissued token.
@@ -115,6 +118,7 @@ impl Default for Metrics {
             pre_votes_lost: AtomicU64::new(0),
             step_downs: AtomicU64::new(0),
             lease_renewal: Histogram::new(LATENCY_BUCKETS_MS),
+            lease_age_at_renewal: Histogram::new(LATENCY_BUCKETS_MS),
             session_expiries: AtomicU64::new(0),
             fenced_rejections: AtomicU64::new(0),
             election_leader_changes: AtomicU64::new(0),
@@ -230,6 +234,11 @@ impl Metrics {
             &mut out,
             "tenure_lease_renewal_seconds",
             "Keepalive receive to acknowledgement.",
+        );
+        self.lease_age_at_renewal.render(
+            &mut out,
+            "tenure_lease_age_at_renewal_seconds",
+            "Time since the session's previous keepalive, at renewal.",
         );
         self.failover.render(
             &mut out,
