@@ -1,0 +1,110 @@
+//! The client's typed errors, and their translation from the cluster's gRPC statuses.
+
+use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY};
+use tonic::Status;
+
+/// The result of every fallible call of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong when talking to a backend.
+///
+/// Retryable conditions ([`Error::NotLeader`], [`Error::Unavailable`]) are retried inside the
+/// client for a bounded time before they surface; the others are answers, not accidents.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The node asked is not the coordination cluster's leader, and retrying along its hints
+    /// did not reach one in time.
+    #[error("not the cluster leader (hint: {leader_hint:?})")]
+    NotLeader {
+        /// The client address of the node believed to lead, when known.
+        leader_hint: Option<String>,
+    },
+    /// No node answered usefully in time (no leader yet, nodes down, overload).
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// A fenced write carried a token lower than one already accepted.
+    #[error("stale token: the highest accepted token is {current}")]
+    StaleToken {
+        /// The highest token the store has accepted.
+        current: u64,
+    },
+    /// The session (lease) behind a candidacy or leadership expired or was revoked.
+    #[error("the session expired or was revoked")]
+    SessionLost,
+    /// Nobody ever campaigned in this election.
+    #[error("unknown election {0:?}")]
+    UnknownElection(String),
+    /// The session named is not queued in the election (or does not lead it).
+    #[error("not a candidate: {0}")]
+    NotCandidate(String),
+    /// The request was malformed or out of range (sizes, TTL).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The URL names a backend this build does not support (yet).
+    #[error("unsupported backend {scheme:?}: {why}")]
+    UnsupportedBackend {
+        /// The URL's scheme.
+        scheme: String,
+        /// What to do instead.
+        why: String,
+    },
+    /// The URL could not be understood.
+    #[error("invalid backend URL {url:?}: {why}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Any other error the backend reported.
+    #[error("backend error: {0}")]
+    Backend(String),
+}
+
+impl Error {
+    /// Whether retrying the same request later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::NotLeader { .. } | Error::Unavailable(_))
+    }
+}
+
+/// The machine-readable reason of a tenure error (`tenure-error`), if any.
+pub(crate) fn reason(s: &Status) -> Option<&str> {
+    s.metadata().get(ERROR_KEY).and_then(|v| v.to_str().ok())
+}
+
+fn meta(s: &Status, key: &str) -> Option<String> {
+    s.metadata()
+        .get(key)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+impl From<Status> for Error {
+    fn from(s: Status) -> Error {
+        let message = s.message().to_string();
+        match reason(&s) {
+            Some("not-leader") => Error::NotLeader {
+                leader_hint: meta(&s, LEADER_ADDR_KEY),
+            },
+            Some("unknown-session") => Error::SessionLost,
+            Some("unknown-election") => Error::UnknownElection(message),
+            Some("not-candidate") => Error::NotCandidate(message),
+            Some("stale-token") => match meta(&s, CURRENT_TOKEN_KEY).and_then(|t| t.parse().ok()) {
+                Some(current) => Error::StaleToken { current },
+                None => Error::Backend(format!("stale-token without a current token: {message}")),
+            },
+            Some("invalid-argument") => Error::InvalidArgument(message),
+            Some("unavailable") => Error::Unavailable(message),
+            Some(other) => Error::Backend(format!("{other}: {message}")),
+            None => match s.code() {
+                tonic::Code::InvalidArgument => Error::InvalidArgument(message),
+                tonic::Code::Unavailable
+                | tonic::Code::DeadlineExceeded
+                | tonic::Code::Cancelled
+                | tonic::Code::Unknown => Error::Unavailable(format!("{:?}: {message}", s.code())),
+                code => Error::Backend(format!("{code:?}: {message}")),
+            },
+        }
+    }
+}

@@ -1,0 +1,636 @@
+//! tenure: leader election with fencing tokens, one API over several backends.
+//!
+//! A group of replicas uses tenure to pick exactly one of them to do work that must happen
+//! once, to replace it safely when it crashes or freezes, and to give every leader a
+//! **fencing token** that rises with each change of leader, so that a store can refuse the
+//! writes of a leader that was replaced.
+//!
+//! # Tutorial
+//!
+//! Connect to a backend by URL. `memory:` is an in-process backend with the cluster's
+//! semantics, made for tests (and for this tutorial); `tenure://host1:port,host2:port` talks
+//! to a tenure cluster.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tenure::Result<()> {
+//! use std::time::Duration;
+//! use tenure::{CampaignOptions, Client};
+//!
+//! let client = Client::connect("memory:tutorial").await?;
+//! let options = CampaignOptions { ttl: Duration::from_secs(2), ..Default::default() };
+//!
+//! // Campaign: wait until this replica leads "nightly-billing". Behind the scenes a session
+//! // (lease) with a 2 s TTL is granted and renewed every TTL/4 by a background task.
+//! let leadership = client.campaign("nightly-billing", b"replica-1", options).await?;
+//! let token = leadership.token();
+//! assert!(leadership.is_valid());
+//!
+//! // Everyone can ask who leads, and with which token.
+//! let leader = client.leader("nightly-billing").await?.expect("someone leads");
+//! assert_eq!((leader.token, leader.value.as_slice()), (token, &b"replica-1"[..]));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! While leading, check [`Leadership::is_valid`] before each step of work and send the token
+//! along with every write, so that the store can reject a leader that was replaced while it
+//! was paused. [`Leadership::lost`] resolves the moment leadership can no longer be trusted,
+//! which makes it easy to stop work:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tenure::Result<()> {
+//! # use std::time::Duration;
+//! # use tenure::{CampaignOptions, Client, Lost};
+//! # let client = Client::connect("memory:tutorial-2").await?;
+//! # let options = CampaignOptions { ttl: Duration::from_secs(2), ..Default::default() };
+//! let leadership = client.campaign("nightly-billing", b"replica-1", options).await?;
+//! let token = leadership.token();
+//! let work = async {
+//!     // close_the_books(token).await ...
+//!     token
+//! };
+//! tokio::select! {
+//!     done = work => assert_eq!(done, token),
+//!     lost = leadership.lost() => println!("stopped: {lost}"),
+//! }
+//! // Hand over at once instead of letting the lease run out.
+//! leadership.resign().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Standbys wait in FIFO order; [`Client::observe`] streams every change of leader:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tenure::Result<()> {
+//! # use std::time::Duration;
+//! # use tenure::{CampaignOptions, Client};
+//! use tokio_stream::StreamExt as _;
+//!
+//! let client = Client::connect("memory:tutorial-3").await?;
+//! let options = CampaignOptions { ttl: Duration::from_secs(2), ..Default::default() };
+//! let first = client.campaign("shard-7", b"a", options).await?;
+//! let first_token = first.token();
+//! let mut changes = client.observe("shard-7").await?;
+//! let now = changes.next().await.expect("the current leader comes first")?;
+//! assert_eq!(now.leader.map(|l| l.token), Some(first.token()));
+//!
+//! // A second replica joins the queue; it leads as soon as the first resigns.
+//! let standby = client.join("shard-7", b"b", options).await?;
+//! first.resign().await?;
+//! let second = standby.leadership().await?;
+//! let next = changes.next().await.expect("the stream goes on")?;
+//! assert_eq!(next.leader.map(|l| l.token), Some(second.token()));
+//! assert!(second.token() > first_token);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Safety of the lease (DESIGN.md rule 4)
+//!
+//! A [`Leadership`] is valid only until `send time of the last acknowledged keepalive (or of
+//! the grant request) + TTL − drift margin`, measured on this process's monotonic clock, with
+//! `margin = 2 × drift × TTL + 10 ms` (default drift 1 %). The backend never expires the
+//! session before it received the keepalive + TTL, so a holder stops believing before anyone
+//! else can be granted the election, as long as clock rates differ by less than the drift
+//! bound.
+//!
+//! # Cancellation
+//!
+//! Dropping a [`Client::campaign`] future, a [`Candidate`] or a [`Leadership`] stops the
+//! session's keepalives and revokes the session in the background (best effort, when a tokio
+//! runtime is running). A revoke that cannot reach the backend leaves the session to expire
+//! within its TTL: the candidacy may then reach the head of the queue for at most that long,
+//! but no process holds a `Leadership` for it, and its token is superseded by the next one.
+//!
+//! # Backends
+//!
+//! | URL | status |
+//! |---|---|
+//! | `memory:` / `memory:NAME` | in-process; one world per name |
+//! | `tenure://h1:p,h2:p,h3:p` | a tenure cluster over gRPC |
+//! | `etcd://`, `postgres://`, `zk://` | not yet: [`Error::UnsupportedBackend`] |
+#![deny(missing_docs)]
+
+mod error;
+mod memory;
+mod remote;
+mod session;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+pub use error::{Error, Result};
+use session::Session;
+
+/// Leader events buffered for an observer that does not read.
+const OBSERVE_BUFFERED_MAX: usize = 64;
+/// How long [`Client::join`] waits on the cluster for its campaign to be committed (the call
+/// answers only when the candidate leads, so a candidate still queued looks like a timeout).
+const QUEUED_WAIT: Duration = Duration::from_millis(200);
+
+/// A handle to one backend. Cheap to clone; clones share connections.
+#[derive(Clone, Debug)]
+pub struct Client {
+    backend: Backend,
+}
+
+#[derive(Clone, Debug)]
+enum Backend {
+    Memory(Arc<memory::World>),
+    Remote(remote::Nodes),
+}
+
+/// How to campaign.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CampaignOptions {
+    /// The session's time to live: how long after its last renewal a silent holder keeps
+    /// the election. Failover after a crash takes about this long.
+    pub ttl: Duration,
+    /// The bound on how much clock rates may differ between this process and the backend,
+    /// in percent; it sizes the drift margin of DESIGN.md rule 4.
+    pub drift_percent: u32,
+}
+
+impl Default for CampaignOptions {
+    fn default() -> CampaignOptions {
+        CampaignOptions {
+            ttl: Duration::from_secs(10),
+            drift_percent: 1,
+        }
+    }
+}
+
+/// Who leads an election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The leader's session id (what [`Leadership::transfer`] takes).
+    pub session: u64,
+    /// The value the leader campaigned with (its address, its name, ...).
+    pub value: Vec<u8>,
+    /// The leader's fencing token.
+    pub token: u64,
+}
+
+/// A change of leader, as streamed by [`Client::observe`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderEvent {
+    /// The election that changed.
+    pub election: String,
+    /// The new leader; `None` when nobody leads.
+    pub leader: Option<LeaderInfo>,
+    /// Position of the change in the backend's history; strictly increasing along a stream.
+    pub index: u64,
+}
+
+/// Why a [`Leadership`] can no longer be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Lost {
+    /// The lease ran out on this process's clock: no keepalive was acknowledged in time.
+    #[error("the lease ran out before a keepalive was acknowledged")]
+    Expired,
+    /// The backend said the session is gone (expired or revoked).
+    #[error("the session expired or was revoked")]
+    SessionEnded,
+    /// Another leader (or none) was observed in the election.
+    #[error("another leader was observed")]
+    Replaced,
+}
+
+/// The stream of leader changes of one election; see [`Client::observe`].
+#[derive(Debug)]
+pub struct Observer {
+    rx: mpsc::Receiver<Result<LeaderEvent>>,
+}
+
+impl futures_core::Stream for Observer {
+    type Item = Result<LeaderEvent>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Client {
+    /// Connect to the backend named by `url`: `memory:` (or `memory:NAME`) or
+    /// `tenure://host:port,host:port,...`. Nothing is contacted yet for `tenure://`: nodes
+    /// are dialed lazily by the first request.
+    pub async fn connect(url: &str) -> Result<Client> {
+        let (scheme, rest) = url.split_once(':').ok_or_else(|| Error::InvalidUrl {
+            url: url.to_string(),
+            why: "expected SCHEME:...".into(),
+        })?;
+        let backend = match scheme {
+            "memory" => Backend::Memory(memory::world(rest.trim_start_matches("//"))),
+            "tenure" => {
+                let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
+                    url: url.to_string(),
+                    why: "expected tenure://host:port,host:port".into(),
+                })?;
+                let addrs = hosts
+                    .trim_end_matches('/')
+                    .split(',')
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                Backend::Remote(remote::Nodes::new(url, addrs)?)
+            }
+            "etcd" | "postgres" | "postgresql" | "zk" | "zookeeper" => {
+                return Err(Error::UnsupportedBackend {
+                    scheme: scheme.to_string(),
+                    why: "not implemented yet; use tenure:// or memory:".into(),
+                })
+            }
+            other => {
+                return Err(Error::UnsupportedBackend {
+                    scheme: other.to_string(),
+                    why: "unknown scheme; use tenure:// or memory:".into(),
+                })
+            }
+        };
+        Ok(Client { backend })
+    }
+
+    /// Campaign in `election` with `value`, and wait until this candidate leads.
+    ///
+    /// Equivalent to [`Client::join`] followed by [`Candidate::leadership`]. Dropping the
+    /// future withdraws the candidacy (see the crate docs, "Cancellation").
+    pub async fn campaign(
+        &self,
+        election: &str,
+        value: &[u8],
+        options: CampaignOptions,
+    ) -> Result<Leadership> {
+        self.join(election, value, options)
+            .await?
+            .leadership()
+            .await
+    }
+
+    /// Grant a session and join `election`'s queue, without waiting to lead. The returned
+    /// [`Candidate`] knows its session id (so that a leader can [`Leadership::transfer`] to
+    /// it) and waits for leadership with [`Candidate::leadership`].
+    pub async fn join(
+        &self,
+        election: &str,
+        value: &[u8],
+        options: CampaignOptions,
+    ) -> Result<Candidate> {
+        let margin = session::margin(options.ttl, options.drift_percent);
+        if margin >= options.ttl {
+            return Err(Error::InvalidArgument(format!(
+                "ttl {:?} is not longer than its drift margin {margin:?}",
+                options.ttl
+            )));
+        }
+        let sent = Instant::now();
+        let (id, ttl) = match &self.backend {
+            Backend::Memory(w) => w.grant(options.ttl)?,
+            Backend::Remote(n) => n.grant(options.ttl).await?,
+        };
+        let held = Held {
+            client: self.clone(),
+            session: Arc::new(Session::new(id, ttl, margin, sent)),
+        };
+        held.session
+            .set_keepalive(self.spawn_keepalive(held.session.clone()));
+        // Queue up. The campaign call returns once the session leads, which we do not wait
+        // for here: the memory backend queues synchronously, and for the cluster a short
+        // first attempt is enough to know that the candidacy was recorded.
+        let candidate = Candidate {
+            held,
+            election: election.to_string(),
+            value: value.to_vec(),
+            token: None,
+        };
+        candidate.enqueue().await
+    }
+
+    fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {
+        // Either task is stopped by `Held::drop` (through `Session::stop_keepalives`); the
+        // memory task also holds the session only weakly, so it ends by itself once the
+        // session is gone.
+        match &self.backend {
+            Backend::Memory(w) => {
+                let w = w.clone();
+                let weak = Arc::downgrade(&session);
+                let every = session.ttl / 4;
+                drop(session);
+                tokio::spawn(async move {
+                    let mut tick = tokio::time::interval(every);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        tick.tick().await;
+                        let Some(s) = weak.upgrade() else { return };
+                        let sent = Instant::now();
+                        match w.keepalive(s.id) {
+                            Ok(ttl) => s.acked(sent, ttl),
+                            Err(_) => {
+                                s.end();
+                                return;
+                            }
+                        }
+                    }
+                })
+            }
+            Backend::Remote(n) => tokio::spawn(remote::keepalive_loop(n.clone(), session)),
+        }
+    }
+
+    /// Who leads `election` now; `None` when nobody does. Fails with
+    /// [`Error::UnknownElection`] if nobody ever campaigned in it.
+    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+        match &self.backend {
+            Backend::Memory(w) => w.leader(election),
+            Backend::Remote(n) => n.leader(election).await,
+        }
+    }
+
+    /// Stream every change of `election`'s leader, starting with the current one. Fails with
+    /// [`Error::UnknownElection`] if nobody ever campaigned in it.
+    ///
+    /// On the cluster, a stream whose node fails is reopened at another node; changes that
+    /// happen while no stream is open are then summarized by the leader at reopening.
+    pub async fn observe(&self, election: &str) -> Result<Observer> {
+        let (tx, rx) = mpsc::channel(OBSERVE_BUFFERED_MAX);
+        match &self.backend {
+            Backend::Memory(w) => w.clone().observe(election, tx)?,
+            Backend::Remote(n) => n.observe(election, tx).await?,
+        }
+        Ok(Observer { rx })
+    }
+
+    async fn revoke(&self, session: u64) -> Result<()> {
+        match &self.backend {
+            Backend::Memory(w) => {
+                w.revoke(session);
+                Ok(())
+            }
+            Backend::Remote(n) => n.revoke(session).await,
+        }
+    }
+
+    async fn resign(&self, election: &str, session: u64) -> Result<()> {
+        match &self.backend {
+            Backend::Memory(w) => w.resign(election, session),
+            Backend::Remote(n) => n.resign(election, session).await,
+        }
+    }
+}
+
+/// A session and its keepalives, revoked when dropped.
+#[derive(Debug)]
+struct Held {
+    client: Client,
+    session: Arc<Session>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.session.stop_keepalives();
+        if self.session.ended() {
+            return;
+        }
+        // Best effort: without a runtime the session simply expires after its TTL.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            let id = self.session.id;
+            rt.spawn(async move {
+                let _ = client.revoke(id).await;
+            });
+        }
+    }
+}
+
+/// A queued candidate: its session is kept alive, and it waits for its turn to lead.
+/// Dropping it revokes the session, which withdraws the candidacy.
+#[derive(Debug)]
+pub struct Candidate {
+    held: Held,
+    election: String,
+    value: Vec<u8>,
+    /// Set when the queueing call already answered that this candidate leads.
+    token: Option<u64>,
+}
+
+impl Candidate {
+    /// Make sure the candidacy is recorded by the backend.
+    async fn enqueue(mut self) -> Result<Candidate> {
+        let client = self.held.client.clone();
+        let session = self.held.session.clone();
+        match &client.backend {
+            Backend::Memory(w) => {
+                // Queues synchronously on the first poll; whether it leads is known at once.
+                let fut = w.campaign(&self.election, session.id, &self.value);
+                tokio::pin!(fut);
+                if let Poll::Ready(r) = futures_poll_once(fut.as_mut()).await {
+                    self.token = Some(r?);
+                }
+            }
+            Backend::Remote(n) => {
+                // The campaign call answers only when the candidate leads; its proposal is
+                // committed first. A leader lookup after a short wait is enough for the
+                // common case, and `leadership()` retries the (idempotent) campaign anyway.
+                let fut = n.campaign(&self.election, session.id, &self.value);
+                if let Ok(r) = tokio::time::timeout(QUEUED_WAIT, fut).await {
+                    self.token = Some(r?);
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    /// This candidate's session id, which a leader names in [`Leadership::transfer`].
+    pub fn session(&self) -> u64 {
+        self.held.session.id
+    }
+
+    /// Wait until this candidate leads. Fails with [`Error::SessionLost`] if the session
+    /// ends first. Dropping the future drops the candidate, which withdraws it.
+    pub async fn leadership(self) -> Result<Leadership> {
+        let session = self.held.session.clone();
+        let token = match self.token {
+            Some(t) => t,
+            None => {
+                let client = self.held.client.clone();
+                let wait = async {
+                    match &client.backend {
+                        Backend::Memory(w) => {
+                            w.campaign(&self.election, session.id, &self.value).await
+                        }
+                        Backend::Remote(n) => {
+                            n.campaign(&self.election, session.id, &self.value).await
+                        }
+                    }
+                };
+                tokio::select! {
+                    r = wait => r?,
+                    _ = session.wait_ended() => return Err(Error::SessionLost),
+                }
+            }
+        };
+        Ok(Leadership::new(self.held, self.election, token).await)
+    }
+}
+
+/// Poll a future once, without waiting.
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut fut: F) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut fut).poll(cx))).await
+}
+
+/// Leadership of one election, with its fencing token.
+///
+/// Valid until the lease runs out on this process's clock, the backend ends the session, or
+/// another leader is observed (see [`Leadership::lost`]). Dropping it stops the keepalives
+/// and revokes the session, which hands the election to the next candidate at once.
+#[derive(Debug)]
+pub struct Leadership {
+    held: Held,
+    election: String,
+    token: u64,
+    /// Set by the watcher task when the election's leader is observed to be someone else.
+    replaced: Arc<watch::Sender<bool>>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Leadership {
+    async fn new(held: Held, election: String, token: u64) -> Leadership {
+        let replaced = Arc::new(watch::channel(false).0);
+        let watcher = {
+            let client = held.client.clone();
+            let election = election.clone();
+            let replaced = replaced.clone();
+            let me = held.session.id;
+            tokio::spawn(async move {
+                use tokio_stream::StreamExt as _;
+                let Ok(mut changes) = client.observe(&election).await else {
+                    return;
+                };
+                while let Some(ev) = changes.next().await {
+                    let Ok(ev) = ev else { return };
+                    let still_me = ev
+                        .leader
+                        .is_some_and(|l| l.session == me && l.token == token);
+                    if !still_me {
+                        replaced.send_replace(true);
+                        return;
+                    }
+                }
+            })
+        };
+        Leadership {
+            held,
+            election,
+            token,
+            replaced,
+            watcher,
+        }
+    }
+
+    /// The fencing token: strictly greater than every earlier leader's of this election.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The election led.
+    pub fn election(&self) -> &str {
+        &self.election
+    }
+
+    /// This leader's session id.
+    pub fn session(&self) -> u64 {
+        self.held.session.id
+    }
+
+    /// Until when this leadership may be trusted, on this process's monotonic clock (send
+    /// time of the last acknowledged keepalive + TTL − drift margin). Later renewals move it
+    /// forward; it does not account for a session ended or a leader replaced, which
+    /// [`Leadership::is_valid`] does.
+    pub fn valid_until(&self) -> Instant {
+        self.held.session.state.borrow().valid_until
+    }
+
+    /// Whether this process may still act as leader now.
+    pub fn is_valid(&self) -> bool {
+        self.check().is_none()
+    }
+
+    fn check(&self) -> Option<Lost> {
+        let s = *self.held.session.state.borrow();
+        if s.ended {
+            Some(Lost::SessionEnded)
+        } else if *self.replaced.borrow() {
+            Some(Lost::Replaced)
+        } else if Instant::now() >= s.valid_until {
+            Some(Lost::Expired)
+        } else {
+            None
+        }
+    }
+
+    /// Resolves once leadership can no longer be trusted: the lease ran out, the session
+    /// ended, or another leader was observed. Cancellation-safe.
+    pub async fn lost(&self) -> Lost {
+        let mut state = self.held.session.state.subscribe();
+        let mut replaced = self.replaced.subscribe();
+        loop {
+            if let Some(why) = self.check() {
+                return why;
+            }
+            let until = state.borrow_and_update().valid_until;
+            replaced.borrow_and_update();
+            // Both senders live in `self`, so `changed` cannot fail while we borrow it.
+            tokio::select! {
+                _ = tokio::time::sleep_until(until.into()) => {}
+                _ = state.changed() => {}
+                _ = replaced.changed() => {}
+            }
+        }
+    }
+
+    /// Give up leadership: the next candidate leads at once. Ends the session too.
+    pub async fn resign(self) -> Result<()> {
+        let client = self.held.client.clone();
+        let id = self.held.session.id;
+        self.held.session.stop_keepalives();
+        client.resign(&self.election, id).await?;
+        client.revoke(id).await?;
+        self.held.session.end();
+        Ok(())
+    }
+
+    /// Hand leadership to the queued candidate with session `to` (see
+    /// [`Candidate::session`]); returns its token. This leadership is then lost
+    /// ([`Lost::Replaced`]); the session stays queued behind the new leader until dropped.
+    pub async fn transfer(&self, to: u64) -> Result<u64> {
+        let from = self.held.session.id;
+        let token = match &self.held.client.backend {
+            Backend::Memory(w) => w.transfer(&self.election, from, to)?,
+            Backend::Remote(n) => n.transfer(&self.election, from, to).await?,
+        };
+        if to != from {
+            self.replaced.send_replace(true);
+        }
+        Ok(token)
+    }
+
+    /// Stop renewing the session, as a frozen or crashed holder would: the lease runs out at
+    /// [`Leadership::valid_until`] and the backend expires the session after its TTL. Meant
+    /// for tests and fault drills.
+    pub fn stop_keepalives(&self) {
+        self.held.session.stop_keepalives();
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}

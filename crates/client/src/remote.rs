@@ -1,0 +1,401 @@
+//! The `tenure://` backend: gRPC to a tenure cluster.
+//!
+//! One lazily connected channel per node; each request goes to the node believed to lead,
+//! following `not-leader` hints (`tenure-leader-addr`) and moving to the next node when one
+//! does not answer, for a bounded time.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure_proto::v1;
+use tenure_proto::v1::elections_client::ElectionsClient;
+use tenure_proto::v1::sessions_client::SessionsClient;
+use tenure_proto::LEADER_ADDR_KEY;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+use crate::error::reason;
+use crate::session::Session;
+use crate::{Error, LeaderEvent, LeaderInfo, Result};
+
+/// Longest wait for one attempt at one node: a dead node on loopback refuses at once; this
+/// bounds a node that accepted the request but cannot answer (one without a quorum).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause between attempts, so that a cluster between leaders is not hammered.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// TCP connect timeout per channel.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long one request keeps retrying across nodes before its error surfaces.
+const REQUEST_BUDGET: Duration = Duration::from_secs(5);
+/// Keepalive requests in flight on one stream before sending waits.
+const KEEPALIVES_INFLIGHT_MAX: usize = 16;
+
+/// The cluster's nodes, as seen by one client.
+#[derive(Clone, Debug)]
+pub(crate) struct Nodes {
+    addrs: Arc<Vec<String>>,
+    channels: Arc<Vec<Channel>>,
+    /// Index of the node believed to lead; shared by every clone, so that one task's
+    /// redirect helps the others.
+    guess: Arc<AtomicUsize>,
+}
+
+impl Nodes {
+    /// Channels to `addrs` (`host:port` of each node's client API); nothing connects yet.
+    pub fn new(url: &str, addrs: Vec<String>) -> Result<Nodes> {
+        let bad = |why: String| Error::InvalidUrl {
+            url: url.to_string(),
+            why,
+        };
+        if addrs.is_empty() {
+            return Err(bad("no node addresses".into()));
+        }
+        let channels = addrs
+            .iter()
+            .map(|a| {
+                Ok(Endpoint::from_shared(format!("http://{a}"))
+                    .map_err(|e| bad(format!("bad node address {a:?}: {e}")))?
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .tcp_nodelay(true)
+                    .connect_lazy())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Nodes {
+            addrs: Arc::new(addrs),
+            channels: Arc::new(channels),
+            guess: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    fn guess(&self) -> usize {
+        self.guess.load(Ordering::Relaxed)
+    }
+
+    /// Learn from a failed attempt at node `i`: follow a leader hint, or move on to the next
+    /// node when `i` did not answer. Returns whether the request is worth retrying.
+    fn note_failure(&self, i: usize, s: &Status) -> bool {
+        match reason(s) {
+            Some("not-leader") => {
+                let hinted = s
+                    .metadata()
+                    .get(LEADER_ADDR_KEY)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|a| self.addrs.iter().position(|x| x == a));
+                match hinted {
+                    Some(j) if j != i => self.guess.store(j, Ordering::Relaxed),
+                    _ => self.advance(i),
+                }
+                true
+            }
+            // No leader yet, a transfer, an overload: the same node will know more soon.
+            Some("unavailable") => true,
+            Some(_) => false,
+            // Transport errors and timeouts carry no reason: the node is gone or stuck.
+            None => {
+                self.advance(i);
+                true
+            }
+        }
+    }
+
+    /// Move the guess past `from`, unless another task already moved it.
+    fn advance(&self, from: usize) {
+        let next = (from + 1) % self.addrs.len();
+        let _ = self
+            .guess
+            .compare_exchange(from, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Call `f` at the guessed leader until it succeeds, fails with a non-retryable error,
+    /// or the budget runs out. Only for requests that are safe to repeat.
+    async fn call<T, F, Fut>(&self, mut f: F) -> Result<T>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let deadline = Instant::now() + REQUEST_BUDGET;
+        loop {
+            let i = self.guess();
+            let r = match tokio::time::timeout(ATTEMPT_TIMEOUT, f(self.channels[i].clone())).await {
+                Ok(r) => r.map(tonic::Response::into_inner),
+                Err(_) => Err(Status::deadline_exceeded(format!(
+                    "no answer from {} in {ATTEMPT_TIMEOUT:?}",
+                    self.addrs[i]
+                ))),
+            };
+            match r {
+                Ok(v) => return Ok(v),
+                Err(s) => {
+                    if !self.note_failure(i, &s) || Instant::now() + RETRY_PAUSE >= deadline {
+                        return Err(s.into());
+                    }
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+        }
+    }
+
+    pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
+        let ttl_ms = u64::try_from(ttl.as_millis())
+            .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
+        let g = self
+            .call(|ch| async move {
+                SessionsClient::new(ch)
+                    .grant(v1::GrantRequest { ttl_ms })
+                    .await
+            })
+            .await?;
+        Ok((g.session_id, Duration::from_millis(g.ttl_ms)))
+    }
+
+    pub async fn revoke(&self, session: u64) -> Result<()> {
+        let r = self
+            .call(|ch| async move {
+                SessionsClient::new(ch)
+                    .revoke(v1::RevokeRequest {
+                        session_id: session,
+                    })
+                    .await
+            })
+            .await;
+        match r {
+            Ok(_) | Err(Error::SessionLost) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Join the queue (idempotent: a retried campaign keeps its place) and wait until the
+    /// session leads. No timeout on the wait itself: a node that dies breaks the call.
+    pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
+        let mut unanswered_since: Option<Instant> = None;
+        loop {
+            let i = self.guess();
+            let req = v1::CampaignRequest {
+                election: election.to_string(),
+                session_id: session,
+                value: value.to_vec(),
+            };
+            match ElectionsClient::new(self.channels[i].clone())
+                .campaign(req)
+                .await
+            {
+                Ok(r) => return Ok(r.into_inner().token),
+                Err(s) => {
+                    let since = *unanswered_since.get_or_insert_with(Instant::now);
+                    if !self.note_failure(i, &s) || since.elapsed() > REQUEST_BUDGET * 4 {
+                        return Err(s.into());
+                    }
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+        }
+    }
+
+    pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
+        let r = self
+            .call(|ch| {
+                let req = v1::ResignRequest {
+                    election: election.to_string(),
+                    session_id: session,
+                };
+                async move { ElectionsClient::new(ch).resign(req).await }
+            })
+            .await;
+        match r {
+            // A retried resign that already took effect, or a session already gone.
+            Ok(_) | Err(Error::NotCandidate(_)) | Err(Error::SessionLost) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn transfer(&self, election: &str, from: u64, to: u64) -> Result<u64> {
+        let r = self
+            .call(|ch| {
+                let req = v1::TransferRequest {
+                    election: election.to_string(),
+                    from_session_id: from,
+                    to_session_id: to,
+                };
+                async move { ElectionsClient::new(ch).transfer(req).await }
+            })
+            .await?;
+        Ok(r.token)
+    }
+
+    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+        let r = self
+            .call(|ch| {
+                let req = v1::LeaderRequest {
+                    election: election.to_string(),
+                };
+                async move { ElectionsClient::new(ch).leader(req).await }
+            })
+            .await?;
+        Ok(r.leader.map(info))
+    }
+
+    /// Open an observe stream (retrying across nodes), then forward its events to `tx` in
+    /// a task that reopens the stream elsewhere when a node fails, skipping events it has
+    /// already forwarded (by index). Changes that happen while no stream is open are
+    /// summarized by the first event of the next stream (the leader at that time).
+    pub async fn observe(
+        &self,
+        election: &str,
+        tx: mpsc::Sender<Result<LeaderEvent>>,
+    ) -> Result<()> {
+        let first = self.open_observe(election).await?;
+        let nodes = self.clone();
+        let election = election.to_string();
+        tokio::spawn(async move {
+            let mut stream = first;
+            let mut after = 0u64;
+            loop {
+                let msg = tokio::select! {
+                    m = stream.message() => m,
+                    _ = tx.closed() => return,
+                };
+                if let Ok(Some(ev)) = msg {
+                    if ev.index <= after {
+                        continue;
+                    }
+                    after = ev.index;
+                    let ev = LeaderEvent {
+                        election: ev.election,
+                        leader: ev.leader.map(info),
+                        index: ev.index,
+                    };
+                    if tx.send(Ok(ev)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                // The stream broke: reopen it elsewhere.
+                stream = loop {
+                    let opened = tokio::select! {
+                        s = nodes.open_observe(&election) => s,
+                        _ = tx.closed() => return,
+                    };
+                    match opened {
+                        Ok(s) => break s,
+                        Err(e) if e.is_retryable() => tokio::time::sleep(RETRY_PAUSE).await,
+                        Err(e) => {
+                            let _ = tx.send(Err(e)).await;
+                            return;
+                        }
+                    }
+                };
+            }
+        });
+        Ok(())
+    }
+
+    async fn open_observe(&self, election: &str) -> Result<tonic::Streaming<v1::LeaderEvent>> {
+        // The server answers the call once it has read the current leader through the log, so
+        // an error (unknown election, not leader) arrives here, not on the stream.
+        self.call(|ch| {
+            let req = v1::ObserveRequest {
+                election: election.to_string(),
+            };
+            async move { ElectionsClient::new(ch).observe(req).await }
+        })
+        .await
+    }
+}
+
+fn info(l: v1::LeaderInfo) -> LeaderInfo {
+    LeaderInfo {
+        session: l.session_id,
+        value: l.value,
+        token: l.token,
+    }
+}
+
+/// Keep `session` alive: one `KeepAlive` stream at the node believed to lead, a request every
+/// TTL/4, each acknowledgement extending the lease from that request's send time. Streams that
+/// break or go quiet for half a TTL are reopened at another node (following `not-leader`
+/// hints); `unknown-session` ends the session and the task.
+pub(crate) async fn keepalive_loop(nodes: Nodes, session: Arc<Session>) {
+    let every = session.ttl / 4;
+    let mut seq: u64 = 0;
+    loop {
+        let i = nodes.guess();
+        let (tx, rx) = mpsc::channel::<v1::KeepAliveRequest>(KEEPALIVES_INFLIGHT_MAX);
+        // Send times by sequence number, so that an acknowledgement extends the lease from
+        // the moment its request left (never from when the answer came back).
+        let mut sent: std::collections::BTreeMap<u64, Instant> = Default::default();
+        seq += 1;
+        sent.insert(seq, Instant::now());
+        let _ = tx.try_send(v1::KeepAliveRequest {
+            session_id: session.id,
+            seq,
+        });
+        let opened = tokio::time::timeout(
+            ATTEMPT_TIMEOUT,
+            SessionsClient::new(nodes.channels[i].clone()).keep_alive(ReceiverStream::new(rx)),
+        )
+        .await;
+        let mut stream = match opened {
+            Ok(Ok(s)) => s.into_inner(),
+            Ok(Err(e)) => {
+                if reason(&e) == Some("unknown-session") {
+                    session.end();
+                    return;
+                }
+                nodes.note_failure(i, &e);
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+            Err(_) => {
+                nodes.advance(i);
+                continue;
+            }
+        };
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // The first tick is immediate: the request above covers it.
+        let mut last_ack = Instant::now();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    // A stream whose requests go unanswered for half a TTL is stuck (a node
+                    // that lost its quorum): try elsewhere while the lease still holds.
+                    if last_ack.elapsed() > session.ttl / 2 {
+                        nodes.advance(i);
+                        break;
+                    }
+                    seq += 1;
+                    sent.insert(seq, Instant::now());
+                    if tx.send(v1::KeepAliveRequest { session_id: session.id, seq }).await.is_err() {
+                        break;
+                    }
+                }
+                msg = stream.message() => match msg {
+                    Ok(Some(ack)) => {
+                        let Some(sent_at) = sent.remove(&ack.seq) else { continue };
+                        // Older unanswered requests will not be answered on their own now.
+                        sent.retain(|s, _| *s > ack.seq);
+                        last_ack = Instant::now();
+                        session.acked(sent_at, Duration::from_millis(ack.ttl_ms));
+                    }
+                    Ok(None) => {
+                        nodes.advance(i);
+                        break;
+                    }
+                    Err(e) => {
+                        if reason(&e) == Some("unknown-session") {
+                            session.end();
+                            return;
+                        }
+                        nodes.note_failure(i, &e);
+                        break;
+                    }
+                },
+            }
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}

@@ -1,0 +1,119 @@
+//! The holder's view of its session (lease), shared by the keepalive task that extends it and
+//! the [`crate::Leadership`] that reads it (DESIGN.md rule 4).
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What the holder believes about its lease.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeaseState {
+    /// Until when the holder may believe its session alive: the send time of the last
+    /// acknowledged keepalive (or of the grant request) + TTL − drift margin, on this
+    /// process's monotonic clock. It only ever moves forward.
+    pub valid_until: Instant,
+    /// Set once the backend said the session is gone (expired, revoked, unknown).
+    pub ended: bool,
+}
+
+/// One granted session and the task that keeps it alive.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The backend's id of the session; candidacies are bound to it.
+    pub id: u64,
+    /// The TTL the backend granted.
+    pub ttl: Duration,
+    /// How much earlier than the backend the holder stops believing (drift and scheduling).
+    pub margin: Duration,
+    /// The lease as the holder sees it; a watch so that `lost()` wakes on every change.
+    pub state: watch::Sender<LeaseState>,
+    /// The keepalive task, until it is stopped.
+    keepalive: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The drift margin of DESIGN.md rule 4: twice the drift bound applied to the TTL (both
+/// clocks may drift, in opposite directions) plus a fixed 10 ms for scheduling noise.
+pub(crate) fn margin(ttl: Duration, drift_percent: u32) -> Duration {
+    ttl * 2 * drift_percent / 100 + Duration::from_millis(10)
+}
+
+impl Session {
+    /// A session granted with `ttl` by a request sent at `sent`.
+    pub fn new(id: u64, ttl: Duration, margin: Duration, sent: Instant) -> Session {
+        let (state, _) = watch::channel(LeaseState {
+            valid_until: (sent + ttl).checked_sub(margin).unwrap_or(sent),
+            ended: false,
+        });
+        Session {
+            id,
+            ttl,
+            margin,
+            state,
+            keepalive: Mutex::new(None),
+        }
+    }
+
+    /// Record the keepalive task, so that it can be stopped.
+    pub fn set_keepalive(&self, task: JoinHandle<()>) {
+        let old = self
+            .keepalive
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(task);
+        if let Some(old) = old {
+            old.abort();
+        }
+    }
+
+    /// Stop renewing: from now on the lease runs out at its current `valid_until`.
+    pub fn stop_keepalives(&self) {
+        if let Some(task) = self
+            .keepalive
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+    }
+
+    /// The backend acknowledged a keepalive sent at `sent`, granting `ttl` from then.
+    pub fn acked(&self, sent: Instant, ttl: Duration) {
+        let ttl = ttl.min(self.ttl);
+        let until = (sent + ttl).checked_sub(self.margin).unwrap_or(sent);
+        self.state.send_if_modified(|s| {
+            if until > s.valid_until && !s.ended {
+                s.valid_until = until;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// The backend said the session is gone.
+    pub fn end(&self) {
+        self.state
+            .send_if_modified(|s| !std::mem::replace(&mut s.ended, true));
+    }
+
+    /// Whether the backend said the session is gone.
+    pub fn ended(&self) -> bool {
+        self.state.borrow().ended
+    }
+
+    /// Resolves once the backend says the session is gone.
+    pub async fn wait_ended(&self) {
+        let mut rx = self.state.subscribe();
+        // The sender lives in `self`, so `wait_for` cannot fail while we borrow it.
+        let _ = rx.wait_for(|s| s.ended).await;
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.stop_keepalives();
+    }
+}

@@ -1,0 +1,609 @@
+//! The election contract, run against every backend: `memory:` and a real 3-node tenure
+//! cluster of `tenure server` child processes started here.
+//!
+//! Each case is a function of a backend URL and an election name, so that one cluster serves
+//! every case (a cluster takes about a second to start).
+//!
+//! **Which binary.** As in `crates/server/tests/common/mod.rs` (whose approach is copied
+//! here, not shared): `TENURE_BIN` if set, else `<target>/<profile>/tenure` next to the test
+//! binary, built with `cargo build -p tenure-cli --bin tenure` first if it is older than the
+//! sources.
+
+use std::fs::{File, OpenOptions};
+use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tenure::{CampaignOptions, Client, Error, LeaderEvent, Lost};
+use tokio_stream::StreamExt as _;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn opts(ttl: Duration) -> CampaignOptions {
+    CampaignOptions {
+        ttl,
+        ..Default::default()
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The contract.
+
+/// Every case, in order, against `url`.
+async fn contract(url: &str) {
+    let cases: &[(&str, Case)] = &[
+        ("one_leader_among_five", |u, e| {
+            Box::pin(one_leader_among_five(u, e))
+        }),
+        ("crashed_holder_is_replaced_within_ttl", |u, e| {
+            Box::pin(crashed_holder_is_replaced_within_ttl(u, e))
+        }),
+        ("resign_hands_over_at_once", |u, e| {
+            Box::pin(resign_hands_over_at_once(u, e))
+        }),
+        ("tokens_strictly_increase", |u, e| {
+            Box::pin(tokens_strictly_increase(u, e))
+        }),
+        ("observe_sees_every_change_in_order", |u, e| {
+            Box::pin(observe_sees_every_change_in_order(u, e))
+        }),
+        ("frozen_holder_stops_believing_first", |u, e| {
+            Box::pin(frozen_holder_stops_believing_first(u, e))
+        }),
+        ("transfer_hands_to_named_candidate", |u, e| {
+            Box::pin(transfer_hands_to_named_candidate(u, e))
+        }),
+        ("errors_are_typed", |u, e| Box::pin(errors_are_typed(u, e))),
+    ];
+    for (name, case) in cases {
+        let started = Instant::now();
+        eprintln!("contract {url}: {name} ...");
+        case(url.to_string(), name.to_string()).await;
+        eprintln!("contract {url}: {name} ok in {:?}", started.elapsed());
+    }
+}
+
+type CaseFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+/// One case of the contract: given a backend URL and a fresh election name.
+type Case = fn(String, String) -> CaseFuture;
+
+async fn one_leader_among_five(url: String, election: String) {
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        clients.push(Client::connect(&url).await.expect("connect"));
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for (i, c) in clients.into_iter().enumerate() {
+        let tx = tx.clone();
+        let election = election.clone();
+        tasks.push(tokio::spawn(async move {
+            let l = c
+                .campaign(&election, format!("c{i}").as_bytes(), opts(ms(2000)))
+                .await
+                .expect("campaign");
+            let _ = tx.send((i, l.token(), l.session()));
+            // Hold leadership until aborted.
+            std::future::pending::<()>().await;
+            drop(l);
+        }));
+    }
+    let (winner, token, session) = tokio::time::timeout(ms(5000), rx.recv())
+        .await
+        .expect("someone leads within 5 s")
+        .expect("a winner");
+    // Nobody else is told they lead while the winner holds.
+    tokio::time::sleep(ms(500)).await;
+    assert!(rx.try_recv().is_err(), "a second leader among five");
+    let leader = Client::connect(&url)
+        .await
+        .expect("connect")
+        .leader(&election)
+        .await
+        .expect("leader")
+        .expect("someone leads");
+    assert_eq!((leader.session, leader.token), (session, token));
+    assert_eq!(leader.value, format!("c{winner}").into_bytes());
+    for t in tasks {
+        t.abort();
+    }
+}
+
+async fn crashed_holder_is_replaced_within_ttl(url: String, election: String) {
+    let ttl = ms(800);
+    let a = Client::connect(&url).await.expect("connect");
+    let b = Client::connect(&url).await.expect("connect");
+    let holder = a
+        .campaign(&election, b"a", opts(ttl))
+        .await
+        .expect("a leads");
+    let standby = b.join(&election, b"b", opts(ttl)).await.expect("b joins");
+    // The crash: keepalives stop, nothing is resigned or revoked.
+    holder.stop_keepalives();
+    let crashed = Instant::now();
+    let next = tokio::time::timeout(ttl + ms(1000), standby.leadership())
+        .await
+        .expect("a new leader within TTL + 1 s")
+        .expect("b leads");
+    assert!(next.token() > holder.token());
+    assert!(
+        crashed.elapsed() >= ttl - ms(100),
+        "replaced before the TTL ran out"
+    );
+    assert!(!holder.is_valid());
+    // Its lease ran out first; by now it may also have observed its successor.
+    assert!(matches!(
+        holder.lost().await,
+        Lost::Expired | Lost::Replaced
+    ));
+}
+
+async fn resign_hands_over_at_once(url: String, election: String) {
+    // A long TTL, so that a hand-over through expiry would be obvious.
+    let ttl = ms(5000);
+    let c = Client::connect(&url).await.expect("connect");
+    let first = c
+        .campaign(&election, b"a", opts(ttl))
+        .await
+        .expect("a leads");
+    let standby = c.join(&election, b"b", opts(ttl)).await.expect("b joins");
+    let first_token = first.token();
+    let resigned = Instant::now();
+    first.resign().await.expect("resign");
+    let next = standby.leadership().await.expect("b leads");
+    assert!(
+        resigned.elapsed() < ms(1000),
+        "hand-over took {:?}",
+        resigned.elapsed()
+    );
+    assert!(next.token() > first_token);
+    assert!(next.is_valid());
+}
+
+async fn tokens_strictly_increase(url: String, election: String) {
+    let c = Client::connect(&url).await.expect("connect");
+    let mut last = 0;
+    for i in 0..50 {
+        let l = c
+            .campaign(&election, format!("{i}").as_bytes(), opts(ms(2000)))
+            .await
+            .expect("campaign");
+        assert!(l.token() > last, "token {} after {last}", l.token());
+        last = l.token();
+        l.resign().await.expect("resign");
+    }
+}
+
+async fn observe_sees_every_change_in_order(url: String, election: String) {
+    let ttl = ms(5000);
+    let c = Client::connect(&url).await.expect("connect");
+    let a = c
+        .campaign(&election, b"a", opts(ttl))
+        .await
+        .expect("a leads");
+    let mut changes = c.observe(&election).await.expect("observe");
+    let b = c.join(&election, b"b", opts(ttl)).await.expect("b joins");
+    let d = c.join(&election, b"d", opts(ttl)).await.expect("d joins");
+    let mut expected = vec![(a.session(), a.token())];
+    a.resign().await.expect("a resigns");
+    let b = b.leadership().await.expect("b leads");
+    expected.push((b.session(), b.token()));
+    b.resign().await.expect("b resigns");
+    let d = d.leadership().await.expect("d leads");
+    expected.push((d.session(), d.token()));
+    d.resign().await.expect("d resigns");
+    let mut seen: Vec<LeaderEvent> = Vec::new();
+    while seen.len() < 4 {
+        let ev = tokio::time::timeout(ms(2000), changes.next())
+            .await
+            .expect("an event within 2 s")
+            .expect("the stream goes on")
+            .expect("an event");
+        seen.push(ev);
+    }
+    let got: Vec<Option<(u64, u64)>> = seen
+        .iter()
+        .map(|e| e.leader.as_ref().map(|l| (l.session, l.token)))
+        .collect();
+    let mut want: Vec<Option<(u64, u64)>> = expected.into_iter().map(Some).collect();
+    want.push(None);
+    assert_eq!(got, want);
+    assert!(seen.windows(2).all(|w| w[0].index < w[1].index));
+    assert!(seen.iter().all(|e| e.election == election));
+}
+
+async fn frozen_holder_stops_believing_first(url: String, election: String) {
+    let ttl = ms(1000);
+    let c = Client::connect(&url).await.expect("connect");
+    let frozen = c
+        .campaign(&election, b"a", opts(ttl))
+        .await
+        .expect("a leads");
+    let standby = c.join(&election, b"b", opts(ttl)).await.expect("b joins");
+    // Let a few keepalives be acknowledged, then freeze.
+    tokio::time::sleep(ttl / 2).await;
+    frozen.stop_keepalives();
+    let until = frozen.valid_until();
+    let watch_frozen = async {
+        let why = frozen.lost().await;
+        (Instant::now(), why)
+    };
+    let (next, (stopped_at, why)) = tokio::join!(standby.leadership(), watch_frozen);
+    let granted_seen = Instant::now();
+    let next = next.expect("b leads");
+    assert_eq!(why, Lost::Expired);
+    assert!(
+        until < granted_seen && stopped_at <= granted_seen,
+        "the frozen holder believed until {:?} after b was granted",
+        until.saturating_duration_since(granted_seen)
+    );
+    assert!(!frozen.is_valid());
+    assert!(next.token() > frozen.token());
+}
+
+async fn transfer_hands_to_named_candidate(url: String, election: String) {
+    let ttl = ms(5000);
+    let c = Client::connect(&url).await.expect("connect");
+    let a = c
+        .campaign(&election, b"a", opts(ttl))
+        .await
+        .expect("a leads");
+    let b = c.join(&election, b"b", opts(ttl)).await.expect("b joins");
+    let d = c.join(&election, b"d", opts(ttl)).await.expect("d joins");
+    let token = a.transfer(d.session()).await.expect("transfer");
+    let d = d.leadership().await.expect("d leads");
+    assert_eq!(d.token(), token);
+    assert!(token > a.token());
+    assert_eq!(a.lost().await, Lost::Replaced);
+    assert!(!a.is_valid());
+    drop(b);
+}
+
+async fn errors_are_typed(url: String, election: String) {
+    let c = Client::connect(&url).await.expect("connect");
+    let unknown = format!("{election}-never");
+    assert!(matches!(
+        c.leader(&unknown).await,
+        Err(Error::UnknownElection(_))
+    ));
+    assert!(matches!(
+        c.observe(&unknown).await.map(|_| ()),
+        Err(Error::UnknownElection(_))
+    ));
+    assert!(matches!(
+        c.campaign("", b"x", opts(ms(1000))).await.map(|_| ()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        c.campaign(&election, b"x", opts(ms(1))).await.map(|_| ()),
+        Err(Error::InvalidArgument(_))
+    ));
+    for url in [
+        "etcd://localhost:2379",
+        "postgres://db/x",
+        "zk://localhost:2181",
+    ] {
+        assert!(matches!(
+            Client::connect(url).await,
+            Err(Error::UnsupportedBackend { .. })
+        ));
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The backends.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_backend_meets_the_contract() {
+    tokio::time::timeout(Duration::from_secs(60), contract("memory:contract"))
+        .await
+        .expect("the contract runs within 60 s");
+}
+
+#[test]
+fn tenure_cluster_meets_the_contract() {
+    let cluster = Cluster::start(3);
+    let url = cluster.url();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        cluster.wait_ready().await;
+        tokio::time::timeout(Duration::from_secs(90), contract(&url))
+            .await
+            .expect("the contract runs within 90 s");
+        // Surviving a coordination-server leader change while the lease holds.
+        leadership_survives_a_cluster_leader_change(&url, &cluster).await;
+    });
+    drop(rt);
+    drop(cluster);
+}
+
+async fn leadership_survives_a_cluster_leader_change(url: &str, cluster: &Cluster) {
+    let ttl = ms(3000);
+    let c = Client::connect(url).await.expect("connect");
+    let l = c
+        .campaign("failover", b"a", opts(ttl))
+        .await
+        .expect("a leads");
+    let raft_leader = cluster.raft_leader().await;
+    cluster.kill(raft_leader);
+    // Within the TTL a new Raft leader takes over and acknowledges the keepalives again.
+    tokio::time::sleep(ttl + ms(1000)).await;
+    assert!(
+        l.is_valid(),
+        "leadership lost across a cluster leader change"
+    );
+    let now = c
+        .leader("failover")
+        .await
+        .expect("leader")
+        .expect("someone");
+    assert_eq!((now.session, now.token), (l.session(), l.token()));
+}
+
+// ------------------------------------------------------------------------------------------
+// A cluster of `tenure server` child processes (approach copied from
+// crates/server/tests/common/mod.rs).
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    clients: Vec<SocketAddr>,
+    children: std::sync::Mutex<Vec<Option<Child>>>,
+    _lock: FileLock,
+}
+
+impl Cluster {
+    fn start(n: usize) -> Cluster {
+        let bin = tenure_binary();
+        // Shares the server tests' lock: their clusters are timing-sensitive too.
+        let lock = FileLock::acquire("tenure-server-tests-cluster.lock");
+        let ports = free_ports(n * 3);
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-client-test-")
+            .tempdir()
+            .expect("a temporary directory");
+        let mut children = Vec::new();
+        for i in 0..n {
+            let log =
+                File::create(dir.path().join(format!("node-{}.log", i + 1))).expect("a log file");
+            let mut cmd = Command::new(bin);
+            cmd.arg("server")
+                .arg("--id")
+                .arg((i + 1).to_string())
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("node-{}", i + 1)))
+                .args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"])
+                .args(["--tick-ms", "10"]);
+            for j in 0..n {
+                cmd.arg("--node").arg(format!(
+                    "{}={},{},{}",
+                    j + 1,
+                    addr(ports[3 * j]),
+                    addr(ports[3 * j + 1]),
+                    addr(ports[3 * j + 2])
+                ));
+            }
+            let stderr = log.try_clone().expect("clone the log handle");
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(stderr))
+                .env("NO_COLOR", "1");
+            // SAFETY: prctl is async-signal-safe. If the test process dies without running
+            // its destructors, the kernel kills the nodes too.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            children.push(Some(cmd.spawn().expect("start tenure server")));
+        }
+        Cluster {
+            _dir: dir,
+            clients: (0..n).map(|i| addr(ports[3 * i + 1])).collect(),
+            children: std::sync::Mutex::new(children),
+            _lock: lock,
+        }
+    }
+
+    fn url(&self) -> String {
+        let addrs: Vec<String> = self.clients.iter().map(|a| a.to_string()).collect();
+        format!("tenure://{}", addrs.join(","))
+    }
+
+    /// Wait until the cluster answers reads (an unknown election is an answer).
+    async fn wait_ready(&self) {
+        let c = Client::connect(&self.url()).await.expect("connect");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match c.leader("warm-up").await {
+                Ok(_) | Err(Error::UnknownElection(_)) => return,
+                Err(e) => assert!(Instant::now() < deadline, "cluster not ready: {e}"),
+            }
+            tokio::time::sleep(ms(100)).await;
+        }
+    }
+
+    /// Index of the node that leads the Raft group.
+    async fn raft_leader(&self) -> usize {
+        use tenure_proto::v1;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            for (i, a) in self.clients.iter().enumerate() {
+                let Ok(ch) = tonic::transport::Endpoint::from_shared(format!("http://{a}"))
+                    .expect("an endpoint")
+                    .connect()
+                    .await
+                else {
+                    continue;
+                };
+                let mut c = v1::cluster_client::ClusterClient::new(ch);
+                if let Ok(s) = c.status(v1::StatusRequest {}).await {
+                    if s.into_inner().role == "leader" {
+                        return i;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no Raft leader");
+            tokio::time::sleep(ms(50)).await;
+        }
+    }
+
+    fn kill(&self, i: usize) {
+        let mut children = self.children.lock().expect("not poisoned");
+        if let Some(mut c) = children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let n = self.clients.len();
+        for i in 0..n {
+            self.kill(i);
+        }
+    }
+}
+
+/// The `tenure` binary: `TENURE_BIN`, or the one next to this test binary, built if stale.
+fn tenure_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("TENURE_BIN") {
+            return PathBuf::from(bin);
+        }
+        let exe = std::env::current_exe().expect("the test binary knows its path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lives in <target>/<profile>/deps")
+            .to_path_buf();
+        let bin = profile_dir.join("tenure");
+        let _lock = FileLock::acquire("tenure-server-tests-build.lock");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        if is_newer_than_sources(&bin, &workspace) {
+            return bin;
+        }
+        let profile = profile_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("profile directory name is UTF-8")
+            .to_string();
+        let target_dir = profile_dir.parent().expect("a profile dir has a parent");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "tenure-cli", "--bin", "tenure"])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(&workspace);
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                cmd.arg("--release");
+            }
+            other => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let out = cmd.output().expect("run cargo to build the tenure binary");
+        assert!(
+            out.status.success(),
+            "building the tenure binary failed; set TENURE_BIN\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        bin
+    })
+}
+
+/// Whether `bin` exists and is newer than every source that goes into it.
+fn is_newer_than_sources(bin: &Path, workspace: &Path) -> bool {
+    fn newest(path: &Path, seen: &mut std::time::SystemTime) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                newest(&entry.path(), seen);
+            }
+        } else if let Ok(m) = meta.modified() {
+            *seen = (*seen).max(m);
+        }
+    }
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return false;
+    };
+    let mut sources = std::time::UNIX_EPOCH;
+    newest(&workspace.join("Cargo.toml"), &mut sources);
+    newest(&workspace.join("Cargo.lock"), &mut sources);
+    for krate in std::fs::read_dir(workspace.join("crates"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        // This crate does not go into the binary.
+        if krate.file_name() == "client" {
+            continue;
+        }
+        for part in ["Cargo.toml", "build.rs", "src", "proto"] {
+            newest(&krate.path().join(part), &mut sources);
+        }
+    }
+    built >= sources
+}
+
+/// Loopback ports below the ephemeral range, checked free by binding them.
+fn free_ports(n: usize) -> Vec<u16> {
+    let mut state = (std::process::id() as u64) << 32
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < n {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = 20_000 + ((state >> 33) % 12_000) as u16;
+        if let Ok(l) = StdTcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+            ports.push(port);
+        }
+    }
+    ports
+}
+
+/// An exclusive `flock` on a file in the temporary directory, held until dropped.
+struct FileLock(#[allow(dead_code)] File);
+
+impl FileLock {
+    fn acquire(name: &str) -> FileLock {
+        let path = std::env::temp_dir().join(name);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .expect("open the lock file");
+        // SAFETY: flock on a descriptor we own; released when the file is closed.
+        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            assert_eq!(
+                std::io::Error::last_os_error().kind(),
+                std::io::ErrorKind::Interrupted
+            );
+        }
+        FileLock(file)
+    }
+}
