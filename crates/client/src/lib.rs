@@ -116,6 +116,7 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod fence;
 mod memory;
 mod remote;
 mod session;

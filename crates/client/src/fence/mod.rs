@@ -1,0 +1,108 @@
+//! Fencing helpers: make a real store reject the writes of a leader that was replaced.
+//!
+//! A [`Leadership`](crate::Leadership) carries a fencing token that rises with every change
+//! of leader. Checking [`Leadership::is_valid`](crate::Leadership::is_valid) before a write
+//! narrows the window in which a replaced leader acts, but cannot close it: the process may
+//! pause between the check and the write. Only the store can close it, by refusing a write
+//! whose token is below the highest it has accepted, **in the same atomic step as the
+//! write** (DESIGN.md rule 3). The helpers here do that for stores other than the cluster's
+//! own fenced keys.
+//!
+//! # The scheme
+//!
+//! The store keeps one row per protected *resource* (a name the application picks: the
+//! election's name, or anything finer such as `books/2026-11-29`) holding the highest token
+//! accepted for it, its *high-water mark*:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS tenure_fence (
+//!     resource TEXT PRIMARY KEY,
+//!     token    INTEGER NOT NULL
+//! );
+//! ```
+//!
+//! Every fenced write runs in one transaction that first raises the mark, then checks it:
+//!
+//! ```sql
+//! BEGIN IMMEDIATE;
+//! INSERT INTO tenure_fence(resource, token) VALUES (:resource, :token)
+//!     ON CONFLICT(resource) DO UPDATE SET token = excluded.token
+//!     WHERE excluded.token >= tenure_fence.token;
+//! SELECT token FROM tenure_fence WHERE resource = :resource;
+//! -- if the token read is not :token, the write is stale: ROLLBACK, and report the token
+//! -- read (the current mark). Otherwise:
+//! -- ... the application's writes ...
+//! COMMIT;
+//! ```
+//!
+//! - **Why `>=` and not `>`.** A leader writes many times with the same token, and each of
+//!   those writes must pass: only a *lower* token is stale. (Two processes never hold the
+//!   same token of one election: each token is handed to one leader.) With `>=`, the upsert
+//!   changes one row exactly when the write may go ahead (first token, higher token, same
+//!   token) and none when it is stale, so its affected-row count is itself the verdict, for
+//!   drivers that prefer it to reading the mark back; SQLite 3.35+ and PostgreSQL can also
+//!   append `RETURNING token`, which returns a row only then. With `>`, reading back would
+//!   still accept an equal token, but the row count would wrongly say 0.
+//! - **Why the first write is accepted.** With no row yet, the `INSERT` creates it: a store
+//!   that never saw a token has nothing to be stale against.
+//! - **Why the check and the write share the transaction.** Checked in one transaction and
+//!   written in another, a stale leader could pass the check, pause, let the new leader raise
+//!   the mark and write, and then write over it: exactly the story fencing exists to prevent.
+//!   Inside one transaction the mark cannot move between the check and the write, and a
+//!   rolled-back write does not leave a raised mark behind. `BEGIN IMMEDIATE` takes SQLite's
+//!   write lock at once, so the transaction never has to be upgraded from a read (which could
+//!   fail with `SQLITE_BUSY` midway) and fenced writers queue up on the lock instead.
+//! - **Why raise, not just compare.** The store learns of a new leader only from that
+//!   leader's writes: every accepted write records its token, so the first write of leader
+//!   43 is what shuts leader 42 out. A guard that only compared against a mark kept
+//!   elsewhere would accept 42 until someone remembered to update that mark.
+//!
+//! Tokens are stored as SQL `INTEGER` (signed 64 bits): tokens above `i64::MAX` are refused
+//! with [`FenceError::TokenOutOfRange`].
+//!
+//! # Stores
+//!
+//! - SQLite: [`sqlite`].
+//! - PostgreSQL: not yet. The same SQL is meant to carry over (`BEGIN`, the same upsert,
+//!   then read the mark back, or use `RETURNING`): PostgreSQL locks the conflicting row for
+//!   the rest of the transaction even when the `DO UPDATE … WHERE` is false, so the mark
+//!   cannot move before `COMMIT`. Still to be built and tested against a real server.
+//!
+
+pub mod sqlite;
+
+/// Why a fenced write was not done.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FenceError {
+    /// The token is below the highest one the store accepted for this resource: the writer
+    /// was replaced as leader. Nothing was written.
+    #[error("stale token: the highest accepted token is {current}")]
+    StaleToken {
+        /// The store's high-water mark for the resource.
+        current: u64,
+    },
+    /// The token does not fit the store's integer type (SQL `INTEGER`, at most `i64::MAX`).
+    #[error("token {token} is out of the store's range (at most {})", i64::MAX)]
+    TokenOutOfRange {
+        /// The token given.
+        token: u64,
+    },
+    /// The store failed (locked too long, IO, bad SQL in the application's write, ...).
+    /// Nothing was committed.
+    #[error("store error: {0}")]
+    Store(#[from] rusqlite::Error),
+}
+
+impl From<FenceError> for crate::Error {
+    /// [`FenceError::StaleToken`] becomes [`crate::Error::StaleToken`], the same answer the
+    /// cluster's fenced keys give; an out-of-range token is an invalid argument; store
+    /// failures become [`crate::Error::Backend`].
+    fn from(e: FenceError) -> crate::Error {
+        match e {
+            FenceError::StaleToken { current } => crate::Error::StaleToken { current },
+            FenceError::TokenOutOfRange { .. } => crate::Error::InvalidArgument(e.to_string()),
+            FenceError::Store(_) => crate::Error::Backend(e.to_string()),
+        }
+    }
+}
