@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: what CI runs (.ci/run) and what the README tells you to run.
-# Installs nothing it does not need; later parts of the suite that need external servers
-# install and start them from here.
+# Installs what the tests need (PostgreSQL from Debian's packages, via scripts/services.sh);
+# the tests start and stop their own servers on loopback with temporary data directories.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+# Real servers the tests start themselves (installed from Debian's packages if missing).
+scripts/services.sh install-postgres
 # The real-process tests start `tenure` itself; build it once up front so that they do not
 # each wait for (or race) that build.
 cargo build -p tenure-cli

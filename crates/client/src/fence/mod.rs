@@ -63,12 +63,12 @@
 //! # Stores
 //!
 //! - SQLite: [`sqlite`].
-//! - PostgreSQL: not yet. The same SQL is meant to carry over (`BEGIN`, the same upsert,
-//!   then read the mark back, or use `RETURNING`): PostgreSQL locks the conflicting row for
-//!   the rest of the transaction even when the `DO UPDATE … WHERE` is false, so the mark
-//!   cannot move before `COMMIT`. Still to be built and tested against a real server.
+//! - PostgreSQL: [`postgres`] (the same upsert with `RETURNING`; PostgreSQL locks the
+//!   conflicting row for the rest of the transaction even when the `DO UPDATE … WHERE` is
+//!   false, so the mark cannot move before `COMMIT`).
 //!
 
+pub mod postgres;
 pub mod sqlite;
 
 /// Why a fenced write was not done.
