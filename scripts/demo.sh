@@ -6,5 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+scripts/services.sh install-build-deps
 cargo build --release -p tenure-cli
 exec "$CARGO_TARGET_DIR/release/tenure" demo "$@"

@@ -19,6 +19,23 @@
 #
 # PG_BINDIR=/path/to/bin overrides where the PostgreSQL binaries are looked for (default: the
 # newest /usr/lib/postgresql/*/bin, as the Debian package installs them).
+#
+#   scripts/services.sh install-etcd                 # apt-get `etcd-server etcd-client` and
+#                                                    # `protobuf-compiler`, unless there already
+#   scripts/services.sh start-etcd DIR [PID]         # single etcd node in DIR; prints the URL
+#   scripts/services.sh stop-etcd DIR                # stop it (no-op if it is not running)
+#
+# install-etcd also installs `protoc` (packages protobuf-compiler, and libprotobuf-dev for
+# the well-known types in /usr/include/google/protobuf): the `etcd-client` crate
+# that the client library uses generates its gRPC code from .proto files at build time, and
+# finds protoc on PATH (or through $PROTOC). So install-etcd must run before `cargo build`.
+# start-etcd runs one member with its data in DIR/data, client and peer URLs on 127.0.0.1 on
+# free ports; it prints `etcd://127.0.0.1:PORT` on stdout (also written to DIR/url), logs to
+# DIR/etcd.log and its pid is in DIR/etcd.pid. With PID, a watchdog stops it once process PID
+# is gone. ETCD_BIN=/path/to/etcd overrides which binary is run (default: `etcd` on PATH).
+# The node runs without fsync (a test server) and with a 20 ms heartbeat and 200 ms election
+# timeout, which brings etcd's minimum lease TTL down to 1 s (its default is 2 s), so that
+# the contract's sub-2 s TTLs are granted as 1 s rather than 2 s.
 set -euo pipefail
 
 die() {
@@ -129,11 +146,125 @@ stop_postgres() {
     [[ ! -e $dir/data/postmaster.pid ]] || die "could not stop postgres in $dir"
 }
 
+etcd_bin() {
+  local b=${ETCD_BIN:-etcd}
+  command -v "$b" 2>/dev/null
+}
+
+# What the build itself needs: `protoc` and the well-known protobuf types, for the
+# `etcd-client` crate's build script (our own .proto files use a vendored protoc).
+install_build_deps() {
+  if command -v protoc >/dev/null && [[ -e /usr/include/google/protobuf/descriptor.proto ]]; then
+    return 0
+  fi
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    protobuf-compiler libprotobuf-dev >/dev/null
+  command -v protoc >/dev/null || die "installed protobuf-compiler but found no protoc on PATH"
+}
+
+install_etcd() {
+  if etcd_bin >/dev/null && command -v etcdctl >/dev/null && command -v protoc >/dev/null &&
+    [[ -e /usr/include/google/protobuf/descriptor.proto ]]; then
+    echo "etcd already installed: $(etcd_bin); protoc: $(command -v protoc)"
+    return 0
+  fi
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  local start=$SECONDS
+  "${sudo[@]}" apt-get update -qq
+  # policy-rc.d / no init system: the package's own etcd service is not started, nor needed.
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    etcd-server etcd-client protobuf-compiler libprotobuf-dev >/dev/null
+  etcd_bin >/dev/null || die "installed etcd-server but found no etcd binary on PATH"
+  command -v protoc >/dev/null || die "installed protobuf-compiler but found no protoc on PATH"
+  echo "installed etcd in $((SECONDS - start))s: $(etcd_bin)"
+}
+
+start_etcd() {
+  local dir=${1:?usage: start-etcd DIR [PID]} owner=${2:-}
+  local bin
+  bin=$(etcd_bin) || die "etcd is not installed: run scripts/services.sh install-etcd"
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  if [[ -e $dir/etcd.pid ]] && kill -0 "$(cat "$dir/etcd.pid")" 2>/dev/null; then
+    die "an etcd already runs in $dir (stop-etcd first)"
+  fi
+  local port peer attempt pid i
+  for attempt in 1 2 3 4 5 6 7 8; do
+    port=$((20000 + RANDOM % 40000))
+    peer=$((20000 + RANDOM % 40000))
+    [[ $port != "$peer" ]] || continue
+    port_in_use "$port" && continue
+    port_in_use "$peer" && continue
+    "$bin" --name tenure-test --data-dir "$dir/data" \
+      --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+      --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+      --initial-cluster "tenure-test=http://127.0.0.1:$peer" --initial-cluster-state new \
+      --heartbeat-interval 20 --election-timeout 200 \
+      --unsafe-no-fsync --logger zap --log-outputs stderr \
+      </dev/null >>"$dir/etcd.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$dir/etcd.pid"
+    for i in $(seq 1 200); do
+      kill -0 "$pid" 2>/dev/null || break
+      if port_in_use "$port" && curl -fsS "http://127.0.0.1:$port/health" 2>/dev/null | grep -q '"health":"true"'; then
+        local url="etcd://127.0.0.1:$port"
+        echo "$url" >"$dir/url"
+        echo "$port" >"$dir/port"
+        if [[ -n $owner ]]; then
+          setsid bash -c '
+            while kill -0 "$1" 2>/dev/null && kill -0 "$3" 2>/dev/null; do sleep 1; done
+            "$0" stop-etcd "$2"' "$(realpath "$0")" "$owner" "$dir" "$pid" \
+            </dev/null >/dev/null 2>&1 &
+        fi
+        echo "$url"
+        return 0
+      fi
+      sleep 0.05
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      tail -n 20 "$dir/etcd.log" >&2 || true
+      die "etcd did not become healthy in $dir (log: $dir/etcd.log)"
+    fi
+    rm -f "$dir/etcd.pid"
+    rm -rf "$dir/data"
+    if ! grep -q "address already in use" "$dir/etcd.log" 2>/dev/null; then
+      tail -n 20 "$dir/etcd.log" >&2 || true
+      die "etcd failed to start in $dir (log: $dir/etcd.log)"
+    fi
+  done
+  die "no free port found for etcd after $attempt attempts"
+}
+
+stop_etcd() {
+  local dir=${1:?usage: stop-etcd DIR}
+  [[ -e $dir/etcd.pid ]] || return 0
+  local pid i
+  pid=$(cat "$dir/etcd.pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$dir/etcd.pid"
+}
+
 cmd=${1:-}
 shift || true
 case $cmd in
   install-postgres) install_postgres "$@" ;;
   start-postgres) start_postgres "$@" ;;
   stop-postgres) stop_postgres "$@" ;;
-  *) die "usage: $0 install-postgres | start-postgres DIR [PID] | stop-postgres DIR" ;;
+  install-build-deps) install_build_deps "$@" ;;
+  install-etcd) install_etcd "$@" ;;
+  start-etcd) start_etcd "$@" ;;
+  stop-etcd) stop_etcd "$@" ;;
+  *) die "usage: $0 install-build-deps | install-postgres | start-postgres DIR [PID] | stop-postgres DIR | install-etcd | start-etcd DIR [PID] | stop-etcd DIR" ;;
 esac

@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+scripts/services.sh install-build-deps
 cargo build --release -p tenure-cli
 exec "$CARGO_TARGET_DIR/release/tenure" sim --seeds 1..2001 --nodes 5 "$@"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: what CI runs (.ci/run) and what the README tells you to run.
-# Installs what the tests need (PostgreSQL from Debian's packages, via scripts/services.sh);
+# Installs what the build and tests need (protoc, PostgreSQL and etcd from Debian's
+# packages, via scripts/services.sh);
 # the tests start and stop their own servers on loopback with temporary data directories.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 # Real servers the tests start themselves (installed from Debian's packages if missing).
 scripts/services.sh install-postgres
+scripts/services.sh install-etcd
 # The real-process tests start `tenure` itself; build it once up front so that they do not
 # each wait for (or race) that build.
 cargo build -p tenure-cli

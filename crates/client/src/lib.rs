@@ -112,10 +112,18 @@
 //! |---|---|
 //! | `memory:` / `memory:NAME` | in-process; one world per name |
 //! | `tenure://h1:p,h2:p,h3:p` | a tenure cluster over gRPC |
-//! | `etcd://`, `postgres://`, `zk://` | not yet: [`Error::UnsupportedBackend`] |
+//! | `etcd://h1:p,h2:p` | an etcd (v3 API) cluster, with etcd's election recipe; no [`Leadership::transfer`] |
+//! | `postgres://`, `zk://` | not yet: [`Error::UnsupportedBackend`] |
+//!
+//! On etcd a session is an etcd lease (TTLs are rounded up to whole seconds, and the holder
+//! believes the TTL etcd grants), a candidacy is a key under `/tenure/elections/<election>/`
+//! bound to the lease, the key with the lowest create revision leads, and the fencing token is
+//! that key's create revision. [`Client::supports_transfer`] tells whether a backend can hand
+//! leadership to a named candidate.
 #![deny(missing_docs)]
 
 mod error;
+mod etcd;
 pub mod fence;
 mod memory;
 mod remote;
@@ -147,6 +155,7 @@ pub struct Client {
 enum Backend {
     Memory(Arc<memory::World>),
     Remote(remote::Nodes),
+    Etcd(etcd::Etcd),
 }
 
 /// How to campaign.
@@ -220,9 +229,10 @@ impl futures_core::Stream for Observer {
 }
 
 impl Client {
-    /// Connect to the backend named by `url`: `memory:` (or `memory:NAME`) or
-    /// `tenure://host:port,host:port,...`. Nothing is contacted yet for `tenure://`: nodes
-    /// are dialed lazily by the first request.
+    /// Connect to the backend named by `url`: `memory:` (or `memory:NAME`),
+    /// `tenure://host:port,host:port,...` or `etcd://host:port,host:port,...`. Nothing is
+    /// contacted yet for `tenure://`: nodes are dialed lazily by the first request; for
+    /// `etcd://` the endpoints are dialed now.
     pub async fn connect(url: &str) -> Result<Client> {
         let (scheme, rest) = url.split_once(':').ok_or_else(|| Error::InvalidUrl {
             url: url.to_string(),
@@ -243,16 +253,29 @@ impl Client {
                     .collect();
                 Backend::Remote(remote::Nodes::new(url, addrs)?)
             }
-            "etcd" | "postgres" | "postgresql" | "zk" | "zookeeper" => {
+            "etcd" => {
+                let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
+                    url: url.to_string(),
+                    why: "expected etcd://host:port,host:port".into(),
+                })?;
+                let addrs = hosts
+                    .trim_end_matches('/')
+                    .split(',')
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                Backend::Etcd(etcd::Etcd::connect(url, addrs).await?)
+            }
+            "postgres" | "postgresql" | "zk" | "zookeeper" => {
                 return Err(Error::UnsupportedBackend {
                     scheme: scheme.to_string(),
-                    why: "not implemented yet; use tenure:// or memory:".into(),
+                    why: "not implemented yet; use tenure://, etcd:// or memory:".into(),
                 })
             }
             other => {
                 return Err(Error::UnsupportedBackend {
                     scheme: other.to_string(),
-                    why: "unknown scheme; use tenure:// or memory:".into(),
+                    why: "unknown scheme; use tenure://, etcd:// or memory:".into(),
                 })
             }
         };
@@ -295,6 +318,7 @@ impl Client {
         let (id, ttl) = match &self.backend {
             Backend::Memory(w) => w.grant(options.ttl)?,
             Backend::Remote(n) => n.grant(options.ttl).await?,
+            Backend::Etcd(e) => e.grant(options.ttl).await?,
         };
         let held = Held {
             client: self.clone(),
@@ -342,6 +366,17 @@ impl Client {
                 })
             }
             Backend::Remote(n) => tokio::spawn(remote::keepalive_loop(n.clone(), session)),
+            Backend::Etcd(e) => tokio::spawn(etcd::keepalive_loop(e.clone(), session)),
+        }
+    }
+
+    /// Whether [`Leadership::transfer`] works on this backend: `memory:` and `tenure://` hand
+    /// leadership to a named candidate; etcd's election recipe cannot (FIFO by create
+    /// revision only), so there `transfer` fails with [`Error::UnsupportedBackend`].
+    pub fn supports_transfer(&self) -> bool {
+        match &self.backend {
+            Backend::Memory(_) | Backend::Remote(_) => true,
+            Backend::Etcd(_) => false,
         }
     }
 
@@ -351,6 +386,7 @@ impl Client {
         match &self.backend {
             Backend::Memory(w) => w.leader(election),
             Backend::Remote(n) => n.leader(election).await,
+            Backend::Etcd(e) => e.leader(election).await,
         }
     }
 
@@ -364,6 +400,7 @@ impl Client {
         match &self.backend {
             Backend::Memory(w) => w.clone().observe(election, tx)?,
             Backend::Remote(n) => n.observe(election, tx).await?,
+            Backend::Etcd(e) => e.observe(election, tx).await?,
         }
         Ok(Observer { rx })
     }
@@ -375,6 +412,7 @@ impl Client {
                 Ok(())
             }
             Backend::Remote(n) => n.revoke(session).await,
+            Backend::Etcd(e) => e.revoke(session).await,
         }
     }
 
@@ -382,6 +420,7 @@ impl Client {
         match &self.backend {
             Backend::Memory(w) => w.resign(election, session),
             Backend::Remote(n) => n.resign(election, session).await,
+            Backend::Etcd(e) => e.resign(election, session).await,
         }
     }
 }
@@ -444,6 +483,10 @@ impl Candidate {
                     self.token = Some(r?);
                 }
             }
+            Backend::Etcd(e) => {
+                // Records the key; `leadership()` finds out whether it leads.
+                e.join(&self.election, session.id, &self.value).await?;
+            }
         }
         Ok(self)
     }
@@ -468,6 +511,9 @@ impl Candidate {
                         }
                         Backend::Remote(n) => {
                             n.campaign(&self.election, session.id, &self.value).await
+                        }
+                        Backend::Etcd(e) => {
+                            e.campaign(&self.election, session.id, &self.value).await
                         }
                     }
                 };
@@ -615,6 +661,14 @@ impl Leadership {
         let token = match &self.held.client.backend {
             Backend::Memory(w) => w.transfer(&self.election, from, to)?,
             Backend::Remote(n) => n.transfer(&self.election, from, to).await?,
+            Backend::Etcd(_) => {
+                return Err(Error::UnsupportedBackend {
+                    scheme: "etcd".into(),
+                    why: "etcd's election recipe cannot hand leadership to a named candidate \
+                          (see Client::supports_transfer)"
+                        .into(),
+                })
+            }
         };
         if to != from {
             self.replaced.send_replace(true);

@@ -1,0 +1,457 @@
+//! The `etcd://` backend: etcd's election recipe over etcd's own API (DESIGN.md, "Backends").
+//!
+//! - A session is an etcd lease; its id is the lease id.
+//! - A candidacy is the key `/tenure/elections/<election>/<lease id in hex>`, bound to the
+//!   lease, with the candidate's value. The key with the lowest create revision leads; the
+//!   fencing token is that key's create revision (a later leader's key was necessarily
+//!   created later, so tokens strictly increase).
+//! - A candidate waits by watching only its predecessor's key (the live key with the highest
+//!   create revision below its own) for deletion: no herd.
+//! - Keepalives are etcd `LeaseKeepAlive` on one stream; the holder's validity follows rule 4
+//!   from the send time of each acknowledged keepalive. etcd TTLs are whole seconds: a TTL is
+//!   rounded up, and the TTL etcd grants is the one the holder believes.
+//! - Resign deletes the key (the next candidate's watch fires) and revokes the lease.
+//! - `observe` reads the prefix once and then watches it from the next revision, reporting
+//!   each revision at which the lowest key changes; the event index is that revision.
+//! - etcd cannot tell an empty election from one that never existed, so a campaign also puts
+//!   the marker key `/tenure/known/<election>` (no lease): `leader`/`observe` of an election
+//!   without the marker fail with [`Error::UnknownElection`].
+//!
+//! Not supported: [`crate::Leadership::transfer`] (etcd's recipe has no hand-over to a named
+//! candidate); it fails with [`Error::UnsupportedBackend`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget,
+    Txn, TxnOp, WatchOptions,
+};
+use tokio::sync::mpsc;
+
+use crate::session::Session;
+use crate::{Error, LeaderEvent, LeaderInfo, Result};
+
+/// Where candidacies live.
+const ELECTIONS_PREFIX: &str = "/tenure/elections/";
+/// Where the markers of elections that were ever campaigned in live.
+const KNOWN_PREFIX: &str = "/tenure/known/";
+/// TCP connect timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause before reopening a failed keepalive stream.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// A connection to an etcd cluster. Cheap to clone; clones share the channel.
+#[derive(Clone)]
+pub(crate) struct Etcd {
+    /// Boxed behind an `Arc`: the client is large, and its sub-clients are cheap clones.
+    client: Arc<etcd_client::Client>,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd").finish_non_exhaustive()
+    }
+}
+
+/// Translate an etcd client error.
+fn map(e: etcd_client::Error) -> Error {
+    use etcd_client::Error as E;
+    match e {
+        E::GRpcStatus(s) => {
+            let msg = s.message().to_string();
+            if msg.contains("lease not found") {
+                Error::SessionLost
+            } else {
+                match s.code() {
+                    tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Cancelled
+                    | tonic::Code::Unknown => Error::Unavailable(format!("etcd: {msg}")),
+                    tonic::Code::InvalidArgument => Error::InvalidArgument(format!("etcd: {msg}")),
+                    code => Error::Backend(format!("etcd: {code:?}: {msg}")),
+                }
+            }
+        }
+        E::LeaseKeepAliveError(m) if m.contains("lease not found") => Error::SessionLost,
+        E::TransportError(t) => Error::Unavailable(format!("etcd: {t}")),
+        E::IoError(io) => Error::Unavailable(format!("etcd: {io}")),
+        other => Error::Backend(format!("etcd: {other}")),
+    }
+}
+
+fn check_election(election: &str) -> Result<()> {
+    if election.is_empty() {
+        return Err(Error::InvalidArgument("empty election name".into()));
+    }
+    if election.contains('/') {
+        // One election's prefix would contain another's keys.
+        return Err(Error::InvalidArgument(format!(
+            "election name {election:?} contains '/', which the etcd backend does not allow"
+        )));
+    }
+    Ok(())
+}
+
+fn prefix(election: &str) -> String {
+    format!("{ELECTIONS_PREFIX}{election}/")
+}
+
+fn key(election: &str, session: u64) -> String {
+    format!("{}{session:x}", prefix(election))
+}
+
+fn known(election: &str) -> String {
+    format!("{KNOWN_PREFIX}{election}")
+}
+
+fn info(kv: &etcd_client::KeyValue) -> LeaderInfo {
+    LeaderInfo {
+        session: kv.lease() as u64,
+        value: kv.value().to_vec(),
+        token: kv.create_revision() as u64,
+    }
+}
+
+/// A lease id as etcd takes it.
+fn lease(session: u64) -> Result<i64> {
+    i64::try_from(session).map_err(|_| Error::SessionLost)
+}
+
+impl Etcd {
+    /// Connect to `endpoints` (`host:port` each).
+    pub async fn connect(url: &str, endpoints: Vec<String>) -> Result<Etcd> {
+        if endpoints.is_empty() {
+            return Err(Error::InvalidUrl {
+                url: url.to_string(),
+                why: "no etcd endpoints".into(),
+            });
+        }
+        let endpoints: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
+        let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+        let client = etcd_client::Client::connect(endpoints, Some(options))
+            .await
+            .map_err(map)?;
+        Ok(Etcd {
+            client: Arc::new(client),
+        })
+    }
+
+    /// Grant a lease of at least `ttl` (etcd counts whole seconds).
+    pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
+        let secs = i64::try_from(ttl.as_millis().div_ceil(1000))
+            .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
+        let r = self
+            .client
+            .lease_client()
+            .grant(secs.max(1), None)
+            .await
+            .map_err(map)?;
+        if !r.error().is_empty() {
+            return Err(Error::Backend(format!("etcd: {}", r.error())));
+        }
+        let granted = Duration::from_secs(u64::try_from(r.ttl()).unwrap_or(0));
+        Ok((r.id() as u64, granted))
+    }
+
+    pub async fn revoke(&self, session: u64) -> Result<()> {
+        match self.client.lease_client().revoke(lease(session)?).await {
+            Ok(_) => Ok(()),
+            Err(e) => match map(e) {
+                Error::SessionLost => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+
+    /// Put this session's key in `election` unless it is there already; returns the key's
+    /// create revision.
+    async fn enqueue(&self, election: &str, session: u64, value: &[u8]) -> Result<i64> {
+        check_election(election)?;
+        let k = key(election, session);
+        let put = PutOptions::new().with_lease(lease(session)?);
+        let txn = Txn::new()
+            .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(k.clone(), value.to_vec(), Some(put)),
+                TxnOp::put(known(election), Vec::new(), None),
+            ]);
+        self.client.kv_client().txn(txn).await.map_err(map)?;
+        let r = self.client.kv_client().get(k, None).await.map_err(map)?;
+        match r.kvs().first() {
+            Some(kv) => Ok(kv.create_revision()),
+            // Deleted by the lease's expiry in between.
+            None => Err(Error::SessionLost),
+        }
+    }
+
+    /// Record the candidacy without waiting.
+    pub async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<()> {
+        self.enqueue(election, session, value).await.map(|_| ())
+    }
+
+    /// Record the candidacy (idempotent) and wait until it leads; returns its token.
+    pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
+        let mine = self.enqueue(election, session, value).await?;
+        let k = key(election, session);
+        let mut kv = self.client.kv_client();
+        loop {
+            // The predecessor: the live key created last before ours.
+            let r = kv
+                .get(
+                    prefix(election),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_max_create_revision(mine - 1)
+                            .with_sort(SortTarget::Create, SortOrder::Descend)
+                            .with_limit(1),
+                    ),
+                )
+                .await
+                .map_err(map)?;
+            let Some(pred) = r.kvs().first() else {
+                // Nobody before us: we lead, if our key is still there.
+                let me = kv.get(k.clone(), None).await.map_err(map)?;
+                return match me.kvs().first() {
+                    Some(m) if m.create_revision() == mine => Ok(mine as u64),
+                    _ => Err(Error::SessionLost),
+                };
+            };
+            let pred_key = pred.key().to_vec();
+            let from = r.header().map(|h| h.revision()).unwrap_or(0) + 1;
+            let mut stream = self
+                .client
+                .watch_client()
+                .watch(
+                    pred_key,
+                    Some(WatchOptions::new().with_start_revision(from)),
+                )
+                .await
+                .map_err(map)?;
+            'wait: loop {
+                match stream.message().await.map_err(map)? {
+                    Some(resp) => {
+                        if resp.canceled() {
+                            break 'wait;
+                        }
+                        if resp
+                            .events()
+                            .iter()
+                            .any(|e| e.event_type() == EventType::Delete)
+                        {
+                            break 'wait;
+                        }
+                    }
+                    None => break 'wait,
+                }
+            }
+            // Dropping the stream cancels the watch.
+            drop(stream);
+        }
+    }
+
+    pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
+        check_election(election)?;
+        self.client
+            .kv_client()
+            .delete(key(election, session), None)
+            .await
+            .map_err(map)?;
+        Ok(())
+    }
+
+    /// Whether someone ever campaigned in `election`.
+    async fn check_known(&self, election: &str) -> Result<()> {
+        check_election(election)?;
+        let r = self
+            .client
+            .kv_client()
+            .get(known(election), Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(map)?;
+        if r.count() == 0 {
+            return Err(Error::UnknownElection(election.to_string()));
+        }
+        Ok(())
+    }
+
+    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+        self.check_known(election).await?;
+        let r = self
+            .client
+            .kv_client()
+            .get(
+                prefix(election),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend)
+                        .with_limit(1),
+                ),
+            )
+            .await
+            .map_err(map)?;
+        Ok(r.kvs().first().map(info))
+    }
+
+    pub async fn observe(
+        &self,
+        election: &str,
+        tx: mpsc::Sender<Result<LeaderEvent>>,
+    ) -> Result<()> {
+        self.check_known(election).await?;
+        let r = self
+            .client
+            .kv_client()
+            .get(prefix(election), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(map)?;
+        let revision = r.header().map(|h| h.revision()).unwrap_or(0);
+        // The election's keys, by key: (create revision, leader info).
+        let mut keys: BTreeMap<Vec<u8>, LeaderInfo> = r
+            .kvs()
+            .iter()
+            .map(|kv| (kv.key().to_vec(), info(kv)))
+            .collect();
+        let mut stream = self
+            .client
+            .watch_client()
+            .watch(
+                prefix(election),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(revision + 1),
+                ),
+            )
+            .await
+            .map_err(map)?;
+        let election = election.to_string();
+        let lowest =
+            |keys: &BTreeMap<Vec<u8>, LeaderInfo>| keys.values().min_by_key(|l| l.token).cloned();
+        let mut current = lowest(&keys);
+        let first = LeaderEvent {
+            election: election.clone(),
+            leader: current.clone(),
+            index: revision as u64,
+        };
+        if tx.send(Ok(first)).await.is_err() {
+            return Ok(());
+        }
+        tokio::spawn(async move {
+            loop {
+                let resp = tokio::select! {
+                    r = stream.message() => r,
+                    _ = tx.closed() => return,
+                };
+                let resp = match resp {
+                    Ok(Some(resp)) => resp,
+                    Ok(None) => {
+                        let _ = tx
+                            .send(Err(Error::Unavailable("etcd: the watch ended".into())))
+                            .await;
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(map(e))).await;
+                        return;
+                    }
+                };
+                if resp.canceled() {
+                    let _ = tx
+                        .send(Err(Error::Unavailable(format!(
+                            "etcd: the watch was canceled: {}",
+                            resp.cancel_reason()
+                        ))))
+                        .await;
+                    return;
+                }
+                // Apply the events revision by revision, reporting each change of the lowest
+                // key at the revision where it happened.
+                let events = resp.events();
+                let mut i = 0;
+                while i < events.len() {
+                    let rev = events[i].kv().map(|kv| kv.mod_revision()).unwrap_or(0);
+                    while i < events.len()
+                        && events[i].kv().map(|kv| kv.mod_revision()).unwrap_or(0) == rev
+                    {
+                        let e = &events[i];
+                        if let Some(kv) = e.kv() {
+                            match e.event_type() {
+                                EventType::Put => {
+                                    keys.insert(kv.key().to_vec(), info(kv));
+                                }
+                                EventType::Delete => {
+                                    keys.remove(kv.key());
+                                }
+                            }
+                        }
+                        i += 1;
+                    }
+                    let now = lowest(&keys);
+                    if now != current {
+                        current = now.clone();
+                        let ev = LeaderEvent {
+                            election: election.clone(),
+                            leader: now,
+                            index: rev as u64,
+                        };
+                        if tx.send(Ok(ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Renew `session` every TTL/4 over one `LeaseKeepAlive` stream (reopened when it fails)
+/// until the task is stopped or etcd says the lease is gone.
+pub(crate) async fn keepalive_loop(etcd: Etcd, session: Arc<Session>) {
+    let Ok(id) = lease(session.id) else {
+        session.end();
+        return;
+    };
+    let every = session.ttl / 4;
+    let mut leases = etcd.client.lease_client();
+    loop {
+        let sent = Instant::now();
+        let (mut keeper, mut stream) = match leases.keep_alive(id).await {
+            // Opening the stream renews once: etcd answered with a positive TTL, which for
+            // etcd is the lease's full granted TTL.
+            Ok(pair) => {
+                session.acked(sent, session.ttl);
+                pair
+            }
+            Err(e) => {
+                if map(e) == Error::SessionLost {
+                    session.end();
+                    return;
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        loop {
+            tokio::time::sleep(every).await;
+            let sent = Instant::now();
+            if keeper.keep_alive().await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(session.ttl, stream.message()).await {
+                Ok(Ok(Some(resp))) => {
+                    if resp.ttl() <= 0 {
+                        session.end();
+                        return;
+                    }
+                    session.acked(sent, Duration::from_secs(resp.ttl() as u64));
+                }
+                _ => break,
+            }
+        }
+    }
+}
