@@ -113,7 +113,8 @@
 //! | `memory:` / `memory:NAME` | in-process; one world per name |
 //! | `tenure://h1:p,h2:p,h3:p` | a tenure cluster over gRPC |
 //! | `etcd://h1:p,h2:p` | an etcd (v3 API) cluster, with etcd's election recipe; no [`Leadership::transfer`] |
-//! | `postgres://`, `zk://` | not yet: [`Error::UnsupportedBackend`] |
+//! | `postgres://user@host:port/db` (or `postgresql://`) | PostgreSQL: a lease row per election, the database clock as arbiter; no [`Leadership::transfer`] |
+//! | `zk://` | not yet: [`Error::UnsupportedBackend`] |
 //!
 //! On etcd a session is an etcd lease (TTLs are rounded up to whole seconds, and the holder
 //! believes the TTL etcd grants), a candidacy is a key under `/tenure/elections/<election>/`
@@ -126,6 +127,7 @@ mod error;
 mod etcd;
 pub mod fence;
 mod memory;
+mod pg;
 mod remote;
 mod session;
 
@@ -156,6 +158,7 @@ enum Backend {
     Memory(Arc<memory::World>),
     Remote(remote::Nodes),
     Etcd(etcd::Etcd),
+    Postgres(pg::Pg),
 }
 
 /// How to campaign.
@@ -230,7 +233,8 @@ impl futures_core::Stream for Observer {
 
 impl Client {
     /// Connect to the backend named by `url`: `memory:` (or `memory:NAME`),
-    /// `tenure://host:port,host:port,...` or `etcd://host:port,host:port,...`. Nothing is
+    /// `tenure://host:port,host:port,...`, `etcd://host:port,host:port,...` or
+    /// `postgres://user@host:port/db`. Nothing is
     /// contacted yet for `tenure://`: nodes are dialed lazily by the first request; for
     /// `etcd://` the endpoints are dialed now.
     pub async fn connect(url: &str) -> Result<Client> {
@@ -266,16 +270,18 @@ impl Client {
                     .collect();
                 Backend::Etcd(etcd::Etcd::connect(url, addrs).await?)
             }
-            "postgres" | "postgresql" | "zk" | "zookeeper" => {
+            "postgres" | "postgresql" => Backend::Postgres(pg::Pg::connect(url).await?),
+            "zk" | "zookeeper" => {
                 return Err(Error::UnsupportedBackend {
                     scheme: scheme.to_string(),
-                    why: "not implemented yet; use tenure://, etcd:// or memory:".into(),
+                    why: "not implemented yet; use tenure://, etcd://, postgres:// or memory:"
+                        .into(),
                 })
             }
             other => {
                 return Err(Error::UnsupportedBackend {
                     scheme: other.to_string(),
-                    why: "unknown scheme; use tenure://, etcd:// or memory:".into(),
+                    why: "unknown scheme; use tenure://, etcd://, postgres:// or memory:".into(),
                 })
             }
         };
@@ -319,6 +325,7 @@ impl Client {
             Backend::Memory(w) => w.grant(options.ttl)?,
             Backend::Remote(n) => n.grant(options.ttl).await?,
             Backend::Etcd(e) => e.grant(options.ttl).await?,
+            Backend::Postgres(p) => p.grant(options.ttl).await?,
         };
         let held = Held {
             client: self.clone(),
@@ -367,16 +374,18 @@ impl Client {
             }
             Backend::Remote(n) => tokio::spawn(remote::keepalive_loop(n.clone(), session)),
             Backend::Etcd(e) => tokio::spawn(etcd::keepalive_loop(e.clone(), session)),
+            Backend::Postgres(p) => tokio::spawn(pg::keepalive_loop(p.clone(), session)),
         }
     }
 
     /// Whether [`Leadership::transfer`] works on this backend: `memory:` and `tenure://` hand
     /// leadership to a named candidate; etcd's election recipe cannot (FIFO by create
-    /// revision only), so there `transfer` fails with [`Error::UnsupportedBackend`].
+    /// revision only), nor can the PostgreSQL backend (the lease goes to the oldest live
+    /// candidate), so there `transfer` fails with [`Error::UnsupportedBackend`].
     pub fn supports_transfer(&self) -> bool {
         match &self.backend {
             Backend::Memory(_) | Backend::Remote(_) => true,
-            Backend::Etcd(_) => false,
+            Backend::Etcd(_) | Backend::Postgres(_) => false,
         }
     }
 
@@ -387,6 +396,7 @@ impl Client {
             Backend::Memory(w) => w.leader(election),
             Backend::Remote(n) => n.leader(election).await,
             Backend::Etcd(e) => e.leader(election).await,
+            Backend::Postgres(p) => p.leader(election).await,
         }
     }
 
@@ -401,6 +411,7 @@ impl Client {
             Backend::Memory(w) => w.clone().observe(election, tx)?,
             Backend::Remote(n) => n.observe(election, tx).await?,
             Backend::Etcd(e) => e.observe(election, tx).await?,
+            Backend::Postgres(p) => p.observe(election, tx).await?,
         }
         Ok(Observer { rx })
     }
@@ -413,6 +424,7 @@ impl Client {
             }
             Backend::Remote(n) => n.revoke(session).await,
             Backend::Etcd(e) => e.revoke(session).await,
+            Backend::Postgres(p) => p.revoke(session).await,
         }
     }
 
@@ -421,6 +433,7 @@ impl Client {
             Backend::Memory(w) => w.resign(election, session),
             Backend::Remote(n) => n.resign(election, session).await,
             Backend::Etcd(e) => e.resign(election, session).await,
+            Backend::Postgres(p) => p.resign(election, session).await,
         }
     }
 }
@@ -487,6 +500,10 @@ impl Candidate {
                 // Records the key; `leadership()` finds out whether it leads.
                 e.join(&self.election, session.id, &self.value).await?;
             }
+            Backend::Postgres(p) => {
+                // Records the candidacy; `leadership()` waits for the lease.
+                p.join(&self.election, session.id, &self.value).await?;
+            }
         }
         Ok(self)
     }
@@ -514,6 +531,9 @@ impl Candidate {
                         }
                         Backend::Etcd(e) => {
                             e.campaign(&self.election, session.id, &self.value).await
+                        }
+                        Backend::Postgres(p) => {
+                            p.campaign(&self.election, session.id, &self.value).await
                         }
                     }
                 };
@@ -665,6 +685,14 @@ impl Leadership {
                 return Err(Error::UnsupportedBackend {
                     scheme: "etcd".into(),
                     why: "etcd's election recipe cannot hand leadership to a named candidate \
+                          (see Client::supports_transfer)"
+                        .into(),
+                })
+            }
+            Backend::Postgres(_) => {
+                return Err(Error::UnsupportedBackend {
+                    scheme: "postgres".into(),
+                    why: "the PostgreSQL backend hands the lease only to the oldest candidate \
                           (see Client::supports_transfer)"
                         .into(),
                 })

@@ -1,12 +1,14 @@
 //! The election contract, run against every backend: `memory:`, a real 3-node tenure
 //! cluster of `tenure server` child processes started here, and a real single-node etcd
 //! started by `scripts/services.sh start-etcd` (install it with
-//! `scripts/services.sh install-etcd`; the test fails, never skips, without it).
+//! `scripts/services.sh install-etcd`; the test fails, never skips, without it), and a real
+//! PostgreSQL started by `scripts/services.sh start-postgres` (likewise: install it with
+//! `scripts/services.sh install-postgres`; the test fails without it).
 //!
 //! **Capabilities.** A case that a backend cannot meet by its nature is skipped for that
 //! backend only through an explicit capability, asked from the client: today the one
-//! capability is [`Client::supports_transfer`] (etcd's election recipe has no hand-over to a
-//! named candidate). Where it is missing, the contract checks instead that `transfer` is
+//! capability is [`Client::supports_transfer`] (etcd's election recipe and the PostgreSQL
+//! lease row have no hand-over to a named candidate). Where it is missing, the contract checks instead that `transfer` is
 //! refused with [`Error::UnsupportedBackend`].
 //!
 //! Each case is a function of a backend URL and an election name, so that one cluster serves
@@ -330,7 +332,7 @@ async fn errors_are_typed(url: String, election: String) {
         c.campaign(&election, b"x", opts(ms(1))).await.map(|_| ()),
         Err(Error::InvalidArgument(_))
     ));
-    for url in ["postgres://db/x", "zk://localhost:2181"] {
+    for url in ["zk://localhost:2181"] {
         assert!(matches!(
             Client::connect(url).await,
             Err(Error::UnsupportedBackend { .. })
@@ -385,6 +387,71 @@ fn etcd_meets_the_contract() {
     });
     drop(rt);
     drop(etcd);
+}
+
+#[test]
+fn postgres_meets_the_contract() {
+    let pg = Postgres::start();
+    let url = pg.url.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(90), contract(&url))
+            .await
+            .expect("the contract runs within 90 s");
+    });
+    drop(rt);
+    drop(pg);
+}
+
+/// A PostgreSQL server started (and stopped) by `scripts/services.sh`.
+struct Postgres {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-pg-contract-")
+            .tempdir()
+            .expect("a temporary directory");
+        let out = Command::new("bash")
+            .arg(Etcd::services())
+            .arg("start-postgres")
+            .arg(dir.path())
+            .arg(std::process::id().to_string())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run scripts/services.sh");
+        assert!(
+            out.status.success(),
+            "could not start PostgreSQL (is it installed? run \
+             `scripts/services.sh install-postgres`):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = String::from_utf8_lossy(&out.stdout);
+        let url = out.trim().lines().last().unwrap_or_default().to_string();
+        assert!(
+            url.starts_with("postgres://"),
+            "start-postgres printed {url:?}"
+        );
+        Postgres { dir, url }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(Etcd::services())
+            .arg("stop-postgres")
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .status();
+    }
 }
 
 /// A single etcd node started (and stopped) by `scripts/services.sh`.
