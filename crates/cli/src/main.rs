@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod demo;
+mod elect;
 mod measure;
+mod run;
 mod server;
 mod sim;
 
@@ -34,6 +36,21 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Measure failover (leader crash or pause) and durable write latency on a local cluster.
     Measure(measure::MeasureArgs),
+    /// Run a command only while leading an election; stop it before the lease could pass.
+    ///
+    /// Exit codes: the command's own when it exits while leading; 75 when leadership was
+    /// lost and the command stopped; 76 with --once when another holder leads; 69 backend
+    /// failure; 126/127 command not startable; 128+N on signal N; 2 bad arguments.
+    Run(run::RunArgs),
+    /// Wait to lead an election, print the fencing token, hold until interrupted, resign.
+    Campaign(elect::CampaignArgs),
+    /// Print an election's leader, then every change (`token=… session=… value=…` or `none`).
+    Observe(elect::ObserveArgs),
+    /// Print an election's current leader (`token=… session=… value=…`) or `none`.
+    Leader(elect::LeaderArgs),
+    /// The guard of a `tenure run` command's process group (started by `tenure run`).
+    #[command(hide = true)]
+    RunGuard(run::GuardArgs),
     /// One replica of `tenure demo`'s job (started by `tenure demo`).
     #[command(hide = true)]
     DemoWorker(demo::worker::WorkerArgs),
@@ -47,5 +64,10 @@ fn main() -> ExitCode {
         Cmd::Demo(args) => demo::run(args),
         Cmd::Measure(args) => measure::run(args),
         Cmd::DemoWorker(args) => demo::worker::run(args),
+        Cmd::Run(args) => run::run(args),
+        Cmd::RunGuard(args) => run::guard(args),
+        Cmd::Campaign(args) => elect::campaign(args),
+        Cmd::Observe(args) => elect::observe(args),
+        Cmd::Leader(args) => elect::leader(args),
     }
 }

@@ -1,0 +1,251 @@
+//! The small script commands: `tenure campaign`, `tenure observe`, `tenure leader`.
+//!
+//! All take `--election NAME` and `--backend URL` (default `$TENURE_BACKEND`, else
+//! `tenure://127.0.0.1:8001`), log to stderr with timestamps, and print results to stdout,
+//! one line each. A leader is printed as `token=T session=S value=V`, nobody as `none`.
+//!
+//! - `tenure campaign` waits to lead, prints the fencing token alone on a line, holds the
+//!   election until SIGINT/SIGTERM/SIGHUP, then resigns and exits 0. Exits 75 (and logs "lost
+//!   leadership") if leadership is lost while held, 69 if the backend fails.
+//! - `tenure observe` prints the current leader, then each change, until interrupted (exit 0);
+//!   an election nobody campaigned in yet prints `none` and is waited for.
+//! - `tenure leader` prints the current leader, or `none` (also for an election nobody ever
+//!   campaigned in), and exits 0.
+//!
+//! `tenure resign` is not provided: resigning needs the session that holds the election, which
+//! lives in the `tenure campaign` (or `tenure run`) process; signal that process instead
+//! (SIGTERM makes it resign at once).
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use tenure::{CampaignOptions, Client, Error, LeaderInfo};
+use tokio_stream::StreamExt as _;
+
+use crate::run::{
+    backend_url, default_value, log, parse_duration, signal_name, Signals, EXIT_BACKEND, EXIT_LOST,
+    EXIT_USAGE,
+};
+
+/// Which election, where.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// The election.
+    #[arg(long)]
+    election: String,
+    /// Backend URL (`tenure://h1:p,h2:p,…`); default `$TENURE_BACKEND`, else
+    /// `tenure://127.0.0.1:8001`.
+    #[arg(long)]
+    backend: Option<String>,
+}
+
+/// `tenure campaign`.
+#[derive(Debug, Args)]
+pub struct CampaignArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Lease TTL (e.g. `10s`, `500ms`).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// The value to campaign with; default `HOSTNAME:PID`.
+    #[arg(long)]
+    value: Option<String>,
+}
+
+/// `tenure observe`.
+#[derive(Debug, Args)]
+pub struct ObserveArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `tenure leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+fn block_on(f: impl std::future::Future<Output = u8>) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => ExitCode::from(rt.block_on(f)),
+        Err(e) => {
+            log(&format!("error: cannot start the runtime: {e}"));
+            ExitCode::from(EXIT_BACKEND)
+        }
+    }
+}
+
+async fn connect(target: &Target) -> Result<Client, u8> {
+    let url = backend_url(target.backend.as_deref());
+    Client::connect(&url).await.map_err(|e| {
+        log(&format!("error: backend {url}: {e}"));
+        if matches!(e, Error::InvalidUrl { .. }) {
+            EXIT_USAGE
+        } else {
+            EXIT_BACKEND
+        }
+    })
+}
+
+fn print_line(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn format_leader(l: Option<&LeaderInfo>) -> String {
+    match l {
+        Some(l) => format!(
+            "token={} session={} value={}",
+            l.token,
+            l.session,
+            String::from_utf8_lossy(&l.value)
+        ),
+        None => "none".into(),
+    }
+}
+
+/// `tenure campaign`.
+pub fn campaign(args: CampaignArgs) -> ExitCode {
+    block_on(async move {
+        let mut signals = match Signals::new() {
+            Ok(s) => s,
+            Err(e) => {
+                log(&format!("error: cannot handle signals: {e}"));
+                return EXIT_BACKEND;
+            }
+        };
+        let client = match connect(&args.target).await {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        let value = args.value.unwrap_or_else(default_value);
+        let options = CampaignOptions {
+            ttl: args.ttl,
+            ..Default::default()
+        };
+        let election = &args.target.election;
+        log(&format!("campaigning in {election:?} as {value:?}"));
+        let leadership = tokio::select! {
+            r = client.campaign(election, value.as_bytes(), options) => match r {
+                Ok(l) => l,
+                Err(e) => {
+                    log(&format!("error: campaign failed: {e}"));
+                    return EXIT_BACKEND;
+                }
+            },
+            sig = signals.recv() => {
+                log(&format!("got {}; not leading, exiting", signal_name(sig)));
+                return 0;
+            }
+        };
+        log(&format!(
+            "leading {election:?} with fencing token {} (session {}); holding until interrupted",
+            leadership.token(),
+            leadership.session()
+        ));
+        print_line(&leadership.token().to_string());
+        tokio::select! {
+            why = leadership.lost() => {
+                log(&format!("lost leadership ({why}); exit {EXIT_LOST}"));
+                EXIT_LOST
+            }
+            sig = signals.recv() => {
+                log(&format!("got {}; resigning", signal_name(sig)));
+                match tokio::time::timeout(Duration::from_secs(2), leadership.resign()).await {
+                    Ok(Ok(())) => log("resigned"),
+                    Ok(Err(e)) => log(&format!("resign failed ({e}); the session will expire")),
+                    Err(_) => log("resign timed out; the session will expire"),
+                }
+                0
+            }
+        }
+    })
+}
+
+/// `tenure observe`.
+pub fn observe(args: ObserveArgs) -> ExitCode {
+    block_on(async move {
+        let mut signals = match Signals::new() {
+            Ok(s) => s,
+            Err(e) => {
+                log(&format!("error: cannot handle signals: {e}"));
+                return EXIT_BACKEND;
+            }
+        };
+        let client = match connect(&args.target).await {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        let election = &args.target.election;
+        let work = async {
+            // Only changes are printed: the same leader twice in a row (as a reopened stream
+            // may report) is printed once.
+            let mut last = String::new();
+            let mut print = |line: String| {
+                if line != last {
+                    print_line(&line);
+                    last = line;
+                }
+            };
+            let mut changes = loop {
+                match client.observe(election).await {
+                    Ok(o) => break o,
+                    Err(Error::UnknownElection(_)) => {
+                        print("none".into());
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    Err(e) => {
+                        log(&format!("error: observe failed: {e}"));
+                        return EXIT_BACKEND;
+                    }
+                }
+            };
+            while let Some(ev) = changes.next().await {
+                match ev {
+                    Ok(ev) => print(format_leader(ev.leader.as_ref())),
+                    Err(e) => {
+                        log(&format!("error: observe failed: {e}"));
+                        return EXIT_BACKEND;
+                    }
+                }
+            }
+            log("error: the stream of changes ended");
+            EXIT_BACKEND
+        };
+        tokio::select! {
+            code = work => code,
+            _ = signals.recv() => 0,
+        }
+    })
+}
+
+/// `tenure leader`.
+pub fn leader(args: LeaderArgs) -> ExitCode {
+    block_on(async move {
+        let client = match connect(&args.target).await {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        match client.leader(&args.target.election).await {
+            Ok(l) => {
+                print_line(&format_leader(l.as_ref()));
+                0
+            }
+            Err(Error::UnknownElection(_)) => {
+                print_line("none");
+                0
+            }
+            Err(e) => {
+                log(&format!("error: {e}"));
+                EXIT_BACKEND
+            }
+        }
+    })
+}

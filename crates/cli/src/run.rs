@@ -1,0 +1,748 @@
+//! `tenure run`: run a command only while this process leads an election.
+//!
+//! ```text
+//! tenure run --election NAME [--backend URL] [--ttl 10s] [--grace 2s] [--once] [--value STR] -- CMD ARGS…
+//! ```
+//!
+//! # What it does
+//!
+//! 1. Campaigns in `NAME` (a session with `--ttl`, kept alive every TTL/4) and waits in the
+//!    election's queue until it leads. With `--once` it does not wait: see below.
+//! 2. Starts `CMD ARGS…` with `TENURE_FENCING_TOKEN` (the leadership's token),
+//!    `TENURE_ELECTION` (`NAME`) and `TENURE_LEADER_ID` (this holder's session id) in its
+//!    environment, stdin/stdout/stderr inherited, in a process group of its own.
+//! 3. Stops the command's whole process group before the lease could pass to anyone else:
+//!    SIGTERM at `valid_until − grace` at the latest (at once when leadership is seen lost:
+//!    session ended, another leader observed), then SIGKILL at `valid_until` (or after the
+//!    grace, whichever comes first). `valid_until` is the client's rule-4 bound (send time of
+//!    the last acknowledged keepalive + TTL − drift margin, on this host's monotonic clock);
+//!    the cluster never expires the session before receive time + TTL, so the command is
+//!    dead at least the drift margin before anyone else can be elected.
+//! 4. When the command exits by itself while this process leads, every process left in its
+//!    group is killed, leadership is resigned (the next candidate leads at once), and
+//!    `tenure run` exits with the command's status.
+//!
+//! `--grace` must be less than half the TTL: the command is stopped `grace` before the lease
+//! runs out, and with renewals every TTL/4 a grace of TTL/2 or more would stop it after one
+//! or two slow keepalives.
+//!
+//! # `--once` (cron-style jobs)
+//!
+//! Every replica's cron runs `tenure run --once --election nightly -- ./job`. A replica that
+//! finds the election led by someone else, or does not lead within a second of joining, does
+//! not queue: it withdraws and exits with 76 without running anything. The one that leads
+//! runs the command once, then resigns. This prevents *concurrent* runs; it cannot prevent a
+//! replica whose cron fires after the first run finished from running the job again — a job
+//! that must run once per day should record its completion in a store fenced by
+//! `TENURE_FENCING_TOKEN`. Without `--once`, `tenure run` waits in the queue for as long as
+//! it takes (a hot standby), runs the command once when it leads, and exits like `--once`.
+//! In both modes it never restarts the command: leave that to a supervisor (systemd, k8s).
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! |---|---|
+//! | the command's | the command exited while this process led (128+N if killed by signal N) |
+//! | 75 | leadership was lost (lease ran out, session ended, replaced); the command was stopped. Logged as "lost leadership" |
+//! | 76 | `--once`: another holder leads; the command was not run |
+//! | 69 | the backend failed (unreachable, refused) before the command was started |
+//! | 126 / 127 | the command could not be started (not executable / not found) |
+//! | 130 / 143 | `tenure run` got SIGINT / SIGTERM (or SIGHUP: 129); the command was stopped and leadership resigned |
+//! | 2 | bad arguments (including `--grace` ≥ TTL/2) |
+//!
+//! # What is guaranteed, and what is not
+//!
+//! - **The runner loses the cluster** (network cut, cluster unavailable): keepalives stop
+//!   being acknowledged, the runner stops the command on its own clock as above, before the
+//!   session can expire. Tested in `tests/run.rs`.
+//! - **The runner is killed** (SIGKILL, crash, OOM): the command is started with
+//!   `PR_SET_PDEATHSIG = SIGKILL`, so the kernel kills it when the runner dies, long before the
+//!   session expires (TTL later). Processes the command forked in its group are killed by the
+//!   guard (below), which sees the runner's end of a pipe close. Tested in `tests/run.rs`
+//!   with a command whose work runs in a grandchild.
+//! - **The runner alone freezes** (SIGSTOP, stuck): a guard process (`tenure run-guard`,
+//!   hidden; its own process group; ignores SIGINT/SIGTERM/SIGHUP) is kept informed of
+//!   `valid_until` as an absolute CLOCK_MONOTONIC deadline and SIGKILLs the command's group at
+//!   that deadline by itself if the runner has not stopped the command. Tested in
+//!   `tests/run.rs` (SIGSTOP of the runner, not of its command).
+//! - Not covered: a process that leaves the group (`setsid`, daemonizing), or runner and
+//!   guard killed or frozen together (the OOM killer taking both; a cgroup-wide kill such as
+//!   systemd's takes the command too).
+//! - **The whole host freezes** (VM pause, SIGSTOP of runner and command): nothing running on
+//!   the host can act, so the command may resume after the lease passed. No runner can prevent
+//!   that; this is what the fencing token is for: send `TENURE_FENCING_TOKEN` with every
+//!   write so that the store rejects the stale leader. SIGSTOP of the runner alone (not a
+//!   realistic fault: a Rust process has no GC pause) is the same case.
+//!
+//! Logs go to stderr, one line each, prefixed with a UTC timestamp.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Args;
+use tenure::{CampaignOptions, Client, Error, Leadership};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+/// Exit code: leadership was lost and the command stopped.
+pub const EXIT_LOST: u8 = 75;
+/// Exit code: `--once` and another holder leads; nothing was run.
+pub const EXIT_SKIPPED: u8 = 76;
+/// Exit code: the backend failed before the command started.
+pub const EXIT_BACKEND: u8 = 69;
+/// Exit code: bad arguments.
+pub const EXIT_USAGE: u8 = 2;
+
+/// How often the supervision loop re-reads `valid_until` (it moves with each renewal).
+const POLL: Duration = Duration::from_millis(20);
+/// How long `--once` waits to lead after joining before it gives up.
+const ONCE_WAIT: Duration = Duration::from_secs(1);
+/// How long a resign at exit may take before the session is left to expire.
+const RESIGN_WAIT: Duration = Duration::from_secs(2);
+
+/// The default backend when neither `--backend` nor `TENURE_BACKEND` is given.
+pub const DEFAULT_BACKEND: &str = "tenure://127.0.0.1:8001";
+
+/// Run a command only while this process leads an election.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The election to lead.
+    #[arg(long)]
+    pub election: String,
+    /// Backend URL (`tenure://h1:p,h2:p,…`); default `$TENURE_BACKEND`, else
+    /// `tenure://127.0.0.1:8001`.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Lease TTL (e.g. `10s`, `500ms`, `2m`).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Time between SIGTERM and SIGKILL; the command gets SIGTERM this long before the
+    /// lease could run out. Must be less than TTL/2.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// Cron-style: run only if this process can lead now (exit 76 otherwise), once.
+    #[arg(long)]
+    pub once: bool,
+    /// The value to campaign with (shown by `tenure leader`); default `HOSTNAME:PID`.
+    #[arg(long)]
+    pub value: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `tenure run`.
+pub fn run(args: RunArgs) -> ExitCode {
+    if args.grace.saturating_mul(2) >= args.ttl {
+        log(&format!(
+            "error: --grace {:?} must be less than half of --ttl {:?} (the command is stopped \
+             `grace` before the lease could run out)",
+            args.grace, args.ttl
+        ));
+        return ExitCode::from(EXIT_USAGE);
+    }
+    // Current-thread on purpose: the command is forked by this (main) thread, which lives as
+    // long as the runner, so PR_SET_PDEATHSIG fires exactly when the runner dies.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            log(&format!("error: cannot start the runtime: {e}"));
+            return ExitCode::from(EXIT_BACKEND);
+        }
+    };
+    ExitCode::from(rt.block_on(run_async(args)))
+}
+
+async fn run_async(args: RunArgs) -> u8 {
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            log(&format!("error: cannot handle signals: {e}"));
+            return EXIT_BACKEND;
+        }
+    };
+    let url = backend_url(args.backend.as_deref());
+    let client = match Client::connect(&url).await {
+        Ok(c) => c,
+        Err(e) => {
+            log(&format!("error: backend {url}: {e}"));
+            return if matches!(e, Error::InvalidUrl { .. }) {
+                EXIT_USAGE
+            } else {
+                EXIT_BACKEND
+            };
+        }
+    };
+    let value = args.value.clone().unwrap_or_else(default_value);
+    let options = CampaignOptions {
+        ttl: args.ttl,
+        ..Default::default()
+    };
+    log(&format!(
+        "campaigning in {:?} as {value:?} on {url} (ttl {:?}, grace {:?}{})",
+        args.election,
+        args.ttl,
+        args.grace,
+        if args.once { ", once" } else { "" }
+    ));
+    let won = tokio::select! {
+        r = lead(&client, &args, value.as_bytes(), options) => r,
+        sig = signals.recv() => {
+            log(&format!("got {}; not leading, exiting", signal_name(sig)));
+            return 128 + sig as u8;
+        }
+    };
+    let leadership = match won {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            log("another holder leads; not running the command (--once)");
+            return EXIT_SKIPPED;
+        }
+        Err(e) => {
+            log(&format!("error: campaign failed: {e}"));
+            return EXIT_BACKEND;
+        }
+    };
+    log(&format!(
+        "leading {:?} with fencing token {} (session {})",
+        args.election,
+        leadership.token(),
+        leadership.session()
+    ));
+    supervise(args, leadership, &mut signals).await
+}
+
+/// Wait to lead (or, with `--once`, lead now or return `None`).
+async fn lead(
+    client: &Client,
+    args: &RunArgs,
+    value: &[u8],
+    options: CampaignOptions,
+) -> tenure::Result<Option<Leadership>> {
+    if !args.once {
+        return client
+            .campaign(&args.election, value, options)
+            .await
+            .map(Some);
+    }
+    match client.leader(&args.election).await {
+        Ok(Some(_)) => return Ok(None),
+        Ok(None) | Err(Error::UnknownElection(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let candidate = client.join(&args.election, value, options).await?;
+    // Dropping the candidate on timeout withdraws it.
+    match tokio::time::timeout(ONCE_WAIT, candidate.leadership()).await {
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// How the command's run ended.
+enum End {
+    Exited(std::process::ExitStatus),
+    Lost(String),
+    Signal(i32),
+}
+
+async fn supervise(args: RunArgs, leadership: Leadership, signals: &mut Signals) -> u8 {
+    let grace = args.grace;
+    if leadership
+        .valid_until()
+        .checked_sub(grace)
+        .is_none_or(|t| t <= Instant::now())
+    {
+        log("lost leadership (the lease is too close to running out to start the command)");
+        resign(leadership).await;
+        return EXIT_LOST;
+    }
+    let mut child = match spawn(&args, &leadership) {
+        Ok(c) => c,
+        Err(e) => {
+            log(&format!("error: cannot start {:?}: {e}", args.command[0]));
+            resign(leadership).await;
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    };
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    log(&format!(
+        "started the command (pid {pgid}, process group {pgid})"
+    ));
+    let mut guard = match Guard::start(pgid, leadership.valid_until()) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            log(&format!(
+                "warning: no guard for group {pgid} ({e}): if this runner is killed, only the \
+                 command itself dies with it; if it freezes, nothing stops the command"
+            ));
+            None
+        }
+    };
+
+    let end = loop {
+        if let Some(g) = guard.as_mut() {
+            g.extend(leadership.valid_until());
+        }
+        let now = Instant::now();
+        let stop_at = leadership.valid_until().checked_sub(grace).unwrap_or(now);
+        if now >= stop_at {
+            break End::Lost(format!(
+                "no keepalive acknowledged; the lease runs out in {:?}",
+                leadership.valid_until().saturating_duration_since(now)
+            ));
+        }
+        let wake = stop_at.min(now + POLL);
+        tokio::select! {
+            biased;
+            st = child.wait() => match st {
+                // Exited after the lease ran out (the guard killed it while this runner
+                // was frozen): that is a loss of leadership, not the command's own end.
+                Ok(st) if !leadership.is_valid() => {
+                    break End::Lost(format!("the command ended meanwhile: {}", describe(st)))
+                }
+                Ok(st) => break End::Exited(st),
+                Err(e) => break End::Lost(format!("cannot wait on the command: {e}")),
+            },
+            why = leadership.lost() => break End::Lost(why.to_string()),
+            sig = signals.recv() => break End::Signal(sig),
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+    };
+
+    finish(end, &mut child, pgid, grace, leadership, guard).await
+}
+
+/// Stop the command (unless it exited), sweep its group, resign; the exit code.
+async fn finish(
+    end: End,
+    child: &mut tokio::process::Child,
+    pgid: i32,
+    grace: Duration,
+    leadership: Leadership,
+    guard: Option<Guard>,
+) -> u8 {
+    // Called once the group is empty, before resigning (which may take a while).
+    let disarm = move || {
+        if let Some(g) = guard {
+            g.disarm();
+        }
+    };
+    match end {
+        End::Exited(st) => {
+            kill_group(pgid, libc::SIGKILL);
+            disarm();
+            let code = status_code(st);
+            log(&format!(
+                "the command exited ({}); resigning, exit {code}",
+                describe(st)
+            ));
+            resign(leadership).await;
+            code
+        }
+        End::Lost(why) => {
+            log(&format!(
+                "lost leadership ({why}); stopping the command (SIGTERM to group {pgid})"
+            ));
+            let st = stop(child, pgid, grace, leadership.valid_until()).await;
+            disarm();
+            log(&format!(
+                "lost leadership: the command was stopped ({}); exit {EXIT_LOST}",
+                describe_opt(st)
+            ));
+            resign(leadership).await;
+            EXIT_LOST
+        }
+        End::Signal(sig) => {
+            log(&format!(
+                "got {}; stopping the command (SIGTERM to group {pgid})",
+                signal_name(sig)
+            ));
+            let st = stop(child, pgid, grace, leadership.valid_until()).await;
+            disarm();
+            log(&format!(
+                "the command was stopped ({}); resigning, exit {}",
+                describe_opt(st),
+                128 + sig
+            ));
+            resign(leadership).await;
+            128 + sig as u8
+        }
+    }
+}
+
+/// The guard (`tenure run-guard`, hidden): a second process, in a process group of its own,
+/// ignoring SIGINT/SIGTERM/SIGHUP, that SIGKILLs the command's whole process group
+/// (grandchildren included) if the runner cannot:
+/// - when the runner dies (even by SIGKILL): its end of a pipe closes, the guard reads EOF;
+/// - when the runner is frozen (SIGSTOP, stuck): the runner keeps sending the guard its
+///   `valid_until` as an absolute CLOCK_MONOTONIC deadline (`until NANOS` lines, shared by
+///   all processes of the host); at the deadline the guard kills the group by itself.
+///
+/// When the runner is done with the group it writes `disarm` and the guard exits quietly.
+#[derive(Debug, Args)]
+pub struct GuardArgs {
+    /// The process group to kill.
+    #[arg(long)]
+    pgid: i32,
+    /// The first deadline, in CLOCK_MONOTONIC nanoseconds.
+    #[arg(long)]
+    until_ns: u64,
+}
+
+/// `tenure run-guard` (started by `tenure run`; stdin is the runner's pipe).
+pub fn guard(args: GuardArgs) -> ExitCode {
+    use std::io::BufRead as _;
+    // SAFETY: setting signal dispositions to SIG_IGN before any thread starts.
+    unsafe {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
+    if args.pgid <= 1 {
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::stdin().lock().lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+        // EOF: the runner is gone; dropping `tx` tells the main loop.
+    });
+    let mut until = args.until_ns;
+    loop {
+        let now = monotonic_ns();
+        if now >= until {
+            kill_group(args.pgid, libc::SIGKILL);
+            return ExitCode::SUCCESS;
+        }
+        match rx.recv_timeout(Duration::from_nanos(until - now)) {
+            Ok(l) if l == "disarm" => return ExitCode::SUCCESS,
+            Ok(l) => {
+                if let Some(n) = l.strip_prefix("until ").and_then(|n| n.parse().ok()) {
+                    until = n;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                kill_group(args.pgid, libc::SIGKILL);
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (what [`Instant`] reads on Linux, shared by the host's
+/// processes).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `at` as CLOCK_MONOTONIC nanoseconds (rounded down: never later than `at`).
+fn instant_ns(at: Instant) -> u64 {
+    let (now, raw) = (Instant::now(), monotonic_ns());
+    match at.checked_duration_since(now) {
+        Some(d) => raw + d.as_nanos() as u64,
+        None => raw.saturating_sub(now.duration_since(at).as_nanos() as u64),
+    }
+}
+
+/// The runner's side of a guard.
+struct Guard {
+    child: std::process::Child,
+    pipe: std::fs::File,
+    until: Instant,
+}
+
+impl Guard {
+    fn start(pgid: i32, until: Instant) -> std::io::Result<Guard> {
+        use std::os::fd::{FromRawFd as _, OwnedFd};
+        use std::os::unix::process::CommandExt as _;
+        if pgid <= 1 {
+            return Err(std::io::Error::other("no process group"));
+        }
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two new descriptors, owned below exactly once. O_CLOEXEC keeps
+        // the write end out of every other child (or the guard would never see EOF).
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: see above.
+        let (read, pipe) = unsafe {
+            (
+                OwnedFd::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        let child = std::process::Command::new(std::env::current_exe()?)
+            .arg("run-guard")
+            .arg("--pgid")
+            .arg(pgid.to_string())
+            .arg("--until-ns")
+            .arg(instant_ns(until).to_string())
+            .stdin(std::process::Stdio::from(read))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .process_group(0)
+            .spawn()?;
+        Ok(Guard { child, pipe, until })
+    }
+
+    /// Move the guard's deadline to `until` (the lease's new `valid_until`).
+    fn extend(&mut self, until: Instant) {
+        use std::io::Write as _;
+        if until != self.until {
+            self.until = until;
+            let _ = writeln!(self.pipe, "until {}", instant_ns(until));
+        }
+    }
+
+    /// The group is empty: let the guard exit without killing anything.
+    fn disarm(mut self) {
+        use std::io::Write as _;
+        let _ = self.pipe.write_all(b"disarm\n");
+        drop(self.pipe);
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(args: &RunArgs, leadership: &Leadership) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("TENURE_FENCING_TOKEN", leadership.token().to_string())
+        .env("TENURE_ELECTION", &args.election)
+        .env("TENURE_LEADER_ID", leadership.session().to_string())
+        .process_group(0);
+    let runner = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The runner may have died between fork and prctl.
+            if libc::getppid() != runner {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// SIGTERM the group now, SIGKILL it at `min(now + grace, valid_until)`, reap the command,
+/// then SIGKILL whatever is left in its group.
+async fn stop(
+    child: &mut tokio::process::Child,
+    pgid: i32,
+    grace: Duration,
+    valid_until: Instant,
+) -> Option<std::process::ExitStatus> {
+    kill_group(pgid, libc::SIGTERM);
+    let kill_at = (Instant::now() + grace).min(valid_until);
+    let st = match tokio::time::timeout_at(kill_at.into(), child.wait()).await {
+        Ok(st) => st.ok(),
+        Err(_) => {
+            log(&format!(
+                "the command outlived its grace; SIGKILL to group {pgid}"
+            ));
+            kill_group(pgid, libc::SIGKILL);
+            child.wait().await.ok()
+        }
+    };
+    kill_group(pgid, libc::SIGKILL);
+    st
+}
+
+fn kill_group(pgid: i32, sig: i32) {
+    if pgid > 1 {
+        // SAFETY: kill(2) on a process group we created; ESRCH (already gone) is fine.
+        unsafe {
+            libc::kill(-pgid, sig);
+        }
+    }
+}
+
+async fn resign(leadership: Leadership) {
+    match tokio::time::timeout(RESIGN_WAIT, leadership.resign()).await {
+        Ok(Ok(())) => log("resigned"),
+        Ok(Err(e)) => log(&format!("resign failed ({e}); the session will expire")),
+        Err(_) => log("resign timed out; the session will expire"),
+    }
+}
+
+/// The exit code of a status: its code, or 128 + the signal that killed it.
+pub fn status_code(st: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(s)) => 128u8.wrapping_add(s as u8),
+        (None, None) => 1,
+    }
+}
+
+fn describe(st: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("status {c}"),
+        (None, Some(s)) => format!("killed by {}", signal_name(s)),
+        _ => st.to_string(),
+    }
+}
+
+fn describe_opt(st: Option<std::process::ExitStatus>) -> String {
+    st.map(describe).unwrap_or_else(|| "status unknown".into())
+}
+
+/// SIGINT, SIGTERM and SIGHUP, as one stream of signal numbers.
+pub struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    /// Install the handlers (the signals no longer kill the process).
+    pub fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received.
+    pub async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+/// A signal's name, for logs.
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// `--backend`, else `$TENURE_BACKEND`, else [`DEFAULT_BACKEND`].
+pub fn backend_url(flag: Option<&str>) -> String {
+    flag.map(str::to_string)
+        .or_else(|| {
+            std::env::var("TENURE_BACKEND")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| DEFAULT_BACKEND.to_string())
+}
+
+/// `HOSTNAME:PID`.
+pub fn default_value() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "localhost".into()
+    };
+    format!("{host}:{}", std::process::id())
+}
+
+/// Parse `500ms`, `10s`, `1.5s`, `2m`, `1h`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a duration like 500ms, 10s, 2m"))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => return Err(format!("{s:?}: unknown unit {u:?} (use ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// One line to stderr: `2026-11-29T11:36:22.123Z tenure[PID]: MESSAGE`.
+pub fn log(msg: &str) {
+    eprintln!("{} tenure[{}]: {msg}", utc_now(), std::process::id());
+}
+
+/// Now in UTC, ISO 8601 with milliseconds.
+fn utc_now() -> String {
+    let d = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3x").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn timestamp_shape() {
+        let t = utc_now();
+        assert_eq!(t.len(), 24, "{t}");
+        assert!(t.starts_with("20") && t.ends_with('Z'), "{t}");
+    }
+}

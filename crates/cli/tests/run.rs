@@ -1,0 +1,670 @@
+//! `tenure run` and the script commands against a real 3-node cluster of `tenure server`
+//! children (approach copied from crates/client/tests/contract.rs).
+//!
+//! The child commands are `sh` scripts that append `start`, `tick` (every 50 ms) and `stop`
+//! lines with `date +%s%N` timestamps to a shared file, so that the test can check from the
+//! timestamps that the first holder's command was dead before the second one's started.
+//!
+//! What is tested is what `tenure run` can honestly guarantee (see src/run.rs):
+//! - the runner is cut off from the cluster (a TCP proxy between it and the cluster stops
+//!   forwarding): it stops its command on its own clock before the session can expire, and
+//!   exits 75 with "lost leadership";
+//! - the runner is SIGKILLed: its command dies with it (PR_SET_PDEATHSIG);
+//! - the command's exit status is propagated, and its environment carries the token.
+//!
+//! A frozen host (runner and command both SIGSTOPped) is not tested: nothing on that host can
+//! act, which is what fencing tokens are for.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tenure");
+
+/// The same, with the ticking done by a grandchild (a background subshell), which only the
+/// runner's guard can kill when the runner is SIGKILLed.
+const SCRIPT_WITH_GRANDCHILD: &str = r#"
+echo "start $1 $(date +%s%N) $$ $TENURE_FENCING_TOKEN $TENURE_ELECTION $TENURE_LEADER_ID" >> "$2"
+(while :; do echo "tick $1 $(date +%s%N)" >> "$2"; sleep 0.05; done) &
+wait
+"#;
+
+/// The child command: records start (with its environment), ticks, and stop on SIGTERM.
+const SCRIPT: &str = r#"
+echo "start $1 $(date +%s%N) $$ $TENURE_FENCING_TOKEN $TENURE_ELECTION $TENURE_LEADER_ID" >> "$2"
+trap 'echo "stop $1 $(date +%s%N)" >> "$2"; exit 0' TERM
+while :; do echo "tick $1 $(date +%s%N)" >> "$2"; sleep 0.05; done
+"#;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[test]
+fn grace_of_half_the_ttl_or_more_is_rejected() {
+    let out = Command::new(BIN)
+        .args(["run", "--election", "e", "--backend", "memory:"])
+        .args(["--ttl", "2s", "--grace", "1s", "--", "true"])
+        .output()
+        .expect("run tenure");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--grace") && err.contains("half"), "{err}");
+}
+
+#[test]
+fn run_against_a_cluster() {
+    let cluster = Cluster::start(3);
+    cluster.wait_ready();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let _sweep = Sweep(dir.path().to_path_buf());
+    let started = Instant::now();
+
+    exit_status_and_environment(&cluster, dir.path());
+    eprintln!("exit_status_and_environment ok at {:?}", started.elapsed());
+    network_cut_stops_the_command_before_the_next_starts(&cluster, dir.path());
+    eprintln!("network cut ok at {:?}", started.elapsed());
+    killed_runner_takes_its_command_along(&cluster, dir.path());
+    eprintln!("killed runner ok at {:?}", started.elapsed());
+    frozen_runner_cannot_outlive_its_lease(&cluster, dir.path());
+    eprintln!("frozen runner ok at {:?}", started.elapsed());
+    script_commands(&cluster, dir.path());
+    eprintln!("script commands ok at {:?}", started.elapsed());
+}
+
+fn exit_status_and_environment(cluster: &Cluster, dir: &Path) {
+    let file = dir.join("env");
+    let script = format!(
+        "echo \"$TENURE_FENCING_TOKEN $TENURE_ELECTION $TENURE_LEADER_ID\" > {}; exit 7",
+        file.display()
+    );
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--election",
+            "env-and-status",
+            "--backend",
+            &cluster.url(),
+        ])
+        .args(["--ttl", "2s", "--grace", "500ms", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tenure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    let env = std::fs::read_to_string(&file).expect("the command wrote its environment");
+    let fields: Vec<&str> = env.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{env:?}");
+    assert!(
+        fields[0].parse::<u64>().expect("a numeric token") > 0,
+        "{env:?}"
+    );
+    assert_eq!(fields[1], "env-and-status");
+    assert!(fields[2].parse::<u64>().is_ok(), "leader id {env:?}");
+    assert!(err.contains("resigned"), "{err}");
+}
+
+fn network_cut_stops_the_command_before_the_next_starts(cluster: &Cluster, dir: &Path) {
+    let file = dir.join("cut.log");
+    let proxy = Proxy::start(&cluster.clients);
+    let election = "network-cut";
+    let mut a = Runner::start(&proxy.url(), election, "A", &file, dir);
+    wait_for(&file, "start A", ms(15_000));
+    let mut b = Runner::start(&cluster.url(), election, "B", &file, dir);
+    std::thread::sleep(ms(1000));
+    assert!(
+        !read(&file).contains("start B"),
+        "B started while A led\n{}",
+        read(&file)
+    );
+    proxy.cut();
+    let cut = Instant::now();
+    let status = a.wait(ms(10_000));
+    assert_eq!(
+        status.code(),
+        Some(75),
+        "A exits 75 on lost leadership\n{}",
+        a.stderr()
+    );
+    assert!(a.stderr().contains("lost leadership"), "{}", a.stderr());
+    wait_for(&file, "start B", ms(15_000));
+    eprintln!("B started {:?} after the cut", cut.elapsed());
+    std::thread::sleep(ms(300));
+    let log = read(&file);
+    let a_last = last_time(&log, "A");
+    let b_start = time_of(&log, "start B");
+    assert!(log.contains("stop A"), "A's command got SIGTERM\n{log}");
+    assert!(
+        a_last < b_start,
+        "A's command ran until {a_last}, after B's started at {b_start}\n{log}"
+    );
+    assert!(token_of(&log, "B") > token_of(&log, "A"), "{log}");
+    // SIGTERM on the runner stops its command and resigns.
+    b.signal(libc::SIGTERM);
+    let status = b.wait(ms(10_000));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{}", b.stderr());
+    wait_for(&file, "stop B", ms(5000));
+}
+
+fn killed_runner_takes_its_command_along(cluster: &Cluster, dir: &Path) {
+    let file = dir.join("kill.log");
+    let election = "killed-runner";
+    let mut a = Runner::start_script(
+        &cluster.url(),
+        election,
+        "A",
+        &file,
+        dir,
+        SCRIPT_WITH_GRANDCHILD,
+    );
+    wait_for(&file, "tick A", ms(15_000));
+    let mut b = Runner::start(&cluster.url(), election, "B", &file, dir);
+    std::thread::sleep(ms(500));
+    a.signal(libc::SIGKILL);
+    a.wait(ms(5000));
+    wait_for(&file, "start B", ms(15_000));
+    // Give a surviving A several tick periods to show itself.
+    std::thread::sleep(ms(300));
+    let log = read(&file);
+    let a_last = last_time(&log, "A");
+    let b_start = time_of(&log, "start B");
+    assert!(
+        a_last < b_start,
+        "A's command ran until {a_last}, after B's started at {b_start}\n{log}"
+    );
+    // And it is really gone (dead or a zombie waiting for its new parent to reap it).
+    let pid = pid_of(&log, "A");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z"),
+        "A's command {pid} still runs: {stat}"
+    );
+    b.signal(libc::SIGINT);
+    let status = b.wait(ms(10_000));
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{}", b.stderr());
+}
+
+/// SIGSTOP of the runner alone: its guard kills the command at `valid_until`.
+fn frozen_runner_cannot_outlive_its_lease(cluster: &Cluster, dir: &Path) {
+    let file = dir.join("frozen.log");
+    let election = "frozen-runner";
+    let mut a = Runner::start_script(
+        &cluster.url(),
+        election,
+        "A",
+        &file,
+        dir,
+        SCRIPT_WITH_GRANDCHILD,
+    );
+    wait_for(&file, "tick A", ms(15_000));
+    let mut b = Runner::start(&cluster.url(), election, "B", &file, dir);
+    std::thread::sleep(ms(500));
+    a.signal(libc::SIGSTOP);
+    wait_for(&file, "start B", ms(15_000));
+    std::thread::sleep(ms(300));
+    let log = read(&file);
+    let a_last = last_time(&log, "A");
+    let b_start = time_of(&log, "start B");
+    a.signal(libc::SIGCONT);
+    assert!(
+        a_last < b_start,
+        "A's command ran until {a_last}, after B's started at {b_start}\n{log}"
+    );
+    let status = a.wait(ms(10_000));
+    assert_eq!(status.code(), Some(75), "{}", a.stderr());
+    assert!(a.stderr().contains("lost leadership"), "{}", a.stderr());
+    b.signal(libc::SIGTERM);
+    b.wait(ms(10_000));
+}
+
+fn script_commands(cluster: &Cluster, dir: &Path) {
+    let url = cluster.url();
+    let election = "scripts";
+    let leader = || {
+        let out = Command::new(BIN)
+            .args(["leader", "--election", election, "--backend", &url])
+            .output()
+            .expect("run tenure leader");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(leader(), "none");
+    let mut campaign = Command::new(BIN)
+        .args(["campaign", "--election", election, "--backend", &url])
+        .args(["--ttl", "2s", "--value", "holder-1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tenure campaign");
+    let mut line = String::new();
+    BufReader::new(campaign.stdout.take().expect("piped"))
+        .read_line(&mut line)
+        .expect("the token");
+    let token: u64 = line.trim().parse().expect("a numeric token");
+    let now = leader();
+    assert!(now.starts_with(&format!("token={token} ")), "{now}");
+    assert!(now.ends_with("value=holder-1"), "{now}");
+
+    // --once does not queue behind another holder.
+    let out = Command::new(BIN)
+        .args(["run", "--once", "--election", election, "--backend", &url])
+        .args(["--ttl", "2s", "--grace", "500ms", "--", "sh", "-c"])
+        .arg(format!("touch {}", dir.join("once-ran").display()))
+        .output()
+        .expect("run tenure run --once");
+    assert_eq!(
+        out.status.code(),
+        Some(76),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.join("once-ran").exists());
+
+    // SIGTERM resigns at once.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(campaign.id() as i32, libc::SIGTERM) };
+    let status = wait_timeout(&mut campaign, ms(5000));
+    assert!(status.success(), "campaign exits 0 after resigning");
+    assert_eq!(leader(), "none");
+}
+
+// ------------------------------------------------------------------------------------------
+// Helpers.
+
+/// On drop (also when a case fails), SIGKILL the process group of every command that logged
+/// a `start` line in a `*.log` file of the directory, so that no command outlives the test.
+struct Sweep(PathBuf);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        for entry in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "log") {
+                continue;
+            }
+            for l in read(&path).lines().filter(|l| l.starts_with("start ")) {
+                if let Some(pgid) = l
+                    .split_whitespace()
+                    .nth(3)
+                    .and_then(|p| p.parse::<i32>().ok())
+                {
+                    if pgid > 1 {
+                        // SAFETY: kill(2); the command is its group's leader (`tenure run`
+                        // starts it with a process group of its own).
+                        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn read(file: &Path) -> String {
+    std::fs::read_to_string(file).unwrap_or_default()
+}
+
+fn wait_for(file: &Path, what: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !read(file).contains(what) {
+        assert!(
+            Instant::now() < deadline,
+            "no {what:?} within {within:?}\n{}",
+            read(file)
+        );
+        std::thread::sleep(ms(20));
+    }
+}
+
+/// The line that starts with `prefix`, split.
+fn line<'a>(log: &'a str, prefix: &str) -> Vec<&'a str> {
+    log.lines()
+        .find(|l| l.starts_with(&format!("{prefix} ")))
+        .unwrap_or_else(|| panic!("no {prefix:?} line\n{log}"))
+        .split_whitespace()
+        .collect()
+}
+
+fn time_of(log: &str, prefix: &str) -> u128 {
+    line(log, prefix)[2].parse().expect("a timestamp")
+}
+
+fn pid_of(log: &str, who: &str) -> i32 {
+    line(log, &format!("start {who}"))[3]
+        .parse()
+        .expect("a pid")
+}
+
+fn token_of(log: &str, who: &str) -> u64 {
+    line(log, &format!("start {who}"))[4]
+        .parse()
+        .expect("a token")
+}
+
+/// The latest timestamp written by `who`'s command.
+fn last_time(log: &str, who: &str) -> u128 {
+    log.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() >= 3 && f[1] == who)
+        .filter_map(|f| f[2].parse().ok())
+        .max()
+        .unwrap_or_else(|| panic!("no line from {who}\n{log}"))
+}
+
+fn wait_timeout(child: &mut Child, within: Duration) -> ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} did not exit within {within:?}", child.id());
+        }
+        std::thread::sleep(ms(20));
+    }
+}
+
+/// A `tenure run` process with the recording script; stderr goes to a file.
+struct Runner {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Runner {
+    fn start(url: &str, election: &str, name: &str, file: &Path, dir: &Path) -> Runner {
+        Runner::start_script(url, election, name, file, dir, SCRIPT)
+    }
+
+    fn start_script(
+        url: &str,
+        election: &str,
+        name: &str,
+        file: &Path,
+        dir: &Path,
+        script: &str,
+    ) -> Runner {
+        let stderr = dir.join(format!("{election}-{name}.stderr"));
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--election", election, "--backend", url])
+            .args(["--ttl", "2s", "--grace", "500ms", "--value", name])
+            .args(["--", "sh", "-c", script, "sh", name])
+            .arg(file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&stderr).expect("a stderr file"));
+        // SAFETY: prctl is async-signal-safe: runners die with the test.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        Runner {
+            child: cmd.spawn().expect("start tenure run"),
+            stderr,
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    fn wait(&mut self, within: Duration) -> ExitStatus {
+        wait_timeout(&mut self.child, within)
+    }
+
+    fn stderr(&self) -> String {
+        read(&self.stderr)
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        // SIGTERM first, so that the runner stops its command.
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + ms(3000);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(ms(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A TCP proxy in front of each node's client port; `cut` closes every connection and
+/// refuses to forward new ones, as a network partition between a runner and the cluster.
+struct Proxy {
+    addrs: Vec<SocketAddr>,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(targets: &[SocketAddr]) -> Proxy {
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let mut addrs = Vec::new();
+        for &target in targets {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind a proxy port");
+            addrs.push(listener.local_addr().expect("an address"));
+            let (cut, conns) = (cut.clone(), conns.clone());
+            std::thread::spawn(move || {
+                for inbound in listener.incoming() {
+                    let Ok(inbound) = inbound else { continue };
+                    if cut.load(Ordering::SeqCst) {
+                        drop(inbound);
+                        continue;
+                    }
+                    let Ok(outbound) = TcpStream::connect(target) else {
+                        continue;
+                    };
+                    let mut held = conns.lock().expect("not poisoned");
+                    for s in [&inbound, &outbound] {
+                        if let Ok(s) = s.try_clone() {
+                            held.push(s);
+                        }
+                    }
+                    drop(held);
+                    pipe(&inbound, &outbound);
+                    pipe(&outbound, &inbound);
+                }
+            });
+        }
+        Proxy { addrs, cut, conns }
+    }
+
+    fn url(&self) -> String {
+        let a: Vec<String> = self.addrs.iter().map(|a| a.to_string()).collect();
+        format!("tenure://{}", a.join(","))
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for s in self.conns.lock().expect("not poisoned").drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
+
+fn pipe(from: &TcpStream, to: &TcpStream) {
+    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Both);
+        let _ = from.shutdown(std::net::Shutdown::Both);
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// A cluster of `tenure server` child processes.
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    clients: Vec<SocketAddr>,
+    children: Vec<Child>,
+    _lock: FileLock,
+}
+
+impl Cluster {
+    fn start(n: usize) -> Cluster {
+        // Shares the server and client tests' lock: their clusters are timing-sensitive too.
+        let lock = FileLock::acquire("tenure-server-tests-cluster.lock");
+        let ports = free_ports(n * 3);
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-cli-run-test-")
+            .tempdir()
+            .expect("a temporary directory");
+        let mut children = Vec::new();
+        for i in 0..n {
+            let log =
+                File::create(dir.path().join(format!("node-{}.log", i + 1))).expect("a log file");
+            let mut cmd = Command::new(BIN);
+            cmd.arg("server")
+                .arg("--id")
+                .arg((i + 1).to_string())
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("node-{}", i + 1)))
+                .args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"])
+                .args(["--tick-ms", "10"]);
+            for j in 0..n {
+                cmd.arg("--node").arg(format!(
+                    "{}={},{},{}",
+                    j + 1,
+                    addr(ports[3 * j]),
+                    addr(ports[3 * j + 1]),
+                    addr(ports[3 * j + 2])
+                ));
+            }
+            let stderr = log.try_clone().expect("clone the log handle");
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(stderr))
+                .env("NO_COLOR", "1");
+            // SAFETY: prctl is async-signal-safe. If the test dies, the nodes die too.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            children.push(cmd.spawn().expect("start tenure server"));
+        }
+        Cluster {
+            _dir: dir,
+            clients: (0..n).map(|i| addr(ports[3 * i + 1])).collect(),
+            children,
+            _lock: lock,
+        }
+    }
+
+    fn url(&self) -> String {
+        let addrs: Vec<String> = self.clients.iter().map(|a| a.to_string()).collect();
+        format!("tenure://{}", addrs.join(","))
+    }
+
+    /// Wait until `tenure leader` gets an answer.
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = Command::new(BIN)
+                .args(["leader", "--election", "warm-up", "--backend", &self.url()])
+                .output()
+                .expect("run tenure leader");
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster not ready: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(ms(100));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Loopback ports below the ephemeral range, checked free by binding them.
+fn free_ports(n: usize) -> Vec<u16> {
+    let mut state = (std::process::id() as u64) << 32
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < n {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = 20_000 + ((state >> 33) % 12_000) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+            ports.push(port);
+        }
+    }
+    ports
+}
+
+/// An exclusive `flock` on a file in the temporary directory, held until dropped.
+struct FileLock(#[allow(dead_code)] File);
+
+impl FileLock {
+    fn acquire(name: &str) -> FileLock {
+        let path = std::env::temp_dir().join(name);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .expect("open the lock file");
+        // SAFETY: flock on a descriptor we own; released when the file is closed.
+        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            assert_eq!(
+                std::io::Error::last_os_error().kind(),
+                std::io::ErrorKind::Interrupted
+            );
+        }
+        FileLock(file)
+    }
+}
