@@ -36,6 +36,20 @@
 # The node runs without fsync (a test server) and with a 20 ms heartbeat and 200 ms election
 # timeout, which brings etcd's minimum lease TTL down to 1 s (its default is 2 s), so that
 # the contract's sub-2 s TTLs are granted as 1 s rather than 2 s.
+#
+#   scripts/services.sh install-zookeeper            # apt-get `zookeeper` (pulls a JRE),
+#                                                    # unless its jar and `java` are there
+#   scripts/services.sh start-zookeeper DIR [PID]    # standalone server in DIR; prints the URL
+#   scripts/services.sh stop-zookeeper DIR           # stop it (no-op if it is not running)
+#
+# start-zookeeper runs one standalone server (ZooKeeperServerMain) with its data in DIR/data,
+# its client port on 127.0.0.1 on a free port and no admin server; it prints
+# `zk://127.0.0.1:PORT` on stdout (also written to DIR/url), logs to DIR/zookeeper.log and its
+# pid is in DIR/zookeeper.pid. With PID, a watchdog stops it once process PID is gone. The
+# server runs with tickTime 200 ms, so that its minimum session timeout (2 × tickTime) is
+# 400 ms and the contract's ~1 s TTLs are granted as asked, and maxSessionTimeout 60 s, and
+# without fsync. ZK_JAR=/path/to/zookeeper.jar overrides the jar (default: the Debian
+# package's /usr/share/java/zookeeper.jar, whose manifest names its dependencies).
 set -euo pipefail
 
 die() {
@@ -256,6 +270,121 @@ stop_etcd() {
   rm -f "$dir/etcd.pid"
 }
 
+zk_jar() {
+  local j=${ZK_JAR:-/usr/share/java/zookeeper.jar}
+  [[ -r $j ]] && command -v java >/dev/null || return 1
+  echo "$j"
+}
+
+install_zookeeper() {
+  if jar=$(zk_jar); then
+    echo "zookeeper already installed: $jar; java: $(command -v java)"
+    return 0
+  fi
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  local start=$SECONDS
+  "${sudo[@]}" apt-get update -qq
+  # policy-rc.d / no init system: the package's own service is not started, nor needed.
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    zookeeper >/dev/null
+  jar=$(zk_jar) || die "installed zookeeper but found no zookeeper.jar or no java on PATH"
+  echo "installed zookeeper in $((SECONDS - start))s: $jar"
+}
+
+# Whether the ZooKeeper server on PORT serves requests: its `srvr` answer names its mode
+# (`ruok` answers `imok` as soon as the port listens, before sessions can be opened).
+zk_ok() {
+  local reply=
+  {
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+    printf srvr >&3
+    reply=$(timeout 1 cat <&3) || true
+    exec 3>&-
+  } 2>/dev/null
+  [[ $reply == *"Mode: standalone"* ]]
+}
+
+start_zookeeper() {
+  local dir=${1:?usage: start-zookeeper DIR [PID]} owner=${2:-}
+  local jar
+  jar=$(zk_jar) || die "ZooKeeper is not installed: run scripts/services.sh install-zookeeper"
+  mkdir -p "$dir/data"
+  dir=$(cd "$dir" && pwd)
+  if [[ -e $dir/zookeeper.pid ]] && kill -0 "$(cat "$dir/zookeeper.pid")" 2>/dev/null; then
+    die "a zookeeper already runs in $dir (stop-zookeeper first)"
+  fi
+  # The package's jar names its dependencies in its manifest, but no SLF4J binding: add the
+  # simple one (to stderr, so to the log) when it is there, else the server logs nothing.
+  local cp=$jar
+  [[ ! -r /usr/share/java/slf4j-simple.jar ]] || cp=$cp:/usr/share/java/slf4j-simple.jar
+  local port attempt pid i
+  for attempt in 1 2 3 4 5 6 7 8; do
+    port=$((20000 + RANDOM % 40000))
+    port_in_use "$port" && continue
+    cat >"$dir/zoo.cfg" <<CFG
+tickTime=200
+minSessionTimeout=400
+maxSessionTimeout=60000
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=srvr
+forceSync=no
+maxClientCnxns=0
+CFG
+    java -Xmx256m -cp "$cp" org.apache.zookeeper.server.ZooKeeperServerMain \
+      "$dir/zoo.cfg" </dev/null >>"$dir/zookeeper.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$dir/zookeeper.pid"
+    for i in $(seq 1 400); do
+      kill -0 "$pid" 2>/dev/null || break
+      if zk_ok "$port"; then
+        local url="zk://127.0.0.1:$port"
+        echo "$url" >"$dir/url"
+        echo "$port" >"$dir/port"
+        if [[ -n $owner ]]; then
+          setsid bash -c '
+            while kill -0 "$1" 2>/dev/null && kill -0 "$3" 2>/dev/null; do sleep 1; done
+            "$0" stop-zookeeper "$2"' "$(realpath "$0")" "$owner" "$dir" "$pid" \
+            </dev/null >/dev/null 2>&1 &
+        fi
+        echo "$url"
+        return 0
+      fi
+      sleep 0.05
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      tail -n 20 "$dir/zookeeper.log" >&2 || true
+      die "zookeeper did not start serving in $dir (log: $dir/zookeeper.log)"
+    fi
+    rm -f "$dir/zookeeper.pid"
+    if ! grep -q "Address already in use" "$dir/zookeeper.log" 2>/dev/null; then
+      tail -n 20 "$dir/zookeeper.log" >&2 || true
+      die "zookeeper failed to start in $dir (log: $dir/zookeeper.log)"
+    fi
+  done
+  die "no free port found for zookeeper after $attempt attempts"
+}
+
+stop_zookeeper() {
+  local dir=${1:?usage: stop-zookeeper DIR}
+  [[ -e $dir/zookeeper.pid ]] || return 0
+  local pid i
+  pid=$(cat "$dir/zookeeper.pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$dir/zookeeper.pid"
+}
+
 cmd=${1:-}
 shift || true
 case $cmd in
@@ -266,5 +395,8 @@ case $cmd in
   install-etcd) install_etcd "$@" ;;
   start-etcd) start_etcd "$@" ;;
   stop-etcd) stop_etcd "$@" ;;
-  *) die "usage: $0 install-build-deps | install-postgres | start-postgres DIR [PID] | stop-postgres DIR | install-etcd | start-etcd DIR [PID] | stop-etcd DIR" ;;
+  install-zookeeper) install_zookeeper "$@" ;;
+  start-zookeeper) start_zookeeper "$@" ;;
+  stop-zookeeper) stop_zookeeper "$@" ;;
+  *) die "usage: $0 install-build-deps | install-postgres | start-postgres DIR [PID] | stop-postgres DIR | install-etcd | start-etcd DIR [PID] | stop-etcd DIR | install-zookeeper | start-zookeeper DIR [PID] | stop-zookeeper DIR" ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: what CI runs (.ci/run) and what the README tells you to run.
-# Installs what the build and tests need (protoc, PostgreSQL and etcd from Debian's
+# Installs what the build and tests need (protoc, PostgreSQL, etcd and ZooKeeper from Debian's
 # packages, via scripts/services.sh);
 # the tests start and stop their own servers on loopback with temporary data directories.
 set -euo pipefail
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 # Real servers the tests start themselves (installed from Debian's packages if missing).
 scripts/services.sh install-postgres
 scripts/services.sh install-etcd
+scripts/services.sh install-zookeeper
 # The real-process tests start `tenure` itself; build it once up front so that they do not
 # each wait for (or race) that build.
 cargo build -p tenure-cli

@@ -114,12 +114,18 @@
 //! | `tenure://h1:p,h2:p,h3:p` | a tenure cluster over gRPC |
 //! | `etcd://h1:p,h2:p` | an etcd (v3 API) cluster, with etcd's election recipe; no [`Leadership::transfer`] |
 //! | `postgres://user@host:port/db` (or `postgresql://`) | PostgreSQL: a lease row per election, the database clock as arbiter; no [`Leadership::transfer`] |
-//! | `zk://` | not yet: [`Error::UnsupportedBackend`] |
+//! | `zk://h1:p,h2:p` (or `zookeeper://`) | ZooKeeper's election recipe; no [`Leadership::transfer`] |
 //!
 //! On etcd a session is an etcd lease (TTLs are rounded up to whole seconds, and the holder
 //! believes the TTL etcd grants), a candidacy is a key under `/tenure/elections/<election>/`
 //! bound to the lease, the key with the lowest create revision leads, and the fencing token is
-//! that key's create revision. [`Client::supports_transfer`] tells whether a backend can hand
+//! that key's create revision. On ZooKeeper a session is a ZooKeeper session of its own
+//! (session timeout = TTL, as negotiated by the server), a candidacy is an ephemeral
+//! sequential znode under `/tenure/elections/<election>/`, the smallest sequence leads, each
+//! candidate watches only its predecessor, and the fencing token is the znode's creation zxid;
+//! the holder's validity runs from the send time of its last answered request on the session
+//! (see the `zk` module's docs for what that relies on, notably on an ensemble).
+//! [`Client::supports_transfer`] tells whether a backend can hand
 //! leadership to a named candidate.
 #![deny(missing_docs)]
 
@@ -130,6 +136,7 @@ mod memory;
 mod pg;
 mod remote;
 mod session;
+mod zk;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -159,6 +166,7 @@ enum Backend {
     Remote(remote::Nodes),
     Etcd(etcd::Etcd),
     Postgres(pg::Pg),
+    Zk(zk::Zk),
 }
 
 /// How to campaign.
@@ -233,10 +241,10 @@ impl futures_core::Stream for Observer {
 
 impl Client {
     /// Connect to the backend named by `url`: `memory:` (or `memory:NAME`),
-    /// `tenure://host:port,host:port,...`, `etcd://host:port,host:port,...` or
-    /// `postgres://user@host:port/db`. Nothing is
+    /// `tenure://host:port,host:port,...`, `etcd://host:port,host:port,...`,
+    /// `postgres://user@host:port/db` or `zk://host:port,host:port,...`. Nothing is
     /// contacted yet for `tenure://`: nodes are dialed lazily by the first request; for
-    /// `etcd://` the endpoints are dialed now.
+    /// `etcd://`, `postgres://` and `zk://` the backend is dialed now.
     pub async fn connect(url: &str) -> Result<Client> {
         let (scheme, rest) = url.split_once(':').ok_or_else(|| Error::InvalidUrl {
             url: url.to_string(),
@@ -272,16 +280,23 @@ impl Client {
             }
             "postgres" | "postgresql" => Backend::Postgres(pg::Pg::connect(url).await?),
             "zk" | "zookeeper" => {
-                return Err(Error::UnsupportedBackend {
-                    scheme: scheme.to_string(),
-                    why: "not implemented yet; use tenure://, etcd://, postgres:// or memory:"
-                        .into(),
-                })
+                let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
+                    url: url.to_string(),
+                    why: "expected zk://host:port,host:port".into(),
+                })?;
+                let addrs = hosts
+                    .trim_end_matches('/')
+                    .split(',')
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                Backend::Zk(zk::Zk::connect(url, addrs).await?)
             }
             other => {
                 return Err(Error::UnsupportedBackend {
                     scheme: other.to_string(),
-                    why: "unknown scheme; use tenure://, etcd://, postgres:// or memory:".into(),
+                    why: "unknown scheme; use tenure://, etcd://, postgres://, zk:// or memory:"
+                        .into(),
                 })
             }
         };
@@ -326,6 +341,7 @@ impl Client {
             Backend::Remote(n) => n.grant(options.ttl).await?,
             Backend::Etcd(e) => e.grant(options.ttl).await?,
             Backend::Postgres(p) => p.grant(options.ttl).await?,
+            Backend::Zk(z) => z.grant(options.ttl).await?,
         };
         let held = Held {
             client: self.clone(),
@@ -375,17 +391,19 @@ impl Client {
             Backend::Remote(n) => tokio::spawn(remote::keepalive_loop(n.clone(), session)),
             Backend::Etcd(e) => tokio::spawn(etcd::keepalive_loop(e.clone(), session)),
             Backend::Postgres(p) => tokio::spawn(pg::keepalive_loop(p.clone(), session)),
+            Backend::Zk(z) => tokio::spawn(zk::keepalive_loop(z.clone(), session)),
         }
     }
 
     /// Whether [`Leadership::transfer`] works on this backend: `memory:` and `tenure://` hand
     /// leadership to a named candidate; etcd's election recipe cannot (FIFO by create
     /// revision only), nor can the PostgreSQL backend (the lease goes to the oldest live
-    /// candidate), so there `transfer` fails with [`Error::UnsupportedBackend`].
+    /// candidate), nor can ZooKeeper's recipe (the smallest sequence leads), so there
+    /// `transfer` fails with [`Error::UnsupportedBackend`].
     pub fn supports_transfer(&self) -> bool {
         match &self.backend {
             Backend::Memory(_) | Backend::Remote(_) => true,
-            Backend::Etcd(_) | Backend::Postgres(_) => false,
+            Backend::Etcd(_) | Backend::Postgres(_) | Backend::Zk(_) => false,
         }
     }
 
@@ -397,6 +415,7 @@ impl Client {
             Backend::Remote(n) => n.leader(election).await,
             Backend::Etcd(e) => e.leader(election).await,
             Backend::Postgres(p) => p.leader(election).await,
+            Backend::Zk(z) => z.leader(election).await,
         }
     }
 
@@ -412,6 +431,7 @@ impl Client {
             Backend::Remote(n) => n.observe(election, tx).await?,
             Backend::Etcd(e) => e.observe(election, tx).await?,
             Backend::Postgres(p) => p.observe(election, tx).await?,
+            Backend::Zk(z) => z.observe(election, tx).await?,
         }
         Ok(Observer { rx })
     }
@@ -425,6 +445,7 @@ impl Client {
             Backend::Remote(n) => n.revoke(session).await,
             Backend::Etcd(e) => e.revoke(session).await,
             Backend::Postgres(p) => p.revoke(session).await,
+            Backend::Zk(z) => z.revoke(session).await,
         }
     }
 
@@ -434,6 +455,7 @@ impl Client {
             Backend::Remote(n) => n.resign(election, session).await,
             Backend::Etcd(e) => e.resign(election, session).await,
             Backend::Postgres(p) => p.resign(election, session).await,
+            Backend::Zk(z) => z.resign(election, session).await,
         }
     }
 }
@@ -504,6 +526,10 @@ impl Candidate {
                 // Records the candidacy; `leadership()` waits for the lease.
                 p.join(&self.election, session.id, &self.value).await?;
             }
+            Backend::Zk(z) => {
+                // Creates the znode; `leadership()` waits for the predecessor to go.
+                z.join(&self.election, session.id, &self.value).await?;
+            }
         }
         Ok(self)
     }
@@ -535,6 +561,7 @@ impl Candidate {
                         Backend::Postgres(p) => {
                             p.campaign(&self.election, session.id, &self.value).await
                         }
+                        Backend::Zk(z) => z.campaign(&self.election, session.id, &self.value).await,
                     }
                 };
                 tokio::select! {
@@ -697,6 +724,14 @@ impl Leadership {
                         .into(),
                 })
             }
+            Backend::Zk(_) => {
+                return Err(Error::UnsupportedBackend {
+                    scheme: "zk".into(),
+                    why: "ZooKeeper's election recipe hands leadership only to the next \
+                          sequence (see Client::supports_transfer)"
+                        .into(),
+                })
+            }
         };
         if to != from {
             self.replaced.send_replace(true);
@@ -717,3 +752,8 @@ impl Drop for Leadership {
         self.watcher.abort();
     }
 }
+
+/// The README's Rust example, compiled by `cargo test --doc` so that it stays true.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -3,12 +3,14 @@
 //! started by `scripts/services.sh start-etcd` (install it with
 //! `scripts/services.sh install-etcd`; the test fails, never skips, without it), and a real
 //! PostgreSQL started by `scripts/services.sh start-postgres` (likewise: install it with
-//! `scripts/services.sh install-postgres`; the test fails without it).
+//! `scripts/services.sh install-postgres`; the test fails without it), and a real standalone
+//! ZooKeeper started by `scripts/services.sh start-zookeeper` (likewise: install it with
+//! `scripts/services.sh install-zookeeper`; the test fails without it).
 //!
 //! **Capabilities.** A case that a backend cannot meet by its nature is skipped for that
 //! backend only through an explicit capability, asked from the client: today the one
-//! capability is [`Client::supports_transfer`] (etcd's election recipe and the PostgreSQL
-//! lease row have no hand-over to a named candidate). Where it is missing, the contract checks instead that `transfer` is
+//! capability is [`Client::supports_transfer`] (etcd's and ZooKeeper's election recipes and
+//! the PostgreSQL lease row have no hand-over to a named candidate). Where it is missing, the contract checks instead that `transfer` is
 //! refused with [`Error::UnsupportedBackend`].
 //!
 //! Each case is a function of a backend URL and an election name, so that one cluster serves
@@ -332,7 +334,7 @@ async fn errors_are_typed(url: String, election: String) {
         c.campaign(&election, b"x", opts(ms(1))).await.map(|_| ()),
         Err(Error::InvalidArgument(_))
     ));
-    for url in ["zk://localhost:2181"] {
+    for url in ["consul://localhost:8500"] {
         assert!(matches!(
             Client::connect(url).await,
             Err(Error::UnsupportedBackend { .. })
@@ -405,6 +407,68 @@ fn postgres_meets_the_contract() {
     });
     drop(rt);
     drop(pg);
+}
+
+#[test]
+fn zookeeper_meets_the_contract() {
+    let zk = ZooKeeper::start();
+    let url = zk.url.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(90), contract(&url))
+            .await
+            .expect("the contract runs within 90 s");
+    });
+    drop(rt);
+    drop(zk);
+}
+
+/// A standalone ZooKeeper server started (and stopped) by `scripts/services.sh`.
+struct ZooKeeper {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl ZooKeeper {
+    fn start() -> ZooKeeper {
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-zk-contract-")
+            .tempdir()
+            .expect("a temporary directory");
+        let out = Command::new("bash")
+            .arg(Etcd::services())
+            .arg("start-zookeeper")
+            .arg(dir.path())
+            .arg(std::process::id().to_string())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run scripts/services.sh");
+        assert!(
+            out.status.success(),
+            "could not start ZooKeeper (is it installed? run \
+             `scripts/services.sh install-zookeeper`):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = String::from_utf8_lossy(&out.stdout);
+        let url = out.trim().lines().last().unwrap_or_default().to_string();
+        assert!(url.starts_with("zk://"), "start-zookeeper printed {url:?}");
+        ZooKeeper { dir, url }
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(Etcd::services())
+            .arg("stop-zookeeper")
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .status();
+    }
 }
 
 /// A PostgreSQL server started (and stopped) by `scripts/services.sh`.

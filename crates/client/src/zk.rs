@@ -1,0 +1,558 @@
+//! The `zk://` backend: ZooKeeper's leader-election recipe (DESIGN.md, "Backends").
+//!
+//! - A session is a ZooKeeper session of its own (one connection per tenure session), opened
+//!   with session timeout = TTL; the holder believes the timeout the server negotiated
+//!   (ZooKeeper clamps it to `[minSessionTimeout, maxSessionTimeout]`). Its id is the
+//!   ZooKeeper session id.
+//! - A candidacy is an ephemeral sequential znode `/tenure/elections/<election>/n-<seq>`
+//!   created by that session, with the candidate's value as data. The smallest sequence
+//!   leads; the fencing token is that znode's creation zxid (`czxid`). Sequence numbers are
+//!   assigned in zxid order, and a later leader's znode cannot be older than an earlier
+//!   leader's (it would then have been the smaller one while the earlier one led), so tokens
+//!   strictly increase.
+//! - A candidate waits with a one-shot `exists` watch on its predecessor only (the live znode
+//!   with the largest sequence below its own): no herd.
+//! - `leader` lists the children after a `sync` and reads the smallest; `observe` keeps a
+//!   persistent recursive watch on the election's directory (registered before the first
+//!   listing, so no change falls between) and reports each change of the smallest znode.
+//!   ZooKeeper 3.8 sends no zxid with watch events, so an event's index is the new leader's
+//!   `czxid`, or for a departure the directory's `pzxid` read afterwards, raised to the last
+//!   index + 1 when needed: strictly increasing, at or after the change's own zxid.
+//! - The persistent directory `/tenure/elections/<election>` marks an election that was ever
+//!   campaigned in: `leader`/`observe` of an election without it fail with
+//!   [`Error::UnknownElection`].
+//! - Resign deletes the znode (the successor's watch fires at once); revoke deletes the
+//!   session's znodes and closes the session (re-attaching to it when its connection is gone).
+//!
+//! # Lease validity (DESIGN.md rule 4): what this relies on
+//!
+//! The `zookeeper-client` crate pings internally and does not expose ping responses, so the
+//! keepalive task sends its own request, `exists("/")` on the session's connection, every
+//! TTL/10, and on each answer moves validity to `send time of that request + negotiated
+//! session timeout − drift margin`. It relies on:
+//!
+//! 1. A ZooKeeper server "touches" a session when it receives any request of it, and the
+//!    session tracker expires it no earlier than `last touch + session timeout` (rounded up to
+//!    the next tickTime). A request answered was received after it was sent, so the server's
+//!    expiry is after the holder's belief ends, with the margin covering clock-rate drift.
+//! 2. On a standalone server (what the tests run) that server is the arbiter, so 1. is all.
+//!    On an ensemble, expiry is decided by the ZooKeeper leader, which learns of touches at
+//!    followers from their pings (every tickTime/2), and a follower cut off from the leader
+//!    keeps answering reads for up to `syncLimit × tickTime`. The holder's belief can then
+//!    outlast the leader's expiry by up to about `syncLimit × tickTime`: on an ensemble,
+//!    size `drift_percent` so that the drift margin covers that, or keep TTL ≫ that bound.
+//!
+//! Dropping the connection without closing the session (what `stop_keepalives` does: the
+//! client is "detached") is how a frozen or crashed holder looks to ZooKeeper.
+//!
+//! Not supported: [`crate::Leadership::transfer`] (the recipe has no hand-over to a named
+//! candidate); it fails with [`Error::UnsupportedBackend`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use zookeeper_client as zkc;
+
+use crate::session::Session;
+use crate::{Error, LeaderEvent, LeaderInfo, Result};
+
+/// Where elections live.
+const ELECTIONS: &str = "/tenure/elections";
+/// The candidacy znodes' name prefix (ZooKeeper appends the sequence).
+const NODE_PREFIX: &str = "n-";
+/// How long establishing a connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The session timeout of the shared connection used for reads, watches and deletes.
+const SHARED_SESSION: Duration = Duration::from_secs(10);
+/// The shortest pause between keepalive requests.
+const MIN_KEEPALIVE_EVERY: Duration = Duration::from_millis(20);
+
+/// A connection to a ZooKeeper ensemble. Cheap to clone; clones share connections.
+#[derive(Clone)]
+pub(crate) struct Zk {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The connect string (`host:port,host:port`).
+    hosts: String,
+    /// Shared connection: reads, watches, deletes. Its own session owns no candidacy.
+    shared: zkc::Client,
+    /// This process's sessions, by id.
+    sessions: Mutex<HashMap<u64, Slot>>,
+}
+
+/// One session granted by this process.
+struct Slot {
+    /// The session's client, until the keepalive task takes it (then only `weak`): once the
+    /// task stops, the connection is dropped without closing the session.
+    client: Option<Arc<zkc::Client>>,
+    weak: Weak<zkc::Client>,
+    /// To re-attach to the session in order to close it.
+    info: zkc::SessionInfo,
+    timeout: Duration,
+    /// The session's candidacy in each election: (znode name, czxid).
+    nodes: HashMap<String, (String, i64)>,
+}
+
+impl std::fmt::Debug for Zk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Zk")
+            .field("hosts", &self.inner.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Translate a ZooKeeper client error.
+fn map(e: zkc::Error) -> Error {
+    use zkc::Error as E;
+    match e {
+        E::SessionExpired | E::SessionMoved | E::ClientClosed => Error::SessionLost,
+        E::ConnectionLoss | E::Timeout | E::NoHosts | E::Throttled => {
+            Error::Unavailable(format!("zookeeper: {e}"))
+        }
+        E::BadArguments(_) => Error::InvalidArgument(format!("zookeeper: {e}")),
+        e => Error::Backend(format!("zookeeper: {e}")),
+    }
+}
+
+fn check_election(election: &str) -> Result<()> {
+    if election.is_empty() {
+        return Err(Error::InvalidArgument("empty election name".into()));
+    }
+    if election.contains('/')
+        || election == "."
+        || election == ".."
+        || election.chars().any(|c| c.is_control())
+    {
+        return Err(Error::InvalidArgument(format!(
+            "election name {election:?} is not a valid znode name (no '/', '.', '..' or \
+             control characters)"
+        )));
+    }
+    Ok(())
+}
+
+fn dir(election: &str) -> String {
+    format!("{ELECTIONS}/{election}")
+}
+
+/// The sequence number of a candidacy znode's name.
+fn sequence(name: &str) -> Option<i64> {
+    name.strip_prefix(NODE_PREFIX)?.parse().ok()
+}
+
+fn info(data: Vec<u8>, stat: &zkc::Stat) -> LeaderInfo {
+    LeaderInfo {
+        session: stat.ephemeral_owner as u64,
+        value: data,
+        token: stat.czxid as u64,
+    }
+}
+
+fn connector(timeout: Duration) -> zkc::Connector {
+    zkc::Client::connector()
+        .with_session_timeout(timeout)
+        .with_connection_timeout(CONNECT_TIMEOUT)
+        .with_fail_eagerly()
+}
+
+impl Zk {
+    /// Connect to `hosts` (`host:port` each).
+    pub async fn connect(url: &str, hosts: Vec<String>) -> Result<Zk> {
+        if hosts.is_empty() {
+            return Err(Error::InvalidUrl {
+                url: url.to_string(),
+                why: "no zookeeper hosts".into(),
+            });
+        }
+        let hosts = hosts.join(",");
+        let shared = connector(SHARED_SESSION)
+            .connect(&hosts)
+            .await
+            .map_err(map)?;
+        Ok(Zk {
+            inner: Arc::new(Inner {
+                hosts,
+                shared,
+                sessions: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<u64, Slot>> {
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The client of a live session of this process.
+    fn session_client(&self, session: u64) -> Result<Arc<zkc::Client>> {
+        let sessions = self.sessions();
+        let slot = sessions.get(&session).ok_or(Error::SessionLost)?;
+        slot.client
+            .clone()
+            .or_else(|| slot.weak.upgrade())
+            .ok_or(Error::SessionLost)
+    }
+
+    /// Open a session of `ttl` on its own connection; returns its id and the timeout the
+    /// server negotiated.
+    pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
+        let client = connector(ttl)
+            .with_detached()
+            .connect(&self.inner.hosts)
+            .await
+            .map_err(map)?;
+        let id = client.session_id().0 as u64;
+        let timeout = client.session_timeout();
+        let info = client.session().clone();
+        let client = Arc::new(client);
+        self.sessions().insert(
+            id,
+            Slot {
+                weak: Arc::downgrade(&client),
+                client: Some(client),
+                info,
+                timeout,
+                nodes: HashMap::new(),
+            },
+        );
+        Ok((id, timeout))
+    }
+
+    /// Delete the session's znodes and close it.
+    pub async fn revoke(&self, session: u64) -> Result<()> {
+        let Some(slot) = self.sessions().remove(&session) else {
+            return Ok(());
+        };
+        for (election, (name, _)) in &slot.nodes {
+            self.delete(&format!("{}/{name}", dir(election))).await?;
+        }
+        let live = slot.client.clone().or_else(|| slot.weak.upgrade());
+        drop(slot.client);
+        if live.is_some() {
+            // Still connected (a campaign in flight): dropping the last handle of a detached
+            // client does not close the session; it then expires after its timeout, with no
+            // znode left.
+            return Ok(());
+        }
+        // Re-attach without `detached`: dropping that client closes the session.
+        match connector(slot.timeout)
+            .with_session(slot.info)
+            .connect(&self.inner.hosts)
+            .await
+        {
+            Ok(c) => {
+                drop(c);
+                Ok(())
+            }
+            Err(zkc::Error::SessionExpired) => Ok(()),
+            Err(e) => Err(map(e)),
+        }
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        match self.inner.shared.delete(path, None).await {
+            Ok(()) | Err(zkc::Error::NoNode) => Ok(()),
+            Err(e) => Err(map(e)),
+        }
+    }
+
+    /// Create this session's znode in `election` unless it has one; returns its name and czxid.
+    async fn enqueue(&self, election: &str, session: u64, value: &[u8]) -> Result<(String, i64)> {
+        check_election(election)?;
+        let known = self
+            .sessions()
+            .get(&session)
+            .and_then(|s| s.nodes.get(election).cloned());
+        if let Some(node) = known {
+            return Ok(node);
+        }
+        let client = self.session_client(session)?;
+        let dir = dir(election);
+        let open = zkc::Acls::anyone_all();
+        client
+            .mkdir(&dir, &zkc::CreateMode::Persistent.with_acls(open))
+            .await
+            .map_err(map)?;
+        let (stat, seq) = client
+            .create(
+                &format!("{dir}/{NODE_PREFIX}"),
+                value,
+                &zkc::CreateMode::EphemeralSequential.with_acls(open),
+            )
+            .await
+            .map_err(map)?;
+        let node = (format!("{NODE_PREFIX}{seq}"), stat.czxid);
+        let recorded = match self.sessions().get_mut(&session) {
+            Some(slot) => {
+                slot.nodes.insert(election.to_string(), node.clone());
+                true
+            }
+            None => false,
+        };
+        if !recorded {
+            // Revoked meanwhile: do not leave the znode behind.
+            drop(client);
+            self.delete(&format!("{dir}/{}", node.0)).await?;
+            return Err(Error::SessionLost);
+        }
+        Ok(node)
+    }
+
+    /// Record the candidacy without waiting.
+    pub async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<()> {
+        self.enqueue(election, session, value).await.map(|_| ())
+    }
+
+    /// Record the candidacy (idempotent) and wait until it leads; returns its token.
+    pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
+        let (name, czxid) = self.enqueue(election, session, value).await?;
+        let mine = sequence(&name).ok_or_else(|| Error::Backend(format!("bad znode {name}")))?;
+        let dir = dir(election);
+        // Read on the session's own connection: it sees its own create (ZooKeeper's
+        // per-session ordering), and its watches fire on session expiry.
+        let client = self.session_client(session)?;
+        loop {
+            let children = client.list_children(&dir).await.map_err(map)?;
+            let seqs: Vec<(i64, &String)> = children
+                .iter()
+                .filter_map(|c| sequence(c).map(|s| (s, c)))
+                .collect();
+            if !seqs.iter().any(|(s, _)| *s == mine) {
+                return Err(Error::SessionLost);
+            }
+            let Some((_, pred)) = seqs
+                .iter()
+                .filter(|(s, _)| *s < mine)
+                .max_by_key(|(s, _)| *s)
+            else {
+                return Ok(czxid as u64);
+            };
+            let (stat, watcher) = client
+                .check_and_watch_stat(&format!("{dir}/{pred}"))
+                .await
+                .map_err(map)?;
+            if stat.is_none() {
+                continue;
+            }
+            let ev = watcher.changed().await;
+            if ev.event_type == zkc::EventType::Session && ev.session_state.is_terminated() {
+                return Err(Error::SessionLost);
+            }
+        }
+    }
+
+    pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
+        check_election(election)?;
+        let node = self
+            .sessions()
+            .get_mut(&session)
+            .and_then(|s| s.nodes.remove(election));
+        if let Some((name, _)) = node {
+            self.delete(&format!("{}/{name}", dir(election))).await?;
+        }
+        Ok(())
+    }
+
+    /// The election's candidacy znodes, or [`Error::UnknownElection`].
+    async fn children(&self, election: &str) -> Result<(Vec<(i64, String)>, zkc::Stat)> {
+        check_election(election)?;
+        match self.inner.shared.get_children(&dir(election)).await {
+            Ok((children, stat)) => {
+                let mut seqs: Vec<(i64, String)> = children
+                    .into_iter()
+                    .filter_map(|c| sequence(&c).map(|s| (s, c)))
+                    .collect();
+                seqs.sort();
+                Ok((seqs, stat))
+            }
+            Err(zkc::Error::NoNode) => Err(Error::UnknownElection(election.to_string())),
+            Err(e) => Err(map(e)),
+        }
+    }
+
+    /// Read a candidacy znode; `None` if it is gone.
+    async fn read(&self, path: &str) -> Result<Option<LeaderInfo>> {
+        match self.inner.shared.get_data(path).await {
+            Ok((data, stat)) => Ok(Some(info(data, &stat))),
+            Err(zkc::Error::NoNode) => Ok(None),
+            Err(e) => Err(map(e)),
+        }
+    }
+
+    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+        check_election(election)?;
+        let dir = dir(election);
+        // Catch up with the ensemble's leader first, so that the answer is not older than
+        // this call.
+        match self.inner.shared.sync(&dir).await {
+            Ok(()) | Err(zkc::Error::NoNode) => {}
+            Err(e) => return Err(map(e)),
+        }
+        let (children, _) = self.children(election).await?;
+        for (_, name) in children {
+            if let Some(l) = self.read(&format!("{dir}/{name}")).await? {
+                return Ok(Some(l));
+            }
+        }
+        Ok(None)
+    }
+
+    pub async fn observe(
+        &self,
+        election: &str,
+        tx: mpsc::Sender<Result<LeaderEvent>>,
+    ) -> Result<()> {
+        check_election(election)?;
+        let dir = dir(election);
+        // Watch first, then list: every change after the listing is in the watch.
+        let mut watcher = self
+            .inner
+            .shared
+            .watch(&dir, zkc::AddWatchMode::PersistentRecursive)
+            .await
+            .map_err(map)?;
+        let (children, stat) = self.children(election).await?;
+        let mut nodes: BTreeMap<i64, LeaderInfo> = BTreeMap::new();
+        for (seq, name) in children {
+            if let Some(l) = self.read(&format!("{dir}/{name}")).await? {
+                nodes.insert(seq, l);
+            }
+        }
+        let mut index = stat.pzxid as u64;
+        let mut current = nodes.values().next().cloned();
+        let first = LeaderEvent {
+            election: election.to_string(),
+            leader: current.clone(),
+            index,
+        };
+        if tx.send(Ok(first)).await.is_err() {
+            return Ok(());
+        }
+        let zk = self.clone();
+        let election = election.to_string();
+        let child_prefix = format!("{dir}/");
+        tokio::spawn(async move {
+            loop {
+                let ev = tokio::select! {
+                    ev = watcher.changed() => ev,
+                    _ = tx.closed() => return,
+                };
+                let child = ev
+                    .path
+                    .strip_prefix(&child_prefix)
+                    .filter(|c| !c.contains('/'))
+                    .and_then(|c| sequence(c).map(|s| (s, c.to_string())));
+                let at = match (ev.event_type, child) {
+                    (zkc::EventType::Session, _) => {
+                        if ev.session_state == zkc::SessionState::SyncConnected
+                            || ev.session_state == zkc::SessionState::ConnectedReadOnly
+                        {
+                            continue;
+                        }
+                        // Events during a disconnection may be lost (ZOOKEEPER-4698): end
+                        // the stream rather than report a partial history.
+                        let _ = tx
+                            .send(Err(Error::Unavailable(format!(
+                                "zookeeper: the watch ended ({:?})",
+                                ev.session_state
+                            ))))
+                            .await;
+                        return;
+                    }
+                    (zkc::EventType::NodeCreated, Some((seq, name))) => {
+                        if nodes.contains_key(&seq) {
+                            continue;
+                        }
+                        match zk.read(&format!("{child_prefix}{name}")).await {
+                            Ok(Some(l)) => {
+                                let at = l.token;
+                                nodes.insert(seq, l);
+                                at
+                            }
+                            // Gone already: its deletion event follows.
+                            Ok(None) => continue,
+                            Err(e) => {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
+                        }
+                    }
+                    (zkc::EventType::NodeDeleted, Some((seq, _))) => {
+                        if nodes.remove(&seq).is_none() {
+                            continue;
+                        }
+                        0
+                    }
+                    _ => continue,
+                };
+                let now = nodes.values().next().cloned();
+                if now == current {
+                    continue;
+                }
+                let at = if at > 0 {
+                    at
+                } else {
+                    match zk.inner.shared.check_stat(&dir).await {
+                        Ok(Some(s)) => s.pzxid as u64,
+                        Ok(None) => 0,
+                        Err(e) => {
+                            let _ = tx.send(Err(map(e))).await;
+                            return;
+                        }
+                    }
+                };
+                index = at.max(index + 1);
+                current = now.clone();
+                let ev = LeaderEvent {
+                    election: election.clone(),
+                    leader: now,
+                    index,
+                };
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Take the session's client for its keepalive task (see [`Slot::client`]).
+    fn take_client(&self, session: u64) -> Option<Arc<zkc::Client>> {
+        let mut sessions = self.sessions();
+        let slot = sessions.get_mut(&session)?;
+        slot.client.take().or_else(|| slot.weak.upgrade())
+    }
+}
+
+/// Keep `session` alive: an `exists("/")` request every TTL/10 on the session's connection,
+/// each answer extending validity from its send time (see the module docs). The task owns the
+/// session's connection: stopping it drops the connection without closing the session.
+pub(crate) async fn keepalive_loop(zk: Zk, session: Arc<Session>) {
+    let Some(client) = zk.take_client(session.id) else {
+        session.end();
+        return;
+    };
+    let every = (session.ttl / 10).max(MIN_KEEPALIVE_EVERY);
+    loop {
+        let sent = Instant::now();
+        match tokio::time::timeout(session.ttl, client.check_stat("/")).await {
+            Ok(Ok(_)) => session.acked(sent, session.ttl),
+            Ok(Err(e)) if map(e.clone()) == Error::SessionLost => {
+                session.end();
+                return;
+            }
+            _ => {}
+        }
+        if client.state().is_terminated() {
+            session.end();
+            return;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
