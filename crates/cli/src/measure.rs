@@ -36,7 +36,12 @@ enum What {
     Failover(FailoverArgs),
     /// Single-client durable write latency, and fsync latency from the nodes' metrics.
     Write(WriteArgs),
+    /// Time for a waiting candidate to lead after the holder crashes or resigns, per backend.
+    Takeover(takeover::TakeoverArgs),
 }
+
+#[path = "measure_takeover.rs"]
+mod takeover;
 
 /// The cluster's timing profile.
 #[derive(Clone, Debug, Args)]
@@ -113,6 +118,7 @@ pub fn run(args: MeasureArgs) -> ExitCode {
         match args.what {
             What::Failover(a) => failover(a).await,
             What::Write(a) => write(a).await,
+            What::Takeover(a) => takeover::takeover(a).await,
         }
     });
     match result {
