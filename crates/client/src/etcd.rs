@@ -247,6 +247,7 @@ impl Etcd {
                     None => break 'wait,
                 }
             }
+            crate::note_waiter_wakeup();
             // Dropping the stream cancels the watch.
             drop(stream);
         }

@@ -139,6 +139,7 @@ mod session;
 mod zk;
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -154,10 +155,37 @@ const OBSERVE_BUFFERED_MAX: usize = 64;
 /// answers only when the candidate leads, so a candidate still queued looks like a timeout).
 const QUEUED_WAIT: Duration = Duration::from_millis(200);
 
+/// Diagnostics: waiter wake-ups in this process, see [`waiter_wakeups`].
+static WAITER_WAKEUPS: AtomicU64 = AtomicU64::new(0);
+
+tokio::task_local! {
+    /// The wake-up counter of the [`Client`] whose candidate waits in this task.
+    static CLIENT_WAKEUPS: Arc<AtomicU64>;
+}
+
+/// Diagnostics only: how many times, in this whole process, a waiting candidate was woken
+/// by its backend to re-check whether it leads. Counted at one place per backend: `memory:`
+/// when a waiter's wait for a change (or the next expiry) completes; `tenure://` when a
+/// blocked `Campaign` call returns or its retry loop polls again; etcd and ZooKeeper when
+/// the watch on the predecessor fires; PostgreSQL on each notification or timer wake a
+/// waiting candidate receives. Monotonic; not a stable API, meant for tests and debugging.
+/// [`Client::waiter_wakeups`] counts the same for one client's candidates only.
+pub fn waiter_wakeups() -> u64 {
+    WAITER_WAKEUPS.load(Ordering::Relaxed)
+}
+
+/// Count one waiter wake-up (see [`waiter_wakeups`]).
+pub(crate) fn note_waiter_wakeup() {
+    WAITER_WAKEUPS.fetch_add(1, Ordering::Relaxed);
+    let _ = CLIENT_WAKEUPS.try_with(|c| c.fetch_add(1, Ordering::Relaxed));
+}
+
 /// A handle to one backend. Cheap to clone; clones share connections.
 #[derive(Clone, Debug)]
 pub struct Client {
     backend: Backend,
+    /// Diagnostics: wake-ups of this client's (and its clones') waiting candidates.
+    wakeups: Arc<AtomicU64>,
 }
 
 #[derive(Clone, Debug)]
@@ -300,7 +328,10 @@ impl Client {
                 })
             }
         };
-        Ok(Client { backend })
+        Ok(Client {
+            backend,
+            wakeups: Arc::default(),
+        })
     }
 
     /// Campaign in `election` with `value`, and wait until this candidate leads.
@@ -405,6 +436,26 @@ impl Client {
             Backend::Memory(_) | Backend::Remote(_) => true,
             Backend::Etcd(_) | Backend::Postgres(_) | Backend::Zk(_) => false,
         }
+    }
+
+    /// Whether a change of leader wakes only the next candidate (or, at worst, one more),
+    /// rather than every waiting one: true for `tenure://` (the cluster answers only the new
+    /// leader's blocked campaign), etcd and ZooKeeper (each candidate watches only its
+    /// predecessor); false for PostgreSQL (LISTEN/NOTIFY wakes every listener, DESIGN.md's
+    /// "Backends" table) and for `memory:` (every waiter re-checks on every change). The
+    /// contract checks this with [`Client::waiter_wakeups`].
+    pub fn wakes_only_next(&self) -> bool {
+        match &self.backend {
+            Backend::Remote(_) | Backend::Etcd(_) | Backend::Zk(_) => true,
+            Backend::Memory(_) | Backend::Postgres(_) => false,
+        }
+    }
+
+    /// Diagnostics only: how many times a candidate of this client (or of its clones),
+    /// waiting in [`Candidate::leadership`] or [`Client::campaign`], was woken by the backend
+    /// to re-check whether it leads (see [`waiter_wakeups`] for where each backend counts).
+    pub fn waiter_wakeups(&self) -> u64 {
+        self.wakeups.load(Ordering::Relaxed)
     }
 
     /// Who leads `election` now; `None` when nobody does. Fails with
@@ -564,6 +615,7 @@ impl Candidate {
                         Backend::Zk(z) => z.campaign(&self.election, session.id, &self.value).await,
                     }
                 };
+                let wait = CLIENT_WAKEUPS.scope(client.wakeups.clone(), wait);
                 tokio::select! {
                     r = wait => r?,
                     _ = session.wait_ended() => return Err(Error::SessionLost),

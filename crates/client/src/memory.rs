@@ -229,6 +229,7 @@ impl World {
                 }
             }
             self.changed(&mut rx).await;
+            crate::note_waiter_wakeup();
         }
     }
 

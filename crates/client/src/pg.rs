@@ -321,6 +321,7 @@ impl Pg {
                 return Err(Error::SessionLost);
             }
             listener.wait(wait_for(&lease)).await?;
+            crate::note_waiter_wakeup();
         }
     }
 

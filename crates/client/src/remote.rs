@@ -183,8 +183,12 @@ impl Nodes {
                 .campaign(req)
                 .await
             {
-                Ok(r) => return Ok(r.into_inner().token),
+                Ok(r) => {
+                    crate::note_waiter_wakeup();
+                    return Ok(r.into_inner().token);
+                }
                 Err(s) => {
+                    crate::note_waiter_wakeup();
                     let since = *unanswered_since.get_or_insert_with(Instant::now);
                     if !self.note_failure(i, &s) || since.elapsed() > REQUEST_BUDGET * 4 {
                         return Err(s.into());

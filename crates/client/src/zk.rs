@@ -341,6 +341,7 @@ impl Zk {
                 continue;
             }
             let ev = watcher.changed().await;
+            crate::note_waiter_wakeup();
             if ev.event_type == zkc::EventType::Session && ev.session_state.is_terminated() {
                 return Err(Error::SessionLost);
             }

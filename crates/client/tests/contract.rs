@@ -9,9 +9,12 @@
 //!
 //! **Capabilities.** A case that a backend cannot meet by its nature is skipped for that
 //! backend only through an explicit capability, asked from the client: today the one
-//! capability is [`Client::supports_transfer`] (etcd's and ZooKeeper's election recipes and
+//! capabilities are [`Client::supports_transfer`] (etcd's and ZooKeeper's election recipes and
 //! the PostgreSQL lease row have no hand-over to a named candidate). Where it is missing, the contract checks instead that `transfer` is
-//! refused with [`Error::UnsupportedBackend`].
+//! refused with [`Error::UnsupportedBackend`]; and [`Client::wakes_only_next`] (false for
+//! PostgreSQL, whose LISTEN/NOTIFY wakes every waiter, and for `memory:`, whose waiters all
+//! re-check on every change): where it is missing, `one_waiter_woken_per_change` only prints
+//! the number of wake-ups, without asserting on it.
 //!
 //! Each case is a function of a backend URL and an election name, so that one cluster serves
 //! every case (a cluster takes about a second to start).
@@ -75,6 +78,9 @@ async fn contract(url: &str) {
             Box::pin(transfer_is_refused_where_unsupported(u, e))
         }),
         ("errors_are_typed", |u, e| Box::pin(errors_are_typed(u, e))),
+        ("one_waiter_woken_per_change", |u, e| {
+            Box::pin(one_waiter_woken_per_change(u, e))
+        }),
     ];
     let transfer = Client::connect(url)
         .await
@@ -339,6 +345,79 @@ async fn errors_are_typed(url: String, election: String) {
             Client::connect(url).await,
             Err(Error::UnsupportedBackend { .. })
         ));
+    }
+}
+
+/// Waiters counted in `one_waiter_woken_per_change`.
+const WAITERS: usize = 50;
+
+/// A holder and 50 queued waiters; the holder resigns. Where the backend promises to wake
+/// only the next candidate ([`Client::wakes_only_next`]), at most 2 waiter wake-ups (the new
+/// leader's, and one spurious) are counted from the resignation until 300 ms after the next
+/// leader is known; elsewhere the count is only printed.
+async fn one_waiter_woken_per_change(url: String, election: String) {
+    let ttl = ms(5000);
+    let h = Client::connect(&url).await.expect("connect");
+    let w = Client::connect(&url).await.expect("connect");
+    let holder = h
+        .campaign(&election, b"holder", opts(ttl))
+        .await
+        .expect("the holder leads");
+    let holder_session = holder.session();
+    let joined = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let (w, election, joined) = (w.clone(), election.clone(), joined.clone());
+        waiters.push(tokio::spawn(async move {
+            let value = format!("waiter-{i}");
+            let candidate = w
+                .join(&election, value.as_bytes(), opts(ttl))
+                .await
+                .expect("a waiter joins");
+            joined.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            candidate.leadership().await
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while joined.load(std::sync::atomic::Ordering::SeqCst) < WAITERS {
+        assert!(Instant::now() < deadline, "the waiters join within 20 s");
+        tokio::time::sleep(ms(10)).await;
+    }
+    // Let every waiter reach its wait (a blocked campaign, a watch, a LISTEN).
+    tokio::time::sleep(ms(500)).await;
+    assert_eq!(
+        h.leader(&election)
+            .await
+            .expect("leader")
+            .map(|l| l.session),
+        Some(holder_session)
+    );
+    let before = w.waiter_wakeups();
+    holder.resign().await.expect("resign");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let leader = h.leader(&election).await.expect("leader");
+        if leader.is_some_and(|l| l.session != holder_session) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a waiter leads within 10 s");
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(300)).await;
+    let woken = w.waiter_wakeups() - before;
+    println!(
+        "one_waiter_woken_per_change: {url}: {woken} waiter wake-ups for one change among \
+         {WAITERS} waiters (wakes_only_next: {})",
+        w.wakes_only_next()
+    );
+    if w.wakes_only_next() {
+        assert!(
+            woken <= 2,
+            "{woken} waiters woken for one change on a backend that wakes only the next"
+        );
+    }
+    for t in waiters {
+        t.abort();
     }
 }
 
