@@ -12,9 +12,11 @@
 //! - `tenure leader` prints the current leader, or `none` (also for an election nobody ever
 //!   campaigned in), and exits 0.
 //!
-//! `tenure resign` is not provided: resigning needs the session that holds the election, which
-//! lives in the `tenure campaign` (or `tenure run`) process; signal that process instead
-//! (SIGTERM makes it resign at once).
+//! - `tenure resign --pid-file PATH` makes the `tenure campaign --pid-file PATH` process that
+//!   holds the election resign, and waits until it has exited. Resigning needs the session,
+//!   which lives in that process, so `resign` asks it (SIGTERM) rather than the backend;
+//!   this works the same on every backend. Exits 0 once the holder is gone, 1 if the pid
+//!   file names no running process, 69 if it did not exit within `--timeout`.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -52,6 +54,90 @@ pub struct CampaignArgs {
     /// The value to campaign with; default `HOSTNAME:PID`.
     #[arg(long)]
     value: Option<String>,
+    /// Write this process's pid here while it campaigns or leads, for `tenure resign`.
+    #[arg(long)]
+    pid_file: Option<std::path::PathBuf>,
+}
+
+/// `tenure resign`.
+#[derive(Debug, Args)]
+pub struct ResignArgs {
+    /// The pid file given to `tenure campaign --pid-file`.
+    #[arg(long)]
+    pid_file: std::path::PathBuf,
+    /// How long to wait for the holder to resign and exit.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+/// Ask the `tenure campaign` process named in the pid file to resign, and wait for it.
+pub fn resign(args: ResignArgs) -> ExitCode {
+    let text = match std::fs::read_to_string(&args.pid_file) {
+        Ok(t) => t,
+        Err(e) => {
+            log(&format!(
+                "error: cannot read {}: {e}",
+                args.pid_file.display()
+            ));
+            return ExitCode::from(1);
+        }
+    };
+    let pid: i32 = match text.trim().parse() {
+        Ok(p) if p > 0 => p,
+        _ => {
+            log(&format!(
+                "error: {} does not hold a pid",
+                args.pid_file.display()
+            ));
+            return ExitCode::from(1);
+        }
+    };
+    // SAFETY: kill(2) with a positive pid and a valid signal number has no memory effects.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        log(&format!("error: no campaign process {pid} is running"));
+        return ExitCode::from(1);
+    }
+    let deadline = std::time::Instant::now() + args.timeout;
+    while running(pid) {
+        if std::time::Instant::now() >= deadline {
+            log(&format!(
+                "error: process {pid} did not exit within {:?}",
+                args.timeout
+            ));
+            return ExitCode::from(EXIT_BACKEND);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    log(&format!("process {pid} resigned and exited"));
+    ExitCode::SUCCESS
+}
+
+/// True while `pid` names a live process. An exited process that its parent has not reaped
+/// yet (a zombie) has resigned and is gone as far as leadership goes.
+fn running(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists; no memory is touched.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+        Err(_) => false,
+    }
+}
+
+/// Removes the pid file when the campaign ends, however it ends.
+struct PidFile(Option<std::path::PathBuf>);
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// `tenure observe`.
@@ -129,6 +215,16 @@ pub fn campaign(args: CampaignArgs) -> ExitCode {
         let options = CampaignOptions {
             ttl: args.ttl,
             ..Default::default()
+        };
+        let _pid_file = match &args.pid_file {
+            Some(path) => match std::fs::write(path, format!("{}\n", std::process::id())) {
+                Ok(()) => PidFile(Some(path.clone())),
+                Err(e) => {
+                    log(&format!("error: cannot write {}: {e}", path.display()));
+                    return EXIT_USAGE;
+                }
+            },
+            None => PidFile(None),
         };
         let election = &args.target.election;
         log(&format!("campaigning in {election:?} as {value:?}"));

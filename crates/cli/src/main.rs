@@ -44,6 +44,8 @@ enum Cmd {
     Run(run::RunArgs),
     /// Wait to lead an election, print the fencing token, hold until interrupted, resign.
     Campaign(elect::CampaignArgs),
+    /// Make the `tenure campaign --pid-file` process that holds an election resign.
+    Resign(elect::ResignArgs),
     /// Print an election's leader, then every change (`token=… session=… value=…` or `none`).
     Observe(elect::ObserveArgs),
     /// Print an election's current leader (`token=… session=… value=…`) or `none`.
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run::run(args),
         Cmd::RunGuard(args) => run::guard(args),
         Cmd::Campaign(args) => elect::campaign(args),
+        Cmd::Resign(args) => elect::resign(args),
         Cmd::Observe(args) => elect::observe(args),
         Cmd::Leader(args) => elect::leader(args),
     }

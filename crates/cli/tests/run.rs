@@ -236,9 +236,11 @@ fn script_commands(cluster: &Cluster, dir: &Path) {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     assert_eq!(leader(), "none");
+    let pid_file = dir.join("campaign.pid");
     let mut campaign = Command::new(BIN)
         .args(["campaign", "--election", election, "--backend", &url])
-        .args(["--ttl", "2s", "--value", "holder-1"])
+        .args(["--ttl", "2s", "--value", "holder-1", "--pid-file"])
+        .arg(&pid_file)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -268,12 +270,31 @@ fn script_commands(cluster: &Cluster, dir: &Path) {
     );
     assert!(!dir.join("once-ran").exists());
 
-    // SIGTERM resigns at once.
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(campaign.id() as i32, libc::SIGTERM) };
+    // `tenure resign` makes the holder resign at once and waits for it to exit.
+    let out = Command::new(BIN)
+        .args(["resign", "--pid-file"])
+        .arg(&pid_file)
+        .output()
+        .expect("run tenure resign");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let status = wait_timeout(&mut campaign, ms(5000));
     assert!(status.success(), "campaign exits 0 after resigning");
     assert_eq!(leader(), "none");
+    assert!(
+        !pid_file.exists(),
+        "the pid file is removed with the holder"
+    );
+    // With nobody holding, resign says so.
+    let out = Command::new(BIN)
+        .args(["resign", "--pid-file"])
+        .arg(&pid_file)
+        .output()
+        .expect("run tenure resign");
+    assert_eq!(out.status.code(), Some(1));
 }
 
 // ------------------------------------------------------------------------------------------
