@@ -61,7 +61,7 @@ fn grace_of_half_the_ttl_or_more_is_rejected() {
 
 #[test]
 fn run_against_a_cluster() {
-    let cluster = Cluster::start(3);
+    let mut cluster = Cluster::start(3);
     cluster.wait_ready();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let _sweep = Sweep(dir.path().to_path_buf());
@@ -77,6 +77,9 @@ fn run_against_a_cluster() {
     eprintln!("frozen runner ok at {:?}", started.elapsed());
     script_commands(&cluster, dir.path());
     eprintln!("script commands ok at {:?}", started.elapsed());
+    // Last: it kills a node.
+    observe_prints_every_change(&mut cluster, dir.path());
+    eprintln!("observe ok at {:?}", started.elapsed());
 }
 
 fn exit_status_and_environment(cluster: &Cluster, dir: &Path) {
@@ -295,6 +298,119 @@ fn script_commands(cluster: &Cluster, dir: &Path) {
         .output()
         .expect("run tenure resign");
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// `tenure observe` prints the leader at start (`none`), then each change once, and keeps
+/// going when the node serving its stream is killed.
+fn observe_prints_every_change(cluster: &mut Cluster, dir: &Path) {
+    let url = cluster.url();
+    let election = "observed";
+    let mut observer = Command::new(BIN)
+        .args(["observe", "--election", election, "--backend", &url])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tenure observe");
+    let guard = KillOnDrop(observer.id() as i32);
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = observer.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next = |what: &str| -> String {
+        lines
+            .recv_timeout(ms(15_000))
+            .unwrap_or_else(|_| panic!("tenure observe printed no line for {what} in 15 s"))
+    };
+    assert_eq!(next("the initial leader"), "none");
+
+    let campaign = |value: &str, pid_file: &Path| {
+        let mut child = Command::new(BIN)
+            .args(["campaign", "--election", election, "--backend", &url])
+            .args(["--ttl", "2s", "--value", value, "--pid-file"])
+            .arg(pid_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tenure campaign");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("the token");
+        let token: u64 = line.trim().parse().expect("a numeric token");
+        (child, token)
+    };
+    let resign = |pid_file: &Path| {
+        let out = Command::new(BIN)
+            .args(["resign", "--pid-file"])
+            .arg(pid_file)
+            .output()
+            .expect("run tenure resign");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+
+    let first_pid = dir.join("observed-1.pid");
+    let (mut first, t1) = campaign("first", &first_pid);
+    let line = next("the first holder");
+    assert!(
+        line.starts_with(&format!("token={t1} ")) && line.ends_with(" value=first"),
+        "{line}"
+    );
+
+    // Kill the node that leads the cluster (it serves every observe stream); the observer
+    // reopens its stream on a survivor, and the unchanged leader is not printed again.
+    let leader = cluster.leader_index();
+    cluster.kill(leader);
+    let deadline = Instant::now() + ms(20_000);
+    while cluster.leader_index_among_live().is_none() {
+        assert!(Instant::now() < deadline, "no new cluster leader in 20 s");
+        std::thread::sleep(ms(100));
+    }
+    resign(&first_pid);
+    wait_timeout(&mut first, ms(5000));
+    assert_eq!(next("the resignation"), "none");
+
+    let second_pid = dir.join("observed-2.pid");
+    let (mut second, t2) = campaign("second", &second_pid);
+    assert!(t2 > t1, "token {t2} after {t1}");
+    let line = next("the second holder");
+    assert!(
+        line.starts_with(&format!("token={t2} ")) && line.ends_with(" value=second"),
+        "{line}"
+    );
+    resign(&second_pid);
+    wait_timeout(&mut second, ms(5000));
+    assert_eq!(next("the second resignation"), "none");
+    // No line was printed twice.
+    assert!(lines.recv_timeout(ms(500)).is_err(), "an extra line");
+
+    // SIGTERM ends it with status 0.
+    drop(guard);
+    let status = wait_timeout(&mut observer, ms(5000));
+    assert!(status.success(), "observe exits 0 on SIGTERM: {status:?}");
+}
+
+/// SIGTERM a process when dropped (also when a case fails).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a child's pid.
+        unsafe {
+            libc::kill(self.0, libc::SIGTERM);
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -553,7 +669,9 @@ fn pipe(from: &TcpStream, to: &TcpStream) {
 struct Cluster {
     _dir: tempfile::TempDir,
     clients: Vec<SocketAddr>,
+    http: Vec<SocketAddr>,
     children: Vec<Child>,
+    live: Vec<bool>,
     _lock: FileLock,
 }
 
@@ -605,6 +723,8 @@ impl Cluster {
         Cluster {
             _dir: dir,
             clients: (0..n).map(|i| addr(ports[3 * i + 1])).collect(),
+            http: (0..n).map(|i| addr(ports[3 * i + 2])).collect(),
+            live: vec![true; n],
             children,
             _lock: lock,
         }
@@ -613,6 +733,34 @@ impl Cluster {
     fn url(&self) -> String {
         let addrs: Vec<String> = self.clients.iter().map(|a| a.to_string()).collect();
         format!("tenure://{}", addrs.join(","))
+    }
+
+    /// SIGKILL node `i` (0-based).
+    fn kill(&mut self, i: usize) {
+        let _ = self.children[i].kill();
+        let _ = self.children[i].wait();
+        self.live[i] = false;
+    }
+
+    /// The node (0-based) that says it leads, asked over HTTP `/status`.
+    fn leader_index_among_live(&self) -> Option<usize> {
+        (0..self.http.len()).find(|&i| {
+            self.live[i]
+                && http_get(self.http[i], "/status")
+                    .is_some_and(|body| body.contains("\"role\":\"leader\""))
+        })
+    }
+
+    /// The leading node, waiting up to 20 s for one.
+    fn leader_index(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(i) = self.leader_index_among_live() {
+                return i;
+            }
+            assert!(Instant::now() < deadline, "no cluster leader in 20 s");
+            std::thread::sleep(ms(100));
+        }
     }
 
     /// Wait until `tenure leader` gets an answer.
@@ -643,6 +791,16 @@ impl Drop for Cluster {
             let _ = c.wait();
         }
     }
+}
+
+/// The body of `GET path` from a node's HTTP server, or `None` when it does not answer.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, ms(500)).ok()?;
+    s.set_read_timeout(Some(ms(1000))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out.split_once("\r\n\r\n")?.1.to_string())
 }
 
 /// Loopback ports below the ephemeral range, checked free by binding them.

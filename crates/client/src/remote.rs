@@ -27,6 +27,8 @@ use crate::{Error, LeaderEvent, LeaderInfo, Result};
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause between attempts, so that a cluster between leaders is not hammered.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// Longest pause between attempts to reopen a broken observe stream.
+const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// TCP connect timeout per channel.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long one request keeps retrying across nodes before its error surfaces.
@@ -277,7 +279,9 @@ impl Nodes {
                     }
                     continue;
                 }
-                // The stream broke: reopen it elsewhere.
+                // The stream broke: reopen it elsewhere, backing off while the cluster
+                // stays out of reach so that a long outage costs next to nothing.
+                let mut pause = RETRY_PAUSE;
                 stream = loop {
                     let opened = tokio::select! {
                         s = nodes.open_observe(&election) => s,
@@ -285,7 +289,13 @@ impl Nodes {
                     };
                     match opened {
                         Ok(s) => break s,
-                        Err(e) if e.is_retryable() => tokio::time::sleep(RETRY_PAUSE).await,
+                        Err(e) if e.is_retryable() => {
+                            tokio::select! {
+                                _ = tokio::time::sleep(pause) => {}
+                                _ = tx.closed() => return,
+                            }
+                            pause = (pause * 2).min(REOPEN_PAUSE_MAX);
+                        }
                         Err(e) => {
                             let _ = tx.send(Err(e)).await;
                             return;
