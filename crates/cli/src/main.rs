@@ -34,6 +34,8 @@ enum Cmd {
     /// Prints a timeline (who leads, terms, fencing tokens, rejected stale writes) and a
     /// verdict (reports written, duplicates, failover times); exits 0 only if it holds.
     Demo(demo::DemoArgs),
+    /// Benchmark tenure, etcd and ZooKeeper side by side (3-node clusters started here).
+    Bench(tenure_bench::BenchArgs),
     /// Measure failover (leader crash or pause) and durable write latency on a local cluster.
     Measure(measure::MeasureArgs),
     /// Run a command only while leading an election; stop it before the lease could pass.
@@ -65,6 +67,13 @@ fn main() -> ExitCode {
         Cmd::Server(args) => server::run(args),
         Cmd::Demo(args) => demo::run(args),
         Cmd::Measure(args) => measure::run(args),
+        Cmd::Bench(args) => match std::env::current_exe() {
+            Ok(bin) => tenure_bench::run(args, bin),
+            Err(e) => {
+                eprintln!("tenure bench: cannot find this binary: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::DemoWorker(args) => demo::worker::run(args),
         Cmd::Run(args) => run::run(args),
         Cmd::RunGuard(args) => run::guard(args),

@@ -1,0 +1,680 @@
+//! etcd 3.4 as a measured system: three `etcd` members on loopback (Debian's binary, fsync on),
+//! driven through `etcd-client`.
+//!
+//! - The leader is read from each member's Maintenance `Status`; member ids are learned from
+//!   those answers at start and never change (a restarted member keeps its data directory).
+//! - Every client is connected lazily and dropped after a failure, so a client that a dead
+//!   member left in a bad state is replaced by a fresh one on the next call.
+//! - Lease renewals use one `LeaseKeepAlive` stream per lease (`etcd-client` ties a stream to
+//!   one lease id), spread over several connections to the leader, so that the count measures
+//!   etcd rather than one HTTP/2 connection.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context as _};
+use async_trait::async_trait;
+use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions};
+use tokio::task::{AbortHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::system::{free_ports, poll, which, Cluster, Env, Proc, Profile, System, Writer};
+
+/// Members in a cluster.
+const MEMBERS: usize = 3;
+/// How long a member may take to answer `Status` before `leader()` leaves it out.
+const STATUS_TIMEOUT: Duration = Duration::from_millis(300);
+/// TCP connect timeout of every client (loopback: anything longer means the member is down).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long freshly started members may take to serve clients.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of the probe write in `wait_stable` and of other single administrative calls.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// `move_leader` returns once the transfer is done; etcd itself gives up after a few seconds.
+const TRANSFER_TIMEOUT: Duration = Duration::from_secs(15);
+/// Requests in flight while granting, opening streams, revoking and putting candidacies.
+const BULK_IN_FLIGHT: usize = 64;
+/// Renewal tasks sharing one client connection in `keepalives`.
+const TASKS_PER_CLIENT: usize = 16;
+/// TTL of the sessions that hold elections, and how often they renew.
+const SESSION_TTL_SECS: i64 = 10;
+const SESSION_RENEW_EVERY: Duration = Duration::from_secs(3);
+/// Pause before reopening a failed keepalive stream of a session.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// Where `hold_elections` puts its candidacies (the election recipe's key layout).
+const ELECTIONS_PREFIX: &str = "/tenure-bench/elections/";
+
+/// A 3-member etcd cluster of local processes. Dropping it kills every member (each [`Proc`]
+/// does on drop) and then deletes its directory.
+pub struct EtcdCluster {
+    profile: Profile,
+    /// Before `dir`: fields drop in order, so the members are dead before their data goes.
+    procs: Vec<Option<Proc>>,
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    client_ports: Vec<u16>,
+    peer_ports: Vec<u16>,
+    /// Member id of node i, as etcd reports it in response headers.
+    ids: Vec<u64>,
+    /// One client per member, connected to that member only (status, transfer, probe writes).
+    members: Vec<Arc<LazyClient>>,
+}
+
+impl EtcdCluster {
+    /// Start 3 fresh members and wait until each serves clients.
+    pub async fn start(profile: Profile, env: &Env) -> anyhow::Result<EtcdCluster> {
+        let bin = which("etcd").ok_or_else(|| {
+            anyhow!("etcd is not installed: run scripts/services.sh install-etcd")
+        })?;
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-bench-etcd-")
+            .tempdir_in(&env.work_dir)
+            .with_context(|| format!("create a directory in {}", env.work_dir.display()))?;
+        let ports = free_ports(2 * MEMBERS)?;
+        let (client_ports, peer_ports) = ports.split_at(MEMBERS);
+        let members = client_ports
+            .iter()
+            .map(|&p| Arc::new(LazyClient::new(vec![endpoint(p)])))
+            .collect();
+        let mut cluster = EtcdCluster {
+            profile,
+            procs: (0..MEMBERS).map(|_| None).collect(),
+            bin,
+            dir,
+            client_ports: client_ports.to_vec(),
+            peer_ports: peer_ports.to_vec(),
+            ids: vec![0; MEMBERS],
+            members,
+        };
+        for i in 0..MEMBERS {
+            cluster.spawn(i)?;
+        }
+        for i in 0..MEMBERS {
+            cluster.ids[i] = cluster.await_member(i).await?;
+        }
+        Ok(cluster)
+    }
+
+    fn name(i: usize) -> String {
+        format!("n{i}")
+    }
+
+    fn log(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("{}.log", Self::name(i)))
+    }
+
+    /// The command line of member `i`; the same for the first start and for restarts (etcd
+    /// ignores the initial-cluster flags once the data directory exists).
+    fn command(&self, i: usize) -> Command {
+        let peer_url = |j: usize| format!("http://127.0.0.1:{}", self.peer_ports[j]);
+        let client_url = format!("http://127.0.0.1:{}", self.client_ports[i]);
+        let initial_cluster = (0..MEMBERS)
+            .map(|j| format!("{}={}", Self::name(j), peer_url(j)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--name")
+            .arg(Self::name(i))
+            .arg("--data-dir")
+            .arg(self.dir.path().join(Self::name(i)))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url(i)])
+            .args(["--initial-advertise-peer-urls", &peer_url(i)])
+            .args(["--initial-cluster", &initial_cluster])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "tenure-bench"])
+            .args(["--logger", "zap", "--log-outputs", "stderr"]);
+        if self.profile == Profile::Equalized {
+            cmd.args(["--heartbeat-interval", "30", "--election-timeout", "150"]);
+        }
+        cmd
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let proc = Proc::spawn(self.command(i), &self.log(i))
+            .with_context(|| format!("start etcd member {}", Self::name(i)))?;
+        self.procs[i] = Some(proc);
+        Ok(())
+    }
+
+    /// Wait until member `i` answers `Status`; returns its member id. Fails early, pointing at
+    /// the log, if the process exits (e.g. a port was taken in between).
+    async fn await_member(&mut self, i: usize) -> anyhow::Result<u64> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(s) = status(&self.members[i]).await {
+                return Ok(s.member);
+            }
+            let running = self.procs[i].as_mut().is_some_and(Proc::running);
+            if !running {
+                bail!(
+                    "etcd member {} exited at start; see {}",
+                    Self::name(i),
+                    self.log(i).display()
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "etcd member {} does not answer within {START_TIMEOUT:?}; see {}",
+                    Self::name(i),
+                    self.log(i).display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn running(&self) -> Vec<usize> {
+        (0..MEMBERS).filter(|&i| self.procs[i].is_some()).collect()
+    }
+
+    fn index_of(&self, member: u64) -> Option<usize> {
+        self.ids.iter().position(|&id| id == member)
+    }
+
+    /// `Status` of every running member, asked concurrently; members that do not answer within
+    /// [`STATUS_TIMEOUT`] are left out.
+    async fn statuses(&self) -> Vec<(usize, MemberStatus)> {
+        let mut set = JoinSet::new();
+        for i in self.running() {
+            let conn = Arc::clone(&self.members[i]);
+            set.spawn(async move { (i, status(&conn).await) });
+        }
+        let mut out = Vec::new();
+        while let Some(r) = set.join_next().await {
+            if let Ok((i, Some(s))) = r {
+                out.push((i, s));
+            }
+        }
+        out
+    }
+
+    /// The leader the answering members agree on, if it is itself among them.
+    fn agreed_leader(&self, answers: &[(usize, MemberStatus)]) -> Option<usize> {
+        let leader = answers.first()?.1.leader;
+        if leader == 0 || answers.iter().any(|(_, s)| s.leader != leader) {
+            return None;
+        }
+        let i = self.index_of(leader)?;
+        answers.iter().any(|&(j, _)| j == i).then_some(i)
+    }
+
+    /// The leader if every running member answers and follows it, and a write through it is
+    /// acknowledged.
+    async fn stable_leader(&self) -> Option<usize> {
+        let answers = self.statuses().await;
+        if answers.len() != self.running().len() {
+            return None;
+        }
+        let leader = self.agreed_leader(&answers)?;
+        put(
+            &self.members[leader],
+            "/tenure-bench/stable",
+            b"",
+            CALL_TIMEOUT,
+        )
+        .await
+        .ok()?;
+        Some(leader)
+    }
+
+    fn endpoints(&self, nodes: &[usize]) -> anyhow::Result<Vec<String>> {
+        nodes
+            .iter()
+            .map(|&i| {
+                self.client_ports
+                    .get(i)
+                    .map(|&p| endpoint(p))
+                    .ok_or_else(|| anyhow!("no etcd member {i}"))
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Cluster for EtcdCluster {
+    fn system(&self) -> System {
+        System::Etcd
+    }
+
+    fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    fn len(&self) -> usize {
+        MEMBERS
+    }
+
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.procs.get(i)?.as_ref().map(Proc::pid)
+    }
+
+    fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        let proc = self
+            .procs
+            .get_mut(i)
+            .and_then(Option::take)
+            .ok_or_else(|| anyhow!("etcd member {i} is not running"))?;
+        proc.kill();
+        Ok(())
+    }
+
+    fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        match self.procs.get(i) {
+            None => bail!("no etcd member {i}"),
+            Some(Some(_)) => bail!("etcd member {i} is running"),
+            Some(None) => self.spawn(i),
+        }
+    }
+
+    async fn leader(&self) -> Option<usize> {
+        self.agreed_leader(&self.statuses().await)
+    }
+
+    async fn wait_stable(&self, within: Duration) -> anyhow::Result<usize> {
+        poll(
+            within,
+            "etcd: a leader followed by every running member",
+            || self.stable_leader(),
+        )
+        .await
+    }
+
+    async fn writer(&self, via: &[usize]) -> anyhow::Result<Box<dyn Writer>> {
+        let conn = LazyClient::new(self.endpoints(via)?);
+        // Connecting is lazy in etcd-client (no round trip), so this needs no leader; it
+        // only checks the endpoints early.
+        conn.get().await?;
+        Ok(Box::new(EtcdWriter { conn }))
+    }
+
+    async fn transfer(&self, to: usize) -> anyhow::Result<()> {
+        let target = *self
+            .ids
+            .get(to)
+            .ok_or_else(|| anyhow!("no etcd member {to}"))?;
+        let leader = self
+            .leader()
+            .await
+            .context("etcd: no agreed leader to transfer from")?;
+        if leader == to {
+            return Ok(());
+        }
+        let mut m = self.members[leader].get().await?.maintenance_client();
+        tokio::time::timeout(TRANSFER_TIMEOUT, m.move_leader(target))
+            .await
+            .with_context(|| format!("etcd move-leader to {to}: no answer"))?
+            .with_context(|| format!("etcd move-leader to {to}"))?;
+        Ok(())
+    }
+
+    fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .client_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("etcd://{}", hosts.join(","))
+    }
+
+    async fn keepalives(
+        &self,
+        leases: usize,
+        ttl: Duration,
+        concurrency: usize,
+        window: Duration,
+    ) -> anyhow::Result<u64> {
+        // Renewals are only ever answered by the leader (followers forward them), so the
+        // clients talk to it directly.
+        let leader = self.wait_stable(START_TIMEOUT).await?;
+        let tasks = concurrency.clamp(1, leases.max(1));
+        let clients = connect_many(
+            &self.endpoints(&[leader])?,
+            tasks.div_ceil(TASKS_PER_CLIENT),
+        )
+        .await?;
+        let ids = grant_many(&clients, leases, ttl_secs(ttl)?).await?;
+        let result = renew_for(&clients, &ids, tasks, window).await;
+        revoke_many(&clients[0], ids).await;
+        result
+    }
+
+    async fn hold_elections(
+        &self,
+        n: usize,
+        sessions: usize,
+    ) -> anyhow::Result<Box<dyn Send + Sync>> {
+        if sessions == 0 && n > 0 {
+            bail!("{n} elections need at least one session");
+        }
+        let all: Vec<usize> = (0..MEMBERS).collect();
+        let client = connect(&self.endpoints(&all)?).await?;
+        let clients = [client.clone()];
+        let ids = grant_many(&clients, sessions, SESSION_TTL_SECS).await?;
+        // The guard exists before the puts, so that a failure below still cleans up.
+        let guard = Sessions {
+            renewers: ids
+                .iter()
+                .map(|&id| tokio::spawn(keep_session(client.clone(), id)).abort_handle())
+                .collect(),
+            client: client.clone(),
+            ids: ids.clone(),
+        };
+        let failed = run_concurrently(0..n, BULK_IN_FLIGHT, |k| {
+            let lease = ids[k % ids.len()];
+            let mut kv = client.kv_client();
+            async move {
+                let key = format!("{ELECTIONS_PREFIX}e{k}/{lease:x}");
+                kv.put(
+                    key,
+                    b"candidate".to_vec(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )
+                .await
+                .with_context(|| format!("etcd: put the candidacy of election e{k}"))
+            }
+        })
+        .await
+        .into_iter()
+        .find_map(Result::err);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok(Box::new(guard))
+    }
+}
+
+/// A writer whose client talks only to some members.
+struct EtcdWriter {
+    conn: LazyClient,
+}
+
+#[async_trait]
+impl Writer for EtcdWriter {
+    async fn put(&self, key: &str, value: &[u8], timeout: Duration) -> anyhow::Result<()> {
+        put(&self.conn, key, value, timeout).await
+    }
+}
+
+/// A put through `conn`, `Ok` once etcd acknowledged it; the client is replaced after any
+/// failure.
+async fn put(conn: &LazyClient, key: &str, value: &[u8], timeout: Duration) -> anyhow::Result<()> {
+    let attempt = async {
+        let mut kv = conn.get().await?.kv_client();
+        kv.put(key, value.to_vec(), None)
+            .await
+            .with_context(|| format!("etcd put {key}"))
+    };
+    let result = match tokio::time::timeout(timeout, attempt).await {
+        Ok(r) => r.map(|_| ()),
+        Err(_) => Err(anyhow!("etcd put {key}: no answer within {timeout:?}")),
+    };
+    if result.is_err() {
+        conn.reset().await;
+    }
+    result
+}
+
+/// A client to some endpoints, connected on first use and dropped after a failure. A
+/// balanced channel whose member died can keep failing (or stall) after the member is back;
+/// a fresh client costs one loopback connection.
+struct LazyClient {
+    endpoints: Vec<String>,
+    cached: tokio::sync::Mutex<Option<Client>>,
+}
+
+impl LazyClient {
+    fn new(endpoints: Vec<String>) -> LazyClient {
+        LazyClient {
+            endpoints,
+            cached: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn get(&self) -> anyhow::Result<Client> {
+        let mut cached = self.cached.lock().await;
+        if let Some(c) = cached.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = connect(&self.endpoints).await?;
+        *cached = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn reset(&self) {
+        *self.cached.lock().await = None;
+    }
+}
+
+/// What a member says about itself.
+#[derive(Clone, Copy, Debug)]
+struct MemberStatus {
+    member: u64,
+    /// 0 while the member knows no leader.
+    leader: u64,
+}
+
+/// `Status` of the one member behind `conn`, within [`STATUS_TIMEOUT`].
+async fn status(conn: &LazyClient) -> Option<MemberStatus> {
+    let ask = async {
+        let mut m = conn.get().await.ok()?.maintenance_client();
+        let s = m.status().await.ok()?;
+        Some(MemberStatus {
+            member: s.header()?.member_id(),
+            leader: s.leader(),
+        })
+    };
+    let answer = tokio::time::timeout(STATUS_TIMEOUT, ask)
+        .await
+        .ok()
+        .flatten();
+    if answer.is_none() {
+        conn.reset().await;
+    }
+    answer
+}
+
+fn endpoint(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+async fn connect(endpoints: &[String]) -> anyhow::Result<Client> {
+    let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+    tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(endpoints, Some(options)))
+        .await
+        .with_context(|| format!("etcd: connect to {endpoints:?}: timed out"))?
+        .with_context(|| format!("etcd: connect to {endpoints:?}"))
+}
+
+/// `n` independent clients (each its own connection) to `endpoints`.
+async fn connect_many(endpoints: &[String], n: usize) -> anyhow::Result<Vec<Client>> {
+    let mut clients = Vec::with_capacity(n);
+    for _ in 0..n.max(1) {
+        clients.push(connect(endpoints).await?);
+    }
+    Ok(clients)
+}
+
+/// etcd TTLs are whole seconds: round up, at least 1.
+fn ttl_secs(ttl: Duration) -> anyhow::Result<i64> {
+    i64::try_from(ttl.as_millis().div_ceil(1000))
+        .map(|s| s.max(1))
+        .with_context(|| format!("ttl {ttl:?} is too long"))
+}
+
+/// Grant `n` leases of `ttl` seconds, spread over `clients`.
+async fn grant_many(clients: &[Client], n: usize, ttl: i64) -> anyhow::Result<Vec<i64>> {
+    run_concurrently(0..n, BULK_IN_FLIGHT, |i| {
+        let mut lease = clients[i % clients.len()].lease_client();
+        async move {
+            let r = lease
+                .grant(ttl, None)
+                .await
+                .context("etcd: grant a lease")?;
+            if !r.error().is_empty() {
+                bail!("etcd: grant a lease: {}", r.error());
+            }
+            Ok(r.id())
+        }
+    })
+    .await
+    .into_iter()
+    .collect()
+}
+
+/// Revoke `ids`, best effort (an expired lease is as good).
+async fn revoke_many(client: &Client, ids: Vec<i64>) {
+    run_concurrently(ids, BULK_IN_FLIGHT, |id| {
+        let mut lease = client.lease_client();
+        async move {
+            lease.revoke(id).await.context("etcd: revoke a lease")?;
+            Ok(())
+        }
+    })
+    .await;
+}
+
+/// One lease's open keepalive stream.
+type Renewal = (LeaseKeeper, LeaseKeepAliveStream);
+
+/// Open a stream per lease (task t's leases on client t / [`TASKS_PER_CLIENT`]), then run
+/// `tasks` renewal loops for `window`; returns the renewals acknowledged within it.
+async fn renew_for(
+    clients: &[Client],
+    ids: &[i64],
+    tasks: usize,
+    window: Duration,
+) -> anyhow::Result<u64> {
+    let opened = run_concurrently(
+        ids.iter().copied().enumerate(),
+        BULK_IN_FLIGHT,
+        |(i, id)| {
+            let task = i % tasks;
+            let mut lease = clients[(task / TASKS_PER_CLIENT) % clients.len()].lease_client();
+            async move {
+                let stream = lease
+                    .keep_alive(id)
+                    .await
+                    .context("etcd: open a keepalive stream")?;
+                Ok((task, stream))
+            }
+        },
+    )
+    .await;
+    let mut slices: Vec<Vec<Renewal>> = (0..tasks).map(|_| Vec::new()).collect();
+    for r in opened {
+        let (task, stream) = r?;
+        slices[task].push(stream);
+    }
+    let deadline = Instant::now() + window;
+    let mut set = JoinSet::new();
+    for slice in slices.into_iter().filter(|s| !s.is_empty()) {
+        set.spawn(renew_until(slice, deadline));
+    }
+    let mut acknowledged = 0;
+    while let Some(r) = set.join_next().await {
+        acknowledged += r.context("etcd: a renewal task failed")?;
+    }
+    Ok(acknowledged)
+}
+
+/// Renew the leases of `slice` in turn, one renewal in flight, until `deadline`; counts the
+/// acknowledged renewals. A lease whose stream fails leaves the rotation.
+async fn renew_until(mut slice: Vec<Renewal>, deadline: Instant) -> u64 {
+    let mut acknowledged = 0;
+    let mut next = 0;
+    while !slice.is_empty() {
+        next %= slice.len();
+        let (keeper, stream) = &mut slice[next];
+        match tokio::time::timeout_at(deadline, renew_once(keeper, stream)).await {
+            Err(_) => break,
+            Ok(Ok(true)) => acknowledged += 1,
+            Ok(Ok(false)) => {}
+            Ok(Err(_)) => {
+                slice.swap_remove(next);
+                continue;
+            }
+        }
+        next += 1;
+    }
+    acknowledged
+}
+
+/// One renewal and its answer: `true` if etcd kept the lease (TTL > 0).
+async fn renew_once(
+    keeper: &mut LeaseKeeper,
+    stream: &mut LeaseKeepAliveStream,
+) -> anyhow::Result<bool> {
+    keeper.keep_alive().await?;
+    match stream.message().await? {
+        Some(r) => Ok(r.ttl() > 0),
+        None => bail!("etcd closed a keepalive stream"),
+    }
+}
+
+/// Keep lease `id` alive for as long as the task runs, reopening the stream after failures.
+async fn keep_session(client: Client, id: i64) {
+    loop {
+        if let Ok((mut keeper, mut stream)) = client.lease_client().keep_alive(id).await {
+            loop {
+                tokio::time::sleep(SESSION_RENEW_EVERY).await;
+                if renew_once(&mut keeper, &mut stream).await.is_err() {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+/// The sessions holding elections: dropping it stops their renewals and revokes them (which
+/// deletes the candidacies), in the background.
+struct Sessions {
+    renewers: Vec<AbortHandle>,
+    client: Client,
+    ids: Vec<i64>,
+}
+
+impl Drop for Sessions {
+    fn drop(&mut self) {
+        for r in &self.renewers {
+            r.abort();
+        }
+        let ids = std::mem::take(&mut self.ids);
+        let client = self.client.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { revoke_many(&client, ids).await });
+        }
+    }
+}
+
+/// Run `f` on every item with at most `limit` futures in flight; results in completion order.
+async fn run_concurrently<T, R, F, Fut>(
+    items: impl IntoIterator<Item = T>,
+    limit: usize,
+    mut f: F,
+) -> Vec<anyhow::Result<R>>
+where
+    F: FnMut(T) -> Fut,
+    Fut: Future<Output = anyhow::Result<R>> + Send + 'static,
+    R: Send + 'static,
+{
+    let mut set = JoinSet::new();
+    let mut out = Vec::new();
+    for item in items {
+        if set.len() >= limit.max(1) {
+            if let Some(r) = set.join_next().await {
+                out.push(r.unwrap_or_else(|e| Err(anyhow!("task failed: {e}"))));
+            }
+        }
+        set.spawn(f(item));
+    }
+    while let Some(r) = set.join_next().await {
+        out.push(r.unwrap_or_else(|e| Err(anyhow!("task failed: {e}"))));
+    }
+    out
+}

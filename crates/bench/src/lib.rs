@@ -1,0 +1,90 @@
+//! `tenure bench`: tenure, etcd and ZooKeeper measured side by side, in one invocation, on one
+//! machine.
+//!
+//! Every system runs as a 3-node cluster of real server processes started here, on loopback,
+//! with its data in a temporary directory on the same disk and fsync on; nothing is installed
+//! (etcd 3.4 and ZooKeeper 3.8 come from Debian's packages; `scripts/services.sh
+//! install-etcd install-zookeeper` installs them). Each system is driven by a Rust client of
+//! its own protocol: gRPC `tenure.v1`, `etcd-client`, `zookeeper-client`; the election
+//! scenarios use the `tenure` client library's backend for each system.
+//!
+//! Layout: [`system`] (the `Cluster` interface and process helpers), one file per system
+//! (`tenure.rs`, `etcd.rs`, `zk.rs`), [`scenarios`] (what is timed), [`report`] (table, CSV,
+//! plots). Not a test: it asserts nothing, it prints numbers.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+
+mod etcd;
+pub mod report;
+pub mod scenarios;
+pub mod system;
+mod tenure;
+mod zk;
+
+pub use scenarios::Scenario;
+pub use system::{Profile, System};
+
+/// Run benchmarks on local 3-node clusters of tenure, etcd and ZooKeeper.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to measure (`all` runs every scenario).
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// Fewer trials and smaller loads (a few minutes in all).
+    #[arg(long)]
+    pub quick: bool,
+    /// Systems to measure (comma-separated); default all three.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub systems: Vec<System>,
+    /// Timing profiles (comma-separated); default both.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub profiles: Vec<Profile>,
+    /// Trials of each failover scenario per system and profile (default 50, 5 with --quick).
+    #[arg(long)]
+    pub trials: Option<usize>,
+    /// Where the table, the CSV and the plots go.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Parent directory of the clusters' temporary directories (default: the system's
+    /// temporary directory). Every system's data is on this one disk.
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+}
+
+/// Run `tenure bench`; `tenure_bin` is the binary that runs `tenure server`.
+pub fn run(args: BenchArgs, tenure_bin: PathBuf) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tenure bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(scenarios::run(args, tenure_bin)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tenure bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Milliseconds as a float.
+pub fn as_ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The work directory, checked.
+fn work_dir(arg: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dir = arg.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    Ok(dir)
+}

@@ -1,0 +1,844 @@
+//! Results of one `tenure bench` invocation: raw samples, the markdown table (p50 / p99 / max
+//! and the ratio of tenure to each peer), a CSV of every sample, and SVG plots of the
+//! failover distributions.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use plotters::prelude::*;
+
+use crate::system::{Profile, System};
+
+/// Whether a smaller or a larger value of a metric is the better one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Better {
+    Lower,
+    Higher,
+}
+
+/// One measured value.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// The scenario, e.g. `crash-failover`.
+    pub scenario: String,
+    /// What was measured within it, e.g. `fault → first acknowledged write`,
+    /// `throughput, 16 clients`.
+    pub metric: String,
+    /// `ms`, `writes/s`, `renewals/s`, `MiB`, `% of a core`, `wake-ups`.
+    pub unit: String,
+    pub better: Better,
+    pub system: System,
+    pub profile: Profile,
+    /// 0-based trial number within (scenario, metric, system, profile).
+    pub trial: usize,
+    pub value: f64,
+}
+
+/// Every sample and note of one invocation.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub samples: Vec<Sample>,
+    /// (scenario, system, profile, text): why a cell is empty, caveats (e.g. "etcd rounds the
+    /// TTL up to 2 s"), printed under the table.
+    pub notes: Vec<(String, System, Profile, String)>,
+}
+
+impl Report {
+    pub fn add(&mut self, s: Sample) {
+        self.samples.push(s);
+    }
+
+    pub fn note(&mut self, scenario: &str, system: System, profile: Profile, text: String) {
+        self.notes
+            .push((scenario.to_string(), system, profile, text));
+    }
+
+    /// The markdown table(s) and notes: one section per scenario, in the order the scenarios
+    /// ran, so the output reads like the run.
+    pub fn markdown(&self) -> String {
+        let sections: Vec<String> = self
+            .scenarios()
+            .into_iter()
+            .map(|scenario| self.scenario_section(scenario))
+            .collect();
+        sections.join("\n")
+    }
+
+    /// Every sample, one row each, so that any other statistic can be computed later without
+    /// running the benchmark again.
+    pub fn write_csv(&self, path: &Path) -> anyhow::Result<()> {
+        create_parent_dir(path)?;
+        let mut out = String::from("scenario,metric,unit,system,profile,trial,value\n");
+        for s in &self.samples {
+            let fields = [
+                csv_field(&s.scenario),
+                csv_field(&s.metric),
+                csv_field(&s.unit),
+                csv_field(s.system.name()),
+                csv_field(s.profile.name()),
+                s.trial.to_string(),
+                s.value.to_string(),
+            ];
+            out.push_str(&fields.join(","));
+            out.push('\n');
+        }
+        fs::write(path, out).with_context(|| format!("write {}", path.display()))
+    }
+
+    /// SVG plots of the distributions of scenarios with many trials; returns the files.
+    ///
+    /// One file per (scenario, profile) with millisecond metrics of at least
+    /// [`MIN_PLOTTED_TRIALS`] trials for some system: an empirical CDF per system shows the
+    /// whole distribution (tail included), which a p50/p99 pair hides.
+    pub fn plot(&self, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+        fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let mut written = Vec::new();
+        for scenario in self.scenarios() {
+            for profile in self.profiles(scenario) {
+                let plot = self.cdf_plot(scenario, profile);
+                if plot.curves.is_empty() {
+                    continue;
+                }
+                let path = dir.join(format!("{}-{}.svg", file_stem(scenario), profile.name()));
+                draw_cdf_plot(&path, &plot).with_context(|| format!("plot {}", path.display()))?;
+                written.push(path);
+            }
+        }
+        Ok(written)
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Grouping.
+
+    /// Scenarios in first-seen order (samples first, then notes: a scenario that produced
+    /// only notes, e.g. because every system was skipped, still gets a section).
+    fn scenarios(&self) -> Vec<&str> {
+        let from_samples = self.samples.iter().map(|s| s.scenario.as_str());
+        let from_notes = self.notes.iter().map(|n| n.0.as_str());
+        first_seen(from_samples.chain(from_notes))
+    }
+
+    /// Metrics of `scenario` in first-seen order, with the unit and direction of their first
+    /// sample.
+    fn metrics(&self, scenario: &str) -> Vec<MetricInfo<'_>> {
+        let mut metrics: Vec<MetricInfo<'_>> = Vec::new();
+        for s in self.samples.iter().filter(|s| s.scenario == scenario) {
+            if !metrics.iter().any(|m| m.name == s.metric) {
+                metrics.push(MetricInfo {
+                    name: &s.metric,
+                    unit: &s.unit,
+                    better: s.better,
+                });
+            }
+        }
+        metrics
+    }
+
+    /// Profiles with samples in `scenario`, in the order of [`Profile`] (defaults first), so
+    /// that every table lists them the same way.
+    fn profiles(&self, scenario: &str) -> Vec<Profile> {
+        let mut profiles: Vec<Profile> = self
+            .samples
+            .iter()
+            .filter(|s| s.scenario == scenario)
+            .map(|s| s.profile)
+            .collect();
+        profiles.sort();
+        profiles.dedup();
+        profiles
+    }
+
+    /// Systems that took part in `scenario` (a sample or a note), in the order of
+    /// [`System::ALL`]. A system that took part but has no sample for some metric still gets
+    /// a row there, with n = 0, so the gap is visible next to its note.
+    fn systems(&self, scenario: &str) -> Vec<System> {
+        System::ALL
+            .into_iter()
+            .filter(|&system| {
+                self.samples
+                    .iter()
+                    .any(|s| s.scenario == scenario && s.system == system)
+                    || self.notes.iter().any(|n| n.0 == scenario && n.1 == system)
+            })
+            .collect()
+    }
+
+    /// The values of one cell, sorted ascending.
+    fn sorted_values(
+        &self,
+        scenario: &str,
+        metric: &str,
+        system: System,
+        profile: Profile,
+    ) -> Vec<f64> {
+        let mut values: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|s| {
+                s.scenario == scenario
+                    && s.metric == metric
+                    && s.system == system
+                    && s.profile == profile
+            })
+            .map(|s| s.value)
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Markdown.
+
+    fn scenario_section(&self, scenario: &str) -> String {
+        let mut out = format!("### {}\n\n", escape_cell(scenario));
+        let table = self.scenario_table(scenario);
+        if table.is_empty() {
+            out.push_str("No samples.\n");
+        } else {
+            out.push_str(&table);
+        }
+        let notes = self.scenario_notes(scenario);
+        if !notes.is_empty() {
+            out.push('\n');
+            out.push_str(&notes);
+        }
+        out
+    }
+
+    /// The table of one scenario, or an empty string when it has no samples.
+    fn scenario_table(&self, scenario: &str) -> String {
+        let systems = self.systems(scenario);
+        let mut rows = Vec::new();
+        for metric in self.metrics(scenario) {
+            for profile in self.profiles(scenario) {
+                if !self.samples.iter().any(|s| {
+                    s.scenario == scenario && s.metric == metric.name && s.profile == profile
+                }) {
+                    continue;
+                }
+                rows.extend(self.group_rows(scenario, &metric, profile, &systems));
+            }
+        }
+        if rows.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "| metric | profile | system | n | p50 | p99 | max | vs etcd | vs zookeeper |\n\
+             |---|---|---|--:|--:|--:|--:|--:|--:|\n",
+        );
+        for row in rows {
+            out.push_str(&row);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The rows of one (metric, profile) group, one per system.
+    fn group_rows(
+        &self,
+        scenario: &str,
+        metric: &MetricInfo<'_>,
+        profile: Profile,
+        systems: &[System],
+    ) -> Vec<String> {
+        let summaries: Vec<(System, Summary)> = systems
+            .iter()
+            .map(|&system| {
+                let values = self.sorted_values(scenario, metric.name, system, profile);
+                (system, Summary::of(&values))
+            })
+            .collect();
+        let p50_of = |peer: System| {
+            summaries
+                .iter()
+                .find(|(system, _)| *system == peer)
+                .and_then(|(_, summary)| summary.p50)
+        };
+        summaries
+            .iter()
+            .map(|(system, summary)| {
+                let (vs_etcd, vs_zookeeper) = if *system == System::Tenure {
+                    (
+                        format_advantage(advantage(
+                            summary.p50,
+                            p50_of(System::Etcd),
+                            metric.better,
+                        )),
+                        format_advantage(advantage(
+                            summary.p50,
+                            p50_of(System::Zookeeper),
+                            metric.better,
+                        )),
+                    )
+                } else {
+                    (String::new(), String::new())
+                };
+                let cells = [
+                    escape_cell(&metric.label()),
+                    profile.name().to_string(),
+                    system.name().to_string(),
+                    summary.n.to_string(),
+                    format_cell(summary.p50, metric.unit),
+                    format_cell(summary.p99, metric.unit),
+                    format_cell(summary.max, metric.unit),
+                    vs_etcd,
+                    vs_zookeeper,
+                ];
+                format!("| {} |", cells.join(" | "))
+            })
+            .collect()
+    }
+
+    /// The notes of one scenario as a bullet list, in the order they were taken.
+    fn scenario_notes(&self, scenario: &str) -> String {
+        self.notes
+            .iter()
+            .filter(|n| n.0 == scenario)
+            .map(|(_, system, profile, text)| format!("- {system}, {profile}: {text}\n"))
+            .collect()
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Plots.
+
+    /// The CDF curves of one (scenario, profile): every millisecond metric with enough trials
+    /// for some system, one curve per system that has samples of it.
+    fn cdf_plot(&self, scenario: &str, profile: Profile) -> CdfPlot {
+        let plotted: Vec<MetricInfo<'_>> = self
+            .metrics(scenario)
+            .into_iter()
+            .filter(|m| m.unit == "ms")
+            .filter(|m| {
+                System::ALL.into_iter().any(|system| {
+                    self.sorted_values(scenario, m.name, system, profile).len()
+                        >= MIN_PLOTTED_TRIALS
+                })
+            })
+            .collect();
+        let several_metrics = plotted.len() > 1;
+        let mut curves = Vec::new();
+        for (index, metric) in plotted.iter().enumerate() {
+            for system in System::ALL {
+                let sorted = self.sorted_values(scenario, metric.name, system, profile);
+                if sorted.is_empty() {
+                    continue;
+                }
+                let label = if several_metrics {
+                    format!("{system}: {}", metric.name)
+                } else {
+                    system.name().to_string()
+                };
+                curves.push(Curve {
+                    label,
+                    system,
+                    dashed: index > 0,
+                    sorted,
+                });
+            }
+        }
+        let x_label = match plotted.as_slice() {
+            [only] => format!("{} (ms)", only.name),
+            _ => "milliseconds".to_string(),
+        };
+        CdfPlot {
+            caption: format!("{scenario}, {profile} profile"),
+            x_label,
+            curves,
+        }
+    }
+}
+
+/// Below this many trials a CDF says little more than the table does.
+pub const MIN_PLOTTED_TRIALS: usize = 5;
+
+/// What the samples of one metric of a scenario share.
+struct MetricInfo<'a> {
+    name: &'a str,
+    unit: &'a str,
+    better: Better,
+}
+
+impl MetricInfo<'_> {
+    /// The metric column: the unit goes here once rather than into every number.
+    fn label(&self) -> String {
+        if self.unit.is_empty() {
+            self.name.to_string()
+        } else {
+            format!("{} ({})", self.name, self.unit)
+        }
+    }
+}
+
+/// The statistics of one cell. `p99` and `max` are absent for a single sample: they would
+/// only repeat the p50 and suggest a distribution that was not measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Summary {
+    n: usize,
+    p50: Option<f64>,
+    p99: Option<f64>,
+    max: Option<f64>,
+}
+
+impl Summary {
+    /// `sorted` must be ascending.
+    fn of(sorted: &[f64]) -> Summary {
+        let tail = |pct| {
+            if sorted.len() > 1 {
+                nearest_rank(sorted, pct)
+            } else {
+                None
+            }
+        };
+        Summary {
+            n: sorted.len(),
+            p50: nearest_rank(sorted, 50.0),
+            p99: tail(99.0),
+            max: tail(100.0),
+        }
+    }
+}
+
+/// The nearest-rank percentile of ascending `sorted`: always one of the measured values,
+/// never an interpolation between two trials.
+fn nearest_rank(sorted: &[f64], pct: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (pct / 100.0 * sorted.len() as f64).ceil() as usize;
+    let index = rank.clamp(1, sorted.len()) - 1;
+    Some(sorted[index])
+}
+
+/// How much better tenure's p50 is than a peer's, oriented so that > 1 always means tenure is
+/// better whatever the direction of the metric. `None` when either side is missing or not
+/// positive, where a ratio would be meaningless or infinite.
+fn advantage(tenure: Option<f64>, peer: Option<f64>, better: Better) -> Option<f64> {
+    let (tenure, peer) = (tenure?, peer?);
+    let usable = |v: f64| v.is_finite() && v > 0.0;
+    if !usable(tenure) || !usable(peer) {
+        return None;
+    }
+    Some(match better {
+        Better::Lower => peer / tenure,
+        Better::Higher => tenure / peer,
+    })
+}
+
+/// `2.31× better`, `0.45× (worse)`, or `1.00× (same)` when the difference does not show at
+/// two decimals.
+fn format_advantage(ratio: Option<f64>) -> String {
+    let Some(ratio) = ratio else {
+        return DASH.to_string();
+    };
+    let shown = format!("{ratio:.2}");
+    match shown.as_str() {
+        "1.00" => format!("{shown}× (same)"),
+        _ if ratio > 1.0 => format!("{shown}× better"),
+        _ => format!("{shown}× (worse)"),
+    }
+}
+
+/// Shown where there is no value.
+const DASH: &str = "–";
+
+fn format_cell(value: Option<f64>, unit: &str) -> String {
+    value.map_or_else(|| DASH.to_string(), |v| format_value(v, unit))
+}
+
+/// A value with the precision its unit deserves: tenths of a millisecond or MiB, whole
+/// operations per second, hundredths of a percent; digits grouped by thousands.
+fn format_value(value: f64, unit: &str) -> String {
+    let decimals = match unit {
+        "ms" | "MiB" => 1,
+        u if u.contains('%') => 2,
+        u if u.ends_with("/s") => 0,
+        _ if value.fract() == 0.0 => 0,
+        _ => 2,
+    };
+    group_thousands(&format!("{value:.decimals$}"))
+}
+
+/// `12345.6` → `12 345.6`; anything that is not a plain number is returned unchanged.
+fn group_thousands(number: &str) -> String {
+    let (sign, rest) = match number.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", number),
+    };
+    let (int, frac) = match rest.split_once('.') {
+        Some((int, frac)) => (int, Some(frac)),
+        None => (rest, None),
+    };
+    if int.len() < 4 || !int.bytes().all(|b| b.is_ascii_digit()) {
+        return number.to_string();
+    }
+    let mut grouped = String::new();
+    for (i, digit) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(' ');
+        }
+        grouped.push(digit);
+    }
+    match frac {
+        Some(frac) => format!("{sign}{grouped}.{frac}"),
+        None => format!("{sign}{grouped}"),
+    }
+}
+
+/// A table cell: a `|` would end the cell and a newline the row.
+fn escape_cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// A CSV field, quoted (with doubled quotes) only when it has to be.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+fn create_parent_dir(path: &Path) -> anyhow::Result<()> {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => {
+            fs::create_dir_all(parent).with_context(|| format!("create {}", parent.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A scenario name made safe for a file name.
+fn file_stem(scenario: &str) -> String {
+    scenario
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// One plot file.
+struct CdfPlot {
+    caption: String,
+    x_label: String,
+    curves: Vec<Curve>,
+}
+
+/// One empirical CDF.
+struct Curve {
+    label: String,
+    system: System,
+    /// The second and later metrics of a plot are dashed; the colour stays the system's.
+    dashed: bool,
+    /// Ascending.
+    sorted: Vec<f64>,
+}
+
+/// The colour of a system in every plot, so plots can be compared at a glance.
+fn system_colour(system: System) -> RGBColor {
+    match system {
+        System::Tenure => RGBColor(0x1f, 0x77, 0xb4),
+        System::Etcd => RGBColor(0xd6, 0x27, 0x28),
+        System::Zookeeper => RGBColor(0x2c, 0xa0, 0x2c),
+    }
+}
+
+/// The step function of the empirical CDF of ascending `sorted`: the fraction of trials at or
+/// below x, rising by 1/n at each trial.
+fn cdf_steps(sorted: &[f64]) -> Vec<(f64, f64)> {
+    let n = sorted.len() as f64;
+    let mut points = Vec::with_capacity(sorted.len() * 2);
+    for (i, &x) in sorted.iter().enumerate() {
+        points.push((x, i as f64 / n));
+        points.push((x, (i + 1) as f64 / n));
+    }
+    points
+}
+
+/// Tick labels with as many decimals as the axis range needs.
+fn format_ms_tick(value: &f64, x_end: f64) -> String {
+    if x_end < 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+fn draw_cdf_plot(path: &Path, plot: &CdfPlot) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, PLOT_SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let x_max = plot
+        .curves
+        .iter()
+        .filter_map(|c| c.sorted.last().copied())
+        .filter(|x| x.is_finite())
+        .fold(0.0, f64::max);
+    // Start at 0 ms so that the distance from zero, not only the spread, is visible.
+    let x_end = if x_max > 0.0 { x_max * 1.05 } else { 1.0 };
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&plot.caption, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_end, 0.0..1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc(plot.x_label.as_str())
+        .y_desc("fraction of trials")
+        .x_label_formatter(&|v| format_ms_tick(v, x_end))
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .y_labels(11)
+        // The bold grid at the labels is enough; a finer one only adds noise.
+        .light_line_style(TRANSPARENT)
+        .draw()?;
+    for curve in &plot.curves {
+        let colour = system_colour(curve.system);
+        let style = colour.stroke_width(2);
+        let points = cdf_steps(&curve.sorted);
+        let series = if curve.dashed {
+            chart.draw_series(DashedLineSeries::new(points, 8, 5, style))?
+        } else {
+            chart.draw_series(LineSeries::new(points, style))?
+        };
+        series
+            .label(curve.label.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+    }
+    // A latency CDF leaves the lower right (long times, few trials) empty.
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Width and height of every plot, in pixels.
+const PLOT_SIZE: (u32, u32) = (800, 480);
+
+/// The distinct items of `items`, in the order they first appear.
+fn first_seen<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut seen: Vec<&str> = Vec::new();
+    for item in items {
+        if !seen.contains(&item) {
+            seen.push(item);
+        }
+    }
+    seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(
+        scenario: &str,
+        metric: &str,
+        unit: &str,
+        better: Better,
+        system: System,
+        profile: Profile,
+        values: &[f64],
+    ) -> Vec<Sample> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(trial, &value)| Sample {
+                scenario: scenario.to_string(),
+                metric: metric.to_string(),
+                unit: unit.to_string(),
+                better,
+                system,
+                profile,
+                trial,
+                value,
+            })
+            .collect()
+    }
+
+    /// Failover: tenure 10..=19 ms, etcd twice as slow, ZooKeeper 1 sample; throughput:
+    /// tenure 1000 writes/s vs etcd 4000.
+    fn small_report() -> Report {
+        let mut report = Report::default();
+        let failover = |system, values: &[f64]| {
+            sample(
+                "crash-failover",
+                "fault → first write",
+                "ms",
+                Better::Lower,
+                system,
+                Profile::Equalized,
+                values,
+            )
+        };
+        let tenure: Vec<f64> = (10..20).map(f64::from).collect();
+        let etcd: Vec<f64> = tenure.iter().map(|v| v * 2.0).collect();
+        for s in failover(System::Tenure, &tenure)
+            .into_iter()
+            .chain(failover(System::Etcd, &etcd))
+            .chain(failover(System::Zookeeper, &[3000.0]))
+        {
+            report.add(s);
+        }
+        let write = |system, value| {
+            sample(
+                "write",
+                "throughput, 16 clients",
+                "writes/s",
+                Better::Higher,
+                system,
+                Profile::Defaults,
+                &[value],
+            )
+        };
+        report.add(write(System::Etcd, 4000.0).remove(0));
+        report.add(write(System::Tenure, 1000.0).remove(0));
+        report.note(
+            "write",
+            System::Zookeeper,
+            Profile::Defaults,
+            "not run".to_string(),
+        );
+        report
+    }
+
+    fn row<'a>(markdown: &'a str, metric: &str, system: &str) -> Vec<&'a str> {
+        markdown
+            .lines()
+            .find(|l| l.starts_with(&format!("| {metric}")) && l.contains(&format!("| {system} |")))
+            .unwrap_or_else(|| panic!("no row {metric}/{system} in\n{markdown}"))
+            .trim_matches('|')
+            .split(" | ")
+            .map(str::trim)
+            .collect()
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 50.0), Some(5.0));
+        assert_eq!(nearest_rank(&v, 99.0), Some(10.0));
+        assert_eq!(nearest_rank(&v, 100.0), Some(10.0));
+        assert_eq!(nearest_rank(&v, 0.0), Some(1.0));
+        assert_eq!(nearest_rank(&[], 50.0), None);
+        let one = Summary::of(&[7.0]);
+        assert_eq!(
+            (one.n, one.p50, one.p99, one.max),
+            (1, Some(7.0), None, None)
+        );
+    }
+
+    #[test]
+    fn ratio_direction() {
+        // Lower is better: tenure at 10 against 20 is twice as good.
+        assert_eq!(advantage(Some(10.0), Some(20.0), Better::Lower), Some(2.0));
+        // Higher is better: tenure at 1000 against 4000 is a quarter as good.
+        assert_eq!(
+            advantage(Some(1000.0), Some(4000.0), Better::Higher),
+            Some(0.25)
+        );
+        assert_eq!(advantage(Some(0.0), Some(4.0), Better::Lower), None);
+        assert_eq!(advantage(Some(1.0), None, Better::Lower), None);
+        assert_eq!(format_advantage(Some(2.3149)), "2.31× better");
+        assert_eq!(format_advantage(Some(0.45)), "0.45× (worse)");
+        assert_eq!(format_advantage(Some(1.001)), "1.00× (same)");
+        assert_eq!(format_advantage(None), "–");
+    }
+
+    #[test]
+    fn markdown_table() {
+        let md = small_report().markdown();
+        assert!(md.starts_with("### crash-failover\n"), "{md}");
+        assert!(md.find("### crash-failover").unwrap() < md.find("### write").unwrap());
+        let metric = "fault → first write (ms)";
+        let tenure = row(&md, metric, "tenure");
+        assert_eq!(
+            tenure,
+            [
+                "fault → first write (ms)",
+                "equalized",
+                "tenure",
+                "10",
+                "14.0",
+                "19.0",
+                "19.0",
+                "2.00× better",
+                "214.29× better"
+            ]
+        );
+        let zk = row(&md, metric, "zookeeper");
+        assert_eq!(&zk[3..], ["1", "3 000.0", "–", "–", "", ""]);
+        let etcd_row = md.lines().position(|l| l.contains("| etcd |")).unwrap();
+        let tenure_row = md.lines().position(|l| l.contains("| tenure |")).unwrap();
+        assert!(tenure_row < etcd_row, "tenure first:\n{md}");
+
+        let metric = "throughput, 16 clients (writes/s)";
+        let tenure = row(&md, metric, "tenure");
+        assert_eq!(&tenure[3..], ["1", "1 000", "–", "–", "0.25× (worse)", "–"]);
+        // ZooKeeper took part only through its note: a row with no samples.
+        assert_eq!(&row(&md, metric, "zookeeper")[3..7], ["0", "–", "–", "–"]);
+        assert!(md.contains("\n- zookeeper, defaults: not run\n"), "{md}");
+    }
+
+    #[test]
+    fn value_formats() {
+        assert_eq!(format_value(12345.0, "writes/s"), "12 345");
+        assert_eq!(format_value(1234567.4, "renewals/s"), "1 234 567");
+        assert_eq!(format_value(152.34, "ms"), "152.3");
+        assert_eq!(format_value(61.25, "MiB"), "61.2");
+        assert_eq!(format_value(2.345_67, "% of a core"), "2.35");
+        assert_eq!(format_value(3.0, "wake-ups"), "3");
+        assert_eq!(format_value(-1234.5, "ms"), "-1 234.5");
+    }
+
+    #[test]
+    fn csv_quoting() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a, b"), "\"a, b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/out/samples.csv");
+        small_report().write_csv(&path).unwrap();
+        let csv = fs::read_to_string(&path).unwrap();
+        let mut lines = csv.lines();
+        assert_eq!(
+            lines.next(),
+            Some("scenario,metric,unit,system,profile,trial,value")
+        );
+        assert_eq!(
+            lines.next(),
+            Some("crash-failover,fault → first write,ms,tenure,equalized,0,10")
+        );
+        assert!(csv.contains("\nwrite,\"throughput, 16 clients\",writes/s,etcd,defaults,0,4000\n"));
+        assert_eq!(csv.lines().count(), 1 + 10 + 10 + 1 + 2);
+    }
+
+    #[test]
+    fn plot_writes_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let plots = dir.path().join("plots");
+        let written = small_report().plot(&plots).unwrap();
+        // Only the millisecond scenario with enough trials is plotted.
+        assert_eq!(written, vec![plots.join("crash-failover-equalized.svg")]);
+        let svg = fs::read_to_string(&written[0]).unwrap();
+        assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"), "{svg}");
+        assert!(svg.trim_end().ends_with("</svg>"));
+        for text in [
+            "tenure",
+            "etcd",
+            "zookeeper",
+            "crash-failover, equalized profile",
+            "fraction of trials",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+    }
+}

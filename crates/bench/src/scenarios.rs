@@ -1,0 +1,928 @@
+//! The scenarios: what is timed, and how.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::ValueEnum;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use tenure::{CampaignOptions, Client};
+
+use crate::report::{Better, Report, Sample};
+use crate::system::{self, Cluster, Env, Profile, System, Unsupported, Writer};
+use crate::{as_ms, BenchArgs};
+
+/// A benchmark scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Scenario {
+    /// Every scenario below.
+    All,
+    /// SIGKILL the leader → first acknowledged write on the survivors.
+    CrashFailover,
+    /// SIGSTOP the leader → first acknowledged write on the survivors; then SIGCONT.
+    PauseFailover,
+    /// Leadership transfer → first acknowledged write at the new leader.
+    Handover,
+    /// An election holder (client) dies → the next candidate leads (TTL 1 s and 10 s).
+    Takeover,
+    /// One client's durable write latency; throughput with 1, 16 and 256 clients.
+    Write,
+    /// Lease renewals per second with 10k leases.
+    Keepalives,
+    /// 10k and 100k elections held on one cluster: memory per node, idle CPU.
+    Elections,
+    /// 50 waiters: wake-ups per leader change.
+    Herd,
+    /// Exercise every operation of each cluster once (for developing the harness).
+    #[value(hide = true)]
+    Probe,
+}
+
+pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<()> {
+    let env = Env {
+        tenure_bin,
+        work_dir: crate::work_dir(&args.work_dir)?,
+    };
+    let systems = if args.systems.is_empty() {
+        System::ALL.to_vec()
+    } else {
+        args.systems.clone()
+    };
+    let profiles = if args.profiles.is_empty() {
+        vec![Profile::Defaults, Profile::Equalized]
+    } else {
+        args.profiles.clone()
+    };
+    if args.scenario == Scenario::Probe {
+        for &s in &systems {
+            for &p in &profiles {
+                probe(s, p, &env)
+                    .await
+                    .with_context(|| format!("probe {s} {p}"))?;
+            }
+        }
+        return Ok(());
+    }
+    let sizes = Sizes::new(args.quick, args.trials);
+    let chosen: Vec<Scenario> = if args.scenario == Scenario::All {
+        Scenario::value_variants()
+            .iter()
+            .copied()
+            .filter(|s| !matches!(s, Scenario::All | Scenario::Probe))
+            .collect()
+    } else {
+        vec![args.scenario]
+    };
+    println!(
+        "tenure bench: {} on {} under {} ({} build{}); results in {}",
+        names(&chosen),
+        names(&systems),
+        names(&profiles),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        if args.quick { ", --quick" } else { "" },
+        args.out.display()
+    );
+    let started = Instant::now();
+    let mut report = Report::default();
+    for &profile in &profiles {
+        for &system in &systems {
+            let r = measure_system(&chosen, system, profile, &env, &sizes, &mut report).await;
+            if let Err(e) = r {
+                eprintln!("tenure bench: {system} ({profile}) failed: {e:#}");
+                report.note("all", system, profile, format!("failed: {e:#}"));
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
+    let table = report.markdown();
+    println!("\n{table}");
+    println!("took {:.1} min", elapsed.as_secs_f64() / 60.0);
+    let md = args.out.join("results.md");
+    std::fs::write(
+        &md,
+        format!(
+            "{table}\n\n{} build; {} of benchmarking.\n",
+            if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            },
+            format_duration(elapsed)
+        ),
+    )
+    .with_context(|| format!("write {}", md.display()))?;
+    report.write_csv(&args.out.join("samples.csv"))?;
+    let plots = report.plot(&args.out)?;
+    println!(
+        "wrote {}, {} and {} plot(s)",
+        md.display(),
+        args.out.join("samples.csv").display(),
+        plots.len()
+    );
+    if report.samples.is_empty() {
+        bail!("nothing was measured");
+    }
+    Ok(())
+}
+
+fn names<T: std::fmt::Debug>(xs: &[T]) -> String {
+    xs.iter()
+        .map(|x| format!("{x:?}").to_lowercase())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}m{:02}s", s / 60, s % 60)
+}
+
+/// How much of everything.
+struct Sizes {
+    /// Trials of crash failover, pause failover and hand-over.
+    failover_trials: usize,
+    /// Trials of holder takeover with a 1 s and with a 10 s TTL.
+    takeover_trials: (usize, usize),
+    /// Single-client latency: writes timed.
+    write_count: usize,
+    /// Throughput: how long each client count writes.
+    throughput_window: Duration,
+    throughput_clients: Vec<usize>,
+    keepalive_leases: usize,
+    keepalive_window: Duration,
+    elections: Vec<usize>,
+    /// How long idle CPU is sampled.
+    cpu_window: Duration,
+    herd_changes: usize,
+}
+
+impl Sizes {
+    fn new(quick: bool, trials: Option<usize>) -> Sizes {
+        if quick {
+            Sizes {
+                failover_trials: trials.unwrap_or(5),
+                takeover_trials: (trials.unwrap_or(3), 1),
+                write_count: 200,
+                throughput_window: Duration::from_secs(2),
+                throughput_clients: vec![1, 16, 256],
+                keepalive_leases: 1_000,
+                keepalive_window: Duration::from_secs(2),
+                elections: vec![10_000],
+                cpu_window: Duration::from_secs(3),
+                herd_changes: 2,
+            }
+        } else {
+            Sizes {
+                failover_trials: trials.unwrap_or(50),
+                takeover_trials: (trials.unwrap_or(50).min(20), 5),
+                write_count: 2_000,
+                throughput_window: Duration::from_secs(5),
+                throughput_clients: vec![1, 16, 256],
+                keepalive_leases: 10_000,
+                keepalive_window: Duration::from_secs(5),
+                elections: vec![10_000, 100_000],
+                cpu_window: Duration::from_secs(10),
+                herd_changes: 5,
+            }
+        }
+    }
+}
+
+/// Add one sample to the report.
+#[allow(clippy::too_many_arguments)]
+fn sample(
+    report: &mut Report,
+    scenario: &str,
+    metric: &str,
+    unit: &str,
+    better: Better,
+    system: System,
+    profile: Profile,
+    trial: usize,
+    value: f64,
+) {
+    report.add(Sample {
+        scenario: scenario.to_string(),
+        metric: metric.to_string(),
+        unit: unit.to_string(),
+        better,
+        system,
+        profile,
+        trial,
+        value,
+    });
+}
+
+/// Every chosen scenario on `system` under `profile`, each group on a fresh cluster.
+async fn measure_system(
+    chosen: &[Scenario],
+    system: System,
+    profile: Profile,
+    env: &Env,
+    sizes: &Sizes,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let has = |s: Scenario| chosen.contains(&s);
+    let tag = format!("[{system} {profile}]");
+    if has(Scenario::CrashFailover) || has(Scenario::PauseFailover) || has(Scenario::Handover) {
+        let mut c = system::start(system, profile, env).await?;
+        c.wait_stable(STABLE_WITHIN).await?;
+        for (scenario, fault) in [
+            (Scenario::CrashFailover, Fault::Crash),
+            (Scenario::PauseFailover, Fault::Pause),
+            (Scenario::Handover, Fault::Transfer),
+        ] {
+            if !has(scenario) {
+                continue;
+            }
+            let name = scenario_name(scenario);
+            let t = Instant::now();
+            for trial in 0..sizes.failover_trials {
+                match fault_trial(&mut c, fault).await {
+                    Ok(took) => {
+                        eprintln!("{tag} {name} {:>3}: {:>8.1} ms", trial + 1, as_ms(took));
+                        sample(
+                            report,
+                            name,
+                            "fault → first acknowledged write",
+                            "ms",
+                            Better::Lower,
+                            system,
+                            profile,
+                            trial,
+                            as_ms(took),
+                        );
+                    }
+                    Err(e) if e.downcast_ref::<Unsupported>().is_some() => {
+                        report.note(name, system, profile, format!("{e}"));
+                        break;
+                    }
+                    Err(e) => return Err(e.context(format!("{name} trial {}", trial + 1))),
+                }
+            }
+            eprintln!(
+                "{tag} {name}: {} trials in {:.0} s",
+                sizes.failover_trials,
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if has(Scenario::Takeover)
+        || has(Scenario::Write)
+        || has(Scenario::Keepalives)
+        || has(Scenario::Herd)
+    {
+        let c = system::start(system, profile, env).await?;
+        c.wait_stable(STABLE_WITHIN).await?;
+        if has(Scenario::Write) {
+            write(&*c, sizes, report).await.context("write")?;
+        }
+        if has(Scenario::Keepalives) {
+            keepalives(&*c, sizes, report).await.context("keepalives")?;
+        }
+        if has(Scenario::Takeover) {
+            takeover(&*c, sizes, report).await.context("takeover")?;
+        }
+        if has(Scenario::Herd) {
+            herd(&*c, sizes, report).await.context("herd")?;
+        }
+    }
+    if has(Scenario::Elections) {
+        for &n in &sizes.elections {
+            let c = system::start(system, profile, env).await?;
+            c.wait_stable(STABLE_WITHIN).await?;
+            elections(&*c, n, sizes, report)
+                .await
+                .with_context(|| format!("{n} elections"))?;
+        }
+    }
+    Ok(())
+}
+
+const STABLE_WITHIN: Duration = Duration::from_secs(90);
+
+fn scenario_name(s: Scenario) -> &'static str {
+    match s {
+        Scenario::CrashFailover => "crash-failover",
+        Scenario::PauseFailover => "pause-failover",
+        Scenario::Handover => "handover",
+        Scenario::Takeover => "takeover",
+        Scenario::Write => "write",
+        Scenario::Keepalives => "keepalives",
+        Scenario::Elections => "elections",
+        Scenario::Herd => "herd",
+        Scenario::All => "all",
+        Scenario::Probe => "probe",
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    Crash,
+    Pause,
+    Transfer,
+}
+
+/// One fault of the leader, timed from the fault to the first write acknowledged by the
+/// survivors (crash, pause) or by the new leader (transfer); then the cluster is made whole
+/// and stable again.
+async fn fault_trial(c: &mut Box<dyn Cluster>, fault: Fault) -> anyhow::Result<Duration> {
+    let leader = c.wait_stable(STABLE_WITHIN).await?;
+    let n = c.len();
+    let target = (leader + 1) % n;
+    let via: Vec<usize> = match fault {
+        Fault::Transfer => vec![target],
+        _ => (0..n).filter(|&i| i != leader).collect(),
+    };
+    let w: Arc<dyn Writer> = Arc::from(c.writer(&via).await?);
+    // Connect the writer to its nodes before the fault (the answer does not matter).
+    let _ = w
+        .put("tenure-bench-warm", b"w", Duration::from_millis(300))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = c
+        .pid(leader)
+        .ok_or_else(|| anyhow!("the leader has no process"))?;
+    let t0 = Instant::now();
+    match fault {
+        Fault::Crash => c.kill(leader)?,
+        Fault::Pause => system::signal(pid, libc::SIGSTOP)?,
+        Fault::Transfer => c.transfer(target).await?,
+    }
+    let took = first_ack(w, t0, Duration::from_secs(120)).await;
+    // Make the cluster whole again before reporting, also on failure.
+    match fault {
+        Fault::Crash => c.restart(leader)?,
+        Fault::Pause => system::signal(pid, libc::SIGCONT)?,
+        Fault::Transfer => {}
+    }
+    let took = took?;
+    if fault == Fault::Transfer {
+        let now = c.leader().await;
+        if now != Some(target) {
+            bail!("after the transfer to node {target} the leader is {now:?}");
+        }
+    }
+    c.wait_stable(STABLE_WITHIN).await?;
+    Ok(took)
+}
+
+/// Send a write every 5 ms (each given 2 s) until one is acknowledged; the time from `t0`
+/// to that acknowledgement. Overlapping attempts keep one request stuck at a dead node from
+/// hiding the moment the cluster serves again.
+async fn first_ack(w: Arc<dyn Writer>, t0: Instant, within: Duration) -> anyhow::Result<Duration> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let mut attempts = tokio::task::JoinSet::new();
+    let mut k = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let r = loop {
+        tokio::select! {
+            at = rx.recv() => break at.map(|at| at - t0).ok_or_else(|| anyhow!("writer gone")),
+            _ = tick.tick() => {
+                if t0.elapsed() > within {
+                    break Err(anyhow!("no write acknowledged within {within:?} of the fault"));
+                }
+                if attempts.len() < 400 {
+                    k += 1;
+                    let (w, tx) = (w.clone(), tx.clone());
+                    attempts.spawn(async move {
+                        let v = format!("after-{k}");
+                        if w.put("tenure-bench-failover", v.as_bytes(), Duration::from_secs(2)).await.is_ok() {
+                            let _ = tx.send(Instant::now());
+                        }
+                    });
+                }
+                while attempts.try_join_next().is_some() {}
+            }
+        }
+    };
+    attempts.abort_all();
+    r
+}
+
+/// One client's latency, then throughput with 1, 16 and 256 clients.
+async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let all: Vec<usize> = (0..c.len()).collect();
+    let w = c.writer(&all).await?;
+    for k in 0..50 {
+        w.put(&format!("warm-{k}"), &[0; 64], Duration::from_secs(5))
+            .await?;
+    }
+    let mut lat = Vec::with_capacity(sizes.write_count);
+    for k in 0..sizes.write_count {
+        let t = Instant::now();
+        w.put("latency", &[k as u8; 64], Duration::from_secs(5))
+            .await
+            .context("a timed write")?;
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    eprintln!(
+        "[{system} {profile}] write latency: p50 {:.2} ms, max {:.2} ms over {}",
+        as_ms(lat[lat.len() / 2]),
+        as_ms(lat[lat.len() - 1]),
+        lat.len()
+    );
+    for (trial, d) in lat.iter().enumerate() {
+        sample(
+            report,
+            "write",
+            "one client, latency",
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            trial,
+            as_ms(*d),
+        );
+    }
+    for &clients in &sizes.throughput_clients {
+        let mut writers: Vec<Arc<dyn Writer>> = Vec::new();
+        for _ in 0..clients {
+            let w: Arc<dyn Writer> = Arc::from(c.writer(&all).await?);
+            w.put("warm", &[0; 64], Duration::from_secs(5)).await?;
+            writers.push(w);
+        }
+        let done = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let end = start + sizes.throughput_window;
+        let mut set = tokio::task::JoinSet::new();
+        for (i, w) in writers.into_iter().enumerate() {
+            let (done, failed) = (done.clone(), failed.clone());
+            set.spawn(async move {
+                let key = format!("client-{i}");
+                while Instant::now() < end {
+                    match w.put(&key, &[1; 64], Duration::from_secs(5)).await {
+                        Ok(()) if Instant::now() <= end => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(()) => {}
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+        let rate = done.load(Ordering::Relaxed) as f64 / sizes.throughput_window.as_secs_f64();
+        let failed = failed.load(Ordering::Relaxed);
+        eprintln!("[{system} {profile}] throughput with {clients} clients: {rate:.0} writes/s ({failed} failed)");
+        if failed > 0 {
+            report.note(
+                "write",
+                system,
+                profile,
+                format!("{failed} writes failed with {clients} clients"),
+            );
+        }
+        sample(
+            report,
+            "write",
+            &format!("throughput, {clients} clients"),
+            "writes/s",
+            Better::Higher,
+            system,
+            profile,
+            0,
+            rate,
+        );
+    }
+    Ok(())
+}
+
+/// Renewals per second of many leases, every lease with one renewal in flight.
+async fn keepalives(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let n = sizes.keepalive_leases;
+    let t = Instant::now();
+    let renewed = c
+        .keepalives(n, Duration::from_secs(30), n, sizes.keepalive_window)
+        .await?;
+    let rate = renewed as f64 / sizes.keepalive_window.as_secs_f64();
+    eprintln!(
+        "[{system} {profile}] keepalives: {rate:.0} renewals/s with {n} leases ({:.1} s in all)",
+        t.elapsed().as_secs_f64()
+    );
+    sample(
+        report,
+        "keepalives",
+        &format!("{n} leases, one renewal in flight each"),
+        "renewals/s",
+        Better::Higher,
+        system,
+        profile,
+        0,
+        rate,
+    );
+    Ok(())
+}
+
+fn opts(ttl: Duration) -> CampaignOptions {
+    CampaignOptions {
+        ttl,
+        ..Default::default()
+    }
+}
+
+/// An election holder stops renewing (as a killed client would: nothing is revoked) → the
+/// waiting candidate leads; and a holder resigns → the candidate leads. Through the `tenure`
+/// client library's backend for the system.
+async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let url = c.url();
+    let a = Client::connect(&url).await.context("connect the holder")?;
+    let b = Client::connect(&url)
+        .await
+        .context("connect the candidate")?;
+    let pid = std::process::id();
+    for (ttl, trials) in [
+        (Duration::from_secs(1), sizes.takeover_trials.0),
+        (Duration::from_secs(10), sizes.takeover_trials.1),
+    ] {
+        let secs = ttl.as_secs();
+        for trial in 0..trials {
+            let election = format!("takeover-{pid}-{secs}-{trial}");
+            let holder = a
+                .campaign(&election, b"a", opts(ttl))
+                .await
+                .context("the holder campaigns")?;
+            let standby = b
+                .join(&election, b"b", opts(ttl))
+                .await
+                .context("the candidate joins")?;
+            let waiter = tokio::spawn(async move {
+                let r = standby.leadership().await;
+                (r, Instant::now())
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Stop right after a renewal was acknowledged, so that every trial starts from
+            // the same point of the lease.
+            let renewed = holder.valid_until();
+            let wait_renewal = Instant::now() + ttl;
+            while holder.valid_until() == renewed && Instant::now() < wait_renewal {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let t0 = Instant::now();
+            holder.stop_keepalives();
+            // The lease as the backend counts it: from the last acknowledged renewal's send.
+            let margin = ttl.mul_f64(0.02) + Duration::from_millis(10);
+            let lease_end = holder.valid_until() + margin;
+            let (r, at) = tokio::time::timeout(ttl * 10 + Duration::from_secs(30), waiter)
+                .await
+                .context("the candidate never led")??;
+            let next = r.context("the candidate's leadership")?;
+            if next.token() <= holder.token() {
+                bail!(
+                    "the token did not rise: {} then {}",
+                    holder.token(),
+                    next.token()
+                );
+            }
+            drop(holder);
+            let took = at - t0;
+            let beyond = as_ms(at.saturating_duration_since(lease_end))
+                - as_ms(lease_end.saturating_duration_since(at));
+            eprintln!(
+                "[{system} {profile}] takeover TTL {secs} s {:>2}: {:>8.1} ms after the holder stopped, {beyond:>7.1} ms after its lease",
+                trial + 1,
+                as_ms(took)
+            );
+            sample(
+                report,
+                "takeover",
+                &format!("TTL {secs} s: holder stops → next leads"),
+                "ms",
+                Better::Lower,
+                system,
+                profile,
+                trial,
+                as_ms(took),
+            );
+            sample(
+                report,
+                "takeover",
+                &format!("TTL {secs} s: next leads, after the lease's end"),
+                "ms",
+                Better::Lower,
+                system,
+                profile,
+                trial,
+                beyond,
+            );
+            next.resign().await.context("the candidate resigns")?;
+        }
+    }
+    // Resign → next.
+    for trial in 0..sizes.takeover_trials.0 {
+        let election = format!("takeover-resign-{pid}-{trial}");
+        let ttl = Duration::from_secs(10);
+        let holder = a
+            .campaign(&election, b"a", opts(ttl))
+            .await
+            .context("the holder campaigns")?;
+        let standby = b
+            .join(&election, b"b", opts(ttl))
+            .await
+            .context("the candidate joins")?;
+        let waiter = tokio::spawn(async move {
+            let r = standby.leadership().await;
+            (r, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t0 = Instant::now();
+        holder.resign().await.context("the holder resigns")?;
+        let (r, at) = tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .context("the candidate never led")??;
+        let next = r.context("the candidate's leadership")?;
+        sample(
+            report,
+            "takeover",
+            "resign → next leads",
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            trial,
+            as_ms(at - t0),
+        );
+        next.resign().await.context("the candidate resigns")?;
+    }
+    Ok(())
+}
+
+/// 50 waiters queued behind a holder; wake-ups per leader change, counted by the client
+/// library (a waiter that re-checks whether it leads counts as woken).
+async fn herd(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    const WAITERS: usize = 50;
+    let (system, profile) = (c.system(), c.profile());
+    let url = c.url();
+    let ttl = Duration::from_secs(10);
+    let h = Client::connect(&url).await.context("connect")?;
+    let w = Client::connect(&url).await.context("connect")?;
+    let election = format!("herd-{}", std::process::id());
+    let mut holder = h
+        .campaign(&election, b"first", opts(ttl))
+        .await
+        .context("the first holder")?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let (w, election, tx) = (w.clone(), election.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let candidate = w
+                .join(&election, format!("w{i}").as_bytes(), opts(ttl))
+                .await?;
+            let l = candidate.leadership().await?;
+            let _ = tx.send(l);
+            Ok::<_, tenure::Error>(())
+        }));
+    }
+    // Let every waiter join and reach its wait.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for change in 0..sizes.herd_changes.min(WAITERS) {
+        let before = w.waiter_wakeups();
+        holder.resign().await.context("resign")?;
+        let next = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .context("no waiter led within 30 s")?
+            .ok_or_else(|| anyhow!("the waiters are gone"))?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let woken = w.waiter_wakeups() - before;
+        eprintln!(
+            "[{system} {profile}] herd change {}: {woken} wake-ups among {} waiters",
+            change + 1,
+            WAITERS - change
+        );
+        sample(
+            report,
+            "herd",
+            "wake-ups per leader change, 50 waiters",
+            "wake-ups",
+            Better::Lower,
+            system,
+            profile,
+            change,
+            woken as f64,
+        );
+        holder = next;
+    }
+    holder.resign().await.context("resign")?;
+    for t in tasks {
+        t.abort();
+    }
+    Ok(())
+}
+
+/// `n` elections held by 100 sessions: resident memory of each node and CPU used while
+/// idle (only the sessions' renewals), next to the same for the empty cluster.
+async fn elections(
+    c: &dyn Cluster,
+    n: usize,
+    sizes: &Sizes,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let pids: Vec<u32> = (0..c.len()).filter_map(|i| c.pid(i)).collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let empty_cpu = cpu_share(&pids, sizes.cpu_window).await?;
+    let empty_rss = rss_mib(&pids)?;
+    let t = Instant::now();
+    let held = c.hold_elections(n, 100).await?;
+    let took = t.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cpu = cpu_share(&pids, sizes.cpu_window).await?;
+    let rss = rss_mib(&pids)?;
+    eprintln!(
+        "[{system} {profile}] {n} elections held in {:.1} s: rss {rss:.0?} MiB (empty {empty_rss:.0?}), idle cpu {cpu:.2?} % (empty {empty_cpu:.2?})",
+        took.as_secs_f64()
+    );
+    for (node, (m, p)) in rss.iter().zip(&cpu).enumerate() {
+        sample(
+            report,
+            "elections",
+            &format!("{n} elections: memory per node"),
+            "MiB",
+            Better::Lower,
+            system,
+            profile,
+            node,
+            *m,
+        );
+        sample(
+            report,
+            "elections",
+            &format!("{n} elections: idle CPU per node"),
+            "% of a core",
+            Better::Lower,
+            system,
+            profile,
+            node,
+            *p,
+        );
+    }
+    for (node, (m, p)) in empty_rss.iter().zip(&empty_cpu).enumerate() {
+        sample(
+            report,
+            "elections",
+            &format!("{n} elections: memory per node, before"),
+            "MiB",
+            Better::Lower,
+            system,
+            profile,
+            node,
+            *m,
+        );
+        sample(
+            report,
+            "elections",
+            &format!("{n} elections: idle CPU per node, before"),
+            "% of a core",
+            Better::Lower,
+            system,
+            profile,
+            node,
+            *p,
+        );
+    }
+    sample(
+        report,
+        "elections",
+        &format!("{n} elections: time to take them all"),
+        "ms",
+        Better::Lower,
+        system,
+        profile,
+        0,
+        as_ms(took),
+    );
+    drop(held);
+    Ok(())
+}
+
+fn rss_mib(pids: &[u32]) -> anyhow::Result<Vec<f64>> {
+    pids.iter()
+        .map(|&p| Ok(system::rss_bytes(p)? as f64 / (1 << 20) as f64))
+        .collect()
+}
+
+/// CPU used by each process over `window`, in percent of one core.
+async fn cpu_share(pids: &[u32], window: Duration) -> anyhow::Result<Vec<f64>> {
+    let before: Vec<Duration> = pids
+        .iter()
+        .map(|&p| system::cpu_time(p))
+        .collect::<anyhow::Result<_>>()?;
+    let t = Instant::now();
+    tokio::time::sleep(window).await;
+    let after: Vec<Duration> = pids
+        .iter()
+        .map(|&p| system::cpu_time(p))
+        .collect::<anyhow::Result<_>>()?;
+    let wall = t.elapsed().as_secs_f64();
+    Ok(before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| (a.saturating_sub(*b)).as_secs_f64() / wall * 100.0)
+        .collect())
+}
+
+/// Every operation once, with what it took, on stdout.
+async fn probe(system: System, profile: Profile, env: &Env) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let mut c: Box<dyn Cluster> = system::start(system, profile, env).await?;
+    println!(
+        "[{system} {profile}] started in {:.0} ms",
+        as_ms(t.elapsed())
+    );
+    let t = Instant::now();
+    let leader = c.wait_stable(Duration::from_secs(60)).await?;
+    println!(
+        "[{system} {profile}] stable, leader {leader}, in {:.0} ms",
+        as_ms(t.elapsed())
+    );
+    println!("[{system} {profile}] url {}", c.url());
+    let all: Vec<usize> = (0..c.len()).collect();
+    let w = c.writer(&all).await?;
+    for i in 0..3 {
+        let t = Instant::now();
+        w.put("probe", format!("v{i}").as_bytes(), Duration::from_secs(5))
+            .await?;
+        println!("[{system} {profile}] put {:.2} ms", as_ms(t.elapsed()));
+    }
+    let to = (leader + 1) % c.len();
+    let t = Instant::now();
+    match c.transfer(to).await {
+        Ok(()) => println!(
+            "[{system} {profile}] transfer to {to}: {:.1} ms, leader now {:?}",
+            as_ms(t.elapsed()),
+            c.leader().await
+        ),
+        Err(e) => println!("[{system} {profile}] transfer: {e:#}"),
+    }
+    let leader = c.wait_stable(Duration::from_secs(60)).await?;
+    let survivors: Vec<usize> = all.iter().copied().filter(|&i| i != leader).collect();
+    let w = c.writer(&survivors).await?;
+    let t = Instant::now();
+    c.kill(leader)?;
+    loop {
+        if w.put("probe", b"after", Duration::from_secs(1))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            bail!("no write acknowledged by the survivors within 60 s of the kill");
+        }
+    }
+    println!(
+        "[{system} {profile}] killed leader {leader}: survivors acknowledged a write after {:.0} ms, leader {:?}",
+        as_ms(t.elapsed()),
+        c.leader().await
+    );
+    c.restart(leader)?;
+    let l = c.wait_stable(Duration::from_secs(60)).await?;
+    println!("[{system} {profile}] restarted {leader}; stable, leader {l}");
+    let t = Instant::now();
+    let n = c
+        .keepalives(100, Duration::from_secs(10), 16, Duration::from_secs(2))
+        .await?;
+    println!(
+        "[{system} {profile}] keepalives: {n} renewals of 100 leases in 2 s (total {:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let held = c.hold_elections(1000, 10).await?;
+    println!(
+        "[{system} {profile}] 1000 elections held by 10 sessions in {:.1} s; rss {:?}",
+        t.elapsed().as_secs_f64(),
+        (0..c.len())
+            .filter_map(|i| c.pid(i))
+            .map(|p| system::rss_bytes(p).map(|b| b / (1 << 20)).unwrap_or(0))
+            .collect::<Vec<_>>()
+    );
+    drop(held);
+    let client = tenure::Client::connect(&c.url()).await?;
+    let l = client
+        .campaign("probe", b"me", tenure::CampaignOptions::default())
+        .await?;
+    println!(
+        "[{system} {profile}] library campaign through {}: token {}",
+        c.url(),
+        l.token()
+    );
+    l.resign().await?;
+    Ok(())
+}

@@ -1,0 +1,314 @@
+//! What every measured system offers the scenarios: a local 3-node cluster of real server
+//! processes, and the operations the scenarios time. One implementation per system
+//! (`tenure.rs`, `etcd.rs`, `zk.rs`); the scenarios only see [`Cluster`] and [`Writer`].
+
+use std::fmt;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use async_trait::async_trait;
+use clap::ValueEnum;
+
+/// The systems measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
+pub enum System {
+    Tenure,
+    Etcd,
+    Zookeeper,
+}
+
+impl System {
+    pub const ALL: [System; 3] = [System::Tenure, System::Etcd, System::Zookeeper];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Tenure => "tenure",
+            System::Etcd => "etcd",
+            System::Zookeeper => "zookeeper",
+        }
+    }
+}
+
+impl fmt::Display for System {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The timing profile a cluster is started with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
+pub enum Profile {
+    /// Each system's shipped defaults (tenure: T 150 ms, heartbeat 30 ms; etcd: election
+    /// 1000 ms, heartbeat 100 ms; ZooKeeper: tickTime 2000 ms, initLimit 10, syncLimit 5).
+    Defaults,
+    /// Election timeout 150 ms (randomized up to 300 ms) and heartbeat 30 ms for the Raft
+    /// systems; ZooKeeper with tickTime 50 ms and syncLimit 3 (a follower gives up on a silent
+    /// leader after 150 ms). The heartbeat is 30 ms, not 50 ms, because etcd refuses an
+    /// election timeout under five heartbeats (and so does tenure).
+    Equalized,
+}
+
+impl Profile {
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Defaults => "defaults",
+            Profile::Equalized => "equalized",
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a cluster needs from its surroundings.
+#[derive(Clone, Debug)]
+pub struct Env {
+    /// The `tenure` binary (runs `tenure server`).
+    pub tenure_bin: PathBuf,
+    /// Parent of every cluster's temporary directory (same disk for every system).
+    pub work_dir: PathBuf,
+}
+
+/// An operation the system does not have (e.g. leadership transfer in ZooKeeper).
+#[derive(Debug)]
+pub struct Unsupported(pub &'static str);
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "not supported: {}", self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// A running 3-node cluster of one system. Nodes are numbered 0..len(). Dropping it kills
+/// every process and deletes its directory.
+#[async_trait]
+#[allow(clippy::len_without_is_empty)] // a cluster always has nodes
+pub trait Cluster: Send + Sync {
+    fn system(&self) -> System;
+    fn profile(&self) -> Profile;
+    fn len(&self) -> usize;
+    /// The process of node `i`, while it runs (also while SIGSTOPped).
+    fn pid(&self, i: usize) -> Option<u32>;
+    /// SIGKILL node `i` and reap it.
+    fn kill(&mut self, i: usize) -> anyhow::Result<()>;
+    /// Start killed node `i` again on its data directory.
+    fn restart(&mut self, i: usize) -> anyhow::Result<()>;
+    /// The node that the running nodes report as leader, if they agree on one and it runs.
+    /// Nodes that do not answer within a short timeout are left out.
+    async fn leader(&self) -> Option<usize>;
+    /// Wait until every running node follows one leader and a write through the leader is
+    /// acknowledged; returns the leader.
+    async fn wait_stable(&self, within: Duration) -> anyhow::Result<usize>;
+    /// A client that sends its writes only to nodes `via` (for example the survivors of a
+    /// fault). Created while the cluster has a leader (tenure grants the writer's session
+    /// and fencing token here); writing later must not depend on any one node.
+    async fn writer(&self, via: &[usize]) -> anyhow::Result<Box<dyn Writer>>;
+    /// Ask the current leader to hand leadership to node `to`; returns once the system says
+    /// it is done. `Err` downcasts to [`Unsupported`] when the system has no such operation.
+    async fn transfer(&self, to: usize) -> anyhow::Result<()>;
+    /// The URL of this cluster for the `tenure` client library (`tenure://…`, `etcd://…`,
+    /// `zk://…`), for the election scenarios.
+    fn url(&self) -> String;
+    /// Grant `leases` leases (sessions) of `ttl`, then renew them as fast as the system
+    /// answers during `window`, with at most `concurrency` renewals in flight; returns the
+    /// number of acknowledged renewals in the window. Leases are revoked (or left to expire)
+    /// afterwards.
+    async fn keepalives(
+        &self,
+        leases: usize,
+        ttl: Duration,
+        concurrency: usize,
+        window: Duration,
+    ) -> anyhow::Result<u64>;
+    /// Make `n` elections each have a leader, held by `sessions` sessions (leases) that are
+    /// kept alive in the background until the returned guard is dropped.
+    async fn hold_elections(
+        &self,
+        n: usize,
+        sessions: usize,
+    ) -> anyhow::Result<Box<dyn Send + Sync>>;
+}
+
+/// One client of a cluster that writes a small value durably.
+#[async_trait]
+pub trait Writer: Send + Sync {
+    /// Write `value` to `key`; `Ok` only once the cluster acknowledged the write as committed
+    /// (durable on a majority). Gives up after `timeout`.
+    async fn put(&self, key: &str, value: &[u8], timeout: Duration) -> anyhow::Result<()>;
+}
+
+/// Start a cluster of `system` with `profile`.
+pub async fn start(
+    system: System,
+    profile: Profile,
+    env: &Env,
+) -> anyhow::Result<Box<dyn Cluster>> {
+    let cluster: Box<dyn Cluster> = match system {
+        System::Tenure => Box::new(crate::tenure::TenureCluster::start(profile, env).await?),
+        System::Etcd => Box::new(crate::etcd::EtcdCluster::start(profile, env).await?),
+        System::Zookeeper => Box::new(crate::zk::ZkCluster::start(profile, env).await?),
+    };
+    Ok(cluster)
+}
+
+// ------------------------------------------------------------------------------------------
+// Process helpers shared by the implementations.
+
+/// A server process, killed (SIGKILL, which also ends a stopped process) when dropped.
+pub struct Proc {
+    child: Child,
+}
+
+impl Proc {
+    /// Spawn `cmd` with stdout and stderr appended to `log`; the process dies with this one
+    /// (PR_SET_PDEATHSIG), however this one ends.
+    pub fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Proc> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("open {}", log.display()))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone().context("clone a log handle")?))
+            .stderr(Stdio::from(out));
+        // SAFETY: prctl is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("start {:?}", cmd.get_program()))?;
+        Ok(Proc { child })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still there (not exited).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Send `sig` to `pid`.
+pub fn signal(pid: u32, sig: libc::c_int) -> anyhow::Result<()> {
+    // SAFETY: kill(2) on a process we started.
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+        bail!("signal {sig} to {pid}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Resident memory of `pid` in bytes (VmRSS).
+pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status"))?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| anyhow!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kb * 1024)
+}
+
+/// CPU time (user + system) used so far by `pid` and its threads.
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("read /proc/{pid}/stat"))?;
+    // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("malformed /proc/{pid}/stat"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f
+        .get(11)
+        .and_then(|u| u.parse::<u64>().ok())
+        .zip(f.get(12).and_then(|s| s.parse::<u64>().ok()))
+        .map(|(u, s)| u + s)
+        .ok_or_else(|| anyhow!("malformed /proc/{pid}/stat"))?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_micros(ticks * 1_000_000 / hz))
+}
+
+/// `n` distinct free loopback ports below Linux's ephemeral range (32768 and up), so that no
+/// outgoing connection can take the port of a node that is down for a restart.
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let mut state = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    let (mut held, mut ports) = (Vec::new(), Vec::new());
+    for _ in 0..10_000 {
+        if ports.len() == n {
+            return Ok(ports);
+        }
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = 20_000 + ((state >> 33) % 12_000) as u16;
+        if ports.contains(&port) {
+            continue;
+        }
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+            ports.push(port);
+        }
+    }
+    bail!("cannot find {n} free loopback ports")
+}
+
+/// Retry `f` every 20 ms until it returns `Some`, or fail after `within` with `what`.
+pub async fn poll<T, F, Fut>(within: Duration, what: &str, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("{what}: not within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Find a program on PATH.
+pub fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(program))
+            .find(|p| p.is_file())
+    })
+}

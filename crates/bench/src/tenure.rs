@@ -1,0 +1,585 @@
+//! tenure as a benchmarked system: 3 `tenure server` processes of this very binary, driven
+//! over gRPC `tenure.v1` (the generated clients of `tenure-proto`, no client library in the
+//! way, as for etcd and ZooKeeper).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use async_trait::async_trait;
+use futures::future::join_all;
+use tenure_proto::v1;
+use tenure_proto::v1::cluster_client::ClusterClient;
+use tenure_proto::v1::elections_client::ElectionsClient;
+use tenure_proto::v1::fenced_keys_client::FencedKeysClient;
+use tenure_proto::v1::sessions_client::SessionsClient;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::system::{free_ports, poll, Cluster, Env, Proc, Profile, System, Writer};
+
+/// Requests in flight while granting sessions or campaigning in bulk.
+const BULK_INFLIGHT: usize = 64;
+/// How long one bulk request retries across leader changes.
+const BULK_BUDGET: Duration = Duration::from_secs(30);
+
+pub struct TenureCluster {
+    profile: Profile,
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    /// Per node: peer, client (gRPC) and HTTP addresses.
+    addrs: Vec<[SocketAddr; 3]>,
+    procs: Vec<Option<Proc>>,
+    /// Distinct elections for writers, so that writers never fence each other out.
+    writers: AtomicU64,
+}
+
+impl TenureCluster {
+    pub async fn start(profile: Profile, env: &Env) -> anyhow::Result<TenureCluster> {
+        let ports = free_ports(9)?;
+        let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let addrs = (0..3)
+            .map(|i| [a(ports[3 * i]), a(ports[3 * i + 1]), a(ports[3 * i + 2])])
+            .collect();
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-bench-tenure-")
+            .tempdir_in(&env.work_dir)
+            .context("create a temporary directory")?;
+        let mut c = TenureCluster {
+            profile,
+            bin: env.tenure_bin.clone(),
+            dir,
+            addrs,
+            procs: (0..3).map(|_| None).collect(),
+            writers: AtomicU64::new(0),
+        };
+        for i in 0..3 {
+            c.spawn(i)?;
+        }
+        Ok(c)
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let dir = self.dir.path();
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("server")
+            .args(["--id", &(i + 1).to_string()])
+            .arg("--data-dir")
+            .arg(dir.join(format!("n{i}")));
+        // tenure's shipped defaults are the equalized profile's numbers (T = 150 ms,
+        // heartbeat 30 ms); they are spelled out for the equalized profile only, so that the
+        // defaults profile runs whatever the server ships.
+        if self.profile == Profile::Equalized {
+            cmd.args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"]);
+        }
+        for (n, [peer, client, http]) in self.addrs.iter().enumerate() {
+            cmd.arg("--node")
+                .arg(format!("{}={peer},{client},{http}", n + 1));
+        }
+        cmd.env("NO_COLOR", "1");
+        let p = Proc::spawn(cmd, &dir.join(format!("n{i}.log")))?;
+        self.procs[i] = Some(p);
+        Ok(())
+    }
+
+    fn channel(&self, i: usize, timeout: Duration) -> Channel {
+        Endpoint::from_shared(format!("http://{}", self.addrs[i][1]))
+            .expect("a socket address makes a valid URI")
+            .connect_timeout(Duration::from_millis(200))
+            .timeout(timeout)
+            .tcp_nodelay(true)
+            .connect_lazy()
+    }
+
+    /// Leader-following access to nodes `via`.
+    fn nodes(&self, via: &[usize]) -> Nodes {
+        Nodes::new(
+            via.iter()
+                .map(|&i| {
+                    (
+                        self.addrs[i][1].to_string(),
+                        self.channel(i, Duration::from_secs(10)),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn all(&self) -> Nodes {
+        self.nodes(&(0..self.addrs.len()).collect::<Vec<_>>())
+    }
+
+    fn running(&self) -> Vec<usize> {
+        (0..self.procs.len())
+            .filter(|&i| self.procs[i].is_some())
+            .collect()
+    }
+
+    async fn status(&self, i: usize) -> Option<v1::StatusResponse> {
+        let mut c = ClusterClient::new(self.channel(i, Duration::from_millis(300)));
+        c.status(v1::StatusRequest {})
+            .await
+            .ok()
+            .map(tonic::Response::into_inner)
+    }
+
+    /// A session of `ttl` and a fencing token of a fresh election.
+    async fn session_and_token(&self, ttl: Duration) -> anyhow::Result<(u64, String, u64)> {
+        let nodes = self.all();
+        let ttl_ms = ttl.as_millis() as u64;
+        let session = nodes
+            .call(BULK_BUDGET, |ch| async move {
+                SessionsClient::new(ch)
+                    .grant(v1::GrantRequest { ttl_ms })
+                    .await
+            })
+            .await
+            .context("grant a session")?
+            .session_id;
+        let n = self.writers.fetch_add(1, Ordering::Relaxed);
+        let election = format!("tenure-bench-writer-{n}");
+        let token = campaign(&nodes, &election, session).await?;
+        Ok((session, election, token))
+    }
+
+    /// Grant `n` sessions of `ttl`, `BULK_INFLIGHT` at a time; also returns the leader of
+    /// the moment (for streams that must start there).
+    async fn grant_many(&self, n: usize, ttl: Duration) -> anyhow::Result<(usize, Vec<u64>)> {
+        let nodes = self.all();
+        let ttl_ms = ttl.as_millis() as u64;
+        let mut ids = Vec::with_capacity(n);
+        let mut set = JoinSet::new();
+        for k in 0..n {
+            if set.len() >= BULK_INFLIGHT {
+                ids.push(join_one(&mut set).await?);
+            }
+            let nodes = nodes.clone();
+            set.spawn(async move {
+                nodes
+                    .call(BULK_BUDGET, |ch| async move {
+                        SessionsClient::new(ch)
+                            .grant(v1::GrantRequest { ttl_ms })
+                            .await
+                    })
+                    .await
+                    .with_context(|| format!("grant session {k}"))
+                    .map(|r| r.session_id)
+            });
+        }
+        while !set.is_empty() {
+            ids.push(join_one(&mut set).await?);
+        }
+        let leader = self
+            .leader()
+            .await
+            .ok_or_else(|| anyhow!("no tenure leader"))?;
+        Ok((leader, ids))
+    }
+}
+
+/// Campaign (idempotent for a session) and wait to lead; the fencing token.
+async fn campaign(nodes: &Nodes, election: &str, session_id: u64) -> anyhow::Result<u64> {
+    nodes
+        .call(BULK_BUDGET, |ch| {
+            let req = v1::CampaignRequest {
+                election: election.to_string(),
+                session_id,
+                value: Vec::new(),
+            };
+            async move { ElectionsClient::new(ch).campaign(req).await }
+        })
+        .await
+        .with_context(|| format!("campaign in {election}"))
+        .map(|r| r.token)
+}
+
+async fn join_one<T: 'static>(set: &mut JoinSet<anyhow::Result<T>>) -> anyhow::Result<T> {
+    set.join_next()
+        .await
+        .ok_or_else(|| anyhow!("no task"))?
+        .context("a task panicked")?
+}
+
+#[async_trait]
+impl Cluster for TenureCluster {
+    fn system(&self) -> System {
+        System::Tenure
+    }
+
+    fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.procs[i].as_ref().map(Proc::pid)
+    }
+
+    fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        let p = self.procs[i]
+            .take()
+            .ok_or_else(|| anyhow!("node {i} is not running"))?;
+        p.kill();
+        Ok(())
+    }
+
+    fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        if self.procs[i].is_some() {
+            bail!("node {i} is running");
+        }
+        self.spawn(i)
+    }
+
+    async fn leader(&self) -> Option<usize> {
+        let running = self.running();
+        let views = join_all(running.iter().map(|&i| self.status(i))).await;
+        let answered: Vec<&v1::StatusResponse> = views.iter().flatten().collect();
+        let first = answered.first()?;
+        let agree = answered
+            .iter()
+            .all(|v| v.leader_id == first.leader_id && v.term == first.term);
+        let leads = answered
+            .iter()
+            .any(|v| v.id == first.leader_id && v.role == "leader");
+        if !agree || !leads || first.leader_id == 0 {
+            return None;
+        }
+        let i = first.leader_id as usize - 1;
+        running.contains(&i).then_some(i)
+    }
+
+    async fn wait_stable(&self, within: Duration) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + within;
+        let leader = poll(
+            within,
+            "tenure: every running node follows one leader",
+            || async {
+                let running = self.running();
+                let views = join_all(running.iter().map(|&i| self.status(i))).await;
+                if views.iter().any(Option::is_none) {
+                    return None;
+                }
+                let l = self.leader().await?;
+                // Followers have applied what the leader had committed when asked.
+                let target = self.status(l).await?.commit_index;
+                let views = join_all(running.iter().map(|&i| self.status(i))).await;
+                views
+                    .iter()
+                    .all(|v| v.as_ref().is_some_and(|v| v.applied_index >= target))
+                    .then_some(l)
+            },
+        )
+        .await?;
+        let w = self.writer(&[leader]).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        w.put(
+            "tenure-bench-stable",
+            b"ok",
+            left.max(Duration::from_secs(1)),
+        )
+        .await
+        .context("tenure: a write through the leader")?;
+        Ok(leader)
+    }
+
+    async fn writer(&self, via: &[usize]) -> anyhow::Result<Box<dyn Writer>> {
+        if via.is_empty() {
+            bail!("a writer needs at least one node");
+        }
+        let (_, election, token) = self.session_and_token(Duration::from_secs(3600)).await?;
+        Ok(Box::new(TenureWriter {
+            nodes: self.nodes(via),
+            election,
+            token,
+        }))
+    }
+
+    async fn transfer(&self, to: usize) -> anyhow::Result<()> {
+        let leader = self
+            .leader()
+            .await
+            .ok_or_else(|| anyhow!("no tenure leader"))?;
+        ClusterClient::new(self.channel(leader, Duration::from_secs(5)))
+            .transfer_leadership(v1::TransferLeadershipRequest { to: to as u64 + 1 })
+            .await
+            .context("TransferLeadership")?;
+        Ok(())
+    }
+
+    fn url(&self) -> String {
+        let addrs: Vec<String> = self.addrs.iter().map(|a| a[1].to_string()).collect();
+        format!("tenure://{}", addrs.join(","))
+    }
+
+    async fn keepalives(
+        &self,
+        leases: usize,
+        ttl: Duration,
+        concurrency: usize,
+        window: Duration,
+    ) -> anyhow::Result<u64> {
+        let (leader, ids) = self.grant_many(leases, ttl).await?;
+        // A few streams, each with its share of the leases and of the requests in flight.
+        let streams = concurrency.clamp(1, 16);
+        let per_stream = (concurrency / streams).max(1);
+        let counted = Arc::new(AtomicU64::new(0));
+        let start = Instant::now() + Duration::from_millis(200);
+        let end = start + window;
+        let mut set = JoinSet::new();
+        for s in 0..streams {
+            let mine: Vec<u64> = ids.iter().copied().skip(s).step_by(streams).collect();
+            let ch = self.channel(leader, Duration::from_secs(3600));
+            let counted = counted.clone();
+            set.spawn(renew_stream(ch, mine, per_stream, start, end, counted));
+        }
+        while let Some(r) = set.join_next().await {
+            r.context("a keepalive task panicked")??;
+        }
+        let n = counted.load(Ordering::Relaxed);
+        revoke_many(self.channel(leader, Duration::from_secs(10)), ids).await;
+        Ok(n)
+    }
+
+    async fn hold_elections(
+        &self,
+        n: usize,
+        sessions: usize,
+    ) -> anyhow::Result<Box<dyn Send + Sync>> {
+        let sessions = sessions.max(1);
+        let (leader, ids) = self.grant_many(sessions, Duration::from_secs(10)).await?;
+        // Keep the sessions alive: one stream, each session renewed every 2.5 s.
+        let ch = self.channel(leader, Duration::from_secs(3600));
+        let keep = tokio::spawn(keep_sessions(ch.clone(), ids.clone()));
+        let nodes = self.all();
+        let mut set = JoinSet::new();
+        for k in 0..n {
+            if set.len() >= BULK_INFLIGHT {
+                join_one(&mut set).await?;
+            }
+            let nodes = nodes.clone();
+            let session_id = ids[k % ids.len()];
+            set.spawn(async move {
+                campaign(&nodes, &format!("tenure-bench-e{k}"), session_id)
+                    .await
+                    .map(|_| ())
+            });
+        }
+        while !set.is_empty() {
+            join_one(&mut set).await?;
+        }
+        Ok(Box::new(Held {
+            keep,
+            channel: ch,
+            ids,
+        }))
+    }
+}
+
+/// Elections held by sessions kept alive by `keep`; dropping it stops the keepalives and
+/// revokes the sessions.
+struct Held {
+    keep: tokio::task::JoinHandle<()>,
+    channel: Channel,
+    ids: Vec<u64>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.keep.abort();
+        let ch = self.channel.clone();
+        let ids = std::mem::take(&mut self.ids);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(revoke_many(ch, ids));
+        }
+    }
+}
+
+/// Renew `ids` on one KeepAlive stream, round robin, with at most `inflight` requests
+/// unanswered; count the acknowledgements received in [start, end).
+async fn renew_stream(
+    ch: Channel,
+    ids: Vec<u64>,
+    inflight: usize,
+    start: Instant,
+    end: Instant,
+    counted: Arc<AtomicU64>,
+) -> anyhow::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let (tx, rx) = mpsc::channel(inflight.max(1) * 2);
+    let mut responses = SessionsClient::new(ch)
+        .keep_alive(ReceiverStream::new(rx))
+        .await
+        .context("open a KeepAlive stream")?
+        .into_inner();
+    let mut next = 0usize;
+    let mut seq = 0u64;
+    let mut outstanding = 0usize;
+    tokio::time::sleep_until(start.into()).await;
+    loop {
+        while outstanding < inflight && Instant::now() < end {
+            seq += 1;
+            let req = v1::KeepAliveRequest {
+                session_id: ids[next],
+                seq,
+            };
+            next = (next + 1) % ids.len();
+            if tx.send(req).await.is_err() {
+                bail!("the KeepAlive stream closed");
+            }
+            outstanding += 1;
+        }
+        if outstanding == 0 {
+            return Ok(());
+        }
+        let r = tokio::time::timeout(Duration::from_secs(10), responses.message())
+            .await
+            .context("no keepalive answer in 10 s")?
+            .context("KeepAlive stream")?
+            .ok_or_else(|| anyhow!("the KeepAlive stream ended"))?;
+        outstanding -= 1;
+        if r.ttl_ms > 0 && Instant::now() < end {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Renew every session of `ids` every 2.5 s, forever (aborted by its owner).
+async fn keep_sessions(ch: Channel, ids: Vec<u64>) {
+    let (tx, rx) = mpsc::channel(1024);
+    let Ok(resp) = SessionsClient::new(ch)
+        .keep_alive(ReceiverStream::new(rx))
+        .await
+    else {
+        return;
+    };
+    let mut responses = resp.into_inner();
+    tokio::spawn(async move { while let Ok(Some(_)) = responses.message().await {} });
+    let mut seq = 0;
+    loop {
+        for &id in &ids {
+            seq += 1;
+            if tx
+                .send(v1::KeepAliveRequest {
+                    session_id: id,
+                    seq,
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+    }
+}
+
+/// Revoke sessions, best effort.
+async fn revoke_many(ch: Channel, ids: Vec<u64>) {
+    let mut set = JoinSet::new();
+    for id in ids {
+        if set.len() >= BULK_INFLIGHT {
+            set.join_next().await;
+        }
+        let mut c = SessionsClient::new(ch.clone());
+        set.spawn(async move {
+            let _ = c.revoke(v1::RevokeRequest { session_id: id }).await;
+        });
+    }
+    while set.join_next().await.is_some() {}
+}
+
+/// Some of the cluster's nodes, for requests that go to the leader: the guessed node is
+/// asked first, `not-leader` hints among these nodes are followed, and requests that failed
+/// because there is no leader (yet) or a node is gone are sent again until the budget ends.
+/// Only for requests that are safe to repeat (Put with the same token, Campaign of the same
+/// session, Grant).
+#[derive(Clone)]
+struct Nodes {
+    nodes: Arc<Vec<(String, Channel)>>,
+    guess: Arc<AtomicUsize>,
+}
+
+impl Nodes {
+    fn new(nodes: Vec<(String, Channel)>) -> Nodes {
+        Nodes {
+            nodes: Arc::new(nodes),
+            guess: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    async fn call<T, F, Fut>(&self, budget: Duration, mut f: F) -> anyhow::Result<T>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = Instant::now() + budget;
+        loop {
+            let i = self.guess.load(Ordering::Relaxed) % self.nodes.len();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let status = match tokio::time::timeout(left, f(self.nodes[i].1.clone())).await {
+                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Err(s)) => s,
+                Err(_) => bail!("no answer within {budget:?}"),
+            };
+            let reason = status
+                .metadata()
+                .get(tenure_proto::ERROR_KEY)
+                .and_then(|v| v.to_str().ok());
+            let retry = matches!(reason, None | Some("not-leader") | Some("unavailable"));
+            if !retry || Instant::now() >= deadline {
+                bail!("{}: {}", self.nodes[i].0, status);
+            }
+            // Follow a leader hint among these nodes, else try the next one.
+            let hinted = status
+                .metadata()
+                .get(tenure_proto::LEADER_ADDR_KEY)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|a| self.nodes.iter().position(|(n, _)| n == a));
+            let next = hinted.unwrap_or((i + 1) % self.nodes.len());
+            let _ = self
+                .guess
+                .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+            // No leader yet: ask again soon, without spinning.
+            if hinted.is_none() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+}
+
+/// Fenced Puts to some nodes; the token is this writer's own election's, so writers never
+/// fence each other out.
+struct TenureWriter {
+    nodes: Nodes,
+    election: String,
+    token: u64,
+}
+
+#[async_trait]
+impl Writer for TenureWriter {
+    async fn put(&self, key: &str, value: &[u8], timeout: Duration) -> anyhow::Result<()> {
+        self.nodes
+            .call(timeout, |ch| {
+                let req = v1::PutRequest {
+                    key: key.to_string(),
+                    value: value.to_vec(),
+                    election: self.election.clone(),
+                    token: self.token,
+                };
+                async move { FencedKeysClient::new(ch).put(req).await }
+            })
+            .await
+            .map(|_| ())
+    }
+}
