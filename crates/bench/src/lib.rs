@@ -44,6 +44,10 @@ pub struct BenchArgs {
     /// Timing profiles (comma-separated); default both.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub profiles: Vec<Profile>,
+    /// One trial of everything with tiny loads (the test suite's check that the harness
+    /// still runs; the numbers mean nothing).
+    #[arg(long, hide = true)]
+    pub smoke: bool,
     /// Trials of each failover scenario per system and profile (default 50, 5 with --quick).
     #[arg(long)]
     pub trials: Option<usize>,

@@ -67,7 +67,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         }
         return Ok(());
     }
-    let sizes = Sizes::new(args.quick, args.trials);
+    let sizes = Sizes::new(args.quick, args.smoke, args.trials);
     let chosen: Vec<Scenario> = if args.scenario == Scenario::All {
         Scenario::value_variants()
             .iter()
@@ -87,7 +87,13 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         } else {
             "release"
         },
-        if args.quick { ", --quick" } else { "" },
+        if args.smoke {
+            ", --smoke"
+        } else if args.quick {
+            ", --quick"
+        } else {
+            ""
+        },
         args.out.display()
     );
     let started = Instant::now();
@@ -166,8 +172,21 @@ struct Sizes {
 }
 
 impl Sizes {
-    fn new(quick: bool, trials: Option<usize>) -> Sizes {
-        if quick {
+    fn new(quick: bool, smoke: bool, trials: Option<usize>) -> Sizes {
+        if smoke {
+            Sizes {
+                failover_trials: trials.unwrap_or(1),
+                takeover_trials: (1, 0),
+                write_count: 20,
+                throughput_window: Duration::from_millis(500),
+                throughput_clients: vec![1, 16],
+                keepalive_leases: 100,
+                keepalive_window: Duration::from_millis(500),
+                elections: vec![1_000],
+                cpu_window: Duration::from_secs(1),
+                herd_changes: 1,
+            }
+        } else if quick {
             Sizes {
                 failover_trials: trials.unwrap_or(5),
                 takeover_trials: (trials.unwrap_or(3), 1),
@@ -269,11 +288,16 @@ async fn measure_system(
                     Err(e) => return Err(e.context(format!("{name} trial {}", trial + 1))),
                 }
             }
-            eprintln!(
-                "{tag} {name}: {} trials in {:.0} s",
-                sizes.failover_trials,
-                t.elapsed().as_secs_f64()
-            );
+            let done = report
+                .samples
+                .iter()
+                .filter(|s| s.scenario == name && s.system == system && s.profile == profile)
+                .count();
+            if done > 0 {
+                let line = format!("{done} trials took {:.0} s", t.elapsed().as_secs_f64());
+                eprintln!("{tag} {name}: {line}");
+                report.note(name, system, profile, line);
+            }
         }
     }
     if has(Scenario::Takeover)
@@ -554,10 +578,14 @@ async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow
         let secs = ttl.as_secs();
         for trial in 0..trials {
             let election = format!("takeover-{pid}-{secs}-{trial}");
+            let before = Instant::now();
             let holder = a
                 .campaign(&election, b"a", opts(ttl))
                 .await
                 .context("the holder campaigns")?;
+            if trial == 0 {
+                note_granted_ttl(report, system, profile, ttl, &holder, before);
+            }
             let standby = b
                 .join(&election, b"b", opts(ttl))
                 .await
@@ -661,6 +689,39 @@ async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow
         next.resign().await.context("the candidate resigns")?;
     }
     Ok(())
+}
+
+/// Say so when the backend granted a longer TTL than asked for (the takeover times then
+/// follow the granted one). The estimate inverts the client's own validity computation:
+/// valid_until = grant's send time + granted TTL − (2 % of the TTL + 10 ms).
+fn note_granted_ttl(
+    report: &mut Report,
+    system: System,
+    profile: Profile,
+    asked: Duration,
+    holder: &tenure::Leadership,
+    before: Instant,
+) {
+    let granted = holder.valid_until().saturating_duration_since(before);
+    let granted = granted.mul_f64(1.0 / 0.98) + Duration::from_millis(10);
+    if granted.as_secs_f64() < asked.as_secs_f64() * 1.2 {
+        return;
+    }
+    let why = match system {
+        System::Etcd => "etcd's shortest lease is 1.5 election timeouts, in whole seconds",
+        System::Zookeeper => "ZooKeeper's shortest session timeout is 2 tickTimes",
+        System::Tenure => "the cluster's --ttl-min-ms",
+    };
+    report.note(
+        "takeover",
+        system,
+        profile,
+        format!(
+            "asked for a TTL of {:.0} s, granted about {:.1} s ({why})",
+            asked.as_secs_f64(),
+            granted.as_secs_f64()
+        ),
+    );
 }
 
 /// 50 waiters queued behind a holder; wake-ups per leader change, counted by the client
