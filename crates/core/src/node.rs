@@ -180,6 +180,14 @@ struct LeaseClock {
     /// Sessions whose Expire was proposed and not yet applied.
     expiring: BTreeSet<SessionId>,
     last_checkpoint_tick: u64,
+    /// The tick of the last full pass over expiries and waiting keepalives. Both only
+    /// change with time, with coverage, or with the lease's validity, so a pass per tick
+    /// (and one whenever coverage grows) finds everything a pass per input would, without
+    /// making every input cost O(sessions + waiting keepalives).
+    duties_tick: Option<u64>,
+    /// An own Grant or Checkpoint was applied since the last full pass: waiting keepalives
+    /// may now be covered.
+    coverage_grew: bool,
     /// The term in which the leader-only parts above were built.
     leader_term: Option<Term>,
 }
@@ -584,9 +592,13 @@ impl Node {
                     self.lease
                         .coverage_tick
                         .insert(*session, proposed + 1 + ttl_ticks);
+                    self.lease.coverage_grew = true;
                 }
             }
             (Command::Checkpoint { remaining }, Response::Checkpointed) => {
+                if own.is_some() {
+                    self.lease.coverage_grew = true;
+                }
                 for (s, r) in remaining {
                     if self.sm.session(*s).is_none() {
                         continue;
@@ -632,8 +644,16 @@ impl Node {
         }
         let now = self.raft.now_tick;
         self.propose_checkpoint_if_due(now);
-        self.propose_expiries(now);
-        self.acknowledge_keepalives(now);
+        let new_tick = self.lease.duties_tick != Some(now);
+        if new_tick {
+            self.lease.duties_tick = Some(now);
+            self.propose_expiries(now);
+        }
+        if new_tick || std::mem::take(&mut self.lease.coverage_grew) {
+            self.acknowledge_keepalives(now);
+        } else {
+            self.acknowledge_newest_keepalive();
+        }
     }
 
     fn drop_leader_lease_state(&mut self) {
@@ -642,6 +662,8 @@ impl Node {
         self.lease.renewed.clear();
         self.lease.pending.clear();
         self.lease.expiring.clear();
+        self.lease.duties_tick = None;
+        self.lease.coverage_grew = false;
         self.lease.leader_term = None;
     }
 
@@ -690,6 +712,40 @@ impl Node {
             self.raft
                 .append_as_leader(Payload::Command(Command::Expire { session }));
         }
+    }
+
+    /// Acknowledge the keepalive that arrived last, if it can be at once; the others wait
+    /// for the next full pass (they were not ackable at the last one, and nothing that
+    /// would change that happened since).
+    fn acknowledge_newest_keepalive(&mut self) {
+        let Some(p) = self.lease.pending.back() else {
+            return;
+        };
+        if self.keepalive_ackable(p) {
+            let p = self.lease.pending.pop_back().expect("just looked");
+            let ttl_ticks = self.sm.session(p.session).expect("ackable").ttl_ticks;
+            self.acks.push(KeepaliveAck {
+                session: p.session,
+                tag: p.tag,
+                ttl_ticks,
+            });
+        }
+    }
+
+    /// Whether `p` can be acknowledged now: the leader lease holds, the session lives and
+    /// is not being expired, and this leader's committed entries oblige any successor to
+    /// keep the session for the TTL counted from the keepalive's arrival.
+    fn keepalive_ackable(&self, p: &PendingAck) -> bool {
+        let Some(info) = self.sm.session(p.session) else {
+            return false;
+        };
+        !self.lease.expiring.contains(&p.session)
+            && self.raft.lease_valid()
+            && self
+                .lease
+                .coverage_tick
+                .get(&p.session)
+                .is_some_and(|c| *c >= p.received_tick + 1 + info.ttl_ticks)
     }
 
     fn acknowledge_keepalives(&mut self, now: u64) {

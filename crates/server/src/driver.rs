@@ -511,8 +511,14 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
     }
 
     fn expire_old_keepalives(&mut self) {
-        self.keepalives
-            .retain(|_, p| p.received.elapsed() < KEEPALIVE_PENDING_MAX_AGE);
+        // Tags rise with arrival time, so the oldest are first: stop at the first young one
+        // (a pass over every waiting keepalive after each batch would cost O(waiting)).
+        while let Some(entry) = self.keepalives.first_entry() {
+            if entry.get().received.elapsed() < KEEPALIVE_PENDING_MAX_AGE {
+                break;
+            }
+            entry.remove();
+        }
         if self.node.status().role != Role::Leader {
             // A node that stopped leading will never acknowledge what it holds.
             for (_, p) in std::mem::take(&mut self.keepalives) {
@@ -532,7 +538,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
             .store(u64::from(status.role == Role::Leader), Relaxed);
         m.commit_index.store(status.commit, Relaxed);
         m.applied_index.store(status.applied, Relaxed);
-        let sessions = self.node.state_machine().sessions().count();
+        let sessions = self.node.state_machine().session_count();
         m.sessions.store(sessions as u64, Relaxed);
         let changed = {
             let current = self.published.borrow();

@@ -530,6 +530,11 @@ impl StateMachine {
         self.state.data.sessions.get(&id).map(|s| &s.info)
     }
 
+    /// How many sessions live.
+    pub fn session_count(&self) -> usize {
+        self.state.data.sessions.len()
+    }
+
     /// Every live session, in ascending id (that is, grant) order.
     pub fn sessions(&self) -> impl Iterator<Item = (SessionId, &SessionInfo)> + '_ {
         self.state
