@@ -37,8 +37,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(15);
 /// Requests in flight while granting, opening streams, revoking and putting candidacies.
 const BULK_IN_FLIGHT: usize = 64;
-/// Renewal tasks sharing one client connection in `keepalives`.
-const TASKS_PER_CLIENT: usize = 16;
 /// TTL of the sessions that hold elections, and how often they renew.
 const SESSION_TTL_SECS: i64 = 10;
 const SESSION_RENEW_EVERY: Duration = Duration::from_secs(3);
@@ -331,14 +329,10 @@ impl Cluster for EtcdCluster {
         // Renewals are only ever answered by the leader (followers forward them), so the
         // clients talk to it directly.
         let leader = self.wait_stable(START_TIMEOUT).await?;
-        let tasks = concurrency.clamp(1, leases.max(1));
-        let clients = connect_many(
-            &self.endpoints(&[leader])?,
-            tasks.div_ceil(TASKS_PER_CLIENT),
-        )
-        .await?;
+        let endpoint = self.endpoints(&[leader])?.remove(0);
+        let clients = connect_many(std::slice::from_ref(&endpoint), RENEW_STREAMS).await?;
         let ids = grant_many(&clients, leases, ttl_secs(ttl)?).await?;
-        let result = renew_for(&clients, &ids, tasks, window).await;
+        let result = renew_multiplexed(&endpoint, &ids, concurrency, window).await;
         revoke_many(&clients[0], ids).await;
         result
     }
@@ -539,69 +533,125 @@ async fn revoke_many(client: &Client, ids: Vec<i64>) {
 }
 
 /// One lease's open keepalive stream.
-type Renewal = (LeaseKeeper, LeaseKeepAliveStream);
+/// etcd's `LeaseKeepAlive` messages (etcdserverpb, rpc.proto), declared here because the
+/// `etcd-client` crate ties each keepalive stream to one lease, while etcd itself (and its
+/// own Go client) renews any number of leases on one stream. Renewing 10k leases over 10k
+/// streams would measure stream overhead, not etcd's renewals.
+mod raw {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct LeaseKeepAliveRequest {
+        #[prost(int64, tag = "1")]
+        pub id: i64,
+    }
 
-/// Open a stream per lease (task t's leases on client t / [`TASKS_PER_CLIENT`]), then run
-/// `tasks` renewal loops for `window`; returns the renewals acknowledged within it.
-async fn renew_for(
-    clients: &[Client],
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct LeaseKeepAliveResponse {
+        #[prost(int64, tag = "2")]
+        pub id: i64,
+        #[prost(int64, tag = "3")]
+        pub ttl: i64,
+    }
+}
+
+/// Streams that renewals are spread over (as a few clients would).
+const RENEW_STREAMS: usize = 16;
+
+/// Renew `ids` at `endpoint` over [`RENEW_STREAMS`] `LeaseKeepAlive` streams, round robin,
+/// with at most `concurrency` renewals unanswered in all, for `window`; returns the renewals
+/// acknowledged (TTL > 0) within it.
+async fn renew_multiplexed(
+    endpoint: &str,
     ids: &[i64],
-    tasks: usize,
+    concurrency: usize,
     window: Duration,
 ) -> anyhow::Result<u64> {
-    let opened = run_concurrently(
-        ids.iter().copied().enumerate(),
-        BULK_IN_FLIGHT,
-        |(i, id)| {
-            let task = i % tasks;
-            let mut lease = clients[(task / TASKS_PER_CLIENT) % clients.len()].lease_client();
-            async move {
-                let stream = lease
-                    .keep_alive(id)
-                    .await
-                    .context("etcd: open a keepalive stream")?;
-                Ok((task, stream))
-            }
-        },
-    )
-    .await;
-    let mut slices: Vec<Vec<Renewal>> = (0..tasks).map(|_| Vec::new()).collect();
-    for r in opened {
-        let (task, stream) = r?;
-        slices[task].push(stream);
-    }
-    let deadline = Instant::now() + window;
+    let streams = concurrency.clamp(1, RENEW_STREAMS);
+    let per_stream = (concurrency / streams).max(1);
+    let start = Instant::now() + Duration::from_millis(200);
+    let end = start + window;
     let mut set = JoinSet::new();
-    for slice in slices.into_iter().filter(|s| !s.is_empty()) {
-        set.spawn(renew_until(slice, deadline));
+    for s in 0..streams {
+        let mine: Vec<i64> = ids.iter().copied().skip(s).step_by(streams).collect();
+        let channel = tonic::transport::Endpoint::from_shared(endpoint.to_string())
+            .context("etcd: endpoint")?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .context("etcd: connect a renewal stream")?;
+        set.spawn(renew_stream(channel, mine, per_stream, start, end));
     }
     let mut acknowledged = 0;
     while let Some(r) = set.join_next().await {
-        acknowledged += r.context("etcd: a renewal task failed")?;
+        acknowledged += r.context("etcd: a renewal task panicked")??;
     }
     Ok(acknowledged)
 }
 
-/// Renew the leases of `slice` in turn, one renewal in flight, until `deadline`; counts the
-/// acknowledged renewals. A lease whose stream fails leaves the rotation.
-async fn renew_until(mut slice: Vec<Renewal>, deadline: Instant) -> u64 {
-    let mut acknowledged = 0;
-    let mut next = 0;
-    while !slice.is_empty() {
-        next %= slice.len();
-        let (keeper, stream) = &mut slice[next];
-        match tokio::time::timeout_at(deadline, renew_once(keeper, stream)).await {
-            Err(_) => break,
-            Ok(Ok(true)) => acknowledged += 1,
-            Ok(Ok(false)) => {}
-            Ok(Err(_)) => {
-                slice.swap_remove(next);
-                continue;
-            }
-        }
-        next += 1;
+/// One `LeaseKeepAlive` stream: `inflight` renewals unanswered at most, counting the
+/// acknowledgements received in [start, end).
+async fn renew_stream(
+    channel: tonic::transport::Channel,
+    ids: Vec<i64>,
+    inflight: usize,
+    start: Instant,
+    end: Instant,
+) -> anyhow::Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
     }
-    acknowledged
+    let (tx, rx) = tokio::sync::mpsc::channel(inflight * 2);
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .context("etcd: lease service not ready")?;
+    let path =
+        tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.Lease/LeaseKeepAlive");
+    // etcd sends the stream's response headers with its first answer, so one renewal
+    // (outside the window) goes out before the call can return.
+    tx.send(raw::LeaseKeepAliveRequest { id: ids[0] })
+        .await
+        .map_err(|_| anyhow!("etcd: the LeaseKeepAlive stream closed"))?;
+    let codec =
+        tonic_prost::ProstCodec::<raw::LeaseKeepAliveRequest, raw::LeaseKeepAliveResponse>::default(
+        );
+    let mut responses = grpc
+        .streaming(
+            tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx)),
+            path,
+            codec,
+        )
+        .await
+        .context("etcd: open a LeaseKeepAlive stream")?
+        .into_inner();
+    responses
+        .message()
+        .await
+        .context("etcd: LeaseKeepAlive stream")?
+        .ok_or_else(|| anyhow!("etcd: the LeaseKeepAlive stream ended"))?;
+    tokio::time::sleep_until(start).await;
+    let (mut next, mut outstanding, mut acknowledged) = (0usize, 0usize, 0u64);
+    loop {
+        while outstanding < inflight && Instant::now() < end {
+            let req = raw::LeaseKeepAliveRequest { id: ids[next] };
+            next = (next + 1) % ids.len();
+            if tx.send(req).await.is_err() {
+                bail!("etcd: the LeaseKeepAlive stream closed");
+            }
+            outstanding += 1;
+        }
+        if outstanding == 0 {
+            return Ok(acknowledged);
+        }
+        let r = tokio::time::timeout(Duration::from_secs(10), responses.message())
+            .await
+            .context("etcd: no renewal answered in 10 s")?
+            .context("etcd: LeaseKeepAlive stream")?
+            .ok_or_else(|| anyhow!("etcd: the LeaseKeepAlive stream ended"))?;
+        outstanding -= 1;
+        if r.ttl > 0 && Instant::now() < end {
+            acknowledged += 1;
+        }
+    }
 }
 
 /// One renewal and its answer: `true` if etcd kept the lease (TTL > 0).
