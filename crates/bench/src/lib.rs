@@ -54,6 +54,9 @@ pub struct BenchArgs {
     /// Where the table, the CSV and the plots go.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
+    /// Only draw the plots again from a `samples.csv` of an earlier run (into --out).
+    #[arg(long, hide = true, value_name = "CSV")]
+    pub replot: Option<PathBuf>,
     /// Parent directory of the clusters' temporary directories (default: the system's
     /// temporary directory). Every system's data is on this one disk.
     #[arg(long)]

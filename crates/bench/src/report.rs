@@ -86,6 +86,44 @@ impl Report {
         fs::write(path, out).with_context(|| format!("write {}", path.display()))
     }
 
+    /// The samples of a CSV written by [`Report::write_csv`] (to draw its plots again);
+    /// notes are not in the CSV. Whether more is better is inferred from the unit (rates
+    /// are, everything else is not), as the scenarios set it.
+    pub fn read_csv(path: &Path) -> anyhow::Result<Report> {
+        let text = fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        let mut report = Report::default();
+        for (n, line) in text.lines().enumerate().skip(1) {
+            let f = split_csv_line(line);
+            let bad = || anyhow::anyhow!("{}:{}: malformed line {line:?}", path.display(), n + 1);
+            if f.len() != 7 {
+                return Err(bad());
+            }
+            let system = System::ALL
+                .into_iter()
+                .find(|s| s.name() == f[3])
+                .ok_or_else(bad)?;
+            let profile = [Profile::Defaults, Profile::Equalized]
+                .into_iter()
+                .find(|p| p.name() == f[4])
+                .ok_or_else(bad)?;
+            report.add(Sample {
+                scenario: f[0].clone(),
+                metric: f[1].clone(),
+                better: if f[2].ends_with("/s") {
+                    Better::Higher
+                } else {
+                    Better::Lower
+                },
+                unit: f[2].clone(),
+                system,
+                profile,
+                trial: f[5].parse().map_err(|_| bad())?,
+                value: f[6].parse().map_err(|_| bad())?,
+            });
+        }
+        Ok(report)
+    }
+
     /// SVG plots of the distributions of scenarios with many trials; returns the files.
     ///
     /// One file per (scenario, profile) with millisecond metrics of at least
@@ -490,6 +528,27 @@ fn escape_cell(text: &str) -> String {
     text.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
+/// The fields of one CSV line as [`csv_field`] writes them (quotes doubled inside quoted
+/// fields; no line breaks inside fields).
+fn split_csv_line(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        let field = fields.last_mut().expect("never empty");
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => field.push(c),
+        }
+    }
+    fields
+}
+
 /// A CSV field, quoted (with doubled quotes) only when it has to be.
 fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
@@ -578,14 +637,25 @@ fn draw_cdf_plot(path: &Path, plot: &CdfPlot) -> anyhow::Result<()> {
         .filter_map(|c| c.sorted.last().copied())
         .filter(|x| x.is_finite())
         .fold(0.0, f64::max);
-    // Start at 0 ms so that the distance from zero, not only the spread, is visible.
-    let x_end = if x_max > 0.0 { x_max * 1.05 } else { 1.0 };
+    let x_min = plot
+        .curves
+        .iter()
+        .filter_map(|c| c.sorted.iter().copied().find(|x| x.is_finite() && *x > 0.0))
+        .fold(f64::INFINITY, f64::min);
+    // A logarithmic axis: the systems differ by orders of magnitude (a 150 ms failover
+    // next to a 10 s one), which a linear axis would squash into one corner.
+    let x_end = if x_max > 0.0 { x_max * 1.2 } else { 1.0 };
+    let x_start = if x_min.is_finite() {
+        x_min / 1.2
+    } else {
+        x_end / 10.0
+    };
     let mut chart = ChartBuilder::on(&root)
         .caption(&plot.caption, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_end, 0.0..1.0)?;
+        .build_cartesian_2d((x_start..x_end).log_scale(), 0.0..1.0)?;
     chart
         .configure_mesh()
         .x_desc(plot.x_label.as_str())
@@ -599,7 +669,11 @@ fn draw_cdf_plot(path: &Path, plot: &CdfPlot) -> anyhow::Result<()> {
     for curve in &plot.curves {
         let colour = system_colour(curve.system);
         let style = colour.stroke_width(2);
-        let points = cdf_steps(&curve.sorted);
+        // A log axis has no zero: values at or below the axis start sit on it.
+        let points: Vec<(f64, f64)> = cdf_steps(&curve.sorted)
+            .into_iter()
+            .map(|(x, y)| (x.max(x_start), y))
+            .collect();
         let series = if curve.dashed {
             chart.draw_series(DashedLineSeries::new(points, 8, 5, style))?
         } else {
@@ -637,6 +711,36 @@ fn first_seen<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_round_trip() {
+        let mut r = Report::default();
+        for v in [1.5, 2.5] {
+            r.add(Sample {
+                scenario: "write".into(),
+                metric: "throughput, 16 \"clients\"".into(),
+                unit: "writes/s".into(),
+                better: Better::Higher,
+                system: System::Etcd,
+                profile: Profile::Equalized,
+                trial: 3,
+                value: v,
+            });
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.csv");
+        r.write_csv(&path).unwrap();
+        let back = Report::read_csv(&path).unwrap();
+        assert_eq!(back.samples.len(), 2);
+        let s = &back.samples[1];
+        assert_eq!(s.metric, "throughput, 16 \"clients\"");
+        assert_eq!(
+            (s.better, s.system, s.profile, s.trial, s.value),
+            (Better::Higher, System::Etcd, Profile::Equalized, 3, 2.5)
+        );
+        std::fs::write(&path, "h\nwrite,m,ms,nosuch,defaults,0,1\n").unwrap();
+        assert!(Report::read_csv(&path).is_err());
+    }
 
     fn sample(
         scenario: &str,

@@ -57,6 +57,13 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     } else {
         args.profiles.clone()
     };
+    if let Some(csv) = &args.replot {
+        let plots = Report::read_csv(csv)?.plot(&args.out)?;
+        for p in plots {
+            println!("{}", p.display());
+        }
+        return Ok(());
+    }
     if args.scenario == Scenario::Probe {
         for &s in &systems {
             for &p in &profiles {
@@ -486,10 +493,14 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
             let (done, failed) = (done.clone(), failed.clone());
             set.spawn(async move {
                 let key = format!("client-{i}");
+                // Latency of every acknowledged write in the window, in microseconds.
+                let mut hist = latency_histogram();
                 while Instant::now() < end {
+                    let t = Instant::now();
                     match w.put(&key, &[1; 64], Duration::from_secs(5)).await {
                         Ok(()) if Instant::now() <= end => {
                             done.fetch_add(1, Ordering::Relaxed);
+                            hist.saturating_record(t.elapsed().as_micros() as u64);
                         }
                         Ok(()) => {}
                         Err(_) => {
@@ -497,9 +508,27 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
                         }
                     }
                 }
+                hist
             });
         }
-        while set.join_next().await.is_some() {}
+        let mut hist = latency_histogram();
+        while let Some(h) = set.join_next().await {
+            hist.add(h.context("a writer task panicked")?)
+                .context("merge latency histograms")?;
+        }
+        for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+            sample(
+                report,
+                "write",
+                &format!("{clients} clients: write latency {name} (HDR)"),
+                "ms",
+                Better::Lower,
+                system,
+                profile,
+                0,
+                hist.value_at_quantile(q) as f64 / 1000.0,
+            );
+        }
         let rate = done.load(Ordering::Relaxed) as f64 / sizes.throughput_window.as_secs_f64();
         let failed = failed.load(Ordering::Relaxed);
         eprintln!("[{system} {profile}] throughput with {clients} clients: {rate:.0} writes/s ({failed} failed)");
@@ -524,6 +553,11 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
         );
     }
     Ok(())
+}
+
+/// An HDR histogram of latencies in microseconds, 1 µs to 1 min, 3 significant digits.
+fn latency_histogram() -> hdrhistogram::Histogram<u64> {
+    hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
 }
 
 /// Renewals per second of many leases, every lease with one renewal in flight.

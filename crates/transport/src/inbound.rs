@@ -229,6 +229,7 @@ async fn serve_connection(
     };
     let from = hello.node_id;
     let (_registration, mut replaced) = ctx.register(from, Arc::clone(&peer));
+    peer.peer_is_up.notify_one();
     debug!(node, peer = from, peer_addr = %addr, "inbound connection from peer");
 
     let mut decoder = FrameDecoder::new(ctx.limits.frame_bytes_max);

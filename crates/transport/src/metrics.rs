@@ -127,6 +127,10 @@ pub(crate) struct PeerShared {
     pub(crate) bytes_received: Counter,
     pub(crate) dropped: Counter,
     pub(crate) reconnects: Counter,
+    /// Signalled when the peer connects to us: it is up again, so a writer waiting out a
+    /// reconnect backoff towards it should dial now rather than leave the link one-way
+    /// (a vote request that arrives but whose answer cannot leave) for up to the backoff.
+    pub(crate) peer_is_up: tokio::sync::Notify,
 }
 
 impl PeerShared {
@@ -142,6 +146,7 @@ impl PeerShared {
             bytes_received: Counter::default(),
             dropped: Counter::default(),
             reconnects: Counter::default(),
+            peer_is_up: tokio::sync::Notify::new(),
         }
     }
 

@@ -100,6 +100,10 @@ pub(crate) async fn run(
         tokio::select! {
             _ = shutdown_requested(&mut shutdown) => return,
             () = tokio::time::sleep(delay) => {}
+            // The peer just connected to us: it is back, dial at once.
+            () = ctx.peer.peer_is_up.notified(), if !ctx.peer.outbound_connected.load(Ordering::Acquire) => {
+                backoff.reset();
+            }
         }
     }
 }

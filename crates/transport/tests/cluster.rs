@@ -139,6 +139,59 @@ async fn restarted_peer_is_reconnected_and_served_again() {
     }
 }
 
+/// A peer that comes back connects to us; our writer towards it must not sit out its
+/// reconnect backoff meanwhile: until it dials, the link is one-way (a vote request gets in,
+/// its answer cannot get out), which once stretched a leader election after a restart to
+/// the whole backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_connects_to_us_is_dialled_back_at_once() {
+    let slow = |id, listener, peers| {
+        let mut c = config(id, listener, peers);
+        // Without the wake-up, the writer would wait 15 to 30 s before dialling again.
+        c.reconnect_backoff_min = Duration::from_secs(30);
+        c.reconnect_backoff_max = Duration::from_secs(30);
+        c
+    };
+    let (l1, l2) = (bind().await, bind().await);
+    let (a1, a2) = (l1.local_addr().unwrap(), l2.local_addr().unwrap());
+    let (h1, _in1) = Transport::start(slow(1, l1, BTreeMap::from([(2, a2)]))).expect("start 1");
+    let (h2, _in2) = Transport::start(slow(2, l2, BTreeMap::from([(1, a1)]))).expect("start 2");
+    let connected =
+        |h: &tenure_transport::TransportHandle, peer| h.peer_states()[&peer].outbound_connected;
+    let h = h1.clone();
+    wait_until("node 1 to reach node 2", move || connected(&h, 2)).await;
+    h2.shutdown().await;
+    let h = h1.clone();
+    wait_until("node 1 to see node 2 go", move || !connected(&h, 2)).await;
+
+    let listener = bounded("rebinding the port", async {
+        loop {
+            match TcpListener::bind(a2).await {
+                Ok(listener) => return listener,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await;
+    let (h2, mut in2) =
+        Transport::start(slow(2, listener, BTreeMap::from([(1, a1)]))).expect("restart 2");
+    let started = std::time::Instant::now();
+    let h = h1.clone();
+    wait_until("node 1 to dial the restarted node 2 back", move || {
+        connected(&h, 2)
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    h1.send(message(1, 2, 7)).expect("queued");
+    assert_eq!(recv(&mut in2).await.term, 7);
+    h1.shutdown().await;
+    h2.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_blocked_drops_both_directions_and_unblocking_restores() {
     let mut nodes = cluster(3).await;
