@@ -620,15 +620,7 @@ async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow
             if trial == 0 {
                 note_granted_ttl(report, system, profile, ttl, &holder, before);
             }
-            let standby = b
-                .join(&election, b"b", opts(ttl))
-                .await
-                .context("the candidate joins")?;
-            let waiter = tokio::spawn(async move {
-                let r = standby.leadership().await;
-                (r, Instant::now())
-            });
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let waiter = wait_to_lead(&b, &election, ttl).await?;
             // Stop right after a renewal was acknowledged, so that every trial starts from
             // the same point of the lease.
             let renewed = holder.valid_until();
@@ -694,15 +686,7 @@ async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow
             .campaign(&election, b"a", opts(ttl))
             .await
             .context("the holder campaigns")?;
-        let standby = b
-            .join(&election, b"b", opts(ttl))
-            .await
-            .context("the candidate joins")?;
-        let waiter = tokio::spawn(async move {
-            let r = standby.leadership().await;
-            (r, Instant::now())
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let waiter = wait_to_lead(&b, &election, ttl).await?;
         let t0 = Instant::now();
         holder.resign().await.context("the holder resigns")?;
         let (r, at) = tokio::time::timeout(Duration::from_secs(30), waiter)
@@ -723,6 +707,24 @@ async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow
         next.resign().await.context("the candidate resigns")?;
     }
     Ok(())
+}
+
+/// The outcome of a candidate's wait, and when it ended.
+type Waiter = tokio::task::JoinHandle<(tenure::Result<tenure::Leadership>, Instant)>;
+
+/// Join `election` through `client` and wait to lead in a task; returns once the candidate
+/// has had 100 ms to reach its wait.
+async fn wait_to_lead(client: &Client, election: &str, ttl: Duration) -> anyhow::Result<Waiter> {
+    let standby = client
+        .join(election, b"b", opts(ttl))
+        .await
+        .context("the candidate joins")?;
+    let waiter = tokio::spawn(async move {
+        let r = standby.leadership().await;
+        (r, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(waiter)
 }
 
 /// Say so when the backend granted a longer TTL than asked for (the takeover times then
@@ -844,53 +846,22 @@ async fn elections(
         "[{system} {profile}] {n} elections held in {:.1} s: rss {rss:.0?} MiB (empty {empty_rss:.0?}), idle cpu {cpu:.2?} % (empty {empty_cpu:.2?})",
         took.as_secs_f64()
     );
-    for (node, (m, p)) in rss.iter().zip(&cpu).enumerate() {
-        sample(
-            report,
-            "elections",
-            &format!("{n} elections: memory per node"),
-            "MiB",
-            Better::Lower,
-            system,
-            profile,
-            node,
-            *m,
-        );
-        sample(
-            report,
-            "elections",
-            &format!("{n} elections: idle CPU per node"),
-            "% of a core",
-            Better::Lower,
-            system,
-            profile,
-            node,
-            *p,
-        );
-    }
-    for (node, (m, p)) in empty_rss.iter().zip(&empty_cpu).enumerate() {
-        sample(
-            report,
-            "elections",
-            &format!("{n} elections: memory per node, before"),
-            "MiB",
-            Better::Lower,
-            system,
-            profile,
-            node,
-            *m,
-        );
-        sample(
-            report,
-            "elections",
-            &format!("{n} elections: idle CPU per node, before"),
-            "% of a core",
-            Better::Lower,
-            system,
-            profile,
-            node,
-            *p,
-        );
+    for (suffix, rss, cpu) in [("", &rss, &cpu), (", before", &empty_rss, &empty_cpu)] {
+        for (node, (m, p)) in rss.iter().zip(cpu).enumerate() {
+            for (what, unit, value) in [("memory", "MiB", *m), ("idle CPU", "% of a core", *p)] {
+                sample(
+                    report,
+                    "elections",
+                    &format!("{n} elections: {what} per node{suffix}"),
+                    unit,
+                    Better::Lower,
+                    system,
+                    profile,
+                    node,
+                    value,
+                );
+            }
+        }
     }
     sample(
         report,
