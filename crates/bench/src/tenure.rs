@@ -136,7 +136,10 @@ impl TenureCluster {
         let session = nodes
             .call(BULK_BUDGET, |ch| async move {
                 SessionsClient::new(ch)
-                    .grant(v1::GrantRequest { ttl_ms })
+                    .grant(v1::GrantRequest {
+                        ttl_ms,
+                        ..Default::default()
+                    })
                     .await
             })
             .await
@@ -164,7 +167,10 @@ impl TenureCluster {
                 nodes
                     .call(BULK_BUDGET, |ch| async move {
                         SessionsClient::new(ch)
-                            .grant(v1::GrantRequest { ttl_ms })
+                            .grant(v1::GrantRequest {
+                                ttl_ms,
+                                ..Default::default()
+                            })
                             .await
                     })
                     .await
@@ -191,6 +197,7 @@ async fn campaign(nodes: &Nodes, election: &str, session_id: u64) -> anyhow::Res
                 election: election.to_string(),
                 session_id,
                 value: Vec::new(),
+                ..Default::default()
             };
             async move { ElectionsClient::new(ch).campaign(req).await }
         })
@@ -493,7 +500,12 @@ async fn revoke_many(ch: Channel, ids: Vec<u64>) {
         }
         let mut c = SessionsClient::new(ch.clone());
         set.spawn(async move {
-            let _ = c.revoke(v1::RevokeRequest { session_id: id }).await;
+            let _ = c
+                .revoke(v1::RevokeRequest {
+                    session_id: id,
+                    ..Default::default()
+                })
+                .await;
         });
     }
     while set.join_next().await.is_some() {}
@@ -576,6 +588,7 @@ impl Writer for TenureWriter {
                     value: value.to_vec(),
                     election: self.election.clone(),
                     token: self.token,
+                    ..Default::default()
                 };
                 async move { FencedKeysClient::new(ch).put(req).await }
             })

@@ -176,6 +176,7 @@ async fn failover(args: FailoverArgs) -> anyhow::Result<()> {
                     value: n.to_le_bytes().to_vec(),
                     election: "measure".into(),
                     token,
+                    ..Default::default()
                 };
                 match client.put(req).await {
                     Ok(_) => acks
@@ -277,6 +278,7 @@ async fn write(args: WriteArgs) -> anyhow::Result<()> {
         value: value.clone(),
         election: "measure".into(),
         token,
+        ..Default::default()
     };
     for i in 0..100 {
         client.put(put(i)).await.context("warm-up write")?;
@@ -766,7 +768,10 @@ impl Drop for LocalCluster {
 async fn writer_token(cluster: &LocalCluster, leader: u64) -> anyhow::Result<u64> {
     let channel = cluster.channel(leader, secs(5));
     let session = v1::sessions_client::SessionsClient::new(channel.clone())
-        .grant(v1::GrantRequest { ttl_ms: 3_600_000 })
+        .grant(v1::GrantRequest {
+            ttl_ms: 3_600_000,
+            ..Default::default()
+        })
         .await
         .context("grant a session")?
         .into_inner()
@@ -776,6 +781,7 @@ async fn writer_token(cluster: &LocalCluster, leader: u64) -> anyhow::Result<u64
             election: "measure".into(),
             session_id: session,
             value: Vec::new(),
+            ..Default::default()
         })
         .await
         .context("campaign")?

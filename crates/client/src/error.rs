@@ -22,6 +22,11 @@ pub enum Error {
     /// No node answered usefully in time (no leader yet, nodes down, overload).
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// The request may or may not have taken effect, and retrying it (with the same request
+    /// id, across nodes and leader changes) did not learn which within the client's budget.
+    /// Retrying the same call later is safe: the cluster applies a request at most once.
+    #[error("outcome unknown: {0}")]
+    Indeterminate(String),
     /// A fenced write carried a token lower than one already accepted.
     #[error("stale token: the highest accepted token is {current}")]
     StaleToken {
@@ -64,7 +69,10 @@ pub enum Error {
 impl Error {
     /// Whether retrying the same request later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::NotLeader { .. } | Error::Unavailable(_))
+        matches!(
+            self,
+            Error::NotLeader { .. } | Error::Unavailable(_) | Error::Indeterminate(_)
+        )
     }
 }
 
@@ -96,6 +104,7 @@ impl From<Status> for Error {
             },
             Some("invalid-argument") => Error::InvalidArgument(message),
             Some("unavailable") => Error::Unavailable(message),
+            Some("indeterminate") | Some("request-forgotten") => Error::Indeterminate(message),
             Some(other) => Error::Backend(format!("{other}: {message}")),
             None => match s.code() {
                 tonic::Code::InvalidArgument => Error::InvalidArgument(message),

@@ -5,7 +5,8 @@
 //! does not answer, for a bounded time.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,21 @@ const REQUEST_BUDGET: Duration = Duration::from_secs(5);
 /// Keepalive requests in flight on one stream before sending waits.
 const KEEPALIVES_INFLIGHT_MAX: usize = 16;
 
+/// A random non-zero nonce for a grant request, so that its retries return the same session.
+fn grant_nonce() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    loop {
+        // The standard library's randomly keyed hasher is the random source; the counter
+        // keeps two nonces of one process apart even if keys repeat.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        let nonce = h.finish();
+        if nonce != 0 {
+            return nonce;
+        }
+    }
+}
+
 /// The cluster's nodes, as seen by one client.
 #[derive(Clone, Debug)]
 pub(crate) struct Nodes {
@@ -44,6 +60,22 @@ pub(crate) struct Nodes {
     /// Index of the node believed to lead; shared by every clone, so that one task's
     /// redirect helps the others.
     guess: Arc<AtomicUsize>,
+    /// Sequence numbers of this client's requests on its sessions (one counter for all of
+    /// them, so numbers are unique on each): every attempt of one request carries the same
+    /// number, and the cluster applies it at most once (Raft dissertation §6.3).
+    next_seq: Arc<AtomicU64>,
+}
+
+/// What an attempt's failure says about the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempted {
+    /// It definitely did not take effect (not the leader, no leader yet, …): try again.
+    Retry,
+    /// It may have taken effect (a timeout, a broken connection, `indeterminate`): try
+    /// again with the same id to learn which.
+    Unknown,
+    /// An answer: stop.
+    Answer,
 }
 
 impl Nodes {
@@ -70,7 +102,13 @@ impl Nodes {
             addrs: Arc::new(addrs),
             channels: Arc::new(channels),
             guess: Arc::new(AtomicUsize::new(0)),
+            next_seq: Arc::new(AtomicU64::new(1)),
         })
+    }
+
+    /// The next request sequence number.
+    fn seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
     }
 
     fn guess(&self) -> usize {
@@ -78,8 +116,8 @@ impl Nodes {
     }
 
     /// Learn from a failed attempt at node `i`: follow a leader hint, or move on to the next
-    /// node when `i` did not answer. Returns whether the request is worth retrying.
-    fn note_failure(&self, i: usize, s: &Status) -> bool {
+    /// node when `i` did not answer. Returns what the failure says about the request.
+    fn note_failure(&self, i: usize, s: &Status) -> Attempted {
         match reason(s) {
             Some("not-leader") => {
                 let hinted = s
@@ -91,15 +129,21 @@ impl Nodes {
                     Some(j) if j != i => self.guess.store(j, Ordering::Relaxed),
                     _ => self.advance(i),
                 }
-                true
+                Attempted::Retry
             }
             // No leader yet, a transfer, an overload: the same node will know more soon.
-            Some("unavailable") => true,
-            Some(_) => false,
-            // Transport errors and timeouts carry no reason: the node is gone or stuck.
+            Some("unavailable") => Attempted::Retry,
+            // The node lost track of it (it stopped, or caught up past it by a snapshot).
+            Some("indeterminate") => {
+                self.advance(i);
+                Attempted::Unknown
+            }
+            Some(_) => Attempted::Answer,
+            // Transport errors and timeouts carry no reason: the node is gone or stuck, and
+            // may have taken the request before it went.
             None => {
                 self.advance(i);
-                true
+                Attempted::Unknown
             }
         }
     }
@@ -112,14 +156,17 @@ impl Nodes {
             .compare_exchange(from, next, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    /// Call `f` at the guessed leader until it succeeds, fails with a non-retryable error,
-    /// or the budget runs out. Only for requests that are safe to repeat.
+    /// Call `f` at the guessed leader until it succeeds, fails with an answer, or the budget
+    /// runs out. Only for requests that are safe to repeat: reads, and writes whose every
+    /// attempt carries the same request id. If the budget runs out after an attempt that
+    /// may have taken effect, the error is [`Error::Indeterminate`], never a definite one.
     async fn call<T, F, Fut>(&self, mut f: F) -> Result<T>
     where
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let deadline = Instant::now() + REQUEST_BUDGET;
+        let mut maybe_applied = false;
         loop {
             let i = self.guess();
             let r = match tokio::time::timeout(ATTEMPT_TIMEOUT, f(self.channels[i].clone())).await {
@@ -132,8 +179,18 @@ impl Nodes {
             match r {
                 Ok(v) => return Ok(v),
                 Err(s) => {
-                    if !self.note_failure(i, &s) || Instant::now() + RETRY_PAUSE >= deadline {
+                    let attempted = self.note_failure(i, &s);
+                    maybe_applied |= attempted == Attempted::Unknown;
+                    if attempted == Attempted::Answer {
                         return Err(s.into());
+                    }
+                    if Instant::now() + RETRY_PAUSE >= deadline {
+                        let e = Error::from(s);
+                        return Err(if maybe_applied {
+                            Error::Indeterminate(e.to_string())
+                        } else {
+                            e
+                        });
                     }
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
@@ -144,10 +201,14 @@ impl Nodes {
     pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
         let ttl_ms = u64::try_from(ttl.as_millis())
             .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
+        let request_nonce = grant_nonce();
         let g = self
             .call(|ch| async move {
                 SessionsClient::new(ch)
-                    .grant(v1::GrantRequest { ttl_ms })
+                    .grant(v1::GrantRequest {
+                        ttl_ms,
+                        request_nonce,
+                    })
                     .await
             })
             .await?;
@@ -155,15 +216,19 @@ impl Nodes {
     }
 
     pub async fn revoke(&self, session: u64) -> Result<()> {
+        let request_seq = self.seq();
         let r = self
             .call(|ch| async move {
                 SessionsClient::new(ch)
                     .revoke(v1::RevokeRequest {
                         session_id: session,
+                        request_seq,
                     })
                     .await
             })
             .await;
+        // A retry of a revoke that took effect finds the session gone (its results went
+        // with it): the same end state.
         match r {
             Ok(_) | Err(Error::SessionLost) => Ok(()),
             Err(e) => Err(e),
@@ -174,12 +239,14 @@ impl Nodes {
     /// session leads. No timeout on the wait itself: a node that dies breaks the call.
     pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
         let mut unanswered_since: Option<Instant> = None;
+        let request_seq = self.seq();
         loop {
             let i = self.guess();
             let req = v1::CampaignRequest {
                 election: election.to_string(),
                 session_id: session,
                 value: value.to_vec(),
+                request_seq,
             };
             match ElectionsClient::new(self.channels[i].clone())
                 .campaign(req)
@@ -192,7 +259,8 @@ impl Nodes {
                 Err(s) => {
                     crate::note_waiter_wakeup();
                     let since = *unanswered_since.get_or_insert_with(Instant::now);
-                    if !self.note_failure(i, &s) || since.elapsed() > REQUEST_BUDGET * 4 {
+                    let attempted = self.note_failure(i, &s);
+                    if attempted == Attempted::Answer || since.elapsed() > REQUEST_BUDGET * 4 {
                         return Err(s.into());
                     }
                     tokio::time::sleep(RETRY_PAUSE).await;
@@ -202,11 +270,13 @@ impl Nodes {
     }
 
     pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
+        let request_seq = self.seq();
         let r = self
             .call(|ch| {
                 let req = v1::ResignRequest {
                     election: election.to_string(),
                     session_id: session,
+                    request_seq,
                 };
                 async move { ElectionsClient::new(ch).resign(req).await }
             })
@@ -219,12 +289,14 @@ impl Nodes {
     }
 
     pub async fn transfer(&self, election: &str, from: u64, to: u64) -> Result<u64> {
+        let request_seq = self.seq();
         let r = self
             .call(|ch| {
                 let req = v1::TransferRequest {
                     election: election.to_string(),
                     from_session_id: from,
                     to_session_id: to,
+                    request_seq,
                 };
                 async move { ElectionsClient::new(ch).transfer(req).await }
             })

@@ -22,7 +22,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::config::{Config, ConfigError};
 use crate::message::Message;
 use crate::raft::Raft;
-use crate::sm::{Command, LeaderChange, Response, SessionId, SmError, SmLimits, StateMachine};
+use crate::sm::{
+    check_request_id, Command, LeaderChange, RequestId, Response, SessionId, SmError, SmLimits,
+    StateMachine,
+};
 use crate::types::{
     Entry, HardState, Index, Membership, NodeId, Payload, Recovered, Snapshot, Term,
 };
@@ -97,6 +100,11 @@ pub struct Applied {
     pub command: Command,
     /// Its result.
     pub response: Response,
+    /// The client request the entry carried, if any.
+    pub request: Option<RequestId>,
+    /// Set when the entry was a retry of a request already applied at this earlier index:
+    /// `response` is that first application's result, and nothing changed now.
+    pub first_applied: Option<Index>,
 }
 
 /// A keepalive this leader acknowledges: the holder may count its session valid until the
@@ -136,6 +144,10 @@ pub struct Ready {
     pub leader_changes: Vec<LeaderChange>,
     /// Keepalives acknowledged.
     pub keepalive_acks: Vec<KeepaliveAck>,
+    /// Every committed entry up to this index has been applied and its result handed out
+    /// (in this Ready's `applied` or an earlier one's, or skipped over by an installed
+    /// snapshot). A proposal at or below it that got no result here never will.
+    pub applied_through: Index,
 }
 
 impl Ready {
@@ -202,6 +214,8 @@ pub struct Node {
     acks: Vec<KeepaliveAck>,
     /// Set between `ready()` and `advance()`; inputs in between are a driver bug.
     awaiting_advance: bool,
+    /// `Ready::applied_through` of the last Ready handed out.
+    applied_handed: Index,
     /// The state machine's applied index when its invariants were last checked.
     sm_checked_at: std::cell::Cell<Option<Index>>,
 }
@@ -263,6 +277,7 @@ impl Node {
             leader_changes: Vec::new(),
             acks: Vec::new(),
             awaiting_advance: false,
+            applied_handed: 0,
             sm_checked_at: std::cell::Cell::new(None),
         };
         node.reset_lease_from_state_machine();
@@ -293,6 +308,17 @@ impl Node {
     /// Propose a client command (leader only). Commands reserved to the leader and
     /// commands that break the shared limits are refused before they reach the log.
     pub fn propose(&mut self, command: Command) -> Result<Proposed, ProposeError> {
+        self.propose_request(None, command)
+    }
+
+    /// Propose a client command carrying a request id (leader only): the state machine
+    /// applies each id at most once, and a retry gets the first result (Raft dissertation
+    /// §6.3). `None` proposes the command without one.
+    pub fn propose_request(
+        &mut self,
+        id: Option<RequestId>,
+        command: Command,
+    ) -> Result<Proposed, ProposeError> {
         self.assert_not_awaiting();
         if matches!(command, Command::Expire { .. } | Command::Checkpoint { .. }) {
             return Err(ProposeError::ClientCommandNotAllowed);
@@ -301,8 +327,15 @@ impl Node {
         if let Err(e) = validate_sizes(&self.raft.config.limits, &command) {
             return Err(ProposeError::Invalid(e));
         }
+        if let Some(id) = id {
+            check_request_id(id, &command).map_err(ProposeError::Invalid)?;
+        }
         let is_grant = matches!(command, Command::Grant { .. });
-        let (index, term) = self.raft.append_as_leader(Payload::Command(command));
+        let payload = match id {
+            Some(id) => Payload::Request { id, command },
+            None => Payload::Command(command),
+        };
+        let (index, term) = self.raft.append_as_leader(payload);
         if is_grant {
             self.lease.own.insert(index, (term, self.raft.now_tick));
         }
@@ -381,7 +414,8 @@ impl Node {
                 || !self.raft.msgs.is_empty()
                 || !self.applied.is_empty()
                 || !self.leader_changes.is_empty()
-                || !self.acks.is_empty())
+                || !self.acks.is_empty()
+                || self.raft.log.applied != self.applied_handed)
     }
 
     fn raft_persisted_hard_state(&self) -> HardState {
@@ -392,7 +426,9 @@ impl Node {
     pub fn ready(&mut self) -> Ready {
         self.assert_not_awaiting();
         self.awaiting_advance = true;
+        self.applied_handed = self.raft.log.applied;
         Ready {
+            applied_through: self.raft.log.applied,
             hard_state: self.raft.take_hard_state(),
             snapshot: self.raft.snapshot_to_persist.take(),
             entries: self.raft.log.take_unstable(),
@@ -545,16 +581,30 @@ impl Node {
                 .expect("committed entry is in the log")
                 .clone();
             self.raft.log.applied = index;
-            if let Payload::Command(command) = entry.payload {
-                let response = self.sm.apply(index, &command);
+            let (request, command) = match entry.payload {
+                Payload::Command(command) => (None, command),
+                Payload::Request { id, command } => (Some(id), command),
+                Payload::Noop | Payload::Membership(_) => continue,
+            };
+            let (response, first_applied) = match request {
+                Some(id) => self.sm.apply_request(index, id, &command),
+                None => (self.sm.apply(index, &command), None),
+            };
+            if first_applied.is_none() {
                 self.on_applied(index, entry.term, &command, &response);
-                self.applied.push(Applied {
-                    index,
-                    term: entry.term,
-                    command,
-                    response,
-                });
+            } else {
+                // A retry changed nothing; only the lease clock's bookkeeping of own grants
+                // must forget the index.
+                self.lease.own.remove(&index);
             }
+            self.applied.push(Applied {
+                index,
+                term: entry.term,
+                command,
+                response,
+                request,
+                first_applied,
+            });
         }
         self.leader_changes.extend(self.sm.take_leader_changes());
         let (snap_index, _) = self.snapshot_meta();

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-use crate::sm::Command;
+use crate::sm::{Command, RequestId};
 
 /// A node's identity in the cluster. Never reused for a different node.
 pub type NodeId = u64;
@@ -66,6 +66,15 @@ pub enum Payload {
     /// A membership configuration; it takes effect as soon as it is in the log, not when
     /// committed (Raft dissertation §4.1).
     Membership(Membership),
+    // Last, so that the encoding of the variants above is unchanged.
+    /// A client's command with its request id: applied at most once per id (a retry gets
+    /// the first application's result).
+    Request {
+        /// Which request of which client.
+        id: RequestId,
+        /// The command.
+        command: Command,
+    },
 }
 
 /// One entry of the replicated log.

@@ -1063,6 +1063,7 @@ fn fmt_entry(e: &Entry) -> String {
         Payload::Noop => "Noop".to_owned(),
         Payload::Command(c) => fmt_command(c),
         Payload::Membership(m) => format!("Config({})", fmt_membership(m)),
+        Payload::Request { id, command } => format!("{id:?} {}", fmt_command(command)),
     };
     format!("{}@{} {what}", e.index, e.term)
 }

@@ -15,6 +15,7 @@ fn limits() -> SmLimits {
         key_bytes_max: 8,
         value_bytes_max: 4,
         candidates_per_election_max: 3,
+        results_per_session_max: 4,
     }
 }
 
@@ -41,6 +42,15 @@ impl Harness {
         self.next_index += 1;
         self.sm.check_invariants();
         response
+    }
+
+    /// Applies `command` carrying request `id`; returns the response and, for a retry, the
+    /// index of the first application.
+    fn request(&mut self, id: RequestId, command: Command) -> (Response, Option<u64>) {
+        let answer = self.sm.apply_request(self.next_index, id, &command);
+        self.next_index += 1;
+        self.sm.check_invariants();
+        answer
     }
 
     fn grant(&mut self) -> SessionId {
@@ -580,12 +590,12 @@ fn restore_refuses_bytes_that_are_not_a_snapshot() {
     ));
     assert!(matches!(restore(&[]), Err(SmDecodeError::Malformed(_))));
     let mut future = good;
-    future[0] = 2;
+    future[0] = 3;
     assert_eq!(
         restore(&future).err(),
         Some(SmDecodeError::UnsupportedFormat {
-            found: 2,
-            expected: 1
+            found: 3,
+            expected: 2
         })
     );
 }
@@ -801,4 +811,175 @@ fn the_random_command_test_catches_the_stale_fence_bug() {
         Err(TestError::Fail(reason, _)) => assert!(reason.message().contains("went back to token")),
         other => panic!("the stale fence bug went unnoticed: {other:?}"),
     }
+}
+
+// ----- Raft dissertation §6.3: retried requests are applied at most once -------------------
+
+fn put_value(key: &str, value: &[u8], election: &str, token: u64) -> Command {
+    Command::FencedPut {
+        key: key.into(),
+        value: value.to_vec(),
+        election: election.into(),
+        token,
+    }
+}
+
+#[test]
+fn a_retried_request_returns_its_first_result_and_changes_nothing() {
+    let mut h = Harness::new();
+    let s = h.grant();
+    let id = RequestId::Session { session: s, seq: 1 };
+    let (first, replay) = h.request(id, campaign("e", s, b"v"));
+    assert!(replay.is_none());
+    let first_index = h.next_index - 1;
+    let t = h.sm.token("e");
+    let write = RequestId::Session { session: s, seq: 2 };
+    assert_eq!(
+        h.request(write, put_value("k", b"a", "e", t)).0,
+        Response::Put
+    );
+    // A later write by the same leader, then the first write's retry: it must not put the
+    // old value back.
+    let later = RequestId::Session { session: s, seq: 3 };
+    assert_eq!(
+        h.request(later, put_value("k", b"b", "e", t)).0,
+        Response::Put
+    );
+    let digest = h.sm.digest();
+    let (again, replay) = h.request(write, put_value("k", b"a", "e", t));
+    assert_eq!(again, Response::Put);
+    assert!(replay.is_some());
+    assert_eq!(
+        h.sm.fenced("k").map(|v| v.value.clone()),
+        Some(b"b".to_vec())
+    );
+    assert_eq!(h.sm.digest(), digest, "a retry changed the state");
+    let (campaign_again, replay) = h.request(id, campaign("e", s, b"v"));
+    assert_eq!((campaign_again, replay), (first, Some(first_index)));
+    assert!(h
+        .sm
+        .take_leader_changes()
+        .iter()
+        .all(|c| c.index < first_index + 1));
+}
+
+#[test]
+fn a_retried_grant_returns_the_same_session() {
+    let mut h = Harness::new();
+    let id = RequestId::Grant { nonce: 77 };
+    let (first, _) = h.request(id, Command::Grant { ttl_ticks: 10 });
+    let (again, replay) = h.request(id, Command::Grant { ttl_ticks: 10 });
+    assert_eq!(first, again);
+    assert!(replay.is_some());
+    assert_eq!(h.sm.session_count(), 1);
+    // The nonce goes with the session: once it ended, the same nonce grants anew.
+    let Response::Granted { session, .. } = first else {
+        panic!("grant failed: {first:?}")
+    };
+    h.apply(Command::Revoke { session });
+    let (fresh, replay) = h.request(id, Command::Grant { ttl_ticks: 10 });
+    assert!(replay.is_none());
+    assert_ne!(fresh, first);
+}
+
+#[test]
+fn results_are_bounded_and_a_forgotten_retry_is_refused_not_applied() {
+    let mut h = Harness::new();
+    let s = h.grant();
+    h.campaign("e", s);
+    let t = h.sm.token("e");
+    let max = limits().results_per_session_max as u64;
+    for seq in 1..=max + 2 {
+        let id = RequestId::Session { session: s, seq };
+        assert_eq!(h.request(id, put_value("k", b"x", "e", t)).0, Response::Put);
+    }
+    assert_eq!(h.sm.remembers_since(s), Some(2));
+    let digest = h.sm.digest();
+    let old = RequestId::Session { session: s, seq: 1 };
+    assert_eq!(
+        h.request(old, put_value("k", b"y", "e", t)).0,
+        Response::Rejected(SmError::RequestForgotten { session: s, seq: 1 })
+    );
+    assert_eq!(h.sm.digest(), digest);
+    let kept = RequestId::Session { session: s, seq: 3 };
+    assert!(h.sm.remembered(kept).is_some());
+}
+
+#[test]
+fn results_go_with_their_session_and_requests_on_it_are_refused() {
+    let mut h = Harness::new();
+    let s = h.grant();
+    h.campaign("e", s);
+    let t = h.sm.token("e");
+    let id = RequestId::Session { session: s, seq: 1 };
+    h.request(id, put_value("k", b"x", "e", t));
+    h.apply(Command::Revoke { session: s });
+    assert!(h.sm.remembered(id).is_none());
+    assert_eq!(h.sm.remembers_since(s), None);
+    assert_eq!(
+        h.request(id, put_value("k", b"z", "e", t)).0,
+        Response::Rejected(SmError::UnknownSession(s))
+    );
+}
+
+#[test]
+fn request_ids_that_do_not_fit_their_command_are_refused() {
+    let mut h = Harness::new();
+    let s = h.grant();
+    let other = h.grant();
+    for (id, command) in [
+        (
+            RequestId::Grant { nonce: 0 },
+            Command::Grant { ttl_ticks: 10 },
+        ),
+        (
+            RequestId::Grant { nonce: 5 },
+            Command::Revoke { session: s },
+        ),
+        (
+            RequestId::Session { session: s, seq: 1 },
+            Command::Grant { ttl_ticks: 10 },
+        ),
+        (
+            RequestId::Session { session: s, seq: 0 },
+            put_value("k", b"x", "e", 1),
+        ),
+        (
+            RequestId::Session {
+                session: other,
+                seq: 1,
+            },
+            Command::Revoke { session: s },
+        ),
+        (
+            RequestId::Session { session: s, seq: 1 },
+            Command::Expire { session: s },
+        ),
+    ] {
+        let digest = h.sm.digest();
+        assert_eq!(
+            check_request_id(id, &command),
+            Err(SmError::BadRequestId(id))
+        );
+        assert_eq!(
+            h.request(id, command).0,
+            Response::Rejected(SmError::BadRequestId(id))
+        );
+        assert_eq!(h.sm.digest(), digest);
+    }
+}
+
+#[test]
+fn remembered_results_survive_a_snapshot() {
+    let mut h = Harness::new();
+    let s = h.grant();
+    let id = RequestId::Session { session: s, seq: 9 };
+    let first = h.request(id, campaign("e", s, b"v")).0;
+    let grant = RequestId::Grant { nonce: 3 };
+    h.request(grant, Command::Grant { ttl_ticks: 10 });
+    let restored =
+        StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot()).expect("ok");
+    assert_eq!(restored.remembered(id).map(|(_, r)| r), Some(first));
+    assert!(restored.remembered(grant).is_some());
+    assert_eq!(restored.digest(), h.sm.digest());
 }

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::sm::{Command, LeaderInfo, Response, SmError};
+use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SessionId, SmError};
 use tenure_core::types::NodeId;
 use tenure_proto::v1;
 use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
@@ -54,6 +54,7 @@ impl Api {
                 (Status::unavailable(e.to_string()), "unavailable")
             }
             ApiError::Invalid(_) => (Status::invalid_argument(e.to_string()), "invalid-argument"),
+            ApiError::Indeterminate(_) => (Status::unknown(e.to_string()), "indeterminate"),
             ApiError::UnknownSession(_) => (Status::not_found(e.to_string()), "unknown-session"),
             ApiError::Rejected(sm) => match sm {
                 SmError::StaleToken { .. } => (Status::aborted(e.to_string()), "stale-token"),
@@ -68,8 +69,13 @@ impl Api {
                 SmError::NotCandidate { .. } | SmError::NotLeader { .. } => {
                     (Status::failed_precondition(e.to_string()), "not-candidate")
                 }
+                SmError::RequestForgotten { .. } => (
+                    Status::failed_precondition(e.to_string()),
+                    "request-forgotten",
+                ),
                 SmError::TtlOutOfRange { .. }
                 | SmError::BadSize { .. }
+                | SmError::BadRequestId(_)
                 | SmError::TooManyCandidates(_) => {
                     (Status::invalid_argument(e.to_string()), "invalid-argument")
                 }
@@ -96,7 +102,16 @@ impl Api {
     }
 
     async fn run(&self, command: Command) -> Result<(u64, Response), Status> {
-        match self.driver.propose(command, self.timeout).await {
+        self.run_request(None, command).await
+    }
+
+    /// Proposes `command` with its request id, if any, and waits for the outcome.
+    async fn run_request(
+        &self,
+        request: Option<RequestId>,
+        command: Command,
+    ) -> Result<(u64, Response), Status> {
+        match self.driver.propose(request, command, self.timeout).await {
             Ok((index, Response::Rejected(e))) => {
                 let _ = index;
                 Err(self.status(ApiError::Rejected(e)))
@@ -109,6 +124,11 @@ impl Api {
     fn unexpected(r: Response) -> Status {
         Status::internal(format!("unexpected state machine response {r:?}"))
     }
+}
+
+/// The request id of a request on `session` numbered `seq` by its client (0: none).
+fn on_session(session: SessionId, seq: u64) -> Option<RequestId> {
+    (seq != 0).then_some(RequestId::Session { session, seq })
 }
 
 fn leader_to_proto(l: LeaderInfo) -> v1::LeaderInfo {
@@ -127,7 +147,8 @@ impl v1::sessions_server::Sessions for Api {
         &self,
         req: Request<v1::GrantRequest>,
     ) -> Result<tonic::Response<v1::GrantResponse>, Status> {
-        let ttl_ms = req.into_inner().ttl_ms;
+        let r = req.into_inner();
+        let ttl_ms = r.ttl_ms;
         if ttl_ms < self.config.ttl_min_ms || ttl_ms > self.config.ttl_max_ms {
             return Err(self.status(ApiError::Invalid(format!(
                 "ttl {ttl_ms} ms is outside [{}, {}] ms",
@@ -135,7 +156,13 @@ impl v1::sessions_server::Sessions for Api {
             ))));
         }
         let ttl_ticks = self.config.ms_to_ticks(ttl_ms);
-        match self.run(Command::Grant { ttl_ticks }).await? {
+        let request = (r.request_nonce != 0).then_some(RequestId::Grant {
+            nonce: r.request_nonce,
+        });
+        match self
+            .run_request(request, Command::Grant { ttl_ticks })
+            .await?
+        {
             (_, Response::Granted { session, ttl_ticks }) => {
                 Ok(tonic::Response::new(v1::GrantResponse {
                     session_id: session,
@@ -196,8 +223,13 @@ impl v1::sessions_server::Sessions for Api {
         &self,
         req: Request<v1::RevokeRequest>,
     ) -> Result<tonic::Response<v1::RevokeResponse>, Status> {
-        let session = req.into_inner().session_id;
-        self.run(Command::Revoke { session }).await?;
+        let r = req.into_inner();
+        let session = r.session_id;
+        self.run_request(
+            on_session(session, r.request_seq),
+            Command::Revoke { session },
+        )
+        .await?;
         Ok(tonic::Response::new(v1::RevokeResponse {}))
     }
 }
@@ -219,7 +251,10 @@ impl v1::elections_server::Elections for Api {
             session,
             value: r.value,
         };
-        match self.run(cmd).await? {
+        match self
+            .run_request(on_session(session, r.request_seq), cmd)
+            .await?
+        {
             (
                 _,
                 Response::Campaigned {
@@ -234,7 +269,22 @@ impl v1::elections_server::Elections for Api {
                 Response::Campaigned {
                     leader_token: None, ..
                 },
-            ) => {}
+            ) => {
+                // A retried campaign gets its first answer back ("queued"), which may be long
+                // past: leadership may have reached it since. Ask once, now that we listen.
+                if let (_, Response::LeaderIs(Some(l))) = self
+                    .run(Command::Leader {
+                        election: election.clone(),
+                    })
+                    .await?
+                {
+                    if l.session == session {
+                        return Ok(tonic::Response::new(v1::CampaignResponse {
+                            token: l.token,
+                        }));
+                    }
+                }
+            }
             (_, r) => return Err(Api::unexpected(r)),
         }
         // Wait for our turn. Only this call wakes for it: other waiters filter on their own
@@ -279,10 +329,13 @@ impl v1::elections_server::Elections for Api {
         req: Request<v1::ResignRequest>,
     ) -> Result<tonic::Response<v1::ResignResponse>, Status> {
         let r = req.into_inner();
-        self.run(Command::Resign {
-            election: r.election,
-            session: r.session_id,
-        })
+        self.run_request(
+            on_session(r.session_id, r.request_seq),
+            Command::Resign {
+                election: r.election,
+                session: r.session_id,
+            },
+        )
         .await?;
         Ok(tonic::Response::new(v1::ResignResponse {}))
     }
@@ -292,12 +345,13 @@ impl v1::elections_server::Elections for Api {
         req: Request<v1::TransferRequest>,
     ) -> Result<tonic::Response<v1::TransferResponse>, Status> {
         let r = req.into_inner();
+        let request = on_session(r.from_session_id, r.request_seq);
         let cmd = Command::Transfer {
             election: r.election,
             from: r.from_session_id,
             to: r.to_session_id,
         };
-        match self.run(cmd).await? {
+        match self.run_request(request, cmd).await? {
             (_, Response::Transferred { token }) => {
                 Ok(tonic::Response::new(v1::TransferResponse { token }))
             }
@@ -409,13 +463,14 @@ impl v1::fenced_keys_server::FencedKeys for Api {
         req: Request<v1::PutRequest>,
     ) -> Result<tonic::Response<v1::PutResponse>, Status> {
         let r = req.into_inner();
+        let request = on_session(r.session_id, r.request_seq);
         let cmd = Command::FencedPut {
             key: r.key,
             value: r.value,
             election: r.election,
             token: r.token,
         };
-        match self.run(cmd).await? {
+        match self.run_request(request, cmd).await? {
             (index, Response::Put) => Ok(tonic::Response::new(v1::PutResponse { index })),
             (_, r) => Err(Api::unexpected(r)),
         }

@@ -5,17 +5,24 @@
 //!
 //! The driver runs on its own OS thread, not a tokio task, because it blocks on fsync by
 //! design: nothing may leave the node before its state is durable.
+//!
+//! What each client is answered is decided by [`tenure_driver::DriverCore`], the sans-IO
+//! bookkeeping that the simulator runs too: this file only moves bytes, time and answers
+//! between it, the disk, the transport and the oneshot channels of the API layer.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_core::message::Message;
 use tenure_core::node::{Node, ProposeError, Role, Status};
-use tenure_core::sm::{Command, LeaderChange, Response, SessionId, SmError};
+use tenure_core::sm::{Command, LeaderChange, RequestId, Response, SessionId, SmError};
 use tenure_core::storage::Storage;
-use tenure_core::types::{Index, NodeId, Term};
+use tenure_core::types::{Index, NodeId};
+use tenure_driver::{
+    DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Micros, Outcome, Unknown,
+};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::metrics::Metrics;
@@ -49,9 +56,29 @@ pub enum ApiError {
     /// The session does not exist (or its expiry is under way).
     #[error("session {0} does not exist")]
     UnknownSession(SessionId),
-    /// The node stopped before the request was answered.
+    /// The node stopped before the request reached it; nothing was proposed.
     #[error("the node is shutting down")]
     ShuttingDown,
+    /// The command may or may not have taken effect (the node stopped, a snapshot hid its
+    /// entry, or the wait timed out). Retry with the same request id to learn which: the
+    /// retry returns the original result if it was applied, and applies it otherwise.
+    #[error("outcome unknown: {0}")]
+    Indeterminate(String),
+}
+
+impl From<Failure> for ApiError {
+    fn from(f: Failure) -> ApiError {
+        match f {
+            Failure::Refused(e) => e.into(),
+            Failure::Superseded { leader } => ApiError::NotLeader { leader },
+        }
+    }
+}
+
+impl From<Unknown> for ApiError {
+    fn from(u: Unknown) -> ApiError {
+        ApiError::Indeterminate(u.to_string())
+    }
 }
 
 impl From<ProposeError> for ApiError {
@@ -84,6 +111,8 @@ impl From<ProposeError> for ApiError {
 pub enum ClientRequest {
     /// Propose a command; answered with its result once applied on this node.
     Propose {
+        /// The client's request id, so that a retry is never applied twice.
+        request: Option<RequestId>,
         /// The command.
         command: Command,
         /// Where the answer goes.
@@ -173,37 +202,46 @@ impl DriverHandle {
             })?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(ApiError::ShuttingDown),
-            Err(_) => Err(ApiError::Unavailable(
-                "timed out waiting for the cluster".into(),
-            )),
+            // The driver took the request and went away without answering.
+            Ok(Err(_)) => Err(Unknown::Stopped.into()),
+            Err(_) => Err(ApiError::Unavailable(CALL_TIMED_OUT.into())),
         }
     }
 
-    /// Propose a command and wait for its result.
+    /// Propose a command and wait for its result. Once the request has reached the driver,
+    /// a timeout or a driver that goes away is indeterminate, never a definite failure: the
+    /// entry may be in the log and commit later.
     pub async fn propose(
         &self,
+        request: Option<RequestId>,
         command: Command,
         timeout: Duration,
     ) -> Result<(Index, Response), ApiError> {
-        self.call(|reply| ClientRequest::Propose { command, reply }, timeout)
-            .await
+        let answer = self
+            .call(
+                |reply| ClientRequest::Propose {
+                    request,
+                    command,
+                    reply,
+                },
+                timeout,
+            )
+            .await;
+        match answer {
+            Err(ApiError::Unavailable(why)) if why == CALL_TIMED_OUT => {
+                Err(Unknown::TimedOut.into())
+            }
+            Err(ApiError::Indeterminate(why)) => Err(ApiError::Indeterminate(why)),
+            other => other,
+        }
     }
 }
 
-struct PendingProposal {
-    term: Term,
-    started: Instant,
-    reply: oneshot::Sender<Result<(Index, Response), ApiError>>,
-}
+/// What [`DriverHandle::call`] says when its wait ran out.
+const CALL_TIMED_OUT: &str = "timed out waiting for the cluster";
 
-struct PendingKeepAlive {
-    received: Instant,
-    reply: oneshot::Sender<Result<u64, ApiError>>,
-}
-
-/// Keepalives unanswered after this long are dropped (the client has retried long since).
-const KEEPALIVE_PENDING_MAX_AGE: Duration = Duration::from_secs(10);
+type ProposalReply = oneshot::Sender<Result<(Index, Response), ApiError>>;
+type KeepAliveReply = oneshot::Sender<Result<u64, ApiError>>;
 
 /// The driver's state; runs on its own thread via [`Driver::run`].
 pub struct Driver<S: Storage, O: Outbox> {
@@ -215,15 +253,10 @@ pub struct Driver<S: Storage, O: Outbox> {
     leader_changes: broadcast::Sender<LeaderChange>,
     published: watch::Sender<Published>,
     metrics: Arc<Metrics>,
-    proposals: BTreeMap<Index, PendingProposal>,
-    keepalives: BTreeMap<u64, PendingKeepAlive>,
-    /// When each session's last keepalive reached this node (for the lease-age metric;
-    /// forgotten when the session ends).
-    last_keepalive: BTreeMap<SessionId, Instant>,
-    next_tag: u64,
-    last_role: Role,
-    last_leader: Option<NodeId>,
-    leaderless_since: Option<Instant>,
+    /// Who waits for what, and what they are answered: shared with the simulator.
+    core: DriverCore<ProposalReply, KeepAliveReply>,
+    /// Origin of the driver core's microsecond clock.
+    start: Instant,
 }
 
 /// Build a driver and the handle to it.
@@ -232,6 +265,7 @@ pub fn new_driver<S: Storage, O: Outbox>(
     storage: S,
     outbox: O,
     tick: Duration,
+    bugs: DriverBugs,
 ) -> (Driver<S, O>, DriverHandle) {
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (changes, _) = broadcast::channel(LEADER_CHANGES_QUEUE_MAX);
@@ -242,9 +276,8 @@ pub fn new_driver<S: Storage, O: Outbox>(
     });
     let metrics = Arc::new(Metrics::default());
     let driver = Driver {
-        last_role: status.role,
-        last_leader: status.leader,
-        leaderless_since: Some(Instant::now()),
+        core: DriverCore::new(&status, 0, bugs),
+        start: Instant::now(),
         node,
         storage,
         outbox,
@@ -253,10 +286,6 @@ pub fn new_driver<S: Storage, O: Outbox>(
         leader_changes: changes.clone(),
         published: pub_tx,
         metrics: metrics.clone(),
-        proposals: BTreeMap::new(),
-        keepalives: BTreeMap::new(),
-        last_keepalive: BTreeMap::new(),
-        next_tag: 1,
     };
     let handle = DriverHandle {
         inputs: tx,
@@ -275,7 +304,7 @@ pub struct StorageFailed(pub String);
 impl<S: Storage, O: Outbox> Driver<S, O> {
     /// Run until `Input::Shutdown` or until every input sender is gone.
     pub fn run(mut self) -> Result<(), StorageFailed> {
-        let start = Instant::now();
+        let start = self.start;
         let mut ticks_done: u64 = 0;
         // Anything the node produced while starting (replayed entries) goes out first.
         self.process_ready()?;
@@ -301,16 +330,22 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
             }
             self.catch_up_ticks(start, &mut ticks_done);
             self.process_ready()?;
-            self.expire_old_keepalives();
+            let now = self.now_us();
+            self.core.expire_keepalives(now);
+            self.deliver();
             self.publish();
             if stop {
                 break;
             }
         }
-        for (_, p) in std::mem::take(&mut self.proposals) {
-            let _ = p.reply.send(Err(ApiError::ShuttingDown));
-        }
+        // Whatever still waits may yet be committed by the others.
+        self.core.stop();
+        self.deliver();
         Ok(())
+    }
+
+    fn now_us(&self) -> Micros {
+        self.start.elapsed().as_micros() as Micros
     }
 
     /// Ticks follow the monotonic clock, not the number of wake-ups: a driver that fell
@@ -320,7 +355,8 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
         while *ticks_done < due {
             self.node.tick();
             *ticks_done += 1;
-            self.observe_role();
+            let now = self.now_us();
+            self.core.observe(&self.node, now);
         }
     }
 
@@ -334,7 +370,8 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     self.metrics.bad_peer_messages.fetch_add(1, Relaxed);
                     tracing::warn!("refused peer message: {e}");
                 }
-                self.observe_role();
+                let now = self.now_us();
+                self.core.observe(&self.node, now);
             }
             Input::Client(req) => self.handle_client(req),
         }
@@ -342,43 +379,18 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
     }
 
     fn handle_client(&mut self, req: ClientRequest) {
+        let now = self.now_us();
         match req {
-            ClientRequest::Propose { command, reply } => match self.node.propose(command) {
-                Ok(p) => {
-                    self.proposals.insert(
-                        p.index,
-                        PendingProposal {
-                            term: p.term,
-                            started: Instant::now(),
-                            reply,
-                        },
-                    );
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e.into()));
-                }
-            },
+            ClientRequest::Propose {
+                request,
+                command,
+                reply,
+            } => {
+                self.core
+                    .propose(&mut self.node, now, request, command, reply);
+            }
             ClientRequest::KeepAlive { session, reply } => {
-                let now = Instant::now();
-                if let Some(previous) = self.last_keepalive.insert(session, now) {
-                    self.metrics.lease_age_at_renewal.observe(now - previous);
-                }
-                let tag = self.next_tag;
-                self.next_tag += 1;
-                match self.node.keepalive(session, tag) {
-                    Ok(()) => {
-                        self.keepalives.insert(
-                            tag,
-                            PendingKeepAlive {
-                                received: Instant::now(),
-                                reply,
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e.into()));
-                    }
-                }
+                self.core.keepalive(&mut self.node, now, session, reply);
             }
             ClientRequest::TransferLeader { to, reply } => {
                 let _ = reply.send(self.node.transfer_leadership(to).map_err(Into::into));
@@ -400,7 +412,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
 
     fn process_ready(&mut self) -> Result<(), StorageFailed> {
         while self.node.has_ready() {
-            let ready = self.node.ready();
+            let mut ready = self.node.ready();
             if ready.hard_state.is_some() || ready.snapshot.is_some() || !ready.entries.is_empty() {
                 let started = Instant::now();
                 self.storage
@@ -413,118 +425,70 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 self.metrics.fsync_latency.observe(started.elapsed());
             }
             self.node.advance();
-            for m in ready.messages {
+            for m in std::mem::take(&mut ready.messages) {
                 self.outbox.send(m);
             }
-            for a in ready.applied {
-                self.count_applied(&a.command, &a.response);
-                if let Some(p) = self.proposals.remove(&a.index) {
-                    if p.term == a.term {
-                        self.metrics.commit_latency.observe(p.started.elapsed());
-                        let _ = p.reply.send(Ok((a.index, a.response)));
-                    } else {
-                        // Another leader's entry took this index: ours was lost, and may be
-                        // retried without risk of applying twice.
-                        let _ = p.reply.send(Err(ApiError::NotLeader {
-                            leader: self.node.status().leader,
-                        }));
-                    }
-                }
-            }
+            let now = self.now_us();
+            self.core.on_ready(&self.node, now, &ready);
             for change in ready.leader_changes {
-                self.metrics.election_leader_changes.fetch_add(1, Relaxed);
                 let _ = self.leader_changes.send(change);
             }
-            for ack in ready.keepalive_acks {
-                if let Some(p) = self.keepalives.remove(&ack.tag) {
-                    self.metrics.lease_renewal.observe(p.received.elapsed());
-                    let _ = p.reply.send(Ok(ack.ttl_ticks));
-                }
-            }
-            self.observe_role();
         }
-        // Proposals below the applied index that were never answered belonged to entries
-        // replaced by a snapshot; they were lost.
-        let applied = self.node.status().applied;
-        while let Some((&index, _)) = self.proposals.first_key_value() {
-            if index > applied {
-                break;
-            }
-            let p = self.proposals.remove(&index).expect("first key exists");
-            let _ = p.reply.send(Err(ApiError::NotLeader {
-                leader: self.node.status().leader,
-            }));
-        }
+        self.deliver();
         Ok(())
     }
 
-    fn count_applied(&mut self, command: &Command, response: &Response) {
-        if let Response::Ended { session } = response {
-            self.last_keepalive.remove(session);
+    /// Hands the driver core's answers to the waiting API calls and its events to the
+    /// metrics.
+    fn deliver(&mut self) {
+        let out = self.core.drain();
+        for a in out.answers {
+            let answer = match a.outcome {
+                Outcome::Applied { index, response } => Ok((index, response)),
+                Outcome::Failed(f) => Err(f.into()),
+                Outcome::Indeterminate(u) => Err(u.into()),
+            };
+            // A caller that gave up no longer listens; nothing to do then.
+            let _ = a.reply.send(answer);
         }
-        match (command, response) {
-            (Command::Expire { .. }, Response::Ended { .. }) => {
-                self.metrics.session_expiries.fetch_add(1, Relaxed);
-            }
-            (
-                Command::FencedPut { .. },
-                Response::Rejected(SmError::StaleToken { .. } | SmError::TokenNotIssued { .. }),
-            ) => {
-                self.metrics.fenced_rejections.fetch_add(1, Relaxed);
-            }
-            _ => {}
+        for k in out.keepalives {
+            let answer = match k.outcome {
+                KeepaliveOutcome::Acked { ttl_ticks } => Ok(ttl_ticks),
+                KeepaliveOutcome::Refused(e) => Err(e.into()),
+            };
+            let _ = k.reply.send(answer);
         }
-    }
-
-    /// Count role and leader transitions for the metrics.
-    fn observe_role(&mut self) {
-        let s = self.node.status();
-        if s.role != self.last_role {
-            match (self.last_role, s.role) {
-                (Role::Leader, _) => {
-                    self.metrics.step_downs.fetch_add(1, Relaxed);
+        let m = &self.metrics;
+        let us = |n: Micros| Duration::from_micros(n);
+        for event in out.events {
+            match event {
+                Event::Committed { latency_us } => m.commit_latency.observe(us(latency_us)),
+                Event::Renewed { latency_us } => m.lease_renewal.observe(us(latency_us)),
+                Event::LeaseAgeAtRenewal { age_us } => m.lease_age_at_renewal.observe(us(age_us)),
+                Event::StepDown => {
+                    m.step_downs.fetch_add(1, Relaxed);
                 }
-                (Role::PreCandidate, Role::Follower) => {
-                    self.metrics.pre_votes_lost.fetch_add(1, Relaxed);
+                Event::PreVoteLost => {
+                    m.pre_votes_lost.fetch_add(1, Relaxed);
                 }
-                _ => {}
-            }
-            if s.role == Role::Candidate {
-                self.metrics.elections_started.fetch_add(1, Relaxed);
-            }
-            self.last_role = s.role;
-        }
-        if s.leader != self.last_leader {
-            match (self.last_leader, s.leader) {
-                (_, None) => {
-                    self.leaderless_since.get_or_insert_with(Instant::now);
+                Event::ElectionStarted => {
+                    m.elections_started.fetch_add(1, Relaxed);
                 }
-                (_, Some(_)) => {
-                    self.metrics.leader_changes.fetch_add(1, Relaxed);
-                    if let Some(since) = self.leaderless_since.take() {
-                        self.metrics.failover.observe(since.elapsed());
+                Event::LeaderKnown { leaderless_us, .. } => {
+                    m.leader_changes.fetch_add(1, Relaxed);
+                    if let Some(gap) = leaderless_us {
+                        m.failover.observe(us(gap));
                     }
                 }
-            }
-            self.last_leader = s.leader;
-        }
-    }
-
-    fn expire_old_keepalives(&mut self) {
-        // Tags rise with arrival time, so the oldest are first: stop at the first young one
-        // (a pass over every waiting keepalive after each batch would cost O(waiting)).
-        while let Some(entry) = self.keepalives.first_entry() {
-            if entry.get().received.elapsed() < KEEPALIVE_PENDING_MAX_AGE {
-                break;
-            }
-            entry.remove();
-        }
-        if self.node.status().role != Role::Leader {
-            // A node that stopped leading will never acknowledge what it holds.
-            for (_, p) in std::mem::take(&mut self.keepalives) {
-                let _ = p.reply.send(Err(ApiError::NotLeader {
-                    leader: self.node.status().leader,
-                }));
+                Event::SessionExpired => {
+                    m.session_expiries.fetch_add(1, Relaxed);
+                }
+                Event::FencedRejection => {
+                    m.fenced_rejections.fetch_add(1, Relaxed);
+                }
+                Event::ElectionLeaderChanged => {
+                    m.election_leader_changes.fetch_add(1, Relaxed);
+                }
             }
         }
     }

@@ -55,6 +55,25 @@ pub enum ServerError {
     Driver(String),
 }
 
+/// Environment variable that switches a known bug back on in the driver core, to prove that
+/// the real-process nemesis catches it (`not-leader-after-snapshot`). Never set in production;
+/// a server started with it says so loudly.
+pub const INJECT_BUG_ENV: &str = "TENURE_INJECT_BUG";
+
+fn injected_driver_bugs() -> Result<tenure_driver::DriverBugs, ServerError> {
+    let Ok(name) = std::env::var(INJECT_BUG_ENV) else {
+        return Ok(tenure_driver::DriverBugs::default());
+    };
+    let bugs = tenure_driver::DriverBugs::from_name(&name).ok_or_else(|| {
+        ServerError::Driver(format!(
+            "{INJECT_BUG_ENV}={name:?} names no known bug (known: not-leader-after-snapshot)"
+        ))
+    })?;
+    tracing::warn!("{INJECT_BUG_ENV}={name}: a KNOWN BUG is switched on; for tests only");
+    eprintln!("WARNING: {INJECT_BUG_ENV}={name}: a known bug is switched on; for tests only");
+    Ok(bugs)
+}
+
 /// The three listeners a server needs, bound by the caller (so tests can bind port 0).
 pub struct Listeners {
     /// Raft peers.
@@ -122,8 +141,14 @@ pub async fn run(
         Transport::start(tcfg).map_err(|e| ServerError::Transport(e.to_string()))?;
 
     let tick = Duration::from_millis(config.tick_ms);
-    let (driver, handle) =
-        driver::new_driver(node, storage, TransportOutbox(transport.clone()), tick);
+    let bugs = injected_driver_bugs()?;
+    let (driver, handle) = driver::new_driver(
+        node,
+        storage,
+        TransportOutbox(transport.clone()),
+        tick,
+        bugs,
+    );
     let driver_thread = std::thread::Builder::new()
         .name(format!("tenure-driver-{}", config.id))
         .spawn(move || driver.run())?;

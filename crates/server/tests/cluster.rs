@@ -135,6 +135,7 @@ async fn paused_leader_is_replaced_steps_down_and_never_commits_what_it_accepted
             value: b"must not commit".to_vec(),
             election: "writers".into(),
             token,
+            ..Default::default()
         };
         v1::fenced_keys_client::FencedKeysClient::new(to_old)
             .put(req)
@@ -328,10 +329,13 @@ async fn expiry_trial(
     let grant = |ttl_ms| {
         let mut s = sessions.clone();
         async move {
-            s.grant(v1::GrantRequest { ttl_ms })
-                .await
-                .expect("grant")
-                .into_inner()
+            s.grant(v1::GrantRequest {
+                ttl_ms,
+                ..Default::default()
+            })
+            .await
+            .expect("grant")
+            .into_inner()
         }
     };
     let holder = grant(ttl_ms).await;
@@ -341,6 +345,7 @@ async fn expiry_trial(
         election: election.to_string(),
         session_id,
         value: value.as_bytes().to_vec(),
+        ..Default::default()
     };
     let first_token = elections
         .campaign(campaign(holder.session_id, "holder"))
@@ -684,7 +689,12 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
     let sessions_before = c.status_of(leader).await.sessions;
 
     for ttl_ms in [0, 1, 99, 3_600_001, u64::MAX] {
-        let r = sessions.grant(v1::GrantRequest { ttl_ms }).await;
+        let r = sessions
+            .grant(v1::GrantRequest {
+                ttl_ms,
+                ..Default::default()
+            })
+            .await;
         assert_error(
             r,
             Code::InvalidArgument,
@@ -697,6 +707,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         value,
         election: election.into(),
         token,
+        ..Default::default()
     };
     assert_error(
         keys.put(put("", b"x".to_vec(), "fence", token)).await,
@@ -762,6 +773,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         election: election.into(),
         session_id,
         value: Vec::new(),
+        ..Default::default()
     };
     assert_error(
         elections.campaign(campaign("", holder)).await,
@@ -784,6 +796,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
     let resign = |election: &str, session_id| v1::ResignRequest {
         election: election.into(),
         session_id,
+        ..Default::default()
     };
     assert_error(
         elections.resign(resign("no-such-election", holder)).await,
@@ -807,6 +820,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         election: "no-such-election".into(),
         from_session_id: holder,
         to_session_id: holder,
+        ..Default::default()
     };
     assert_error(
         elections.transfer(transfer).await,
@@ -851,6 +865,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         sessions
             .revoke(v1::RevokeRequest {
                 session_id: 999_999,
+                ..Default::default()
             })
             .await,
         Code::NotFound,
@@ -898,7 +913,10 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         .await
         .expect("resign");
     let newer = sessions
-        .grant(v1::GrantRequest { ttl_ms: 60_000 })
+        .grant(v1::GrantRequest {
+            ttl_ms: 60_000,
+            ..Default::default()
+        })
         .await
         .expect("grant")
         .into_inner()

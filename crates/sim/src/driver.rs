@@ -4,7 +4,9 @@
 //! 1. persist snapshot, entries and hard state to the simulated disk and fsync;
 //! 2. `advance()`;
 //! 3. send the messages;
-//! 4. answer clients from `applied`, `leader_changes` and `keepalive_acks`.
+//! 4. answer clients: what each proposal and keepalive is answered is decided by
+//!    [`tenure_driver::DriverCore`], the same code the server's driver thread runs, so the
+//!    checkers judge exactly the answers real clients get; leader changes go to watchers.
 //!
 //! Ready is taken again until `has_ready()` is false. A crash between 1's write and its fsync
 //! loses (or tears) the write and the Ready's messages are never sent.
@@ -14,7 +16,8 @@ use std::collections::{BTreeMap, VecDeque};
 use tenure_core::config::Config;
 use tenure_core::message::Body;
 use tenure_core::node::{Node, ProposeError, Ready, Role, Status};
-use tenure_core::types::{Index, NodeId, Term};
+use tenure_core::types::{Index, NodeId};
+use tenure_driver::{DriverBugs, DriverCore, Failure, KeepaliveOutcome, Outcome, ReadyParts};
 
 use crate::core_call::in_core;
 use crate::disk::{Disk, TornWrite};
@@ -27,16 +30,18 @@ use crate::rng::SimRng;
 use crate::time::SimTimeUs;
 use crate::trace::{Trace, TraceKind};
 
-/// Most keepalives a node remembers while waiting for their acks; older ones are forgotten
-/// (their clients retry with the next keepalive).
-const KEEPALIVE_WAITERS_MAX: usize = 4_096;
-
-/// A proposal waiting for its entry to be applied.
+/// Who a proposal's answer goes to: the driver core's reply handle in the simulator.
 #[derive(Clone, Copy, Debug)]
-struct Pending {
-    term: Term,
+struct ProposalFrom {
     client: ClientId,
     req_id: u64,
+}
+
+/// Who a keepalive's answer goes to, with the client's own tag.
+#[derive(Clone, Copy, Debug)]
+struct KeepaliveFrom {
+    client: ClientId,
+    tag: u64,
 }
 
 /// The pieces of the world a driver needs while handling one input.
@@ -57,6 +62,8 @@ pub struct DriveCtx<'a> {
     pub out: &'a mut Vec<(Addr, Addr, Packet)>,
     /// Probability of crashing right after sending a granted vote (0 outside the safety phase).
     pub crash_after_vote: f64,
+    /// Bugs switched on in the driver core (`--inject-bug`).
+    pub driver_bugs: DriverBugs,
 }
 
 /// How handling an input ended for the node.
@@ -108,8 +115,9 @@ pub struct NodeSlot {
     pub was_member: bool,
     /// The node's status after its last step (`None` while down).
     pub status: Option<Status>,
-    pending: BTreeMap<Index, Pending>,
-    keepalive_waiters: BTreeMap<u64, ClientId>,
+    /// The bookkeeping between the node and its clients, shared with the server; `None`
+    /// while the node is down.
+    core: Option<DriverCore<ProposalFrom, KeepaliveFrom>>,
     watchers: BTreeMap<ClientId, String>,
     commit_noted: Index,
     sm_applied_noted: Option<Index>,
@@ -140,8 +148,7 @@ impl NodeSlot {
             decommissioned: false,
             was_member,
             status: None,
-            pending: BTreeMap::new(),
-            keepalive_waiters: BTreeMap::new(),
+            core: None,
             watchers: BTreeMap::new(),
             commit_noted: 0,
             sm_applied_noted: None,
@@ -174,6 +181,7 @@ impl NodeSlot {
         self.commit_noted = status.commit;
         self.sm_applied_noted = None;
         self.status = None;
+        self.core = Some(DriverCore::new(&status, ctx.now_us, ctx.driver_bugs));
         self.node = Some(node);
         self.paused = false;
         Ok(self.drive(ctx))
@@ -186,8 +194,8 @@ impl NodeSlot {
         self.disk.crash();
         self.held.clear();
         self.missed_ticks = 0;
-        self.pending.clear();
-        self.keepalive_waiters.clear();
+        // Nothing a crashed process was waiting to answer is ever answered.
+        self.core = None;
         self.watchers.clear();
         self.paused = false;
         self.crash_mid_ready = false;
@@ -247,82 +255,114 @@ impl NodeSlot {
     }
 
     fn client_request(&mut self, client: ClientId, request: ClientRequest, ctx: &mut DriveCtx<'_>) {
-        let Some(node) = self.node.as_mut() else {
+        let (Some(node), Some(core)) = (self.node.as_mut(), self.core.as_mut()) else {
             return;
         };
         match request {
             ClientRequest::Propose {
                 req_id,
+                request,
                 command,
                 watch,
             } => {
-                let result = in_core(|| node.propose(command));
-                self.set_watch(client, watch);
-                match result {
-                    Ok(proposed) => {
-                        let pending = Pending {
-                            term: proposed.term,
-                            client,
-                            req_id,
-                        };
-                        if let Some(old) = self.pending.insert(proposed.index, pending) {
-                            // The old proposal's entry was overwritten before it was applied.
-                            self.reply(old.client, ClientReply::Retry { req_id: old.req_id }, ctx);
-                        }
-                    }
-                    Err(ProposeError::NotLeader { leader_hint }) => self.reply(
+                let from = ProposalFrom { client, req_id };
+                let proposed = in_core(|| core.propose(node, ctx.now_us, request, command, from));
+                if let Some((index, term)) = proposed {
+                    ctx.obs.push(Observation::Proposed {
+                        node: self.id,
                         client,
-                        ClientReply::NotLeader {
-                            req_id,
-                            hint: leader_hint,
-                        },
-                        ctx,
-                    ),
-                    Err(ProposeError::UnknownSession(session)) => {
-                        self.reply(client, ClientReply::SessionUnknown { req_id, session }, ctx)
-                    }
-                    Err(_) => self.reply(client, ClientReply::Busy { req_id }, ctx),
+                        req_id,
+                        index,
+                        term,
+                    });
                 }
+                self.set_watch(client, watch);
             }
             ClientRequest::Keepalive {
                 session,
                 tag,
                 watch,
             } => {
-                let result = in_core(|| node.keepalive(session, tag));
+                let from = KeepaliveFrom { client, tag };
+                in_core(|| core.keepalive(node, ctx.now_us, session, from));
                 self.set_watch(client, watch);
-                match result {
-                    Ok(()) => {
-                        if self.keepalive_waiters.len() >= KEEPALIVE_WAITERS_MAX {
-                            self.keepalive_waiters.pop_first();
-                        }
-                        self.keepalive_waiters.insert(tag, client);
-                    }
-                    Err(ProposeError::NotLeader { leader_hint }) => self.reply(
-                        client,
-                        ClientReply::KeepaliveRefused {
-                            tag,
-                            session,
-                            unknown_session: false,
-                            hint: leader_hint,
-                        },
-                        ctx,
-                    ),
-                    Err(ProposeError::UnknownSession(_)) => self.reply(
-                        client,
-                        ClientReply::KeepaliveRefused {
-                            tag,
-                            session,
-                            unknown_session: true,
-                            hint: None,
-                        },
-                        ctx,
-                    ),
-                    // A transient refusal: the client's next keepalive retries.
-                    Err(_) => {}
-                }
             }
         }
+    }
+
+    /// Turns the driver core's answers into replies on the simulated network, exactly as
+    /// the server turns them into gRPC statuses.
+    fn deliver(&mut self, ctx: &mut DriveCtx<'_>) {
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        let out = core.drain();
+        for a in out.answers {
+            let ProposalFrom { client, req_id } = a.reply;
+            let reply = match &a.outcome {
+                Outcome::Applied { index, response } => ClientReply::Applied {
+                    req_id,
+                    index: *index,
+                    response: response.clone(),
+                },
+                Outcome::Failed(Failure::Superseded { .. }) => ClientReply::Retry { req_id },
+                Outcome::Failed(Failure::Refused(ProposeError::NotLeader { leader_hint })) => {
+                    ClientReply::NotLeader {
+                        req_id,
+                        hint: *leader_hint,
+                    }
+                }
+                Outcome::Failed(Failure::Refused(ProposeError::UnknownSession(session))) => {
+                    ClientReply::SessionUnknown {
+                        req_id,
+                        session: *session,
+                    }
+                }
+                Outcome::Failed(Failure::Refused(_)) => ClientReply::Busy { req_id },
+                Outcome::Indeterminate(_) => ClientReply::Indeterminate { req_id },
+            };
+            // Refusals before the log are not answers to an appended proposal.
+            if !matches!(a.outcome, Outcome::Failed(Failure::Refused(_))) {
+                ctx.obs.push(Observation::Answered {
+                    node: self.id,
+                    client,
+                    req_id,
+                    definite_failure: matches!(a.outcome, Outcome::Failed(_)),
+                    what: format!("{:?}", a.outcome),
+                });
+            }
+            self.reply(client, reply, ctx);
+        }
+        for k in out.keepalives {
+            let KeepaliveFrom { client, tag } = k.reply;
+            let reply = match k.outcome {
+                KeepaliveOutcome::Acked { ttl_ticks } => ClientReply::KeepaliveAck {
+                    tag,
+                    session: k.session,
+                    ttl_ticks,
+                },
+                KeepaliveOutcome::Refused(ProposeError::NotLeader { leader_hint }) => {
+                    ClientReply::KeepaliveRefused {
+                        tag,
+                        session: k.session,
+                        unknown_session: false,
+                        hint: leader_hint,
+                    }
+                }
+                KeepaliveOutcome::Refused(ProposeError::UnknownSession(_)) => {
+                    ClientReply::KeepaliveRefused {
+                        tag,
+                        session: k.session,
+                        unknown_session: true,
+                        hint: None,
+                    }
+                }
+                // A transient refusal: the client's next keepalive retries.
+                KeepaliveOutcome::Refused(_) => continue,
+            };
+            self.reply(client, reply, ctx);
+        }
+        // Events feed the server's metrics; the trace already records roles and terms.
     }
 
     /// Records entries newly covered by the node's commit index.
@@ -365,6 +405,10 @@ impl NodeSlot {
                 other => return other,
             }
         }
+        if let (Some(node), Some(core)) = (self.node.as_ref(), self.core.as_mut()) {
+            in_core(|| core.observe(node, ctx.now_us));
+        }
+        self.deliver(ctx);
         self.after_step(ctx);
         Drive::Running
     }
@@ -378,6 +422,7 @@ impl NodeSlot {
             applied,
             leader_changes,
             keepalive_acks,
+            applied_through,
         } = ready;
         ctx.trace.event(
             TraceKind::Ready,
@@ -461,34 +506,18 @@ impl NodeSlot {
                 .push((Addr::Node(self.id), Addr::Node(to), Packet::Raft(message)));
         }
 
-        // 4. Answer clients.
-        let mut answered_up_to = snapshot_index.unwrap_or(0);
-        for a in &applied {
-            answered_up_to = answered_up_to.max(a.index);
-            if let Some(p) = self.pending.remove(&a.index) {
-                let reply = if p.term == a.term {
-                    ClientReply::Applied {
-                        req_id: p.req_id,
-                        index: a.index,
-                        term: a.term,
-                        response: a.response.clone(),
-                    }
-                } else {
-                    ClientReply::Retry { req_id: p.req_id }
-                };
-                self.reply(p.client, reply, ctx);
-            }
+        // 4. Answer clients: the driver core decides, `deliver` sends.
+        if let (Some(node), Some(core)) = (self.node.as_ref(), self.core.as_mut()) {
+            let parts = ReadyParts {
+                snapshot_index,
+                applied_through,
+                applied: &applied,
+                leader_changes: leader_changes.len(),
+                keepalive_acks: &keepalive_acks,
+            };
+            in_core(|| core.on_ready_parts(node, ctx.now_us, parts));
         }
-        // Proposals at indices now applied that produced no result had their entry replaced
-        // by a no-op or a configuration: they were lost.
-        while let Some((&index, _)) = self.pending.first_key_value() {
-            if index > answered_up_to {
-                break;
-            }
-            if let Some(p) = self.pending.remove(&index) {
-                self.reply(p.client, ClientReply::Retry { req_id: p.req_id }, ctx);
-            }
-        }
+        self.deliver(ctx);
         for change in &leader_changes {
             let watchers: Vec<ClientId> = self
                 .watchers
@@ -498,16 +527,6 @@ impl NodeSlot {
                 .collect();
             for client in watchers {
                 self.reply(client, ClientReply::LeaderChanged(change.clone()), ctx);
-            }
-        }
-        for ack in keepalive_acks {
-            if let Some(client) = self.keepalive_waiters.remove(&ack.tag) {
-                let reply = ClientReply::KeepaliveAck {
-                    tag: ack.tag,
-                    session: ack.session,
-                    ttl_ticks: ack.ttl_ticks,
-                };
-                self.reply(client, reply, ctx);
             }
         }
         if !applied.is_empty() || !leader_changes.is_empty() {

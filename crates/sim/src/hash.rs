@@ -6,7 +6,7 @@
 //! hasher that may change between Rust versions, so every value is fed field by field with an
 //! explicit tag per variant.
 
-use tenure_core::sm::{Command, FencedValue, LeaderInfo, Response, SmError};
+use tenure_core::sm::{Command, FencedValue, LeaderInfo, RequestId, Response, SmError};
 use tenure_core::types::{Membership, Payload};
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -151,6 +151,21 @@ pub fn payload(h: &mut Fnv64, payload: &Payload) {
         Payload::Membership(m) => {
             h.u64(3);
             membership(h, m);
+        }
+        Payload::Request { id, command: c } => {
+            h.u64(4);
+            match id {
+                RequestId::Session { session, seq } => {
+                    h.u64(1);
+                    h.u64(*session);
+                    h.u64(*seq);
+                }
+                RequestId::Grant { nonce } => {
+                    h.u64(2);
+                    h.u64(*nonce);
+                }
+            }
+            command(h, c);
         }
     }
 }

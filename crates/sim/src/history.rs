@@ -97,6 +97,8 @@ impl History {
                     index: a.index,
                     term: a.term,
                     command: a.command.clone(),
+                    request: a.request,
+                    replay_of: a.first_applied,
                     response: a.response.clone(),
                     leader_changes: changes,
                 },

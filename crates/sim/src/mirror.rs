@@ -27,7 +27,7 @@ impl EntryKind {
     pub fn of(payload: &Payload) -> EntryKind {
         match payload {
             Payload::Noop => EntryKind::Noop,
-            Payload::Command(_) => EntryKind::Command,
+            Payload::Command(_) | Payload::Request { .. } => EntryKind::Command,
             Payload::Membership(_) => EntryKind::Membership,
         }
     }

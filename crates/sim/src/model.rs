@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use tenure_core::sm::{
-    Command, FencedValue, LeaderChange, LeaderInfo, Response, SessionId, SmError,
+    Command, FencedValue, LeaderChange, LeaderInfo, RequestId, Response, SessionId, SmError,
 };
 use tenure_core::types::Index;
 
@@ -39,9 +39,56 @@ pub struct Model {
     sessions: Vec<SessionId>,
     elections: BTreeMap<String, Election>,
     fenced: BTreeMap<String, FencedValue>,
+    /// Every result of a request with an id, never forgotten: a retry of a request whose
+    /// session still lives returns it (Raft dissertation §6.3). The simulated clients keep
+    /// one request in flight per session, far below what the real state machine remembers.
+    results: BTreeMap<RequestId, Response>,
 }
 
 impl Model {
+    /// Applies the entry at `index`, which carries a client request `id` if `Some`.
+    pub fn apply_entry(
+        &mut self,
+        index: Index,
+        id: Option<RequestId>,
+        command: &Command,
+    ) -> (Response, Vec<LeaderChange>) {
+        let Some(id) = id else {
+            return self.apply(index, command);
+        };
+        let owner = match id {
+            RequestId::Session { session, .. } => Some(session),
+            RequestId::Grant { .. } => match self.results.get(&id) {
+                Some(Response::Granted { session, .. }) => Some(*session),
+                _ => None,
+            },
+        };
+        if let Some(session) = owner {
+            if !self.alive(session) {
+                // The session's results went with it; a request on it is refused.
+                if matches!(id, RequestId::Session { .. }) {
+                    return (
+                        Response::Rejected(SmError::UnknownSession(session)),
+                        Vec::new(),
+                    );
+                }
+            } else if let Some(first) = self.results.get(&id) {
+                return (first.clone(), Vec::new());
+            }
+        }
+        let (response, changes) = self.apply(index, command);
+        let read = matches!(command, Command::Get { .. } | Command::Leader { .. });
+        let keep = match (id, &response) {
+            (RequestId::Grant { .. }, Response::Granted { .. }) => true,
+            (RequestId::Grant { .. }, _) => false,
+            (RequestId::Session { session, .. }, _) => !read && self.alive(session),
+        };
+        if keep {
+            self.results.insert(id, response.clone());
+        }
+        (response, changes)
+    }
+
     /// Applies the command of the entry at `index`; returns the expected response and the
     /// leader changes it causes.
     pub fn apply(&mut self, index: Index, command: &Command) -> (Response, Vec<LeaderChange>) {

@@ -1,7 +1,7 @@
 //! What the world tells the checkers after each step.
 
 use tenure_core::node::{Applied, Role};
-use tenure_core::sm::{Command, LeaderChange, Response};
+use tenure_core::sm::{Command, LeaderChange, RequestId, Response};
 use tenure_core::types::{Index, NodeId, Term};
 
 use crate::mirror::ChainedEntry;
@@ -95,11 +95,38 @@ pub enum Observation {
         op: OpId,
         /// The client.
         client: ClientId,
-        /// The log index and term of the entry that answered it (`None` if it was refused
-        /// before reaching the log).
-        position: Option<(Index, Term)>,
+        /// The log index at which its effect is (`None` if it was refused before reaching
+        /// the log).
+        position: Option<Index>,
         /// The state machine's response, if it reached the log.
         response: Option<Response>,
+    },
+    /// A node appended a client's proposal (one attempt of an operation) at `(index, term)`.
+    Proposed {
+        /// The node.
+        node: NodeId,
+        /// The client.
+        client: ClientId,
+        /// The attempt.
+        req_id: u64,
+        /// Where the entry went.
+        index: Index,
+        /// Its term.
+        term: Term,
+    },
+    /// A node answered a proposal it had appended: `definite` if it said the command did
+    /// not and will not take effect, otherwise (applied, or indeterminate) `false`.
+    Answered {
+        /// The node.
+        node: NodeId,
+        /// The client.
+        client: ClientId,
+        /// The attempt.
+        req_id: u64,
+        /// Whether the answer was a definite failure.
+        definite_failure: bool,
+        /// The answer, for the report.
+        what: String,
     },
     /// The liveness phase started: all faults healed.
     Healed,
@@ -116,6 +143,11 @@ pub struct CanonicalEntry {
     pub term: Term,
     /// The command.
     pub command: Command,
+    /// The client request it carried, if any.
+    pub request: Option<RequestId>,
+    /// Set if the entry retried a request first applied at this index: its response is that
+    /// first result, and it changed nothing.
+    pub replay_of: Option<Index>,
     /// The state machine's response.
     pub response: Response,
     /// Leader changes caused by it.

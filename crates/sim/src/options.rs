@@ -105,16 +105,21 @@ pub enum InjectBug {
     /// Clients time their lease from the receipt of a keepalive ack instead of from the send
     /// of the keepalive (a simulator-side client bug).
     LeaseFromReceiveTime,
+    /// The driver core answers every proposal left waiting below a snapshot it caught up by
+    /// as `not-leader` (definitely failed), though the snapshot may contain it (driver-core
+    /// switch `not_leader_after_snapshot`; found by a black-box test on real servers).
+    NotLeaderAfterSnapshot,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 5] = [
+    pub const ALL: [InjectBug; 6] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
         InjectBug::NoVotePersist,
         InjectBug::LeaseFromReceiveTime,
+        InjectBug::NotLeaderAfterSnapshot,
     ];
 
     /// The command-line name.
@@ -125,6 +130,7 @@ impl InjectBug {
             InjectBug::StaleFenceAccepted => "stale-fence-accepted",
             InjectBug::NoVotePersist => "no-vote-persist",
             InjectBug::LeaseFromReceiveTime => "lease-from-receive-time",
+            InjectBug::NotLeaderAfterSnapshot => "not-leader-after-snapshot",
         }
     }
 
@@ -148,6 +154,7 @@ impl InjectBug {
             InjectBug::StaleFenceAccepted => "fencing",
             InjectBug::NoVotePersist => "election-safety",
             InjectBug::LeaseFromReceiveTime => "lease-safety",
+            InjectBug::NotLeaderAfterSnapshot => "exact-outcomes",
         }
     }
 }

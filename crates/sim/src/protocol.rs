@@ -5,8 +5,8 @@
 //! `Ready::keepalive_acks`, and leader changes pushed to watchers.
 
 use tenure_core::message::Message;
-use tenure_core::sm::{Command, LeaderChange, Response, SessionId};
-use tenure_core::types::{Index, NodeId, Term};
+use tenure_core::sm::{Command, LeaderChange, RequestId, Response, SessionId};
+use tenure_core::types::{Index, NodeId};
 
 use crate::observe::ClientId;
 
@@ -47,6 +47,8 @@ pub enum ClientRequest {
     Propose {
         /// Identifies this attempt.
         req_id: u64,
+        /// Identifies the request across attempts, so that a retry is never applied twice.
+        request: Option<RequestId>,
         /// The command.
         command: Command,
         /// The election the client campaigns in, so the node pushes its leader changes.
@@ -70,15 +72,21 @@ pub enum ClientReply {
     Applied {
         /// The attempt answered.
         req_id: u64,
-        /// The entry's index.
+        /// An index at which the command's effect is in the log (for a retried request, the
+        /// first application's).
         index: Index,
-        /// The entry's term.
-        term: Term,
         /// The state machine's response.
         response: Response,
     },
-    /// The proposal's entry was replaced by another leader's: it was lost; try again.
+    /// The proposal's entry was replaced by another leader's: it definitely did not take
+    /// effect; try again.
     Retry {
+        /// The attempt answered.
+        req_id: u64,
+    },
+    /// The proposal may or may not have taken effect (its node stopped, or caught up past it
+    /// by a snapshot); retry with the same request id to learn which.
+    Indeterminate {
         /// The attempt answered.
         req_id: u64,
     },

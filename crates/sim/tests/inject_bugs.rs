@@ -70,3 +70,8 @@ fn no_vote_persist_is_caught_by_election_safety() {
 fn lease_from_receive_time_is_caught_by_lease_safety() {
     caught_by_its_checker(InjectBug::LeaseFromReceiveTime);
 }
+
+#[test]
+fn not_leader_after_snapshot_is_caught_by_exact_outcomes() {
+    caught_by_its_checker(InjectBug::NotLeaderAfterSnapshot);
+}

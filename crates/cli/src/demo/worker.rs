@@ -203,6 +203,7 @@ impl Worker {
                     SessionsClient::new(ch)
                         .revoke(v1::RevokeRequest {
                             session_id: session,
+                            ..Default::default()
                         })
                         .await
                 }),
@@ -218,7 +219,10 @@ impl Worker {
             .nodes
             .call(REQUEST_BUDGET, |ch| async move {
                 SessionsClient::new(ch)
-                    .grant(v1::GrantRequest { ttl_ms })
+                    .grant(v1::GrantRequest {
+                        ttl_ms,
+                        ..Default::default()
+                    })
                     .await
             })
             .await;
@@ -352,6 +356,7 @@ impl Worker {
                 election: election.clone(),
                 session_id: session,
                 value: value.clone(),
+                ..Default::default()
             };
             // No timeout: the call returns when this candidate leads, which may take long.
             // A node that dies breaks the connection, and then the campaign moves on.
@@ -488,6 +493,7 @@ impl Worker {
                         value: value.clone(),
                         election: self.args.election.clone(),
                         token,
+                        ..Default::default()
                     };
                     async move { FencedKeysClient::new(ch).put(req).await }
                 })

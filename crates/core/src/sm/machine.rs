@@ -11,14 +11,17 @@ use bincode::Options;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Command, FencedValue, LeaderChange, LeaderInfo, Response, SessionId, SmError, SmLimits,
+    Command, FencedValue, LeaderChange, LeaderInfo, RequestId, Response, SessionId, SmError,
+    SmLimits,
 };
 use crate::config::InjectedBugs;
 use crate::types::Index;
 
 /// Version of the snapshot encoding, written first so that a future format is refused
 /// with a clear error instead of being misread.
-const SNAPSHOT_FORMAT: u32 = 1;
+///
+/// 2: sessions remember the results of their clients' requests, and grants their nonce.
+const SNAPSHOT_FORMAT: u32 = 2;
 
 /// What the replicated state knows about one session's lease.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +99,15 @@ struct Session {
     info: SessionInfo,
     /// Elections this session is queued in, so that ending it does not scan every election.
     elections: BTreeSet<String>,
+    /// Results of the latest requests made on this session, by sequence number, with the
+    /// index that applied each: a retry gets these back instead of applying again (Raft
+    /// dissertation §6.3). At most `results_per_session_max`; the oldest go first.
+    results: BTreeMap<u64, (Index, Response)>,
+    /// Highest sequence number whose result was forgotten to keep `results` bounded; a
+    /// request at or below it that is not in `results` is refused, never applied.
+    results_forgotten_upto: u64,
+    /// The nonce of the `Grant` request that created this session, if it carried one.
+    grant_nonce: Option<u64>,
 }
 
 /// The replicated contents: what the digest covers.
@@ -105,6 +117,9 @@ struct Data {
     /// Created on first campaign and never removed, because their tokens must never reset.
     elections: BTreeMap<String, Election>,
     fenced: BTreeMap<String, FencedValue>,
+    /// Nonce of each live session's `Grant` request → the session it created, so that a
+    /// retried grant returns the same session. Dropped with the session.
+    grant_nonces: BTreeMap<u64, SessionId>,
 }
 
 /// Everything a snapshot carries.
@@ -165,6 +180,32 @@ fn check_value(value: &[u8], max: usize) -> Result<(), SmError> {
         });
     }
     Ok(())
+}
+
+/// Refuses a request id that cannot belong to its command: zero numbers, a `Grant` without
+/// a nonce or a nonce on anything else, or a session-bound command whose id names another
+/// session. Shared by the leader's admission check and by `apply_request`, so a bad id is
+/// refused before the log and, should one reach it, refused identically on every replica.
+pub fn check_request_id(id: RequestId, command: &Command) -> Result<(), SmError> {
+    let fits = match (id, command) {
+        (RequestId::Grant { nonce }, Command::Grant { .. }) => nonce != 0,
+        (RequestId::Grant { .. }, _) | (RequestId::Session { .. }, Command::Grant { .. }) => false,
+        (RequestId::Session { seq: 0, .. }, _) => false,
+        (
+            RequestId::Session { session, .. },
+            Command::Revoke { session: own }
+            | Command::Campaign { session: own, .. }
+            | Command::Resign { session: own, .. }
+            | Command::Transfer { from: own, .. },
+        ) => session == *own,
+        (RequestId::Session { .. }, Command::Expire { .. } | Command::Checkpoint { .. }) => false,
+        (RequestId::Session { .. }, _) => true,
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(SmError::BadRequestId(id))
+    }
 }
 
 /// Called after every change to an election's queue: if the head is now a different
@@ -251,6 +292,112 @@ impl StateMachine {
         result.unwrap_or_else(Response::Rejected)
     }
 
+    /// Apply a client's command that carries a request id: the first time, as
+    /// [`StateMachine::apply`] does, remembering the result; a retry of the same id gets the
+    /// remembered result back and changes nothing (Raft dissertation §6.3). Returns the
+    /// response and, for a retry, the index that applied the request the first time.
+    ///
+    /// A request on a session that no longer exists is refused (`UnknownSession`): its
+    /// results went with the session, so applying it could apply it twice.
+    pub fn apply_request(
+        &mut self,
+        index: Index,
+        id: RequestId,
+        command: &Command,
+    ) -> (Response, Option<Index>) {
+        if let Some((first, response)) = self.remembered(id) {
+            self.advance_applied(index);
+            return (response, Some(first));
+        }
+        if let Err(e) = check_request_id(id, command) {
+            self.advance_applied(index);
+            return (Response::Rejected(e), None);
+        }
+        match id {
+            RequestId::Session { session, seq } => {
+                let refusal = match self.state.data.sessions.get(&session) {
+                    None => Some(SmError::UnknownSession(session)),
+                    Some(s) if seq <= s.results_forgotten_upto => {
+                        Some(SmError::RequestForgotten { session, seq })
+                    }
+                    Some(_) => None,
+                };
+                if let Some(e) = refusal {
+                    self.advance_applied(index);
+                    return (Response::Rejected(e), None);
+                }
+                let response = self.apply(index, command);
+                // Reads change nothing, so retrying them is harmless: nothing to remember.
+                let read = matches!(command, Command::Get { .. } | Command::Leader { .. });
+                let max = self.limits.results_per_session_max.max(1);
+                // The command may have ended the session (Revoke): its results go with it.
+                if let Some(s) = self.state.data.sessions.get_mut(&session) {
+                    if !read {
+                        s.results.insert(seq, (index, response.clone()));
+                        while s.results.len() > max {
+                            let (oldest, _) = s.results.pop_first().expect("over the limit");
+                            s.results_forgotten_upto = s.results_forgotten_upto.max(oldest);
+                        }
+                    }
+                }
+                (response, None)
+            }
+            RequestId::Grant { nonce } => {
+                let response = self.apply(index, command);
+                if let Response::Granted { session, .. } = &response {
+                    self.state.data.grant_nonces.insert(nonce, *session);
+                    if let Some(s) = self.state.data.sessions.get_mut(session) {
+                        s.grant_nonce = Some(nonce);
+                    }
+                }
+                (response, None)
+            }
+        }
+    }
+
+    /// The remembered result of request `id`, with the index that applied it.
+    pub fn remembered(&self, id: RequestId) -> Option<(Index, Response)> {
+        let data = &self.state.data;
+        match id {
+            RequestId::Session { session, seq } => data
+                .sessions
+                .get(&session)
+                .and_then(|s| s.results.get(&seq))
+                .cloned(),
+            RequestId::Grant { nonce } => {
+                let session = *data.grant_nonces.get(&nonce)?;
+                let s = data.sessions.get(&session)?;
+                Some((
+                    session,
+                    Response::Granted {
+                        session,
+                        ttl_ticks: s.info.ttl_ticks,
+                    },
+                ))
+            }
+        }
+    }
+
+    /// For a live session: the highest sequence number whose result it forgot (0 if none).
+    /// Every request above it that was applied is in the remembered results. `None` once
+    /// the session is gone, with its results.
+    pub fn remembers_since(&self, session: SessionId) -> Option<u64> {
+        self.state
+            .data
+            .sessions
+            .get(&session)
+            .map(|s| s.results_forgotten_upto)
+    }
+
+    fn advance_applied(&mut self, index: Index) {
+        assert!(
+            index > self.state.applied_index,
+            "apply index {index} does not follow applied index {}",
+            self.state.applied_index
+        );
+        self.state.applied_index = index;
+    }
+
     fn grant(&mut self, index: Index, ttl_ticks: u64) -> Result<Response, SmError> {
         let (min, max) = (self.limits.ttl_min_ticks, self.limits.ttl_max_ticks);
         if !(min..=max).contains(&ttl_ticks) {
@@ -268,6 +415,9 @@ impl StateMachine {
         let session = Session {
             info,
             elections: BTreeSet::new(),
+            results: BTreeMap::new(),
+            results_forgotten_upto: 0,
+            grant_nonce: None,
         };
         // Indices strictly increase, so the entry's index is a session id never used before.
         let previous = self.state.data.sessions.insert(index, session);
@@ -285,6 +435,9 @@ impl StateMachine {
             .sessions
             .remove(&session)
             .ok_or(SmError::UnknownSession(session))?;
+        if let Some(nonce) = ended.grant_nonce {
+            self.state.data.grant_nonces.remove(&nonce);
+        }
         // Elections are visited in name order, so the leader changes come out in the same
         // order on every replica.
         for name in &ended.elections {
@@ -627,6 +780,28 @@ impl StateMachine {
                 if queued.is_none() {
                     return Some(format!(
                         "session {id} indexes election {name:?} but is not queued there"
+                    ));
+                }
+            }
+        }
+        for (nonce, id) in &data.grant_nonces {
+            if data.sessions.get(id).and_then(|s| s.grant_nonce) != Some(*nonce) {
+                return Some(format!(
+                    "grant nonce {nonce} names session {id}, which lacks it"
+                ));
+            }
+        }
+        for (id, session) in &data.sessions {
+            if let Some(nonce) = session.grant_nonce {
+                if data.grant_nonces.get(&nonce) != Some(id) {
+                    return Some(format!("session {id}'s grant nonce {nonce} is not indexed"));
+                }
+            }
+            if let Some((&first, _)) = session.results.first_key_value() {
+                if first <= session.results_forgotten_upto {
+                    return Some(format!(
+                        "session {id} remembers request {first} at or below its forgotten mark {}",
+                        session.results_forgotten_upto
                     ));
                 }
             }

@@ -14,6 +14,30 @@ use crate::types::Index;
 /// identical on every replica.
 pub type SessionId = u64;
 
+/// Identifies one client request, so that a retry of a command that was already applied
+/// returns the original result instead of applying it again (Raft dissertation §6.3).
+///
+/// A client numbers the requests it makes on a session; the state machine remembers the
+/// latest results per session (see [`SmLimits::results_per_session_max`]) and forgets them
+/// with the session. A `Grant` has no session yet, so it carries a random nonce instead,
+/// remembered for as long as the session it created lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RequestId {
+    /// A command on an existing session.
+    Session {
+        /// The session the request is made on. For `Revoke`, `Campaign`, `Resign` and
+        /// `Transfer` it must be the command's own session (`from` for a transfer).
+        session: SessionId,
+        /// The client's sequence number for this request on the session; non-zero.
+        seq: u64,
+    },
+    /// A `Grant`.
+    Grant {
+        /// Chosen at random by the client for this grant; non-zero.
+        nonce: u64,
+    },
+}
+
 /// Limits that every replica must share (they are part of the cluster's configuration).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SmLimits {
@@ -29,6 +53,15 @@ pub struct SmLimits {
     pub value_bytes_max: usize,
     /// Most candidates queued in one election.
     pub candidates_per_election_max: usize,
+    /// Results of requests remembered per session for retries (Raft dissertation §6.3); a
+    /// retry of an older request than these is answered [`SmError::RequestForgotten`].
+    /// Clients keep fewer requests than this in flight on one session.
+    #[serde(default = "default_results_per_session_max")]
+    pub results_per_session_max: usize,
+}
+
+fn default_results_per_session_max() -> usize {
+    32
 }
 
 impl Default for SmLimits {
@@ -40,6 +73,7 @@ impl Default for SmLimits {
             key_bytes_max: 256,
             value_bytes_max: 64 * 1024,
             candidates_per_election_max: 10_000,
+            results_per_session_max: default_results_per_session_max(),
         }
     }
 }
@@ -249,6 +283,19 @@ pub enum SmError {
     /// Too many candidates in one election.
     #[error("election {0:?} has too many candidates")]
     TooManyCandidates(String),
+    /// A retried request older than every result its session still remembers: it was
+    /// applied or superseded long ago, and its result is gone. Nothing changed now.
+    #[error("request {seq} of session {session} is older than the results remembered for it")]
+    RequestForgotten {
+        /// The session.
+        session: SessionId,
+        /// The request's sequence number.
+        seq: u64,
+    },
+    /// A request id that does not fit its command (zero, or naming another session than
+    /// the command's own).
+    #[error("request id {0:?} does not fit its command")]
+    BadRequestId(RequestId),
 }
 
 /// A change of leader in one election, emitted when a command changes who leads.
@@ -263,4 +310,4 @@ pub struct LeaderChange {
 }
 
 mod machine;
-pub use machine::{SessionInfo, SmDecodeError, StateMachine};
+pub use machine::{check_request_id, SessionInfo, SmDecodeError, StateMachine};

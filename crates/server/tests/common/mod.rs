@@ -892,7 +892,10 @@ impl Client {
     pub async fn grant(&mut self, ttl_ms: u64) -> Result<u64, Status> {
         self.on_leader(secs(10), |ch| async move {
             v1::sessions_client::SessionsClient::new(ch)
-                .grant(v1::GrantRequest { ttl_ms })
+                .grant(v1::GrantRequest {
+                    ttl_ms,
+                    ..Default::default()
+                })
                 .await
         })
         .await
@@ -911,6 +914,7 @@ impl Client {
                 election: election.clone(),
                 session_id: session,
                 value: b"test".to_vec(),
+                ..Default::default()
             };
             async move {
                 v1::elections_client::ElectionsClient::new(ch)
@@ -946,6 +950,7 @@ impl Client {
             value: value.to_vec(),
             election: election.to_string(),
             token,
+            ..Default::default()
         };
         self.on_leader(within, |ch| {
             let req = req.clone();

@@ -51,6 +51,11 @@ impl Checker for Fencing {
             }
             self.tokens.insert(change.election.clone(), leader.token);
         }
+        if entry.replay_of.is_some() {
+            // A retry answered with its first result changed nothing; that result was
+            // checked when it was first applied.
+            return None;
+        }
         match (&entry.command, &entry.response) {
             (
                 Command::Campaign { election, .. },

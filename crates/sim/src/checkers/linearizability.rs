@@ -49,7 +49,9 @@ impl Checker for Linearizability {
     fn observe(&mut self, observation: &Observation, view: &View<'_>) -> Option<String> {
         match observation {
             Observation::Canonical(entry) => {
-                let (expected, changes) = self.model.apply(entry.index, &entry.command);
+                let (expected, changes) =
+                    self.model
+                        .apply_entry(entry.index, entry.request, &entry.command);
                 if expected != entry.response {
                     return Some(format!(
                         "index {}: {:?} answered {:?}; the sequential model says {:?}",
@@ -84,7 +86,7 @@ impl Checker for Linearizability {
                 response,
             } => {
                 let invoked_us = self.invoked.remove(op)?;
-                let (Some((index, _)), Some(response)) = (position, response) else {
+                let (Some(index), Some(response)) = (position, response) else {
                     return None;
                 };
                 if let Some((before, at)) = self.completed_before(invoked_us) {

@@ -15,6 +15,7 @@ use crate::observe::Observation;
 use crate::time::SimTimeUs;
 
 pub mod election_safety;
+pub mod exact_outcomes;
 pub mod fencing;
 pub mod leader_completeness;
 pub mod lease_safety;
@@ -46,7 +47,7 @@ pub trait Checker {
 }
 
 /// Names of every checker, in the order they run.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "election-safety",
     "log-matching",
     "leader-completeness",
@@ -54,6 +55,7 @@ pub const NAMES: [&str; 8] = [
     "fencing",
     "lease-safety",
     "linearizability",
+    "exact-outcomes",
     "liveness",
 ];
 
@@ -67,6 +69,7 @@ pub fn all() -> Vec<Box<dyn Checker>> {
         Box::new(fencing::Fencing::default()),
         Box::new(lease_safety::LeaseSafety::default()),
         Box::new(linearizability::Linearizability::default()),
+        Box::new(exact_outcomes::ExactOutcomes::default()),
         Box::new(liveness::Liveness::default()),
     ]
 }

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use tenure_core::sm::{Command, SessionId};
+use tenure_core::sm::{Command, RequestId, SessionId};
 use tenure_core::types::{Index, NodeId};
 
 use crate::faults::FaultMix;
@@ -232,6 +232,8 @@ struct Op {
     id: OpId,
     kind: OpKind,
     command: Command,
+    /// The same for every attempt, so that the cluster applies the op at most once.
+    request: Option<RequestId>,
     attempts: Vec<Attempt>,
 }
 
@@ -253,6 +255,9 @@ pub struct Client {
     /// Tag → (session, local send time) of keepalives awaiting acks.
     keepalives: BTreeMap<u64, (SessionId, u64)>,
     next_seq: u64,
+    /// Sequence numbers of this client's requests (one counter across its sessions, so
+    /// numbers are unique on each).
+    next_request_seq: u64,
     think_gen: u64,
     keepalive_gen: u64,
     lapse_gen: u64,
@@ -285,6 +290,7 @@ impl Client {
             op: None,
             keepalives: BTreeMap::new(),
             next_seq: 0,
+            next_request_seq: 0,
             think_gen: 0,
             keepalive_gen: 0,
             lapse_gen: 0,
@@ -464,13 +470,46 @@ impl Client {
             client: self.id,
             command: command.clone(),
         });
+        let request = self.request_id_for(kind, &command, env);
         self.op = Some(Op {
             id,
             kind,
             command,
+            request,
             attempts: Vec::new(),
         });
         self.send_attempt(env);
+    }
+
+    /// The request id an op carries, as the `tenure` client library gives them: a random
+    /// nonce for a grant, the next sequence number on the session for anything else that
+    /// changes state. Reads carry none (retrying them is harmless), nor does a frozen
+    /// client's late write: it models a writer that never heard of request ids, so that
+    /// the store's token check alone stands between it and the data.
+    fn request_id_for(
+        &mut self,
+        kind: OpKind,
+        command: &Command,
+        env: &mut ClientEnv<'_>,
+    ) -> Option<RequestId> {
+        let session = match (kind, command) {
+            (OpKind::Grant, _) => {
+                return Some(RequestId::Grant {
+                    nonce: env.rng.below(u64::MAX - 1) + 1,
+                })
+            }
+            (OpKind::Get | OpKind::LeaderRead | OpKind::Put { stale: true }, _) => return None,
+            (_, Command::Revoke { session })
+            | (_, Command::Campaign { session, .. })
+            | (_, Command::Resign { session, .. })
+            | (_, Command::Transfer { from: session, .. }) => *session,
+            _ => self.session?.id,
+        };
+        self.next_request_seq += 1;
+        Some(RequestId::Session {
+            session,
+            seq: self.next_request_seq,
+        })
     }
 
     fn send_attempt(&mut self, env: &mut ClientEnv<'_>) {
@@ -484,6 +523,7 @@ impl Client {
         });
         let request = ClientRequest::Propose {
             req_id,
+            request: op.request,
             command: op.command.clone(),
             watch,
         };

@@ -2,7 +2,7 @@
 //! lease from keepalive acks, and starting or stopping to believe it leads.
 
 use tenure_core::sm::{Command, Response, SessionId, SmError};
-use tenure_core::types::{Index, Term};
+use tenure_core::types::Index;
 
 use super::{Belief, Client, ClientAction, ClientEnv, ClientTimer, OpKind, Session};
 use crate::observe::Observation;
@@ -16,10 +16,11 @@ impl Client {
             ClientReply::Applied {
                 req_id,
                 index,
-                term,
                 response,
-            } => self.on_applied(req_id, index, term, response, env),
-            ClientReply::Retry { req_id } => {
+            } => self.on_applied(req_id, index, response, env),
+            // Definitely lost, or unknown: either way the same request id goes out again,
+            // and the cluster applies it at most once.
+            ClientReply::Retry { req_id } | ClientReply::Indeterminate { req_id } => {
                 if self.is_latest_attempt(req_id) {
                     self.send_attempt(env);
                 }
@@ -82,7 +83,6 @@ impl Client {
         &mut self,
         req_id: u64,
         index: Index,
-        term: Term,
         response: Response,
         env: &mut ClientEnv<'_>,
     ) {
@@ -92,6 +92,13 @@ impl Client {
             .and_then(|o| o.attempts.iter().find(|a| a.req_id == req_id).copied());
         let Some(attempt) = attempt else { return };
         let op = self.op.take().expect("an attempt was found");
+        // The lease of a granted session counts from the send time of the op's *first*
+        // attempt: a retry may be answered with the result of an earlier attempt, applied
+        // (and timed by the leader) before the retry was sent.
+        let first_sent_local_us = op
+            .attempts
+            .first()
+            .map_or(attempt.sent_local_us, |a| a.sent_local_us);
         env.stats.client_ops_completed += 1;
         env.trace.event(
             TraceKind::ClientOp,
@@ -101,7 +108,7 @@ impl Client {
         env.obs.push(Observation::OpCompleted {
             op: op.id,
             client: self.id,
-            position: Some((index, term)),
+            position: Some(index),
             response: Some(response.clone()),
         });
         if let Response::Rejected(SmError::UnknownSession(s)) = &response {
@@ -116,7 +123,7 @@ impl Client {
                     self.session = Some(Session {
                         id: session,
                         ttl_ticks,
-                        lease_base_local_us: attempt.sent_local_us,
+                        lease_base_local_us: first_sent_local_us,
                     });
                     self.keepalives.clear();
                     self.keepalive_gen += 1;

@@ -276,6 +276,9 @@ impl World {
             } else {
                 0.0
             },
+            driver_bugs: tenure_driver::DriverBugs {
+                not_leader_after_snapshot: self.opts.bug == Some(InjectBug::NotLeaderAfterSnapshot),
+            },
         };
         Some(f(slot, &mut ctx))
     }
