@@ -45,6 +45,13 @@ pub struct ServerArgs {
     /// Longest session TTL clients may ask for, in milliseconds.
     #[arg(long)]
     ttl_max_ms: Option<u64>,
+    /// Applied entries between snapshots (log compaction).
+    #[arg(long)]
+    snapshot_threshold_entries: Option<u64>,
+    /// How long a client request waits for its outcome before it is answered
+    /// `indeterminate` (if it reached the log) or `unavailable`, in milliseconds.
+    #[arg(long)]
+    request_timeout_ms: Option<u64>,
     /// Serve `POST /debug/block` (cut this node off from named peers). Tests only.
     #[arg(long)]
     fault_injection: bool,
@@ -113,7 +120,9 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         election_timeout_ms,
         heartbeat_ms,
         ttl_min_ms,
-        ttl_max_ms
+        ttl_max_ms,
+        snapshot_threshold_entries,
+        request_timeout_ms
     );
     config.validate().map_err(|e| e.to_string())?;
     Ok(config)

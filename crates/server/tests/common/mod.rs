@@ -340,6 +340,8 @@ pub struct Options {
     pub tick_ms: u64,
     /// More `tenure server` flags.
     pub extra_args: Vec<String>,
+    /// More environment variables for every node.
+    pub env: Vec<(String, String)>,
 }
 
 impl Options {
@@ -352,7 +354,14 @@ impl Options {
             heartbeat_ms: HEARTBEAT_MS,
             tick_ms: TICK_MS,
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
+    }
+
+    /// An environment variable for every node.
+    pub fn env(mut self, key: &str, value: &str) -> Options {
+        self.env.push((key.to_string(), value.to_string()));
+        self
     }
 
     /// Serve `POST /debug/block`.
@@ -484,7 +493,8 @@ impl Cluster {
             .arg(self.opts.heartbeat_ms.to_string())
             .arg("--tick-ms")
             .arg(self.opts.tick_ms.to_string())
-            .args(&self.opts.extra_args);
+            .args(&self.opts.extra_args)
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         for (n, a) in &self.addrs {
             cmd.arg("--node")
                 .arg(format!("{n}={},{},{}", a.peer, a.client, a.http));
