@@ -98,6 +98,24 @@
 //! else can be granted the election, as long as clock rates differ by less than the drift
 //! bound.
 //!
+//! # Exact outcomes and retries
+//!
+//! Every error says whether the request took effect. [`Error::Indeterminate`] — and only it —
+//! means "may or may not have": the cluster lost track of the request (the node that took it
+//! stopped, or caught up past it by a snapshot), or it timed out after reaching the cluster.
+//! Every other error is definite: the request did not take effect and never will
+//! ([`Error::NotLeader`] and [`Error::Unavailable`] after the client's retries ran out; a
+//! rejection such as [`Error::StaleToken`] is the cluster's answer).
+//!
+//! On `tenure://` every request that changes state carries a request id — the next sequence
+//! number on its session, or a random nonce for the grant that creates one — and the client
+//! retries it with the **same** id across nodes and leader changes. The cluster applies each
+//! id at most once and answers a retry of an applied request with its original result (Raft
+//! dissertation §6.3), so retrying after `Indeterminate` is always safe. The results of a
+//! session's requests are forgotten with the session: a retry after the session ended is
+//! refused ([`Error::SessionLost`]) rather than applied, except that retrying a revoke that
+//! already took effect is reported as success.
+//!
 //! # Cancellation
 //!
 //! Dropping a [`Client::campaign`] future, a [`Candidate`] or a [`Leadership`] stops the

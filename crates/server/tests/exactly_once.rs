@@ -168,88 +168,99 @@ async fn the_pre_fix_driver_answers_a_committed_put_not_leader() {
 
 /// Retries through gRPC: the same grant nonce gives the same session; a Put retried after a
 /// later write does not put its old value back; a Put on a session that ended is refused.
+/// Every call follows the leader (and may be sent more than once): the request ids make that
+/// safe, which is the point.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_request_is_applied_once() {
     let mut c = Cluster::start(Options::nodes(3));
-    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
-    let ch = c.channel(leader);
-    let mut sessions = v1::sessions_client::SessionsClient::new(ch.clone());
-    let mut elections = v1::elections_client::ElectionsClient::new(ch.clone());
-    let mut keys = v1::fenced_keys_client::FencedKeysClient::new(ch);
+    c.wait_for_leader(&c.ids(), secs(10)).await;
+    let mut client = c.client();
+    let within = secs(10);
     let grant = v1::GrantRequest {
         ttl_ms: 60_000,
         request_nonce: 0xfeed,
     };
-    let first = sessions
-        .grant(grant.clone())
-        .await
-        .expect("grant")
-        .into_inner();
-    let again = sessions
-        .grant(grant)
-        .await
-        .expect("grant retry")
-        .into_inner();
+    let mut grant_once = || {
+        let grant = grant.clone();
+        client.clone().on_leader_owned(within, move |ch| {
+            let grant = grant.clone();
+            async move {
+                v1::sessions_client::SessionsClient::new(ch)
+                    .grant(grant)
+                    .await
+            }
+        })
+    };
+    let first = grant_once().await.expect("grant");
+    let again = grant_once().await.expect("grant retry");
     assert_eq!(first.session_id, again.session_id);
     let session = first.session_id;
+
     let campaign = v1::CampaignRequest {
         election: "writers".into(),
         session_id: session,
         value: b"me".to_vec(),
         request_seq: 1,
     };
-    let token = elections
-        .campaign(campaign.clone())
-        .await
-        .expect("campaign")
-        .into_inner()
-        .token;
-    let retried = elections
-        .campaign(campaign)
-        .await
-        .expect("campaign retry")
-        .into_inner();
+    let campaign_once = |client: &mut Client| {
+        let campaign = campaign.clone();
+        client.clone().on_leader_owned(within, move |ch| {
+            let campaign = campaign.clone();
+            async move {
+                v1::elections_client::ElectionsClient::new(ch)
+                    .campaign(campaign)
+                    .await
+            }
+        })
+    };
+    let token = campaign_once(&mut client).await.expect("campaign").token;
+    let retried = campaign_once(&mut client).await.expect("campaign retry");
     assert_eq!(retried.token, token);
 
-    let a = keys
-        .put(put("k", b"a", token, session, 2))
+    let put_once = |client: &mut Client, req: v1::PutRequest| {
+        client.clone().on_leader_owned(within, move |ch| {
+            let req = req.clone();
+            async move {
+                v1::fenced_keys_client::FencedKeysClient::new(ch)
+                    .put(req)
+                    .await
+            }
+        })
+    };
+    let a = put_once(&mut client, put("k", b"a", token, session, 2))
         .await
-        .expect("put a")
-        .into_inner();
-    keys.put(put("k", b"b", token, session, 3))
+        .expect("put a");
+    put_once(&mut client, put("k", b"b", token, session, 3))
         .await
         .expect("put b");
-    let a_again = keys
-        .put(put("k", b"a", token, session, 2))
+    let a_again = put_once(&mut client, put("k", b"a", token, session, 2))
         .await
-        .expect("retry a")
-        .into_inner();
+        .expect("retry a");
     assert_eq!(
         a_again.index, a.index,
         "a retry answers with the first result"
     );
-    let stored = keys
-        .get(v1::GetRequest { key: "k".into() })
-        .await
-        .expect("get")
-        .into_inner()
-        .value
-        .expect("k is stored");
+    let stored = client.get("k").await.expect("get").expect("k is stored");
     assert_eq!(stored.value, b"b", "a retried Put put its old value back");
 
-    sessions
-        .revoke(v1::RevokeRequest {
-            session_id: session,
-            request_seq: 4,
+    client
+        .clone()
+        .on_leader_owned(within, move |ch| async move {
+            v1::sessions_client::SessionsClient::new(ch)
+                .revoke(v1::RevokeRequest {
+                    session_id: session,
+                    request_seq: 4,
+                })
+                .await
         })
         .await
         .expect("revoke");
-    let late = keys.put(put("k", b"c", token, session, 5)).await;
+    let late = put_once(&mut client, put("k", b"c", token, session, 5)).await;
     assert!(
         late.as_ref()
             .err()
             .is_some_and(|s| reason(s) == Some("unknown-session")),
         "a Put on an ended session was answered {}",
-        describe(&late.map(tonic::Response::into_inner))
+        describe(&late)
     );
 }

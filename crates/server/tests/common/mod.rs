@@ -851,6 +851,20 @@ pub struct Client {
 }
 
 impl Client {
+    /// [`Client::on_leader`] on an owned client, returning only the answer: for closures that
+    /// make one call each.
+    pub async fn on_leader_owned<T, F, Fut>(
+        mut self,
+        within: Duration,
+        call: F,
+    ) -> Result<T, Status>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.on_leader(within, call).await.map(|(_, answer)| answer)
+    }
+
     /// Run `call` against the leader until it gets an application answer or `within` ends.
     /// Returns the node that answered with the answer.
     pub async fn on_leader<T, F, Fut>(
