@@ -129,3 +129,30 @@ fn the_injected_bug_is_named() {
         .is_some_and(|b| b.not_leader_after_snapshot));
     assert!(DriverBugs::from_name("nonsense").is_none());
 }
+
+#[test]
+fn a_keepalive_is_acknowledged_by_a_leader_that_holds_its_lease() {
+    let (mut node, mut core) = leader();
+    let (session, _) = core
+        .propose(&mut node, 0, None, grant(100), 1)
+        .expect("proposed");
+    settle(&mut node, &mut core, 0);
+    core.drain();
+    core.keepalive(&mut node, 0, session, 5);
+    settle(&mut node, &mut core, 0);
+    for _ in 0..50 {
+        if core.keepalives_pending() == 0 {
+            break;
+        }
+        node.tick();
+        core.observe(&node, 0);
+        settle(&mut node, &mut core, 0);
+    }
+    let out = core.drain();
+    assert_eq!(out.keepalives.len(), 1, "{out:?}");
+    assert_eq!(out.keepalives[0].reply, 5);
+    assert!(matches!(
+        out.keepalives[0].outcome,
+        KeepaliveOutcome::Acked { ttl_ticks: 100 }
+    ));
+}
