@@ -180,16 +180,14 @@ async fn a_retried_request_is_applied_once() {
         ttl_ms: 60_000,
         request_nonce: 0xfeed,
     };
-    let mut grant_once = || {
-        let grant = grant.clone();
-        client.clone().on_leader_owned(within, move |ch| {
-            let grant = grant.clone();
-            async move {
+    let grant_once = || {
+        client
+            .clone()
+            .on_leader_owned(within, move |ch| async move {
                 v1::sessions_client::SessionsClient::new(ch)
                     .grant(grant)
                     .await
-            }
-        })
+            })
     };
     let first = grant_once().await.expect("grant");
     let again = grant_once().await.expect("grant retry");
