@@ -105,17 +105,79 @@ pub enum InjectBug {
     /// Clients time their lease from the receipt of a keepalive ack instead of from the send
     /// of the keepalive (a simulator-side client bug).
     LeaseFromReceiveTime,
+    /// A leader commits an entry of an earlier term by counting replicas (core switch
+    /// `old_term_commit`; Raft §5.4.2, Figure 8).
+    OldTermCommit,
+    /// A joint configuration counts only the incoming voters' quorum for votes (core switch
+    /// `joint_vote_one_half`).
+    JointVoteOneHalf,
+    /// A joint configuration counts only the incoming voters' quorum for commitment (core
+    /// switch `joint_commit_one_half`).
+    JointCommitOneHalf,
+    /// A leader counts its own not yet durable entries toward commitment (core switch
+    /// `commit_undurable`).
+    CommitUndurable,
+    /// Followers that heard from a leader within the election timeout still grant votes (core
+    /// switch `no_vote_refusal`).
+    NoVoteRefusal,
+    /// The leader lease loses its drift margin (core switch `no_lease_drift_margin`).
+    NoLeaseDriftMargin,
+    /// Another leader's checkpoints are not padded for drift (core switch
+    /// `no_checkpoint_drift_padding`).
+    NoCheckpointDriftPadding,
+    /// A follower commits up to the leader's commit index even past the entries it verified
+    /// (core switch `follower_commit_unclamped`).
+    FollowerCommitUnclamped,
+    /// A vote is granted without the log up-to-date check (core switch
+    /// `vote_without_log_check`).
+    VoteWithoutLogCheck,
+    /// A follower truncates after `prevLogIndex` even when the entries match, so a stale
+    /// AppendEntries deletes acknowledged entries (core switch `truncate_matching_entries`).
+    TruncateMatchingEntries,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 5] = [
+    pub const ALL: [InjectBug; 15] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
         InjectBug::NoVotePersist,
         InjectBug::LeaseFromReceiveTime,
+        InjectBug::OldTermCommit,
+        InjectBug::JointVoteOneHalf,
+        InjectBug::JointCommitOneHalf,
+        InjectBug::CommitUndurable,
+        InjectBug::NoVoteRefusal,
+        InjectBug::NoLeaseDriftMargin,
+        InjectBug::NoCheckpointDriftPadding,
+        InjectBug::FollowerCommitUnclamped,
+        InjectBug::VoteWithoutLogCheck,
+        InjectBug::TruncateMatchingEntries,
     ];
+
+    /// The core's switches for this bug (all off for a simulator-side bug).
+    pub fn core_bugs(bug: Option<InjectBug>) -> tenure_core::config::InjectedBugs {
+        let mut b = tenure_core::config::InjectedBugs::default();
+        match bug {
+            None | Some(InjectBug::LeaseFromReceiveTime) => {}
+            Some(InjectBug::DoubleVote) => b.double_vote = true,
+            Some(InjectBug::CommitWithoutMajority) => b.commit_without_majority = true,
+            Some(InjectBug::StaleFenceAccepted) => b.stale_fence_accepted = true,
+            Some(InjectBug::NoVotePersist) => b.no_vote_persist = true,
+            Some(InjectBug::OldTermCommit) => b.old_term_commit = true,
+            Some(InjectBug::JointVoteOneHalf) => b.joint_vote_one_half = true,
+            Some(InjectBug::JointCommitOneHalf) => b.joint_commit_one_half = true,
+            Some(InjectBug::CommitUndurable) => b.commit_undurable = true,
+            Some(InjectBug::NoVoteRefusal) => b.no_vote_refusal = true,
+            Some(InjectBug::NoLeaseDriftMargin) => b.no_lease_drift_margin = true,
+            Some(InjectBug::NoCheckpointDriftPadding) => b.no_checkpoint_drift_padding = true,
+            Some(InjectBug::FollowerCommitUnclamped) => b.follower_commit_unclamped = true,
+            Some(InjectBug::VoteWithoutLogCheck) => b.vote_without_log_check = true,
+            Some(InjectBug::TruncateMatchingEntries) => b.truncate_matching_entries = true,
+        }
+        b
+    }
 
     /// The command-line name.
     pub fn name(self) -> &'static str {
@@ -125,6 +187,16 @@ impl InjectBug {
             InjectBug::StaleFenceAccepted => "stale-fence-accepted",
             InjectBug::NoVotePersist => "no-vote-persist",
             InjectBug::LeaseFromReceiveTime => "lease-from-receive-time",
+            InjectBug::OldTermCommit => "old-term-commit",
+            InjectBug::JointVoteOneHalf => "joint-vote-one-half",
+            InjectBug::JointCommitOneHalf => "joint-commit-one-half",
+            InjectBug::CommitUndurable => "commit-undurable",
+            InjectBug::NoVoteRefusal => "no-vote-refusal",
+            InjectBug::NoLeaseDriftMargin => "no-lease-drift-margin",
+            InjectBug::NoCheckpointDriftPadding => "no-checkpoint-drift-padding",
+            InjectBug::FollowerCommitUnclamped => "follower-commit-unclamped",
+            InjectBug::VoteWithoutLogCheck => "vote-without-log-check",
+            InjectBug::TruncateMatchingEntries => "truncate-matching-entries",
         }
     }
 
@@ -148,6 +220,16 @@ impl InjectBug {
             InjectBug::StaleFenceAccepted => "fencing",
             InjectBug::NoVotePersist => "election-safety",
             InjectBug::LeaseFromReceiveTime => "lease-safety",
+            InjectBug::OldTermCommit => "leader-completeness",
+            InjectBug::JointVoteOneHalf => "election-safety",
+            InjectBug::JointCommitOneHalf => "leader-completeness",
+            InjectBug::CommitUndurable => "leader-completeness",
+            InjectBug::NoVoteRefusal => "lease-safety",
+            InjectBug::NoLeaseDriftMargin => "lease-safety",
+            InjectBug::NoCheckpointDriftPadding => "lease-safety",
+            InjectBug::FollowerCommitUnclamped => "state-machine-safety",
+            InjectBug::VoteWithoutLogCheck => "leader-completeness",
+            InjectBug::TruncateMatchingEntries => "leader-completeness",
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::time::{SimTimeUs, TICK_NOMINAL_US, US_PER_MS};
 use crate::trace::{Trace, TraceKind};
 
 mod inject;
+mod scenario;
 
 /// How long a crashed node stays down (true time).
 pub(crate) const DOWNTIME_US: (u64, u64) = (10 * US_PER_MS, 2_000 * US_PER_MS);
@@ -32,6 +33,17 @@ pub(crate) const DOWNTIME_US: (u64, u64) = (10 * US_PER_MS, 2_000 * US_PER_MS);
 const VOTE_CRASH_DOWNTIME_US: (u64, u64) = (US_PER_MS, 30 * US_PER_MS);
 /// Range of the per-seed snapshot threshold.
 const SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (32, 256);
+/// Share of seeds with a tiny snapshot threshold: snapshots race in-flight proposals and
+/// followers are sent `InstallSnapshot` all the time.
+const SMALL_SNAPSHOT_SHARE: f64 = 0.15;
+/// Range of the tiny snapshot threshold.
+const SMALL_SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (2, 12);
+/// Share of seeds whose AppendEntries carry 1 to 4 entries.
+const SMALL_BATCH_SHARE: f64 = 0.3;
+/// Share of seeds whose node clocks sit at the drift bound.
+const CLOCKS_AT_BOUND_SHARE: f64 = 0.3;
+/// Longest time a removed member keeps running.
+const DECOMMISSION_LINGER_US_MAX: u64 = 2_000 * US_PER_MS;
 
 /// Scheduled happenings.
 enum Event {
@@ -101,6 +113,19 @@ pub struct World {
     snapshot_threshold_entries: u64,
     /// T in true time for the slowest clock (the liveness deadline is ten of these).
     election_timeout_us: SimTimeUs,
+    /// Most entries per AppendEntries, drawn per seed: small batches make a catching-up
+    /// follower take many round trips, so entries of earlier terms reach a majority well
+    /// before a new leader's own no-op does (the window of Raft §5.4.2).
+    append_entries_max: usize,
+    /// Node clocks sit at the drift bound (±ρ/2, in opposite directions) instead of
+    /// anywhere within it, in some seeds.
+    clocks_at_bound: bool,
+    /// How long a removed member keeps running before it is shut down, drawn per seed.
+    decommission_linger_us: SimTimeUs,
+    /// Removed members not yet shut down, and since when they are out of the configuration.
+    removed_since_us: BTreeMap<NodeId, SimTimeUs>,
+    /// The scripted fault shape being played, if any.
+    scenario: Option<scenario::Scenario>,
 }
 
 impl World {
@@ -108,8 +133,25 @@ impl World {
     pub fn new(opts: &SimOptions, seed: u64) -> World {
         let mut rng = SimRng::new(seed);
         let mix = FaultMix::draw(&mut rng, opts.faults);
-        let snapshot_threshold_entries =
-            rng.between(SNAPSHOT_THRESHOLD_ENTRIES.0, SNAPSHOT_THRESHOLD_ENTRIES.1);
+        let snapshot_threshold_entries = if opts.faults && rng.chance(SMALL_SNAPSHOT_SHARE) {
+            rng.between(
+                SMALL_SNAPSHOT_THRESHOLD_ENTRIES.0,
+                SMALL_SNAPSHOT_THRESHOLD_ENTRIES.1,
+            )
+        } else {
+            rng.between(SNAPSHOT_THRESHOLD_ENTRIES.0, SNAPSHOT_THRESHOLD_ENTRIES.1)
+        };
+        let append_entries_max = if opts.faults && rng.chance(SMALL_BATCH_SHARE) {
+            rng.between(1, 4) as usize
+        } else {
+            64
+        };
+        let clocks_at_bound = opts.faults && rng.chance(CLOCKS_AT_BOUND_SHARE);
+        let decommission_linger_us = if opts.faults && rng.chance(0.5) {
+            rng.between(0, DECOMMISSION_LINGER_US_MAX)
+        } else {
+            0
+        };
         let voters: Vec<NodeId> = (1..=opts.nodes as NodeId).collect();
         let template = Config::new(1, voters.clone());
         let drift_max = template.clock_drift_max;
@@ -144,6 +186,11 @@ impl World {
             drift_max,
             snapshot_threshold_entries,
             election_timeout_us,
+            append_entries_max,
+            clocks_at_bound,
+            decommission_linger_us,
+            removed_since_us: BTreeMap::new(),
+            scenario: None,
         };
         for id in voters.iter().copied() {
             let config = world.node_config(id, voters.clone());
@@ -163,11 +210,8 @@ impl World {
     fn node_config(&self, id: NodeId, initial_voters: Vec<NodeId>) -> Config {
         let mut config = Config::new(id, initial_voters);
         config.snapshot_threshold_entries = self.snapshot_threshold_entries;
-        let bug = self.opts.bug;
-        config.bugs.double_vote = bug == Some(InjectBug::DoubleVote);
-        config.bugs.commit_without_majority = bug == Some(InjectBug::CommitWithoutMajority);
-        config.bugs.stale_fence_accepted = bug == Some(InjectBug::StaleFenceAccepted);
-        config.bugs.no_vote_persist = bug == Some(InjectBug::NoVotePersist);
+        config.append_entries_max = self.append_entries_max;
+        config.bugs = InjectBug::core_bugs(self.opts.bug);
         config
             .validate()
             .expect("the simulator's node configuration is valid");
@@ -175,10 +219,18 @@ impl World {
     }
 
     /// 10 ms × (1 + drift), drift uniform in [-ρ/2, ρ/2].
+    /// In seeds with clocks at the bound, ±ρ/2 at random, so that pairs of nodes differ by ρ.
     fn draw_tick_period(&mut self) -> u64 {
-        let drift = self
-            .rng
-            .uniform(-self.drift_max / 2.0, self.drift_max / 2.0);
+        let drift = if self.clocks_at_bound {
+            if self.rng.chance(0.5) {
+                self.drift_max / 2.0
+            } else {
+                -self.drift_max / 2.0
+            }
+        } else {
+            self.rng
+                .uniform(-self.drift_max / 2.0, self.drift_max / 2.0)
+        };
         (TICK_NOMINAL_US as f64 * (1.0 + drift)).round() as u64
     }
 
@@ -189,6 +241,9 @@ impl World {
             self.now_us = time_us;
             let end = matches!(event, Event::End);
             self.handle(event);
+            if self.scenario.is_some() {
+                self.scenario_watch();
+            }
             self.flush();
             self.check_step();
             if !self.violations.is_empty() {
