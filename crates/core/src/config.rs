@@ -37,9 +37,6 @@ pub struct InjectedBugs {
     /// Another leader's Grant and Checkpoint durations are not padded for clock drift when
     /// this node sets its own expiry deadlines from them.
     pub no_checkpoint_drift_padding: bool,
-    /// A follower sets its commit index to the leader's commit index instead of
-    /// `min(leaderCommit, index of the last new entry)` (Raft Figure 2, AppendEntries 5).
-    pub follower_commit_unclamped: bool,
     /// Grant a vote (and a pre-vote) without checking that the candidate's log is at least
     /// as up to date (Raft §5.4.1).
     pub vote_without_log_check: bool,
@@ -64,7 +61,6 @@ impl InjectedBugs {
             || self.no_vote_refusal
             || self.no_lease_drift_margin
             || self.no_checkpoint_drift_padding
-            || self.follower_commit_unclamped
             || self.vote_without_log_check
             || self.truncate_matching_entries
     }

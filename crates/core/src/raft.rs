@@ -752,11 +752,7 @@ impl Raft {
             if skip < entries.len() {
                 let last = self.log.append_from_leader(committed, &entries[skip..]);
                 self.on_log_changed();
-                if self.config.bugs.follower_commit_unclamped {
-                    self.commit_to(leader_commit);
-                } else {
-                    self.commit_to(leader_commit.min(last));
-                }
+                self.commit_to(leader_commit.min(last));
                 self.send(
                     from,
                     term,
@@ -788,11 +784,7 @@ impl Raft {
                 self.log.append_from_leader(prev, entries)
             };
             self.on_log_changed();
-            if self.config.bugs.follower_commit_unclamped {
-                self.commit_to(leader_commit);
-            } else {
-                self.commit_to(leader_commit.min(last));
-            }
+            self.commit_to(leader_commit.min(last));
             self.send(
                 from,
                 term,

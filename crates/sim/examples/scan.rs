@@ -2,6 +2,7 @@
 //! (without the CLI's heavy dependencies): `scan BUG|none FROM TO [THREADS]`. With a bug it
 //! stops at the first seed that a checker catches and prints the seed and checker; without,
 //! it runs every seed and prints the violations, wall time and the compression ratio.
+//! `SCAN_SAFETY_MS` and `SCAN_LIVENESS_MS` override the phase lengths.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -18,9 +19,18 @@ fn main() {
     let from: u64 = args.get(2).map_or(1, |s| s.parse().expect("seed"));
     let to: u64 = args.get(3).map_or(2001, |s| s.parse().expect("seed"));
     let threads: usize = args.get(4).map_or(2, |s| s.parse().expect("threads"));
+    // SCAN_SAFETY_MS / SCAN_LIVENESS_MS override the phase lengths (the tests' are 5000/3000).
+    let env_ms = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .map_or(default, |v| v.parse().expect("milliseconds"))
+    };
+    let defaults = SimOptions::default();
     let opts = SimOptions {
         bug,
-        ..SimOptions::default()
+        safety_ms: env_ms("SCAN_SAFETY_MS", defaults.safety_ms),
+        liveness_ms: env_ms("SCAN_LIVENESS_MS", defaults.liveness_ms),
+        ..defaults
     };
     let next = AtomicU64::new(from);
     let stop = AtomicBool::new(false);

@@ -57,6 +57,9 @@ impl World {
             self.decommission_removed();
             return;
         }
+        if self.handover_at.is_none() && self.rng.chance(self.mix.lease_handover) {
+            self.handover_at = self.current_leader();
+        }
         if self.rng.chance(self.mix.partition) && self.network.partitions() < PARTITIONS_MAX {
             self.partition();
         }
