@@ -5,7 +5,7 @@
 mod common;
 
 use common::{describe, test_options};
-use tenure_sim::{run_seed, InjectBug};
+use tenure_sim::{run_seed, InjectBug, SimOptions};
 
 /// Seeds scanned for each bug. Every bug is caught well inside this range with the test's
 /// short phases (see each test for its first catching seed); the bound keeps a regression
@@ -18,8 +18,16 @@ fn caught_by_its_checker(bug: InjectBug) {
 
 /// Like `caught_by_its_checker`, scanning seeds `1..=seeds_max`.
 fn caught_within(bug: InjectBug, seeds_max: u64) {
-    let with_bug = test_options(Some(bug));
-    let without = test_options(None);
+    caught_with(test_options(Some(bug)), seeds_max);
+}
+
+/// Scans seeds `1..=seeds_max` with `with_bug` (its bug set) until the bug's checker fires.
+fn caught_with(with_bug: SimOptions, seeds_max: u64) {
+    let bug = with_bug.bug.expect("options with a bug");
+    let without = SimOptions {
+        bug: None,
+        ..with_bug.clone()
+    };
     let expected = bug.expected_checker();
     let mut other_catches = Vec::new();
     for seed in 1..=seeds_max {

@@ -295,6 +295,16 @@ impl World {
     fn start(&mut self) {
         self.trace
             .log(0, || format!("fault mix: {}", self.mix.describe()));
+        self.trace.log(0, || {
+            format!(
+                "seed shape: drift bound {:.3}{}, snapshot every {} entries, at most {} entries per AppendEntries, removed members linger {} ms",
+                self.drift_max,
+                if self.clocks_at_bound { " (clocks at the bound)" } else { "" },
+                self.snapshot_threshold_entries,
+                self.append_entries_max,
+                self.decommission_linger_us / US_PER_MS
+            )
+        });
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
             self.start_node(id);
@@ -470,13 +480,8 @@ impl World {
                         self.handover_at = None;
                         self.with_client(client as usize, |c, env| c.go_silent(env));
                         let incarnation = self.nodes.get(&node).map_or(0, |s| s.incarnation);
-                        self.queue.push(
-                            self.now_us,
-                            Event::CrashNow {
-                                node,
-                                incarnation,
-                            },
-                        );
+                        self.queue
+                            .push(self.now_us, Event::CrashNow { node, incarnation });
                     }
                 }
             }
@@ -652,7 +657,9 @@ impl World {
                     self.stats.fault("crash");
                     self.trace.event(TraceKind::Fault, self.now_us, &[6, node]);
                     self.trace.log(self.now_us, || {
-                        format!("fault: leader {node} crashes right after acknowledging a keepalive")
+                        format!(
+                            "fault: leader {node} crashes right after acknowledging a keepalive"
+                        )
                     });
                     self.schedule_restart(node, DOWNTIME_US.0, DOWNTIME_US.1);
                 }
