@@ -17,6 +17,34 @@ pub struct InjectedBugs {
     pub stale_fence_accepted: bool,
     /// Leave the vote out of the hard state that must be persisted before replying.
     pub no_vote_persist: bool,
+    /// Commit an entry of an earlier term by counting its replicas, without waiting for an
+    /// entry of the leader's own term to reach a majority (Raft §5.4.2, Figure 8).
+    pub old_term_commit: bool,
+    /// While joint, count votes (and pre-votes) against the incoming voters only, ignoring
+    /// the outgoing half's quorum.
+    pub joint_vote_one_half: bool,
+    /// While joint, commit what a majority of the incoming voters stored, ignoring the
+    /// outgoing half's quorum.
+    pub joint_commit_one_half: bool,
+    /// The leader counts its own entries toward commitment as soon as it appended them,
+    /// before they are durable on its disk.
+    pub commit_undurable: bool,
+    /// Followers that heard from a leader within the election timeout grant (pre-)votes
+    /// anyway: the check-quorum vote refusal that the leader lease relies on is gone.
+    pub no_vote_refusal: bool,
+    /// The leader lease loses its clock-drift margin (only the tick-rounding part is left).
+    pub no_lease_drift_margin: bool,
+    /// Another leader's Grant and Checkpoint durations are not padded for clock drift when
+    /// this node sets its own expiry deadlines from them.
+    pub no_checkpoint_drift_padding: bool,
+    /// Grant a vote (and a pre-vote) without checking that the candidate's log is at least
+    /// as up to date (Raft §5.4.1).
+    pub vote_without_log_check: bool,
+    /// A follower truncates its log after `prevLogIndex` on every AppendEntries and appends
+    /// the message's entries, even when they already match: a stale or reordered message
+    /// deletes entries the follower had acknowledged (Raft Figure 2, AppendEntries 3 says to
+    /// delete only on a conflict).
+    pub truncate_matching_entries: bool,
 }
 
 impl InjectedBugs {
@@ -26,6 +54,15 @@ impl InjectedBugs {
             || self.commit_without_majority
             || self.stale_fence_accepted
             || self.no_vote_persist
+            || self.old_term_commit
+            || self.joint_vote_one_half
+            || self.joint_commit_one_half
+            || self.commit_undurable
+            || self.no_vote_refusal
+            || self.no_lease_drift_margin
+            || self.no_checkpoint_drift_padding
+            || self.vote_without_log_check
+            || self.truncate_matching_entries
     }
 }
 
@@ -157,6 +194,9 @@ impl Config {
     /// followers (twice the drift bound over T) and tick quantization on both sides.
     pub fn lease_margin_ticks(&self) -> u64 {
         let drift = (self.election_timeout_ticks as f64 * 2.0 * self.clock_drift_max).ceil() as u64;
+        if self.bugs.no_lease_drift_margin {
+            return 2;
+        }
         drift + 2
     }
 }

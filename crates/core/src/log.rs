@@ -154,6 +154,23 @@ impl RaftLog {
         last_match
     }
 
+    /// The injected `truncate_matching_entries` bug: drop everything after `prev` and append
+    /// `entries`, whether or not they already matched. Never below the commit index (that
+    /// would trip this log's own invariants rather than show what the bug does to the
+    /// cluster: entries this node acknowledged disappear).
+    pub fn replace_after(&mut self, prev: Index, entries: &[Entry]) -> Index {
+        let from = (prev + 1).max(self.committed + 1);
+        let skip = (from - prev - 1) as usize;
+        if skip >= entries.len() || from <= self.snapshot_index {
+            return self.append_from_leader(prev, entries);
+        }
+        if from <= self.last_index() {
+            self.truncate_from(from);
+        }
+        self.entries.extend_from_slice(&entries[skip..]);
+        prev + entries.len() as Index
+    }
+
     fn truncate_from(&mut self, index: Index) {
         let keep = (index - self.snapshot_index - 1) as usize;
         self.entries.truncate(keep);

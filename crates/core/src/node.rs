@@ -556,11 +556,21 @@ impl Node {
         self.reset_lease_from_state_machine();
     }
 
+    /// The drift bound used to pad durations measured on other nodes' clocks (zero under
+    /// the injected `no_checkpoint_drift_padding` bug).
+    fn padding_drift(&self) -> f64 {
+        if self.raft.config.bugs.no_checkpoint_drift_padding {
+            0.0
+        } else {
+            self.raft.config.clock_drift_max
+        }
+    }
+
     /// Conservative deadlines for every session, as if its last Grant or Checkpoint had
     /// been applied just now.
     fn reset_lease_from_state_machine(&mut self) {
         let now = self.raft.now_tick;
-        let drift = self.raft.config.clock_drift_max;
+        let drift = self.padding_drift();
         let mut deadlines = BTreeMap::new();
         for (s, info) in self.sm.sessions() {
             deadlines.insert(s, now + padded(info.remaining_ticks, drift));
@@ -617,7 +627,7 @@ impl Node {
     /// Keep the lease clock in step with the replicated sessions.
     fn on_applied(&mut self, index: Index, term: Term, command: &Command, response: &Response) {
         let now = self.raft.now_tick;
-        let drift = self.raft.config.clock_drift_max;
+        let drift = self.padding_drift();
         // An entry this node proposed as leader in its current term: its acknowledgements
         // are tracked exactly, so it only extends coverage. Anything else comes from
         // another leader (or an earlier life of this one) whose acknowledgements we cannot

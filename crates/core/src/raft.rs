@@ -12,7 +12,10 @@ use rand_core::{RngCore, SeedableRng};
 use crate::config::Config;
 use crate::log::RaftLog;
 use crate::message::{Body, Message, RejectHint};
-use crate::quorum::{joint_committed_index, joint_quorum_min, joint_vote_result, VoteResult};
+use crate::quorum::{
+    committed_index, joint_committed_index, joint_quorum_min, joint_vote_result, vote_result,
+    VoteResult,
+};
 use crate::types::{Entry, HardState, Index, Membership, NodeId, Payload, Snapshot, Term};
 
 /// A node's role (Raft §5.1, plus the pre-candidate of dissertation §9.6).
@@ -258,6 +261,7 @@ impl Raft {
     /// heard from a leader (or started) less than T ago.
     fn in_vote_lease(&self) -> bool {
         self.config.check_quorum
+            && !self.config.bugs.no_vote_refusal
             && (self.role == Role::Leader || self.leader_contact_elapsed_ticks < self.t())
     }
 
@@ -479,7 +483,12 @@ impl Raft {
     }
 
     fn count_votes(&mut self) {
-        match joint_vote_result(&self.membership, &self.votes) {
+        let result = if self.config.bugs.joint_vote_one_half {
+            vote_result(&self.membership.voters, &self.votes)
+        } else {
+            joint_vote_result(&self.membership, &self.votes)
+        };
+        match result {
             VoteResult::Won => match self.role {
                 Role::PreCandidate => self.start_election_after_pre_vote(),
                 Role::Candidate => self.become_leader(),
@@ -624,7 +633,8 @@ impl Raft {
             } => {
                 let granted = m.term > self.term
                     && !self.in_vote_lease()
-                    && self.log.is_up_to_date(last_log_index, last_log_term);
+                    && (self.log.is_up_to_date(last_log_index, last_log_term)
+                        || self.config.bugs.vote_without_log_check);
                 let term = if granted { m.term } else { self.term };
                 self.send(m.from, term, Body::PreVoteResponse { granted });
             }
@@ -640,7 +650,8 @@ impl Raft {
                 let granted = can_vote
                     && lease_ok
                     && self.role != Role::Leader
-                    && self.log.is_up_to_date(last_log_index, last_log_term);
+                    && (self.log.is_up_to_date(last_log_index, last_log_term)
+                        || self.config.bugs.vote_without_log_check);
                 if granted {
                     self.vote = Some(m.from);
                     self.election_elapsed_ticks = 0;
@@ -767,7 +778,11 @@ impl Raft {
             return;
         }
         if self.log.term(prev) == Some(prev_term) {
-            let last = self.log.append_from_leader(prev, entries);
+            let last = if self.config.bugs.truncate_matching_entries {
+                self.log.replace_after(prev, entries)
+            } else {
+                self.log.append_from_leader(prev, entries)
+            };
             self.on_log_changed();
             self.commit_to(leader_commit.min(last));
             self.send(
@@ -1061,13 +1076,21 @@ impl Raft {
             .iter()
             .map(|(id, p)| (*id, p.match_index))
             .collect();
-        matched.insert(self.id, self.log.persisted());
+        let own = if self.config.bugs.commit_undurable {
+            self.log.last_index()
+        } else {
+            self.log.persisted()
+        };
+        matched.insert(self.id, own);
         let candidate = if self.config.bugs.commit_without_majority {
             self.log.persisted()
+        } else if self.config.bugs.joint_commit_one_half {
+            committed_index(&self.membership.voters, &matched)
         } else {
             joint_committed_index(&self.membership, &matched)
         };
-        if candidate > self.log.committed && self.log.term(candidate) == Some(self.term) {
+        let own_term = self.log.term(candidate) == Some(self.term);
+        if candidate > self.log.committed && (own_term || self.config.bugs.old_term_commit) {
             self.commit_to(candidate);
             // Tell followers promptly; waiting for the next heartbeat would add latency.
             self.broadcast_heartbeat();

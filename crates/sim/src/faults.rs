@@ -47,6 +47,14 @@ pub struct FaultMix {
     pub resign: f64,
     /// Per client decision while leading: probability of transferring the election.
     pub election_transfer: f64,
+    /// Per fault tick: probability of starting the Figure 8 scenario (see `world::scenario`).
+    pub figure8: f64,
+    /// Per fault tick: probability of starting the joint-split scenario.
+    pub joint_split: f64,
+    /// Per fault tick: probability of arming the lease-handover shape: the leader crashes
+    /// right after its next keepalive acknowledgement leaves, and that holder goes silent,
+    /// so that the next leader alone decides when the session expires.
+    pub lease_handover: f64,
 }
 
 impl FaultMix {
@@ -73,6 +81,9 @@ impl FaultMix {
         let transfer = kind(0.003, 0.03);
         let client_freeze = kind(0.005, 0.05);
         let client_silent = kind(0.002, 0.02);
+        let figure8 = kind(0.005, 0.03);
+        let joint_split = kind(0.005, 0.03);
+        let lease_handover = kind(0.01, 0.05);
         let delay_max_us = rng.between(2, 15) * US_PER_MS;
         let slow = rng.chance(SLOW_NETWORK_SHARE);
         let slow_max = rng.between(SLOW_DELAY_MAX_US.0, SLOW_DELAY_MAX_US.1);
@@ -102,6 +113,9 @@ impl FaultMix {
             client_silent,
             resign,
             election_transfer,
+            figure8,
+            joint_split,
+            lease_handover,
         }
     }
 
@@ -110,7 +124,8 @@ impl FaultMix {
         format!(
             "delay<={}ms{} loss={:.3} dup={:.3} long-delay={:.3} partition={:.3}/tick (one-way {:.0}%) \
              crash={:.3}/tick (torn {:.0}%) crash-after-vote={:.2} pause={:.3}/tick membership={:.3}/tick \
-             raft-transfer={:.3}/tick client-freeze={:.3} client-silent={:.3} resign={:.3} election-transfer={:.3}",
+             raft-transfer={:.3}/tick client-freeze={:.3} client-silent={:.3} resign={:.3} election-transfer={:.3} \
+             figure-8={:.3}/tick joint-split={:.3}/tick lease-handover={:.3}/tick",
             self.network.delay_max_us / US_PER_MS,
             if self.network.slow_delay_max_us > 0 {
                 format!(" (slow network: <={}ms until heal)", self.network.slow_delay_max_us / US_PER_MS)
@@ -132,6 +147,9 @@ impl FaultMix {
             self.client_silent,
             self.resign,
             self.election_transfer,
+            self.figure8,
+            self.joint_split,
+            self.lease_handover,
         )
     }
 }

@@ -80,6 +80,18 @@ pub enum Observation {
         /// clock. `None` when it stops believing.
         until_us: Option<SimTimeUs>,
     },
+    /// A node sent a keepalive acknowledgement (seen by the world as the reply leaves it).
+    KeepaliveAcked {
+        /// The acknowledging node.
+        node: tenure_core::types::NodeId,
+        /// Its term when it acknowledged.
+        term: tenure_core::types::Term,
+        /// The session renewed.
+        session: tenure_core::sm::SessionId,
+        /// True time at which the node's own clock reaches the keepalive's receipt + TTL: no
+        /// replica may end the session before it (DESIGN rule 4).
+        promise_us: SimTimeUs,
+    },
     /// A client invoked an operation (first send).
     OpInvoked {
         /// The operation.

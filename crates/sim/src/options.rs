@@ -109,18 +109,103 @@ pub enum InjectBug {
     /// as `not-leader` (definitely failed), though the snapshot may contain it (driver-core
     /// switch `not_leader_after_snapshot`; found by a black-box test on real servers).
     NotLeaderAfterSnapshot,
+    /// A leader commits an entry of an earlier term by counting replicas (core switch
+    /// `old_term_commit`; Raft §5.4.2, Figure 8).
+    OldTermCommit,
+    /// A joint configuration counts only the incoming voters' quorum for votes (core switch
+    /// `joint_vote_one_half`).
+    JointVoteOneHalf,
+    /// A joint configuration counts only the incoming voters' quorum for commitment (core
+    /// switch `joint_commit_one_half`).
+    JointCommitOneHalf,
+    /// A leader counts its own not yet durable entries toward commitment (core switch
+    /// `commit_undurable`).
+    ///
+    /// Masked by the Ready contract: the simulator's driver (like the server's) makes a
+    /// Ready's entries durable before it sends that Ready's messages, and takes Ready until
+    /// none is left after every input, so a leader's AppendEntries leave only after the
+    /// entries they carry are durable on the leader, and every acknowledgement is counted by
+    /// a leader whose whole log is durable (`last_index == persisted`). The bug bites only
+    /// with a driver that replicates in parallel with its own fsync (dissertation §10.2.1);
+    /// the simulator has none, so this switch is not caught.
+    CommitUndurable,
+    /// Followers that heard from a leader within the election timeout still grant votes (core
+    /// switch `no_vote_refusal`).
+    ///
+    /// Masked by checkpoint coverage (node.rs, `LeaseClock`): a leader acknowledges a keepalive
+    /// only if one of its own *committed* checkpoints covers it, i.e. the keepalive arrived at
+    /// most `2 × lease_checkpoint_ticks − 1` = 9 ticks after that checkpoint was proposed.
+    /// The first leader elected after it must hold that checkpoint (Leader Completeness; if it
+    /// committed after the election, the voter in both majorities stored it before voting), so
+    /// it received it from the old leader itself and restarted its election timer then: its
+    /// election comes at least T = 15 ticks after the checkpoint, later than any keepalive the
+    /// old leader can still acknowledge, with or without the followers' vote refusal. Expiry
+    /// timing never depended on the lease either (successors honour committed checkpoints,
+    /// padded). So neither the lease-safety beliefs nor the "deposed leader acknowledges"
+    /// check can see this switch while 2 × checkpoint interval < T.
+    NoVoteRefusal,
+    /// The leader lease loses its drift margin (core switch `no_lease_drift_margin`).
+    ///
+    /// Masked twice: by checkpoint coverage exactly as [`InjectBug::NoVoteRefusal`] is, and by
+    /// the lease's rounding allowance: with the drift term gone the lease still ends at tick
+    /// `base + T − 2`, which outlasts a follower's refusal (at least `T − 1` of its own ticks
+    /// after receipt) only if `(T − 2)(1 + ρ) > T − 1`, i.e. ρ > 1/(T − 2) ≈ 7.7% with T = 15,
+    /// and then by less than a millisecond minus the network delay.
+    NoLeaseDriftMargin,
+    /// Another leader's checkpoints are not padded for drift (core switch
+    /// `no_checkpoint_drift_padding`).
+    NoCheckpointDriftPadding,
+    /// A vote is granted without the log up-to-date check (core switch
+    /// `vote_without_log_check`).
+    VoteWithoutLogCheck,
+    /// A follower truncates after `prevLogIndex` even when the entries match, so a stale
+    /// AppendEntries deletes acknowledged entries (core switch `truncate_matching_entries`).
+    TruncateMatchingEntries,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 6] = [
+    pub const ALL: [InjectBug; 15] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
         InjectBug::NoVotePersist,
         InjectBug::LeaseFromReceiveTime,
         InjectBug::NotLeaderAfterSnapshot,
+        InjectBug::OldTermCommit,
+        InjectBug::JointVoteOneHalf,
+        InjectBug::JointCommitOneHalf,
+        InjectBug::CommitUndurable,
+        InjectBug::NoVoteRefusal,
+        InjectBug::NoLeaseDriftMargin,
+        InjectBug::NoCheckpointDriftPadding,
+        InjectBug::VoteWithoutLogCheck,
+        InjectBug::TruncateMatchingEntries,
     ];
+
+    /// The core's switches for this bug (all off for a simulator-side bug).
+    pub fn core_bugs(bug: Option<InjectBug>) -> tenure_core::config::InjectedBugs {
+        let mut b = tenure_core::config::InjectedBugs::default();
+        match bug {
+            None
+            | Some(InjectBug::LeaseFromReceiveTime)
+            | Some(InjectBug::NotLeaderAfterSnapshot) => {}
+            Some(InjectBug::DoubleVote) => b.double_vote = true,
+            Some(InjectBug::CommitWithoutMajority) => b.commit_without_majority = true,
+            Some(InjectBug::StaleFenceAccepted) => b.stale_fence_accepted = true,
+            Some(InjectBug::NoVotePersist) => b.no_vote_persist = true,
+            Some(InjectBug::OldTermCommit) => b.old_term_commit = true,
+            Some(InjectBug::JointVoteOneHalf) => b.joint_vote_one_half = true,
+            Some(InjectBug::JointCommitOneHalf) => b.joint_commit_one_half = true,
+            Some(InjectBug::CommitUndurable) => b.commit_undurable = true,
+            Some(InjectBug::NoVoteRefusal) => b.no_vote_refusal = true,
+            Some(InjectBug::NoLeaseDriftMargin) => b.no_lease_drift_margin = true,
+            Some(InjectBug::NoCheckpointDriftPadding) => b.no_checkpoint_drift_padding = true,
+            Some(InjectBug::VoteWithoutLogCheck) => b.vote_without_log_check = true,
+            Some(InjectBug::TruncateMatchingEntries) => b.truncate_matching_entries = true,
+        }
+        b
+    }
 
     /// The command-line name.
     pub fn name(self) -> &'static str {
@@ -131,6 +216,15 @@ impl InjectBug {
             InjectBug::NoVotePersist => "no-vote-persist",
             InjectBug::LeaseFromReceiveTime => "lease-from-receive-time",
             InjectBug::NotLeaderAfterSnapshot => "not-leader-after-snapshot",
+            InjectBug::OldTermCommit => "old-term-commit",
+            InjectBug::JointVoteOneHalf => "joint-vote-one-half",
+            InjectBug::JointCommitOneHalf => "joint-commit-one-half",
+            InjectBug::CommitUndurable => "commit-undurable",
+            InjectBug::NoVoteRefusal => "no-vote-refusal",
+            InjectBug::NoLeaseDriftMargin => "no-lease-drift-margin",
+            InjectBug::NoCheckpointDriftPadding => "no-checkpoint-drift-padding",
+            InjectBug::VoteWithoutLogCheck => "vote-without-log-check",
+            InjectBug::TruncateMatchingEntries => "truncate-matching-entries",
         }
     }
 
@@ -155,6 +249,15 @@ impl InjectBug {
             InjectBug::NoVotePersist => "election-safety",
             InjectBug::LeaseFromReceiveTime => "lease-safety",
             InjectBug::NotLeaderAfterSnapshot => "exact-outcomes",
+            InjectBug::OldTermCommit => "leader-completeness",
+            InjectBug::JointVoteOneHalf => "leader-completeness",
+            InjectBug::JointCommitOneHalf => "leader-completeness",
+            InjectBug::CommitUndurable => "leader-completeness",
+            InjectBug::NoVoteRefusal => "lease-safety",
+            InjectBug::NoLeaseDriftMargin => "lease-safety",
+            InjectBug::NoCheckpointDriftPadding => "lease-safety",
+            InjectBug::VoteWithoutLogCheck => "leader-completeness",
+            InjectBug::TruncateMatchingEntries => "leader-completeness",
         }
     }
 }

@@ -9,8 +9,21 @@
 //! until it stops believing (resign, transfer, session ended, another leader seen). Two
 //! intervals overlap exactly when one starts (or is extended) while the other is running, so
 //! checking at every start and extension is complete.
+//!
+//! Two server-side halves of the same rule are checked too, since client margins alone can
+//! hide a server that promises more than it keeps:
+//! - "a keepalive may be acknowledged only by a leader that provably still leads … An old
+//!   leader that does not know it was replaced must not acknowledge keepalives": no node
+//!   acknowledges a keepalive after a leader of a higher term was seen elected;
+//! - "the server never expires the session before receive time + TTL": no committed expiry
+//!   ends a session before the true time at which the acknowledging node's clock ran TTL
+//!   ticks from the keepalive's receipt.
 
 use std::collections::BTreeMap;
+
+use tenure_core::node::Role;
+use tenure_core::sm::{Command, Response, SessionId};
+use tenure_core::types::{NodeId, Term};
 
 use super::{Checker, View};
 use crate::observe::{ClientId, Observation};
@@ -24,10 +37,70 @@ struct Belief {
     until_us: SimTimeUs,
 }
 
-/// What every client currently believes.
+/// What every client currently believes, and what the servers promised.
 #[derive(Default)]
 pub struct LeaseSafety {
     beliefs: BTreeMap<ClientId, Belief>,
+    /// Highest term in which a leader was seen, and since when.
+    leader_term: Option<(Term, SimTimeUs)>,
+    /// Latest promise per session: (true time, acknowledging node).
+    promises: BTreeMap<SessionId, (SimTimeUs, NodeId)>,
+}
+
+impl LeaseSafety {
+    fn server_side(&mut self, observation: &Observation, now: SimTimeUs) -> Option<String> {
+        match observation {
+            Observation::Role {
+                role: Role::Leader,
+                term,
+                ..
+            } => {
+                if self.leader_term.is_none_or(|(t, _)| *term > t) {
+                    self.leader_term = Some((*term, now));
+                }
+                None
+            }
+            Observation::KeepaliveAcked {
+                node,
+                term,
+                session,
+                promise_us,
+            } => {
+                if let Some((t, since)) = self.leader_term {
+                    if t > *term {
+                        return Some(format!(
+                            "node {node} acknowledged a keepalive of session {session} in term {term} at {}, but a leader of term {t} was elected at {}",
+                            fmt_time(now),
+                            fmt_time(since)
+                        ));
+                    }
+                }
+                let p = self.promises.entry(*session).or_insert((0, *node));
+                if *promise_us > p.0 {
+                    *p = (*promise_us, *node);
+                }
+                None
+            }
+            Observation::Canonical(entry) => {
+                let (Command::Expire { .. }, Response::Ended { session }) =
+                    (&entry.command, &entry.response)
+                else {
+                    return None;
+                };
+                let (promise, node) = self.promises.remove(session)?;
+                if now < promise {
+                    return Some(format!(
+                        "session {session} expired at index {} at {}, before {} that node {node}'s acknowledgement promised",
+                        entry.index,
+                        fmt_time(now),
+                        fmt_time(promise)
+                    ));
+                }
+                None
+            }
+            _ => None,
+        }
+    }
 }
 
 impl Checker for LeaseSafety {
@@ -36,6 +109,9 @@ impl Checker for LeaseSafety {
     }
 
     fn observe(&mut self, observation: &Observation, view: &View<'_>) -> Option<String> {
+        if !matches!(observation, Observation::Belief { .. }) {
+            return self.server_side(observation, view.now_us);
+        }
         let Observation::Belief {
             client,
             election,

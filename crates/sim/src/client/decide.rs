@@ -205,3 +205,21 @@ impl Client {
         }
     }
 }
+
+impl Client {
+    /// Stops sending keepalives from now on, as the `client-silent` fault does; used by the
+    /// world's lease-handover shape right after the client's keepalive is acknowledged.
+    pub fn go_silent(&mut self, env: &mut ClientEnv<'_>) {
+        if self.silent || self.session.is_none() {
+            return;
+        }
+        self.silent = true;
+        env.stats.fault("client-silent");
+        env.trace.log(env.now_us, || {
+            format!(
+                "fault: client {} stops sending keepalives right after an acknowledgement",
+                self.id
+            )
+        });
+    }
+}

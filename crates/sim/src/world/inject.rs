@@ -52,6 +52,14 @@ impl World {
         }
         self.queue
             .push(self.now_us + FAULT_TICK_US, Event::FaultTick);
+        if self.scenario_tick() {
+            // A scripted shape is being played; random node faults would only spoil it.
+            self.decommission_removed();
+            return;
+        }
+        if self.handover_at.is_none() && self.rng.chance(self.mix.lease_handover) {
+            self.handover_at = self.current_leader();
+        }
         if self.rng.chance(self.mix.partition) && self.network.partitions() < PARTITIONS_MAX {
             self.partition();
         }
@@ -234,20 +242,8 @@ impl World {
         } else {
             // Too few voters and no learner to promote: start a fresh node (never reusing an
             // id) with an empty disk; a later change adds it.
-            let id = self.next_node_id;
-            self.next_node_id += 1;
-            let config = self.node_config(id, Vec::new());
-            let period = self.draw_tick_period();
-            self.nodes.insert(
-                id,
-                NodeSlot::new(id, config, period, false, Disk::new(self.opts.wal_layout)),
-            );
-            self.live_ids.push(id);
+            let id = self.start_fresh_node();
             self.pending_join = Some(id);
-            self.stats.fault("new-node");
-            self.trace
-                .log(self.now_us, || format!("membership: start fresh node {id}"));
-            self.start_node(id);
             return;
         }
         let result = self
@@ -286,7 +282,36 @@ impl World {
         }
     }
 
-    /// Shuts down, for good, members that a committed configuration no longer contains.
+    /// Starts a fresh node (never reusing an id) with an empty disk and no initial voters.
+    pub(super) fn start_fresh_node(&mut self) -> NodeId {
+        let id = self.next_node_id;
+        self.next_node_id += 1;
+        let config = self.node_config(id, Vec::new());
+        let period = self.draw_tick_period();
+        self.nodes.insert(
+            id,
+            NodeSlot::new(id, config, period, false, Disk::new(self.opts.wal_layout)),
+        );
+        self.live_ids.push(id);
+        self.stats.fault("new-node");
+        self.trace
+            .log(self.now_us, || format!("membership: start fresh node {id}"));
+        self.start_node(id);
+        id
+    }
+
+    /// Shuts down for good a fresh node that never became a member.
+    pub(super) fn retire_fresh_node(&mut self, id: NodeId) {
+        if let Some(s) = self.nodes.get_mut(&id) {
+            s.crash();
+            s.decommissioned = true;
+        }
+        self.live_ids.retain(|n| *n != id);
+    }
+
+    /// Shuts down, for good, members that a committed configuration no longer contains, once
+    /// they have been out of it for the seed's linger time (an operator stops a removed
+    /// server some time after the change, and until then it runs, ticks and campaigns).
     fn decommission_removed(&mut self) {
         let Some(leader) = self.current_leader() else {
             return;
@@ -307,7 +332,13 @@ impl World {
             .filter(|s| s.was_member && !s.decommissioned && !members.contains(&s.id))
             .map(|s| s.id)
             .collect();
+        self.removed_since_us.retain(|id, _| removed.contains(id));
         for id in removed {
+            let since = *self.removed_since_us.entry(id).or_insert(self.now_us);
+            if self.now_us < since + self.decommission_linger_us {
+                continue;
+            }
+            self.removed_since_us.remove(&id);
             if let Some(s) = self.nodes.get_mut(&id) {
                 s.crash();
                 s.decommissioned = true;

@@ -24,14 +24,32 @@ use crate::time::{SimTimeUs, TICK_NOMINAL_US, US_PER_MS};
 use crate::trace::{Trace, TraceKind};
 
 mod inject;
+mod scenario;
 
 /// How long a crashed node stays down (true time).
 pub(crate) const DOWNTIME_US: (u64, u64) = (10 * US_PER_MS, 2_000 * US_PER_MS);
 /// How long a node that crashed right after voting stays down: short, so that it can vote
 /// again in the same election if its vote was not durable.
 const VOTE_CRASH_DOWNTIME_US: (u64, u64) = (US_PER_MS, 30 * US_PER_MS);
+/// Keepalive receipts remembered until their acknowledgement.
+const KEEPALIVES_TRACKED_MAX: usize = 4_096;
+/// Share of seeds whose drift bound ρ is drawn from `WIDE_DRIFT_MAX` instead of the default.
+const WIDE_DRIFT_SHARE: f64 = 0.3;
+/// Range of the wide drift bounds (the configuration accepts up to 0.1).
+const WIDE_DRIFT_MAX: (f64, f64) = (0.02, 0.09);
 /// Range of the per-seed snapshot threshold.
 const SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (32, 256);
+/// Share of seeds with a tiny snapshot threshold: snapshots race in-flight proposals and
+/// followers are sent `InstallSnapshot` all the time.
+const SMALL_SNAPSHOT_SHARE: f64 = 0.15;
+/// Range of the tiny snapshot threshold.
+const SMALL_SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (2, 12);
+/// Share of seeds whose AppendEntries carry 1 to 4 entries.
+const SMALL_BATCH_SHARE: f64 = 0.3;
+/// Share of seeds whose node clocks sit at the drift bound.
+const CLOCKS_AT_BOUND_SHARE: f64 = 0.3;
+/// Longest time a removed member keeps running.
+const DECOMMISSION_LINGER_US_MAX: u64 = 2_000 * US_PER_MS;
 
 /// Scheduled happenings.
 enum Event {
@@ -59,6 +77,11 @@ enum Event {
     Resume {
         node: NodeId,
         pause_gen: u64,
+    },
+    /// Crash a node now (if it still runs the same incarnation).
+    CrashNow {
+        node: NodeId,
+        incarnation: u64,
     },
     Heal,
     Quiesce,
@@ -101,6 +124,24 @@ pub struct World {
     snapshot_threshold_entries: u64,
     /// T in true time for the slowest clock (the liveness deadline is ten of these).
     election_timeout_us: SimTimeUs,
+    /// Most entries per AppendEntries, drawn per seed: small batches make a catching-up
+    /// follower take many round trips, so entries of earlier terms reach a majority well
+    /// before a new leader's own no-op does (the window of Raft §5.4.2).
+    append_entries_max: usize,
+    /// Node clocks sit at the drift bound (±ρ/2, in opposite directions) instead of
+    /// anywhere within it, in some seeds.
+    clocks_at_bound: bool,
+    /// How long a removed member keeps running before it is shut down, drawn per seed.
+    decommission_linger_us: SimTimeUs,
+    /// Removed members not yet shut down, and since when they are out of the configuration.
+    removed_since_us: BTreeMap<NodeId, SimTimeUs>,
+    /// The scripted fault shape being played, if any.
+    scenario: Option<scenario::Scenario>,
+    /// Keepalives handed to a node: (node, tag) → true time of receipt, to turn an ack into
+    /// the promise it makes. Bounded like the driver's own waiter list.
+    keepalive_received_us: BTreeMap<(NodeId, u64), SimTimeUs>,
+    /// The lease-handover shape is armed at this leader (see `FaultMix::lease_handover`).
+    handover_at: Option<NodeId>,
 }
 
 impl World {
@@ -108,11 +149,35 @@ impl World {
     pub fn new(opts: &SimOptions, seed: u64) -> World {
         let mut rng = SimRng::new(seed);
         let mix = FaultMix::draw(&mut rng, opts.faults);
-        let snapshot_threshold_entries =
-            rng.between(SNAPSHOT_THRESHOLD_ENTRIES.0, SNAPSHOT_THRESHOLD_ENTRIES.1);
         let voters: Vec<NodeId> = (1..=opts.nodes as NodeId).collect();
-        let template = Config::new(1, voters.clone());
+        let mut template = Config::new(1, voters.clone());
+        if opts.faults && rng.chance(WIDE_DRIFT_SHARE) {
+            // Wide drift bounds make every drift margin and padding many ticks long, so that
+            // losing one of them shows instead of hiding in the tick-rounding allowances.
+            template.clock_drift_max = rng.uniform(WIDE_DRIFT_MAX.0, WIDE_DRIFT_MAX.1);
+        }
         let drift_max = template.clock_drift_max;
+        let snapshot_threshold_entries = if opts.faults && rng.chance(SMALL_SNAPSHOT_SHARE) {
+            rng.between(
+                SMALL_SNAPSHOT_THRESHOLD_ENTRIES.0,
+                SMALL_SNAPSHOT_THRESHOLD_ENTRIES.1,
+            )
+        } else {
+            rng.between(SNAPSHOT_THRESHOLD_ENTRIES.0, SNAPSHOT_THRESHOLD_ENTRIES.1)
+        };
+        let append_entries_max = if opts.faults && rng.chance(SMALL_BATCH_SHARE) {
+            rng.between(1, 4) as usize
+        } else {
+            64
+        };
+        let wide = template.clock_drift_max > 0.01;
+        let clocks_at_bound =
+            opts.faults && rng.chance(if wide { 0.7 } else { CLOCKS_AT_BOUND_SHARE });
+        let decommission_linger_us = if opts.faults && rng.chance(0.5) {
+            rng.between(0, DECOMMISSION_LINGER_US_MAX)
+        } else {
+            0
+        };
         let slowest_tick_us = (TICK_NOMINAL_US as f64 * (1.0 + drift_max / 2.0)).ceil() as u64;
         let election_timeout_us = template.election_timeout_ticks * slowest_tick_us;
         let mut world = World {
@@ -144,6 +209,13 @@ impl World {
             drift_max,
             snapshot_threshold_entries,
             election_timeout_us,
+            append_entries_max,
+            clocks_at_bound,
+            decommission_linger_us,
+            removed_since_us: BTreeMap::new(),
+            scenario: None,
+            keepalive_received_us: BTreeMap::new(),
+            handover_at: None,
         };
         for id in voters.iter().copied() {
             let config = world.node_config(id, voters.clone());
@@ -163,11 +235,9 @@ impl World {
     fn node_config(&self, id: NodeId, initial_voters: Vec<NodeId>) -> Config {
         let mut config = Config::new(id, initial_voters);
         config.snapshot_threshold_entries = self.snapshot_threshold_entries;
-        let bug = self.opts.bug;
-        config.bugs.double_vote = bug == Some(InjectBug::DoubleVote);
-        config.bugs.commit_without_majority = bug == Some(InjectBug::CommitWithoutMajority);
-        config.bugs.stale_fence_accepted = bug == Some(InjectBug::StaleFenceAccepted);
-        config.bugs.no_vote_persist = bug == Some(InjectBug::NoVotePersist);
+        config.append_entries_max = self.append_entries_max;
+        config.clock_drift_max = self.drift_max;
+        config.bugs = InjectBug::core_bugs(self.opts.bug);
         config
             .validate()
             .expect("the simulator's node configuration is valid");
@@ -175,10 +245,18 @@ impl World {
     }
 
     /// 10 ms × (1 + drift), drift uniform in [-ρ/2, ρ/2].
+    /// In seeds with clocks at the bound, ±ρ/2 at random, so that pairs of nodes differ by ρ.
     fn draw_tick_period(&mut self) -> u64 {
-        let drift = self
-            .rng
-            .uniform(-self.drift_max / 2.0, self.drift_max / 2.0);
+        let drift = if self.clocks_at_bound {
+            if self.rng.chance(0.5) {
+                self.drift_max / 2.0
+            } else {
+                -self.drift_max / 2.0
+            }
+        } else {
+            self.rng
+                .uniform(-self.drift_max / 2.0, self.drift_max / 2.0)
+        };
         (TICK_NOMINAL_US as f64 * (1.0 + drift)).round() as u64
     }
 
@@ -189,6 +267,9 @@ impl World {
             self.now_us = time_us;
             let end = matches!(event, Event::End);
             self.handle(event);
+            if self.scenario.is_some() {
+                self.scenario_watch();
+            }
             self.flush();
             self.check_step();
             if !self.violations.is_empty() {
@@ -214,6 +295,16 @@ impl World {
     fn start(&mut self) {
         self.trace
             .log(0, || format!("fault mix: {}", self.mix.describe()));
+        self.trace.log(0, || {
+            format!(
+                "seed shape: drift bound {:.3}{}, snapshot every {} entries, at most {} entries per AppendEntries, removed members linger {} ms",
+                self.drift_max,
+                if self.clocks_at_bound { " (clocks at the bound)" } else { "" },
+                self.snapshot_threshold_entries,
+                self.append_entries_max,
+                self.decommission_linger_us / US_PER_MS
+            )
+        });
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
             self.start_node(id);
@@ -377,6 +468,26 @@ impl World {
     fn flush(&mut self) {
         let out = std::mem::take(&mut self.out);
         for (from, to, packet) in out {
+            if let (
+                Addr::Node(node),
+                Packet::Reply(crate::protocol::ClientReply::KeepaliveAck {
+                    tag,
+                    session,
+                    ttl_ticks,
+                }),
+            ) = (from, &packet)
+            {
+                self.note_keepalive_ack(node, *tag, *session, *ttl_ticks);
+                if let (Some(leader), Addr::Client(client)) = (self.handover_at, to) {
+                    if leader == node && self.faults_on {
+                        self.handover_at = None;
+                        self.with_client(client as usize, |c, env| c.go_silent(env));
+                        let incarnation = self.nodes.get(&node).map_or(0, |s| s.incarnation);
+                        self.queue
+                            .push(self.now_us, Event::CrashNow { node, incarnation });
+                    }
+                }
+            }
             let delays = self.network.route(from, to, &mut self.rng);
             if delays.is_empty() {
                 self.stats.messages_dropped += 1;
@@ -407,6 +518,25 @@ impl World {
                 },
             );
         }
+    }
+
+    /// Turns an acknowledgement into the promise it makes: the session lives at least until
+    /// the acknowledging node's clock has run `ttl` ticks from the keepalive's receipt.
+    fn note_keepalive_ack(&mut self, node: NodeId, tag: u64, session: SessionId, ttl: u64) {
+        let Some(received_us) = self.keepalive_received_us.remove(&(node, tag)) else {
+            return;
+        };
+        let Some(slot) = self.nodes.get(&node) else {
+            return;
+        };
+        let term = slot.status.as_ref().map_or(0, |s| s.term);
+        let promise_us = received_us + ttl * slot.tick_period_us;
+        self.obs.push(Observation::KeepaliveAcked {
+            node,
+            term,
+            session,
+            promise_us,
+        });
     }
 
     /// Feeds the step's observations to every checker.
@@ -518,6 +648,25 @@ impl World {
                     self.resume(node);
                 }
             }
+            Event::CrashNow { node, incarnation } => {
+                let due = self
+                    .nodes
+                    .get(&node)
+                    .is_some_and(|s| s.is_up() && s.incarnation == incarnation);
+                if due && self.faults_on {
+                    if let Some(slot) = self.nodes.get_mut(&node) {
+                        slot.crash();
+                    }
+                    self.stats.fault("crash");
+                    self.trace.event(TraceKind::Fault, self.now_us, &[6, node]);
+                    self.trace.log(self.now_us, || {
+                        format!(
+                            "fault: leader {node} crashes right after acknowledging a keepalive"
+                        )
+                    });
+                    self.schedule_restart(node, DOWNTIME_US.0, DOWNTIME_US.1);
+                }
+            }
             Event::Heal => self.heal(),
             Event::Quiesce => self.quiesced = true,
             Event::End => self.end(),
@@ -594,6 +743,14 @@ impl World {
                     self.now_us,
                     &[from.code(), id, m.term, body_code(m.body.kind())],
                 );
+            }
+            Packet::Request(crate::protocol::ClientRequest::Keepalive { tag, .. }) => {
+                if self.keepalive_received_us.len() >= KEEPALIVES_TRACKED_MAX {
+                    self.keepalive_received_us.pop_first();
+                }
+                self.keepalive_received_us.insert((id, *tag), self.now_us);
+                self.trace
+                    .event(TraceKind::ClientRequest, self.now_us, &[from.code(), id])
             }
             _ => self
                 .trace

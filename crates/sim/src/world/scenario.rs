@@ -1,0 +1,412 @@
+//! Scripted fault shapes: short sequences of partitions and crashes that react to what the
+//! cluster does (a leader is elected, a leader's commit index moves), to drive it into the
+//! states where the classic Raft bugs bite. Random faults alone almost never line these up.
+//!
+//! - **Figure 8** (Raft §5.4.2): a leader replicates to a minority only (it is cut off with
+//!   one follower while clients keep proposing to it); the others elect a leader of a higher
+//!   term, which is cut off the moment it is elected, so that its entries stay on its disk
+//!   alone; the first side heals and elects a third leader; that leader is crashed the moment
+//!   its commit index first moves, and the second one comes back. A leader that commits
+//!   entries of an earlier term by counting replicas has, at that moment, committed entries
+//!   that the second leader can overwrite. (Seeds with small `append_entries_max` make the
+//!   earlier-term entries reach a majority before the new leader's own no-op does.)
+//! - **Joint split** (dissertation §4.3): two fresh nodes join as learners, then one joint
+//!   change replaces two of the five voters with them, and the same instant the network splits
+//!   the leader and the new nodes (sometimes with one kept voter) from the rest, so that each
+//!   side holds a majority of one half of the joint configuration only. Removed voters linger
+//!   for a while before they are shut down (see `World::decommission_linger_us`), as they would
+//!   until an operator stops them.
+//!
+//! Random node faults and partitions are held back while a scenario runs; network loss,
+//! duplication and delay are not.
+
+use std::collections::BTreeSet;
+
+use tenure_core::node::Role;
+use tenure_core::types::NodeId;
+
+use super::{World, DOWNTIME_US};
+use crate::network::full_partition;
+use crate::protocol::Addr;
+use crate::time::{SimTimeUs, US_PER_MS};
+use crate::trace::TraceKind;
+
+/// How long any scenario phase may wait for the cluster before the scenario is abandoned.
+const PHASE_US: SimTimeUs = 3_000 * US_PER_MS;
+/// How long the second Figure 8 leader stays cut off before the first side heals.
+const HOLD_US: (u64, u64) = (20 * US_PER_MS, 300 * US_PER_MS);
+/// How long a joint split lasts.
+const SPLIT_US: (u64, u64) = (300 * US_PER_MS, 3_000 * US_PER_MS);
+
+/// A scenario in progress.
+#[derive(Clone, Debug)]
+pub(super) struct Scenario {
+    phase: Phase,
+    /// The phase gives up at this time.
+    deadline_us: SimTimeUs,
+    /// Partitions this scenario put in force, healed when it ends.
+    partitions: Vec<u64>,
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    /// Figure 8, step 1: the old leader and one follower are cut off; wait for the rest to
+    /// elect a leader in a higher term.
+    F8WaitSecond { cut: Vec<NodeId>, term: u64 },
+    /// Step 2: the second leader is isolated; hold until `until_us`, then heal the first cut.
+    F8Hold {
+        second: NodeId,
+        second_term: u64,
+        until_us: SimTimeUs,
+    },
+    /// Step 3: wait for a third leader in a higher term.
+    F8WaitThird { second: NodeId, second_term: u64 },
+    /// Step 4: crash the third leader as soon as its commit index moves.
+    F8CrashAtCommit {
+        third: NodeId,
+        term: u64,
+        commit: u64,
+    },
+    /// Joint split, step 1: two fresh learners catch up.
+    JointCatchUp { learners: [NodeId; 2] },
+}
+
+impl World {
+    /// Maybe starts a scenario (on a fault tick); true if one runs (then random node faults
+    /// and partitions are skipped this tick).
+    pub(super) fn scenario_tick(&mut self) -> bool {
+        if self.scenario.is_some() {
+            self.scenario_watch();
+            return self.scenario.is_some();
+        }
+        if self.rng.chance(self.mix.figure8) {
+            self.start_figure8();
+        } else if self.rng.chance(self.mix.joint_split) {
+            self.start_joint_split();
+        }
+        self.scenario.is_some()
+    }
+
+    /// Advances the running scenario after a step.
+    pub(super) fn scenario_watch(&mut self) {
+        let Some(scenario) = self.scenario.clone() else {
+            return;
+        };
+        if !self.faults_on {
+            self.end_scenario("the liveness phase starts");
+            return;
+        }
+        if self.now_us >= scenario.deadline_us {
+            self.end_scenario("the cluster did not get there in time");
+            return;
+        }
+        match scenario.phase {
+            Phase::F8WaitSecond { cut, term } => {
+                let Some((second, second_term)) = self.leader_above(term, &cut) else {
+                    return;
+                };
+                let id = self.isolate(&[second]);
+                self.trace.log(self.now_us, || {
+                    format!("scenario figure-8: leader {second} of term {second_term} elected; cut off at once")
+                });
+                let until_us = self.now_us + self.rng.between(HOLD_US.0, HOLD_US.1);
+                self.set_phase(
+                    Phase::F8Hold {
+                        second,
+                        second_term,
+                        until_us,
+                    },
+                    Some(id),
+                );
+            }
+            Phase::F8Hold {
+                second,
+                second_term,
+                until_us,
+            } => {
+                if self.now_us < until_us {
+                    return;
+                }
+                // Heal every scenario partition but the one around the second leader.
+                if let Some(s) = self.scenario.as_mut() {
+                    let keep = s.partitions.pop();
+                    let healed: Vec<u64> = std::mem::take(&mut s.partitions);
+                    s.partitions.extend(keep);
+                    for id in healed {
+                        self.network.heal(id);
+                    }
+                }
+                self.trace.log(self.now_us, || {
+                    "scenario figure-8: the first cut heals".to_string()
+                });
+                self.set_phase(
+                    Phase::F8WaitThird {
+                        second,
+                        second_term,
+                    },
+                    None,
+                );
+            }
+            Phase::F8WaitThird {
+                second,
+                second_term,
+            } => {
+                let Some((third, term)) = self.leader_above(second_term, &[second]) else {
+                    return;
+                };
+                let commit = self.nodes[&third].status.as_ref().map_or(0, |s| s.commit);
+                self.trace.log(self.now_us, || {
+                    format!("scenario figure-8: leader {third} of term {term}; it crashes when its commit index moves")
+                });
+                self.set_phase(
+                    Phase::F8CrashAtCommit {
+                        third,
+                        term,
+                        commit,
+                    },
+                    None,
+                );
+            }
+            Phase::F8CrashAtCommit {
+                third,
+                term,
+                commit,
+            } => {
+                let status = self.nodes.get(&third).and_then(|s| s.status.clone());
+                let still_leads = status
+                    .as_ref()
+                    .is_some_and(|s| s.role == Role::Leader && s.term == term);
+                if !still_leads {
+                    self.end_scenario("the third leader lost its leadership first");
+                    return;
+                }
+                if status.is_some_and(|s| s.commit > commit) {
+                    if let Some(slot) = self.nodes.get_mut(&third) {
+                        slot.crash();
+                    }
+                    self.stats.fault("crash");
+                    self.trace.event(TraceKind::Fault, self.now_us, &[6, third]);
+                    self.schedule_restart(third, DOWNTIME_US.0, DOWNTIME_US.1);
+                    self.end_scenario("the third leader crashed right after its commit moved");
+                }
+            }
+            Phase::JointCatchUp { learners } => self.joint_split(learners),
+        }
+    }
+
+    fn set_phase(&mut self, phase: Phase, partition: Option<u64>) {
+        let deadline_us = self.now_us + PHASE_US;
+        if let Some(s) = self.scenario.as_mut() {
+            s.phase = phase;
+            s.deadline_us = deadline_us;
+            s.partitions.extend(partition);
+        }
+    }
+
+    fn end_scenario(&mut self, why: &str) {
+        if let Some(s) = self.scenario.take() {
+            for id in s.partitions {
+                self.network.heal(id);
+            }
+            self.trace
+                .log(self.now_us, || format!("scenario ends: {why}"));
+        }
+    }
+
+    /// An up, unpaused node outside `except` leading a term above `term`.
+    fn leader_above(&self, term: u64, except: &[NodeId]) -> Option<(NodeId, u64)> {
+        self.nodes
+            .values()
+            .filter(|s| s.is_up() && !s.paused && !except.contains(&s.id))
+            .filter_map(|s| s.status.as_ref().map(|st| (s.id, st)))
+            .find(|(_, st)| st.role == Role::Leader && st.term > term)
+            .map(|(id, st)| (id, st.term))
+    }
+
+    /// Cuts `side` off from every other live node (clients keep reaching everyone).
+    fn isolate(&mut self, side: &[NodeId]) -> u64 {
+        let id = self.next_partition_id;
+        self.next_partition_id += 1;
+        let side_addrs: BTreeSet<Addr> = side.iter().map(|n| Addr::Node(*n)).collect();
+        let all: Vec<Addr> = self.live_ids.iter().map(|n| Addr::Node(*n)).collect();
+        let links = full_partition(&side_addrs, &all);
+        self.stats.fault("scenario-partition");
+        self.trace
+            .event(TraceKind::Fault, self.now_us, &[12, id, links.len() as u64]);
+        self.network.partition(id, links);
+        id
+    }
+
+    fn voters_of(&self, leader: NodeId) -> Option<BTreeSet<NodeId>> {
+        let slot = self.nodes.get(&leader)?;
+        let status = slot.status.as_ref()?;
+        if !slot.membership_committed() || status.membership.is_joint() {
+            return None;
+        }
+        Some(status.membership.voters.clone())
+    }
+
+    fn start_figure8(&mut self) {
+        let Some(leader) = self.current_leader() else {
+            return;
+        };
+        let Some(voters) = self.voters_of(leader) else {
+            return;
+        };
+        if voters.len() < 5 {
+            return;
+        }
+        let others: Vec<NodeId> = voters
+            .iter()
+            .copied()
+            .filter(|v| *v != leader && self.nodes.get(v).is_some_and(|s| s.is_up()))
+            .collect();
+        let Some(follower) = self.rng.pick(&others).copied() else {
+            return;
+        };
+        let term = self.nodes[&leader].status.as_ref().map_or(0, |s| s.term);
+        self.scenario = Some(Scenario {
+            phase: Phase::F8WaitSecond {
+                cut: vec![leader, follower],
+                term,
+            },
+            deadline_us: self.now_us + PHASE_US,
+            partitions: Vec::new(),
+        });
+        let id = self.isolate(&[leader, follower]);
+        if let Some(s) = self.scenario.as_mut() {
+            s.partitions.push(id);
+        }
+        self.stats.fault("scenario-figure-8");
+        self.trace.log(self.now_us, || {
+            format!("scenario figure-8: leader {leader} (term {term}) and follower {follower} cut off from the rest")
+        });
+    }
+
+    fn start_joint_split(&mut self) {
+        if self.pending_join.is_some() {
+            return;
+        }
+        let Some(leader) = self.current_leader() else {
+            return;
+        };
+        let Some(voters) = self.voters_of(leader) else {
+            return;
+        };
+        let learners_now = self.nodes[&leader]
+            .status
+            .as_ref()
+            .map(|s| s.membership.learners.clone())
+            .unwrap_or_default();
+        if voters.len() != self.opts.nodes || !learners_now.is_empty() || voters.len() < 5 {
+            return;
+        }
+        let a = self.start_fresh_node();
+        let b = self.start_fresh_node();
+        let learners: BTreeSet<NodeId> = [a, b].into_iter().collect();
+        let result = self
+            .nodes
+            .get_mut(&leader)
+            .and_then(|s| s.node_mut())
+            .map(|n| crate::core_call::in_core(|| n.change_membership(voters.clone(), learners)));
+        if let Some(drive) = self.with_node(leader, |slot, ctx| slot.drive(ctx)) {
+            self.after_drive(leader, drive);
+        }
+        if !matches!(result, Some(Ok(_))) {
+            // The fresh nodes were never added: shut them down again.
+            for id in [a, b] {
+                self.retire_fresh_node(id);
+            }
+            return;
+        }
+        for id in [a, b] {
+            if let Some(s) = self.nodes.get_mut(&id) {
+                s.was_member = true;
+            }
+        }
+        self.stats.fault("scenario-joint-split");
+        self.trace.log(self.now_us, || {
+            format!("scenario joint-split: leader {leader} adds learners {a} and {b}")
+        });
+        self.scenario = Some(Scenario {
+            phase: Phase::JointCatchUp { learners: [a, b] },
+            deadline_us: self.now_us + PHASE_US,
+            partitions: Vec::new(),
+        });
+    }
+
+    /// Once the learners hold everything the leader committed, replace two voters with them
+    /// in one joint change and split the network at the same instant.
+    fn joint_split(&mut self, learners: [NodeId; 2]) {
+        let Some(leader) = self.current_leader() else {
+            return;
+        };
+        let Some(voters) = self.voters_of(leader) else {
+            return;
+        };
+        let status = self.nodes[&leader].status.clone().expect("leader is up");
+        if !learners
+            .iter()
+            .all(|l| status.membership.learners.contains(l))
+        {
+            self.end_scenario("the learners are no longer learners");
+            return;
+        }
+        let caught_up = learners.iter().all(|l| {
+            self.nodes
+                .get(l)
+                .and_then(|s| s.status.as_ref())
+                .is_some_and(|s| s.last_index >= status.commit)
+        });
+        if !caught_up {
+            return;
+        }
+        let pool: Vec<NodeId> = voters.iter().copied().filter(|v| *v != leader).collect();
+        let mut pool = pool;
+        let mut removed = Vec::new();
+        for _ in 0..2 {
+            let i = self.rng.below(pool.len() as u64) as usize;
+            removed.push(pool.remove(i));
+        }
+        let mut new_voters = voters.clone();
+        for r in &removed {
+            new_voters.remove(r);
+        }
+        new_voters.extend(learners);
+        let result = self
+            .nodes
+            .get_mut(&leader)
+            .and_then(|s| s.node_mut())
+            .map(|n| {
+                crate::core_call::in_core(|| {
+                    n.change_membership(new_voters.clone(), BTreeSet::new())
+                })
+            });
+        if !matches!(result, Some(Ok(_))) {
+            self.end_scenario("the leader refused the joint change");
+            return;
+        }
+        self.stats.fault("membership-change");
+        // The kept voters (not the leader) are `pool` now; sometimes one joins the leader's side.
+        let mut side = vec![leader, learners[0], learners[1]];
+        if self.rng.chance(0.4) {
+            if let Some(k) = self.rng.pick(&pool).copied() {
+                side.push(k);
+            }
+        }
+        let id = self.isolate(&side);
+        self.trace.log(self.now_us, || {
+            format!("scenario joint-split: leader {leader} replaces {removed:?} with {learners:?} (voters {new_voters:?}); {side:?} split from the rest")
+        });
+        if let Some(drive) = self.with_node(leader, |slot, ctx| slot.drive(ctx)) {
+            self.after_drive(leader, drive);
+        }
+        let heal_at = self.now_us + self.rng.between(SPLIT_US.0, SPLIT_US.1);
+        self.queue.push(heal_at, super::Event::HealPartition { id });
+        // The split heals by itself; the scenario is over.
+        self.scenario = None;
+        self.trace.log(self.now_us, || {
+            "scenario joint-split: split in force".to_string()
+        });
+    }
+}
