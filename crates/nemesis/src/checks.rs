@@ -343,7 +343,10 @@ pub fn convergence(nodes: &[NodeFinal]) -> Verdict {
     let mut unknown = Vec::new();
     for n in nodes {
         if n.status.is_none() {
-            violations.push(format!("node {} did not answer /status after healing", n.id));
+            violations.push(format!(
+                "node {} did not answer /status after healing",
+                n.id
+            ));
         }
     }
     let statuses: BTreeSet<(u64, u64)> = nodes
@@ -355,7 +358,10 @@ pub fn convergence(nodes: &[NodeFinal]) -> Verdict {
             .iter()
             .map(|n| match &n.status {
                 Some((c, a, t, v)) => {
-                    format!("node {}: commit {c} applied {a} term {t} voters {v:?}", n.id)
+                    format!(
+                        "node {}: commit {c} applied {a} term {t} voters {v:?}",
+                        n.id
+                    )
                 }
                 None => format!("node {}: no answer", n.id),
             })
@@ -382,7 +388,9 @@ pub fn convergence(nodes: &[NodeFinal]) -> Verdict {
     if voters.len() > 1 {
         violations.push(format!("nodes disagree on the voters: {voters:?}"));
     }
-    let reference = nodes.iter().find_map(|n| n.state.as_ref().map(|s| (n.id, s)));
+    let reference = nodes
+        .iter()
+        .find_map(|n| n.state.as_ref().map(|s| (n.id, s)));
     for n in nodes {
         match (&n.state, reference) {
             (None, _) => unknown.push(format!(
@@ -397,7 +405,14 @@ pub fn convergence(nodes: &[NodeFinal]) -> Verdict {
                     .into_iter()
                     .filter(|k| r.get(*k) != s.get(*k))
                     .take(6)
-                    .map(|k| format!("{k}: node {rid} {:?}, node {} {:?}", r.get(k), n.id, s.get(k)))
+                    .map(|k| {
+                        format!(
+                            "{k}: node {rid} {:?}, node {} {:?}",
+                            r.get(k),
+                            n.id,
+                            s.get(k)
+                        )
+                    })
                     .collect();
                 violations.push(format!(
                     "node {} serves another state than node {rid}:\n    {}",

@@ -300,12 +300,16 @@ impl Cluster {
         Ok(())
     }
 
-    /// Unblock every link of every running node.
+    /// Unblock every link that was blocked (restarted nodes start unblocked).
     pub async fn heal_network(&mut self) -> anyhow::Result<()> {
-        for id in self.ids() {
-            if self.life(id) == Life::Up {
-                self.block(id, &BTreeSet::new()).await?;
-            }
+        let blocked: Vec<u64> = self
+            .blocked
+            .iter()
+            .filter(|(_, peers)| !peers.is_empty())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in blocked {
+            self.block(id, &BTreeSet::new()).await?;
         }
         self.blocked.clear();
         Ok(())
@@ -341,7 +345,9 @@ impl Cluster {
         serde_json::from_str(&body).ok()
     }
 
-    /// The Raft leader that the answering nodes agree on (and that says it leads).
+    /// The Raft leader: the node that says it leads in the highest term claimed, followed in
+    /// that term by a majority of all nodes (itself included). A node outside the
+    /// configuration (removed, or cut off) may disagree without hiding the leader.
     pub async fn leader(&self) -> Option<u64> {
         let mut views = Vec::new();
         for id in self.ids() {
@@ -349,11 +355,15 @@ impl Cluster {
                 views.push(s);
             }
         }
-        let first = views.first()?;
-        let l = first.leader;
-        let agree = views.iter().all(|v| v.leader == l && v.term == first.term);
-        let says = views.iter().any(|v| v.id == l && v.role == "leader");
-        (agree && says && l != 0).then_some(l)
+        let claim = views
+            .iter()
+            .filter(|v| v.role == "leader")
+            .max_by_key(|v| v.term)?;
+        let followers = views
+            .iter()
+            .filter(|v| v.leader == claim.id && v.term == claim.term)
+            .count();
+        (followers > self.addrs.len() / 2).then_some(claim.id)
     }
 
     /// Wait until a leader is agreed on, at most `within`.
@@ -381,16 +391,20 @@ impl Cluster {
     /// Whether node `id` has written a snapshot (the WAL keeps them in its data directory).
     pub fn has_snapshot(&self, id: u64) -> bool {
         fn walk(p: &Path) -> bool {
-            std::fs::read_dir(p).into_iter().flatten().flatten().any(|e| {
-                let path = e.path();
-                if path.is_dir() {
-                    walk(&path)
-                } else {
-                    path.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.contains("snap"))
-                }
-            })
+            std::fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| {
+                    let path = e.path();
+                    if path.is_dir() {
+                        walk(&path)
+                    } else {
+                        path.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.contains("snap"))
+                    }
+                })
         }
         walk(&self.path().join(format!("n{id}")))
     }
@@ -467,17 +481,21 @@ pub async fn http(
 pub fn probe_netem() -> String {
     let name = format!("tenure-nemesis-probe-{}", std::process::id());
     let run = |args: &[&str]| {
-        Command::new("ip")
-            .args(args)
-            .output()
-            .map(|o| (o.status.success(), String::from_utf8_lossy(&o.stderr).trim().to_string()))
+        Command::new("ip").args(args).output().map(|o| {
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            )
+        })
     };
     let result = match run(&["netns", "add", &name]) {
         Err(e) => format!("no `ip` command ({e})"),
         Ok((false, err)) => format!("cannot create a network namespace ({err})"),
         Ok((true, _)) => {
             let r = Command::new("ip")
-                .args(["netns", "exec", &name, "tc", "qdisc", "add", "dev", "lo", "root"])
+                .args([
+                    "netns", "exec", &name, "tc", "qdisc", "add", "dev", "lo", "root",
+                ])
                 .args(["netem", "delay", "1ms"])
                 .output();
             let verdict = match r {

@@ -236,7 +236,10 @@ impl Nemesis {
                 for &id in &ids {
                     self.cluster.restart(id)?;
                 }
-                format!("all nodes killed, restarted after {} ms", step.hold_ms.min(1_500))
+                format!(
+                    "all nodes killed, restarted after {} ms",
+                    step.hold_ms.min(1_500)
+                )
             }
             FaultKind::Isolate => {
                 let t = self.target(step.pick).await;
@@ -253,7 +256,10 @@ impl Nemesis {
                 self.cluster.cut(&[l], &[o]).await?;
                 tokio::time::sleep(hold).await;
                 self.cluster.heal_network().await?;
-                format!("link {l}–{o} cut {} ms (both still reach the rest)", step.hold_ms)
+                format!(
+                    "link {l}–{o} cut {} ms (both still reach the rest)",
+                    step.hold_ms
+                )
             }
             FaultKind::Split => {
                 let (l, _) = self.leader_or_any(step.pick).await;
@@ -271,10 +277,7 @@ impl Nemesis {
                 self.cluster.cut(&minority, &majority).await?;
                 tokio::time::sleep(hold).await;
                 self.cluster.heal_network().await?;
-                format!(
-                    "split {minority:?} | {majority:?} for {} ms",
-                    step.hold_ms
-                )
+                format!("split {minority:?} | {majority:?} for {} ms", step.hold_ms)
             }
             FaultKind::Transfer => {
                 let (l, known) = self.leader_or_any(step.pick).await;
@@ -376,7 +379,7 @@ impl Nemesis {
         // A writer with a valid token: a long session, so that it outlives the fault
         // without keepalives (it is revoked at the end).
         self.client.pin(l);
-        let Some((session, _)) = self.client.grant(30_000).await else {
+        let Some((session, _)) = self.client.grant(10_000).await else {
             return Ok("targeted: grant failed, skipped".into());
         };
         self.client.pin(l);

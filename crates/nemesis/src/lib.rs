@@ -252,8 +252,8 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         request_timeout_ms: 30_000,
         env,
     };
-    let cluster = Cluster::start(&options.bin, server, options.keep_dir)
-        .context("start the cluster")?;
+    let cluster =
+        Cluster::start(&options.bin, server, options.keep_dir).context("start the cluster")?;
     let clock = Clock::start();
     let rec = Recorder::new(clock);
     let nodes = Nodes {

@@ -321,9 +321,16 @@ pub fn check_history(history: &[Op]) -> LinearReport {
             Linearity::Linearizable => {}
             Linearity::Violation { explanation } => {
                 let mut text = format!("key {key:?}: {explanation}");
-                for why in visible_failed_writes(history, key) {
+                let visible = visible_failed_writes(history, key);
+                for why in visible.iter().take(3) {
                     text.push_str("\n    ");
-                    text.push_str(&why);
+                    text.push_str(why);
+                }
+                if visible.len() > 3 {
+                    text.push_str(&format!(
+                        "\n    … and {} more writes answered with a definite failure whose value was read later",
+                        visible.len() - 3
+                    ));
                 }
                 report.violations.push(text);
             }
@@ -338,9 +345,9 @@ pub fn check_history(history: &[Op]) -> LinearReport {
             Linearity::Violation { explanation } => report
                 .violations
                 .push(format!("election {election:?}: {explanation}")),
-            Linearity::Unknown { steps } => report
-                .unknown
-                .push(format!("election {election:?}: gave up after {steps} steps")),
+            Linearity::Unknown { steps } => report.unknown.push(format!(
+                "election {election:?}: gave up after {steps} steps"
+            )),
         }
     }
     report

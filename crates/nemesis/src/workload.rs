@@ -144,7 +144,9 @@ impl Client {
                 &self.name,
                 Kind::Revoke { session },
                 OP_TIMEOUT,
-                c.revoke(v1::RevokeRequest { session_id: session }),
+                c.revoke(v1::RevokeRequest {
+                    session_id: session,
+                }),
                 |_| Value::Unit,
             )
             .await;

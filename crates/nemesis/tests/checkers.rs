@@ -13,7 +13,14 @@ use tenure_nemesis::linear::check_history;
 struct H(Vec<Op>);
 
 impl H {
-    fn op(&mut self, client: &str, kind: Kind, from_ms: u64, to_ms: u64, outcome: Outcome) -> &mut H {
+    fn op(
+        &mut self,
+        client: &str,
+        kind: Kind,
+        from_ms: u64,
+        to_ms: u64,
+        outcome: Outcome,
+    ) -> &mut H {
         let id = self.0.len();
         self.0.push(Op {
             id,
@@ -143,7 +150,9 @@ fn an_indeterminate_write_may_take_effect_late_or_never() {
     assert!(h.lin_violations().is_empty(), "{:?}", h.lin_violations());
     // Never.
     let mut h = H::default();
-    h.put("a", 1, 0, 5, indeterminate()).get(None, 10, 20).get(None, 30, 40);
+    h.put("a", 1, 0, 5, indeterminate())
+        .get(None, 10, 20)
+        .get(None, 30, 40);
     assert!(h.lin_violations().is_empty());
     // But once seen it cannot be unseen.
     let mut h = H::default();
@@ -153,7 +162,8 @@ fn an_indeterminate_write_may_take_effect_late_or_never() {
     assert_eq!(h.lin_violations().len(), 1);
     // And it cannot take effect before it was sent.
     let mut h = H::default();
-    h.get(Some(("a", 1)), 0, 5).put("a", 1, 10, 15, indeterminate());
+    h.get(Some(("a", 1)), 0, 5)
+        .put("a", 1, 10, 15, indeterminate());
     assert_eq!(h.lin_violations().len(), 1);
 }
 
@@ -183,7 +193,8 @@ fn stale_token_rejections_are_observations() {
     assert_eq!(h.lin_violations().len(), 1);
     // A lower token accepted after a higher one: the register model refuses it.
     let mut h = H::default();
-    h.put("a", 2, 0, 10, ok_index(3)).put("b", 1, 20, 30, ok_index(4));
+    h.put("a", 2, 0, 10, ok_index(3))
+        .put("b", 1, 20, 30, ok_index(4));
     assert_eq!(h.lin_violations().len(), 1);
 }
 
@@ -306,9 +317,17 @@ fn node(id: u64, commit: u64, applied: u64, state: &[(&str, &str)]) -> NodeFinal
 #[test]
 fn convergence_catches_lagging_and_diverging_nodes() {
     let same = [("key k", "a")];
-    let ok = [node(1, 9, 9, &same), node(2, 9, 9, &same), node(3, 9, 9, &same)];
+    let ok = [
+        node(1, 9, 9, &same),
+        node(2, 9, 9, &same),
+        node(3, 9, 9, &same),
+    ];
     assert!(checks::convergence(&ok).ok());
-    let lagging = [node(1, 9, 9, &same), node(2, 9, 9, &same), node(3, 9, 7, &same)];
+    let lagging = [
+        node(1, 9, 9, &same),
+        node(2, 9, 9, &same),
+        node(3, 9, 7, &same),
+    ];
     assert!(!checks::convergence(&lagging).ok());
     let diverging = [
         node(1, 9, 9, &same),
@@ -318,7 +337,14 @@ fn convergence_catches_lagging_and_diverging_nodes() {
     let v = checks::convergence(&diverging);
     assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
     assert!(v.violations[0].contains("another state"));
-    let silent = [node(1, 9, 9, &same), NodeFinal { id: 2, status: None, state: None }];
+    let silent = [
+        node(1, 9, 9, &same),
+        NodeFinal {
+            id: 2,
+            status: None,
+            state: None,
+        },
+    ];
     assert!(!checks::convergence(&silent).ok());
 }
 
@@ -364,7 +390,11 @@ fn the_schedule_is_a_function_of_the_seed_and_covers_every_kind_first() {
     let a = schedule(42, &FaultKind::ALL, 40);
     assert_eq!(a, schedule(42, &FaultKind::ALL, 40));
     assert_ne!(a, schedule(43, &FaultKind::ALL, 40));
-    let first: BTreeSet<FaultKind> = a.iter().take(FaultKind::ALL.len()).map(|s| s.kind).collect();
+    let first: BTreeSet<FaultKind> = a
+        .iter()
+        .take(FaultKind::ALL.len())
+        .map(|s| s.kind)
+        .collect();
     assert_eq!(first.len(), FaultKind::ALL.len());
     let only = schedule(1, &[FaultKind::Targeted], 5);
     assert!(only.iter().all(|s| s.kind == FaultKind::Targeted));
