@@ -284,11 +284,12 @@ pub fn holders(history: &[Op]) -> Verdict {
     let mut violations = Vec::new();
     for (election, list) in &mut by_election {
         list.sort_by_key(|b| b.from);
-        // Merge the beliefs of each session first: one session re-campaigning overlaps itself.
+        // Sorted by start: once one starts after `a` ends, all later ones do. A session
+        // that campaigns again overlaps only itself, which is no violation.
         for (i, a) in list.iter().enumerate() {
             for b in list.iter().skip(i + 1) {
                 if b.from >= a.until {
-                    continue;
+                    break;
                 }
                 if a.session != b.session {
                     violations.push(format!(

@@ -55,19 +55,31 @@ pub enum Linearity {
 /// Most search steps per object before the answer is `Unknown`.
 pub const STEPS_MAX: u64 = 20_000_000;
 
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Bits(Vec<u64>);
+/// Most memoized (linearized set, state) pairs per object before the answer is `Unknown`
+/// (24 bytes each).
+pub const CACHE_MAX: usize = 4_000_000;
 
-impl Bits {
-    fn new(n: usize) -> Bits {
-        Bits(vec![0; n.div_ceil(64)])
-    }
-    fn set(&mut self, i: usize) {
-        self.0[i / 64] |= 1 << (i % 64);
-    }
-    fn clear(&mut self, i: usize) {
-        self.0[i / 64] &= !(1 << (i % 64));
-    }
+/// A 128-bit Zobrist key per operation: the linearized set is the XOR of its members' keys,
+/// updated in O(1) per step instead of cloning a bit set. With the state's 64-bit hash this
+/// makes a 192-bit memo key; a collision (negligible odds) could only prune a branch the
+/// search had not seen.
+fn zobrist(i: usize) -> (u64, u64) {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let a = mix((i as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(1));
+    (a, mix(a ^ 0x5851_f42d_4c95_7f2d))
+}
+
+fn state_hash<S: Hash>(s: &S) -> u64 {
+    use std::hash::Hasher as _;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
 }
 
 /// Check one object's operations against `model`.
@@ -131,15 +143,16 @@ pub fn check<M: Model>(model: &M, ops: &[&Op]) -> Linearity {
     };
 
     let mut state = model.init();
-    let mut bits = Bits::new(n);
-    let mut cache: HashSet<(Bits, M::State)> = HashSet::new();
+    let keys: Vec<(u64, u64)> = (0..n).map(zobrist).collect();
+    let mut bits: (u64, u64) = (0, 0);
+    let mut cache: HashSet<(u64, u64, u64)> = HashSet::new();
     let mut stack: Vec<(usize, M::State)> = Vec::new();
     let mut cursor = next[head];
     let mut steps: u64 = 0;
     let mut deepest: (usize, usize, String) = (0, usize::MAX, String::new());
     loop {
         steps += 1;
-        if steps > STEPS_MAX {
+        if steps > STEPS_MAX || cache.len() > CACHE_MAX {
             return Linearity::Unknown { steps };
         }
         if cursor == usize::MAX {
@@ -152,9 +165,8 @@ pub fn check<M: Model>(model: &M, ops: &[&Op]) -> Linearity {
         }
         if !is_ret {
             if let Some(new_state) = model.step(&state, entries[i].op) {
-                let mut new_bits = bits.clone();
-                new_bits.set(i);
-                if cache.insert((new_bits.clone(), new_state.clone())) {
+                let new_bits = (bits.0 ^ keys[i].0, bits.1 ^ keys[i].1);
+                if cache.insert((new_bits.0, new_bits.1, state_hash(&new_state))) {
                     stack.push((i, state));
                     state = new_state;
                     bits = new_bits;
@@ -175,7 +187,7 @@ pub fn check<M: Model>(model: &M, ops: &[&Op]) -> Linearity {
             break;
         };
         state = old;
-        bits.clear(j);
+        bits = (bits.0 ^ keys[j].0, bits.1 ^ keys[j].1);
         relink(&mut next, &mut prev, ret_node[j]);
         relink(&mut next, &mut prev, call_node[j]);
         cursor = next[call_node[j]];

@@ -399,3 +399,69 @@ fn the_schedule_is_a_function_of_the_seed_and_covers_every_kind_first() {
     let only = schedule(1, &[FaultKind::Targeted], 5);
     assert!(only.iter().all(|s| s.kind == FaultKind::Targeted));
 }
+
+/// A long history of a real register (each operation takes effect at a random point inside
+/// its interval, several clients at once, some writes never answered) is linearizable, and
+/// the search stays fast on it.
+#[test]
+fn a_long_concurrent_history_of_a_correct_register_checks_quickly() {
+    let mut seed = 12345u64;
+    let mut next = move |m: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % m
+    };
+    // (linearization point, op) per client; clients are sequential, ops overlap across them.
+    let mut planned: Vec<(u64, u64, u64, bool, bool, String)> = Vec::new(); // (point, from, to, is_put, answered, value)
+    for c in 0..5u64 {
+        let mut t = next(50);
+        for k in 0..2_000u64 {
+            let from = t + 1 + next(20);
+            let to = from + 1 + next(60);
+            let point = from + next(to - from);
+            let is_put = c < 3;
+            let answered = !is_put || next(20) != 0;
+            planned.push((point, from, to, is_put, answered, format!("c{c}-{k}")));
+            t = to;
+        }
+    }
+    planned.sort_by_key(|p| p.0);
+    let mut h = H::default();
+    let mut stored: Option<(String, u64)> = None;
+    for (_, from, to, is_put, answered, v) in planned {
+        if is_put {
+            // An unanswered write took effect or not, at random.
+            let took = answered || next(2) == 0;
+            if took {
+                stored = Some((v.clone(), 1));
+            }
+            h.put(
+                &v,
+                1,
+                from,
+                to,
+                if answered {
+                    ok_index(1)
+                } else {
+                    indeterminate()
+                },
+            );
+        } else {
+            let seen = stored.as_ref().map(|(v, t)| (v.as_str(), *t));
+            h.get(seen, from, to);
+        }
+    }
+    h.0.sort_by_key(|o| o.invoke);
+    for (i, o) in h.0.iter_mut().enumerate() {
+        o.id = i;
+    }
+    let started = std::time::Instant::now();
+    let v = check_history(&h.0);
+    assert!(v.violations.is_empty() && v.unknown.is_empty(), "{v:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
