@@ -339,9 +339,19 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         if clock.now() >= deadline || options.faults.is_empty() {
             break;
         }
+        let before = nemesis.applied.len();
         if let Err(e) = nemesis.apply(step).await {
             harness_errors.push(format!("fault {}: {e:#}", step.kind));
             let _ = nemesis.cluster.heal().await;
+        }
+        // Progress for long runs, on stderr (the report goes to stdout at the end).
+        if let Some(f) = nemesis.applied.get(before) {
+            eprintln!(
+                "[{:8.3}s] {:<10} {}",
+                f.from as f64 / 1e6,
+                f.kind.name(),
+                f.what
+            );
         }
         let left = deadline.saturating_sub(clock.now());
         tokio::time::sleep(Duration::from_micros(left.min(step.calm_ms * 1_000))).await;
