@@ -186,16 +186,15 @@ pub fn beliefs(history: &[Op]) -> Vec<Belief> {
     }
     let mut sessions: BTreeMap<u64, S> = BTreeMap::new();
     for op in history {
-        match (&op.kind, &op.outcome) {
-            (Kind::Grant { .. }, Outcome::Ok(Value::Session { session, ttl_ms })) => {
-                let s = sessions.entry(*session).or_default();
-                s.ttl_ms = *ttl_ms;
-                s.extensions.push((
-                    op.complete,
-                    (op.invoke + ttl_ms * 1_000).saturating_sub(drift_margin_us(*ttl_ms)),
-                ));
-            }
-            _ => {}
+        if let (Kind::Grant { .. }, Outcome::Ok(Value::Session { session, ttl_ms })) =
+            (&op.kind, &op.outcome)
+        {
+            let s = sessions.entry(*session).or_default();
+            s.ttl_ms = *ttl_ms;
+            s.extensions.push((
+                op.complete,
+                (op.invoke + ttl_ms * 1_000).saturating_sub(drift_margin_us(*ttl_ms)),
+            ));
         }
     }
     for op in history {
@@ -241,9 +240,7 @@ pub fn beliefs(history: &[Op]) -> Vec<Belief> {
         // count only while the holder still believed when they arrived.
         let mut until: Micros = 0;
         for &(answered, valid) in &s.extensions {
-            if answered <= from {
-                until = until.max(valid);
-            } else if answered <= until {
+            if answered <= from || answered <= until {
                 until = until.max(valid);
             } else {
                 break;

@@ -375,13 +375,11 @@ impl KeptSession {
     }
 }
 
-/// Start renewing `session` (granted at `granted_at`) on its own keepalive stream, one
-/// request every TTL/4, each recorded as one operation.
+/// Start renewing `session` of `client` (granted at `granted_at`) on its own keepalive
+/// stream, starting at the client's node, one request every TTL/4, each recorded as one
+/// operation.
 pub fn keep_alive(
-    client_name: &str,
-    rec: Recorder,
-    nodes: Nodes,
-    start_at: u64,
+    client: &Client,
     session: u64,
     ttl_ms: u64,
     granted_at: Micros,
@@ -391,12 +389,12 @@ pub fn keep_alive(
         (granted_at + ttl_ms * 1_000).saturating_sub(drift_margin_us(ttl_ms)),
     ));
     let stop = Arc::new(AtomicBool::new(false));
-    let name = format!("{client_name}-ka");
+    let name = format!("{}-ka", client.name);
     let task = tokio::spawn(renew(
         name,
-        rec,
-        nodes,
-        start_at,
+        client.rec.clone(),
+        client.nodes.clone(),
+        client.at,
         session,
         ttl_ms,
         valid_until.clone(),
@@ -535,16 +533,7 @@ pub async fn candidate(mut c: Client, election: String, key: String, deadline: M
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let kept = keep_alive(
-            &c.name,
-            c.rec.clone(),
-            c.nodes.clone(),
-            c.at,
-            session,
-            ttl_ms,
-            granted_at,
-            deadline,
-        );
+        let kept = keep_alive(&c, session, ttl_ms, granted_at, deadline);
         let mut end_with_revoke = true;
         while clock.now() < deadline && kept.valid(clock.now()) {
             let (o, token) = c.campaign(&election, session, CAMPAIGN_TIMEOUT).await;
@@ -562,7 +551,7 @@ pub async fn candidate(mut c: Client, election: String, key: String, deadline: M
                     break;
                 }
                 c.put(&key, &election, token, OP_TIMEOUT).await;
-                if c.rng.next_u64() % 2 == 0 {
+                if c.rng.next_u64().is_multiple_of(2) {
                     c.get(&key).await;
                 }
                 tokio::time::sleep(Duration::from_millis(range(&mut c.rng, 20, 120))).await;
