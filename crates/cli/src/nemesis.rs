@@ -96,10 +96,22 @@ pub fn run(args: NemesisArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // SIGINT and SIGTERM end the run early; dropping it kills the servers and deletes the
+    // directory (SIGKILL of the nemesis itself still kills the servers, by PR_SET_PDEATHSIG,
+    // but cannot delete the directory).
     let result = runtime.block_on(async {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
         tokio::select! {
             r = tenure_nemesis::run(options) => Some(r),
             _ = tokio::signal::ctrl_c() => None,
+            _ = term => None,
         }
     });
     match result {
