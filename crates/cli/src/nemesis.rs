@@ -41,6 +41,9 @@ pub struct NemesisArgs {
     /// Keep the temporary directory (configs, data, server logs).
     #[arg(long)]
     keep_dir: bool,
+    /// Write the whole history to this file, one operation per line.
+    #[arg(long)]
+    history_file: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: NemesisArgs) -> ExitCode {
@@ -79,6 +82,7 @@ pub fn run(args: NemesisArgs) -> ExitCode {
         candidates: args.candidates.max(1),
         inject_bug: args.inject_bug,
         keep_dir: args.keep_dir,
+        history_file: args.history_file,
     };
     eprintln!(
         "tenure nemesis: seed {seed}; replay with: {}",

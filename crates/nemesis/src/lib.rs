@@ -56,6 +56,8 @@ pub struct Options {
     pub inject_bug: Option<String>,
     /// Keep the temporary directory (logs, data) for a post-mortem.
     pub keep_dir: bool,
+    /// Write the whole history here, one operation per line.
+    pub history_file: Option<PathBuf>,
 }
 
 impl Options {
@@ -375,6 +377,12 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         let _ = w.await;
     }
     let history = rec.snapshot();
+    if let Some(path) = &options.history_file {
+        let text: String = history.iter().map(|op| format!("{op}\n")).collect();
+        if let Err(e) = std::fs::write(path, text) {
+            harness_errors.push(format!("cannot write {}: {e}", path.display()));
+        }
+    }
     let mut verdicts = Vec::new();
     let lin = linear::check_history(&history);
     verdicts.push(Verdict {
