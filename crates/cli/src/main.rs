@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod demo;
 mod elect;
 mod measure;
+mod nemesis;
 mod run;
 mod server;
 mod sim;
@@ -36,6 +37,8 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Benchmark tenure, etcd and ZooKeeper side by side (3-node clusters started here).
     Bench(tenure_bench::BenchArgs),
+    /// Drive a local cluster of real servers through seeded faults and check the history.
+    Nemesis(nemesis::NemesisArgs),
     /// Measure failover (leader crash or pause) and durable write latency on a local cluster.
     Measure(measure::MeasureArgs),
     /// Run a command only while leading an election; stop it before the lease could pass.
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Cmd::Server(args) => server::run(args),
         Cmd::Demo(args) => demo::run(args),
         Cmd::Measure(args) => measure::run(args),
+        Cmd::Nemesis(args) => nemesis::run(args),
         Cmd::Bench(args) => match std::env::current_exe() {
             Ok(bin) => tenure_bench::run(args, bin),
             Err(e) => {

@@ -1,0 +1,514 @@
+//! Control of a cluster of real `tenure server` processes on loopback: start, SIGSTOP /
+//! SIGCONT, SIGKILL / restart, partitions through the server's `POST /debug/block` test hook,
+//! `/status`, and the gRPC channels of each node.
+//!
+//! Every node runs from a TOML file in one temporary directory (the file form is the only way
+//! to set `snapshot_threshold_entries` and `request_timeout_ms`). Every process is spawned
+//! with PR_SET_PDEATHSIG (SIGKILL), so it dies with the nemesis however the nemesis ends; the
+//! directory is deleted when the [`Cluster`] is dropped. Only 127.0.0.1 is ever addressed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use serde::Deserialize;
+use tenure_bench::system::{free_ports, signal, Proc};
+use tonic::transport::{Channel, Endpoint};
+
+/// Timing and sizing of the servers.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Nodes (3 or 5).
+    pub nodes: usize,
+    /// Applied entries between snapshots; small values make followers catch up by
+    /// InstallSnapshot.
+    pub snapshot_threshold_entries: u64,
+    /// How long a server lets a request wait. Longer than the targeted fault, so that a write
+    /// in flight at a cut-off leader is still waiting when that leader catches up.
+    pub request_timeout_ms: u64,
+    /// Extra environment for every server (e.g. `TENURE_INJECT_BUG`).
+    pub env: Vec<(String, String)>,
+}
+
+/// The addresses of one node.
+#[derive(Clone, Copy, Debug)]
+pub struct Addrs {
+    /// Raft peer port.
+    pub peer: SocketAddr,
+    /// gRPC port.
+    pub client: SocketAddr,
+    /// HTTP port (`/status`, `/debug/block`).
+    pub http: SocketAddr,
+}
+
+/// What `/status` says (the fields the nemesis uses).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Status {
+    /// Node id.
+    pub id: u64,
+    /// `leader`, `follower`, …
+    pub role: String,
+    /// Term.
+    pub term: u64,
+    /// Known leader, 0 if none.
+    pub leader: u64,
+    /// Commit index.
+    pub commit_index: u64,
+    /// Applied index.
+    pub applied_index: u64,
+    /// Voters.
+    pub voters: Vec<u64>,
+    /// Learners.
+    #[serde(default)]
+    pub learners: Vec<u64>,
+    /// Live sessions.
+    #[serde(default)]
+    pub sessions: usize,
+}
+
+/// The state of one node's process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// Running.
+    Up,
+    /// SIGSTOPped.
+    Paused,
+    /// SIGKILLed, not restarted yet.
+    Down,
+}
+
+/// A running cluster. Node ids are 1..=n.
+pub struct Cluster {
+    bin: PathBuf,
+    opts: ServerOptions,
+    /// `None` only while being dropped.
+    dir: Option<tempfile::TempDir>,
+    keep_dir: bool,
+    addrs: BTreeMap<u64, Addrs>,
+    procs: BTreeMap<u64, Proc>,
+    life: BTreeMap<u64, Life>,
+    channels: BTreeMap<u64, Channel>,
+    /// Which peers each node currently blocks (what `/debug/block` was last told).
+    blocked: BTreeMap<u64, BTreeSet<u64>>,
+}
+
+impl Cluster {
+    /// Start every node of a fresh cluster.
+    pub fn start(bin: &Path, opts: ServerOptions, keep_dir: bool) -> anyhow::Result<Cluster> {
+        let ports = free_ports(opts.nodes * 3)?;
+        let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let addrs: BTreeMap<u64, Addrs> = (0..opts.nodes)
+            .map(|i| {
+                (
+                    i as u64 + 1,
+                    Addrs {
+                        peer: a(ports[3 * i]),
+                        client: a(ports[3 * i + 1]),
+                        http: a(ports[3 * i + 2]),
+                    },
+                )
+            })
+            .collect();
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-nemesis-")
+            .tempdir()
+            .context("create a temporary directory")?;
+        let channels = addrs
+            .iter()
+            .map(|(&id, a)| {
+                let ch = Endpoint::from_shared(format!("http://{}", a.client))
+                    .expect("a socket address makes a valid URI")
+                    .connect_timeout(Duration::from_millis(300))
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                (id, ch)
+            })
+            .collect();
+        let mut c = Cluster {
+            bin: bin.to_path_buf(),
+            opts,
+            dir: Some(dir),
+            keep_dir,
+            addrs,
+            procs: BTreeMap::new(),
+            life: BTreeMap::new(),
+            channels,
+            blocked: BTreeMap::new(),
+        };
+        for id in c.ids() {
+            c.write_config(id)?;
+            c.spawn(id)?;
+        }
+        Ok(c)
+    }
+
+    /// Node ids.
+    pub fn ids(&self) -> Vec<u64> {
+        self.addrs.keys().copied().collect()
+    }
+
+    /// The temporary directory (configs, data, logs).
+    pub fn dir(&self) -> &Path {
+        self.path()
+    }
+
+    fn path(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .expect("the directory lives as long as the cluster")
+            .path()
+    }
+
+    /// Each node's addresses.
+    pub fn addrs(&self) -> &BTreeMap<u64, Addrs> {
+        &self.addrs
+    }
+
+    /// The gRPC channel of node `id` (connected lazily, reconnecting by itself).
+    pub fn channel(&self, id: u64) -> Channel {
+        self.channels[&id].clone()
+    }
+
+    /// Every node's channel, by id.
+    pub fn channels(&self) -> BTreeMap<u64, Channel> {
+        self.channels.clone()
+    }
+
+    /// The node ids whose gRPC address is `addr` (from a `tenure-leader-addr` hint).
+    pub fn id_of_client_addr(&self, addr: &str) -> Option<u64> {
+        self.addrs
+            .iter()
+            .find(|(_, a)| a.client.to_string() == addr)
+            .map(|(&id, _)| id)
+    }
+
+    fn write_config(&self, id: u64) -> anyhow::Result<()> {
+        let mut toml = format!(
+            "id = {id}\ndata_dir = {:?}\ntick_ms = 10\nelection_timeout_ms = 150\nheartbeat_ms = 30\n\
+             snapshot_threshold_entries = {}\nrequest_timeout_ms = {}\nfault_injection = true\n",
+            self.path().join(format!("n{id}")).display().to_string(),
+            self.opts.snapshot_threshold_entries,
+            self.opts.request_timeout_ms,
+        );
+        for (n, a) in &self.addrs {
+            toml.push_str(&format!(
+                "[nodes.{n}]\npeer = \"{}\"\nclient = \"{}\"\nhttp = \"{}\"\n",
+                a.peer, a.client, a.http
+            ));
+        }
+        let path = self.path().join(format!("n{id}.toml"));
+        std::fs::write(&path, toml).with_context(|| format!("write {}", path.display()))
+    }
+
+    fn spawn(&mut self, id: u64) -> anyhow::Result<()> {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("server")
+            .arg("--config")
+            .arg(self.path().join(format!("n{id}.toml")))
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "warn");
+        for (k, v) in &self.opts.env {
+            cmd.env(k, v);
+        }
+        let p = Proc::spawn(cmd, &self.path().join(format!("n{id}.log")))?;
+        self.procs.insert(id, p);
+        self.life.insert(id, Life::Up);
+        self.blocked.remove(&id);
+        Ok(())
+    }
+
+    /// The state of node `id`'s process.
+    pub fn life(&self, id: u64) -> Life {
+        self.life.get(&id).copied().unwrap_or(Life::Down)
+    }
+
+    /// SIGSTOP node `id`.
+    pub fn pause(&mut self, id: u64) -> anyhow::Result<()> {
+        if self.life(id) != Life::Up {
+            bail!("node {id} is not running");
+        }
+        signal(self.procs[&id].pid(), libc::SIGSTOP)?;
+        self.life.insert(id, Life::Paused);
+        Ok(())
+    }
+
+    /// SIGCONT node `id` (a no-op unless paused).
+    pub fn resume(&mut self, id: u64) -> anyhow::Result<()> {
+        if self.life(id) == Life::Paused {
+            signal(self.procs[&id].pid(), libc::SIGCONT)?;
+            self.life.insert(id, Life::Up);
+        }
+        Ok(())
+    }
+
+    /// SIGKILL node `id` and reap it.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(p) = self.procs.remove(&id) {
+            p.kill();
+        }
+        self.life.insert(id, Life::Down);
+        self.blocked.remove(&id);
+    }
+
+    /// Start killed node `id` again on its data directory (a no-op if it runs).
+    pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        if self.life(id) == Life::Down {
+            self.spawn(id)?;
+        }
+        Ok(())
+    }
+
+    /// Tell node `id` to drop its traffic to and from `peers` (empty heals). Skipped for a
+    /// node that is not up; remembered so that a restarted node starts healed.
+    pub async fn block(&mut self, id: u64, peers: &BTreeSet<u64>) -> anyhow::Result<()> {
+        if self.life(id) != Life::Up {
+            return Ok(());
+        }
+        let body = peers
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let (code, text) = http(
+            self.addrs[&id].http,
+            "POST",
+            "/debug/block",
+            &body,
+            Duration::from_secs(2),
+        )
+        .await
+        .with_context(|| format!("POST /debug/block to node {id}"))?;
+        if code != 200 {
+            bail!("POST /debug/block {body:?} to node {id}: {code} {text}");
+        }
+        self.blocked.insert(id, peers.clone());
+        Ok(())
+    }
+
+    /// Cut the links between every node of `a` and every node of `b`, at both ends.
+    pub async fn cut(&mut self, a: &[u64], b: &[u64]) -> anyhow::Result<()> {
+        for (side, other) in [(a, b), (b, a)] {
+            for &n in side {
+                let mut set = self.blocked.get(&n).cloned().unwrap_or_default();
+                set.extend(other.iter().copied().filter(|&o| o != n));
+                self.block(n, &set).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Unblock every link that was blocked (restarted nodes start unblocked).
+    pub async fn heal_network(&mut self) -> anyhow::Result<()> {
+        let blocked: Vec<u64> = self
+            .blocked
+            .iter()
+            .filter(|(_, peers)| !peers.is_empty())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in blocked {
+            self.block(id, &BTreeSet::new()).await?;
+        }
+        self.blocked.clear();
+        Ok(())
+    }
+
+    /// Resume paused nodes, restart killed ones, unblock every link.
+    pub async fn heal(&mut self) -> anyhow::Result<()> {
+        for id in self.ids() {
+            self.resume(id)?;
+            self.restart(id)?;
+        }
+        // A restarted node needs a moment before its HTTP port answers.
+        for _ in 0..50 {
+            if self.heal_network().await.is_ok() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.heal_network().await
+    }
+
+    /// `/status` of node `id`, `None` if it does not answer within `within`.
+    pub async fn status(&self, id: u64, within: Duration) -> Option<Status> {
+        if self.life(id) != Life::Up {
+            return None;
+        }
+        let (code, body) = http(self.addrs[&id].http, "GET", "/status", "", within)
+            .await
+            .ok()?;
+        if code != 200 {
+            return None;
+        }
+        serde_json::from_str(&body).ok()
+    }
+
+    /// The Raft leader: the node that says it leads in the highest term claimed, followed in
+    /// that term by a majority of all nodes (itself included). A node outside the
+    /// configuration (removed, or cut off) may disagree without hiding the leader.
+    pub async fn leader(&self) -> Option<u64> {
+        let mut views = Vec::new();
+        for id in self.ids() {
+            if let Some(s) = self.status(id, Duration::from_millis(300)).await {
+                views.push(s);
+            }
+        }
+        let claim = views
+            .iter()
+            .filter(|v| v.role == "leader")
+            .max_by_key(|v| v.term)?;
+        let followers = views
+            .iter()
+            .filter(|v| v.leader == claim.id && v.term == claim.term)
+            .count();
+        (followers > self.addrs.len() / 2).then_some(claim.id)
+    }
+
+    /// Wait until a leader is agreed on, at most `within`.
+    pub async fn wait_leader(&self, within: Duration) -> Option<u64> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(l) = self.leader().await {
+                return Some(l);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The last lines of node `id`'s log.
+    pub fn log_tail(&self, id: u64, lines: usize) -> String {
+        let text =
+            std::fs::read_to_string(self.path().join(format!("n{id}.log"))).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Whether node `id` has written a snapshot (the WAL keeps them in its data directory).
+    pub fn has_snapshot(&self, id: u64) -> bool {
+        fn walk(p: &Path) -> bool {
+            std::fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| {
+                    let path = e.path();
+                    if path.is_dir() {
+                        walk(&path)
+                    } else {
+                        path.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.contains("snap"))
+                    }
+                })
+        }
+        walk(&self.path().join(format!("n{id}")))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Kill (SIGKILL also ends a stopped process) and reap before the directory goes.
+        for (_, p) in std::mem::take(&mut self.procs) {
+            p.kill();
+        }
+        if let Some(dir) = self.dir.take() {
+            if self.keep_dir {
+                eprintln!("tenure nemesis: kept {}", dir.path().display());
+                // Forgetting the guard keeps the directory on disk.
+                std::mem::forget(dir);
+            }
+        }
+    }
+}
+
+/// A tiny HTTP/1.1 client for the servers' own HTTP port: one request per connection.
+pub async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    within: Duration,
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(within, exchange)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
+    let text = String::from_utf8_lossy(&raw);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "bad HTTP response");
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let code: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    if !chunked {
+        return Ok((code, body.to_string()));
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n").ok_or_else(bad)?;
+        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad())?;
+        if size == 0 {
+            return Ok((code, out));
+        }
+        out.push_str(after.get(..size).ok_or_else(bad)?);
+        rest = after.get(size + 2..).ok_or_else(bad)?;
+    }
+}
+
+/// Whether network namespaces with `tc netem` are usable here (they would allow delay, loss
+/// and one-way partitions). Creates and deletes one namespace of its own; touches nothing else.
+pub fn probe_netem() -> String {
+    let name = format!("tenure-nemesis-probe-{}", std::process::id());
+    let run = |args: &[&str]| {
+        Command::new("ip").args(args).output().map(|o| {
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            )
+        })
+    };
+    let result = match run(&["netns", "add", &name]) {
+        Err(e) => format!("no `ip` command ({e})"),
+        Ok((false, err)) => format!("cannot create a network namespace ({err})"),
+        Ok((true, _)) => {
+            let r = Command::new("ip")
+                .args([
+                    "netns", "exec", &name, "tc", "qdisc", "add", "dev", "lo", "root",
+                ])
+                .args(["netem", "delay", "1ms"])
+                .output();
+            let verdict = match r {
+                Ok(o) if o.status.success() => "namespaces and netem work".to_string(),
+                Ok(o) => format!(
+                    "namespaces work but netem does not ({})",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(e) => format!("namespaces work but `tc` cannot run ({e})"),
+            };
+            let _ = run(&["netns", "del", &name]);
+            verdict
+        }
+    };
+    result
+}
