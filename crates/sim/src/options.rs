@@ -110,8 +110,8 @@ pub enum InjectBug {
     /// small AppendEntries batches.
     OldTermCommit,
     /// A joint configuration counts only the incoming voters' quorum for votes (core switch
-    /// `joint_vote_one_half`). Reached by the joint-split shape: a leader elected by one half
-    /// lacks what the other half committed (or two leaders share a term).
+    /// `joint_vote_one_half`). Reached by the joint-split shape: each half elects a leader,
+    /// often in the same term.
     JointVoteOneHalf,
     /// A joint configuration counts only the incoming voters' quorum for commitment (core
     /// switch `joint_commit_one_half`). Reached by the joint-split shape, with removed voters
@@ -247,7 +247,7 @@ impl InjectBug {
             InjectBug::NoVotePersist => "election-safety",
             InjectBug::LeaseFromReceiveTime => "lease-safety",
             InjectBug::OldTermCommit => "leader-completeness",
-            InjectBug::JointVoteOneHalf => "leader-completeness",
+            InjectBug::JointVoteOneHalf => "election-safety",
             InjectBug::JointCommitOneHalf => "leader-completeness",
             InjectBug::CommitUndurable => "leader-completeness",
             InjectBug::NoVoteRefusal => "lease-safety",

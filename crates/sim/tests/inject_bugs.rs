@@ -91,10 +91,11 @@ fn old_term_commit_is_caught_by_leader_completeness() {
     caught_by_its_checker(InjectBug::OldTermCommit);
 }
 
-/// Reached by the joint-split shape (two of five voters replaced, network split at once);
-/// first caught at seed 6 with the test's phases (there also as two leaders in one term).
+/// Reached by the joint-split shape (two of five voters replaced, network split at once):
+/// each half elects its own leader, in the same term; first caught at seed 6 with the test's
+/// phases.
 #[test]
-fn joint_vote_one_half_is_caught_by_leader_completeness() {
+fn joint_vote_one_half_is_caught_by_election_safety() {
     caught_by_its_checker(InjectBug::JointVoteOneHalf);
 }
 
