@@ -110,13 +110,16 @@ pub enum InjectBug {
     /// switch `not_leader_after_snapshot`; found by a black-box test on real servers).
     NotLeaderAfterSnapshot,
     /// A leader commits an entry of an earlier term by counting replicas (core switch
-    /// `old_term_commit`; Raft §5.4.2, Figure 8).
+    /// `old_term_commit`; Raft §5.4.2, Figure 8). Reached by the figure-8 shape in seeds with
+    /// small AppendEntries batches.
     OldTermCommit,
     /// A joint configuration counts only the incoming voters' quorum for votes (core switch
-    /// `joint_vote_one_half`).
+    /// `joint_vote_one_half`). Reached by the joint-split shape: each half elects a leader,
+    /// often in the same term.
     JointVoteOneHalf,
     /// A joint configuration counts only the incoming voters' quorum for commitment (core
-    /// switch `joint_commit_one_half`).
+    /// switch `joint_commit_one_half`). Reached by the joint-split shape, with removed voters
+    /// lingering long enough for the other half to elect a leader.
     JointCommitOneHalf,
     /// A leader counts its own not yet durable entries toward commitment (core switch
     /// `commit_undurable`).
@@ -153,7 +156,10 @@ pub enum InjectBug {
     /// and then by less than a millisecond minus the network delay.
     NoLeaseDriftMargin,
     /// Another leader's checkpoints are not padded for drift (core switch
-    /// `no_checkpoint_drift_padding`).
+    /// `no_checkpoint_drift_padding`). The clients' own margin (2ρ × TTL) hides it from their
+    /// beliefs; lease-safety's server-side check (no expiry before an acknowledgement's
+    /// receipt + TTL on the acknowledging node's clock) sees it in seeds with wide drift
+    /// bounds and clocks at the bound, when a leader is deposed after acknowledging.
     NoCheckpointDriftPadding,
     /// A vote is granted without the log up-to-date check (core switch
     /// `vote_without_log_check`).
@@ -250,7 +256,7 @@ impl InjectBug {
             InjectBug::LeaseFromReceiveTime => "lease-safety",
             InjectBug::NotLeaderAfterSnapshot => "exact-outcomes",
             InjectBug::OldTermCommit => "leader-completeness",
-            InjectBug::JointVoteOneHalf => "leader-completeness",
+            InjectBug::JointVoteOneHalf => "election-safety",
             InjectBug::JointCommitOneHalf => "leader-completeness",
             InjectBug::CommitUndurable => "leader-completeness",
             InjectBug::NoVoteRefusal => "lease-safety",
