@@ -44,8 +44,8 @@ pub struct SimArgs {
     /// Simulated seconds of the liveness phase (everything healed); at least 3.
     #[arg(long, default_value_t = 5.0)]
     liveness_secs: f64,
-    /// Test the testers: put back a known bug (double-vote, commit-without-majority,
-    /// stale-fence-accepted, no-vote-persist, lease-from-receive-time).
+    /// Test the testers: put back a known bug (a wrong name lists them all), e.g. double-vote,
+    /// old-term-commit, joint-vote-one-half, not-leader-after-snapshot.
     #[arg(long, value_name = "NAME", value_parser = InjectBug::from_name)]
     inject_bug: Option<InjectBug>,
     /// Inject no faults (debugging the simulator only).
