@@ -466,6 +466,16 @@ impl Node {
         }
     }
 
+    /// This node's role, without building a whole [`Status`] (drivers ask after every input).
+    pub fn role(&self) -> Role {
+        self.raft.role
+    }
+
+    /// The leader this node knows of in its current term.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.leader
+    }
+
     /// The replicated state machine (read-only).
     pub fn state_machine(&self) -> &StateMachine {
         &self.sm

@@ -381,20 +381,20 @@ impl<P, K> DriverCore<P, K> {
     /// After any input or tick: role and leader transitions become events, and a node that
     /// no longer leads refuses the keepalives it holds (it will never acknowledge them).
     pub fn observe(&mut self, node: &Node, now_us: Micros) {
-        let s = node.status();
-        if s.role != self.last_role {
-            match (self.last_role, s.role) {
+        let (role, leader) = (node.role(), node.leader());
+        if role != self.last_role {
+            match (self.last_role, role) {
                 (Role::Leader, _) => self.out.events.push(Event::StepDown),
                 (Role::PreCandidate, Role::Follower) => self.out.events.push(Event::PreVoteLost),
                 _ => {}
             }
-            if s.role == Role::Candidate {
+            if role == Role::Candidate {
                 self.out.events.push(Event::ElectionStarted);
             }
-            self.last_role = s.role;
+            self.last_role = role;
         }
-        if s.leader != self.last_leader {
-            match s.leader {
+        if leader != self.last_leader {
+            match leader {
                 None => {
                     self.leaderless_since_us.get_or_insert(now_us);
                 }
@@ -409,11 +409,11 @@ impl<P, K> DriverCore<P, K> {
                     });
                 }
             }
-            self.last_leader = s.leader;
+            self.last_leader = leader;
         }
-        if s.role != Role::Leader && !self.keepalives.is_empty() {
+        if role != Role::Leader && !self.keepalives.is_empty() {
             let why = ProposeError::NotLeader {
-                leader_hint: s.leader,
+                leader_hint: leader,
             };
             for (_, p) in std::mem::take(&mut self.keepalives) {
                 self.refuse_keepalive(p, why.clone());
@@ -466,7 +466,7 @@ impl<P, K> DriverCore<P, K> {
         // was not theirs (a no-op, a configuration, or another term's command): definitely
         // lost. A snapshot that covers them may have been a leader's, installed over a log
         // that never held the entry there — which may well have been theirs.
-        let leader = node.status().leader;
+        let leader = node.leader();
         let snapshot_index = ready.snapshot_index.unwrap_or(0);
         while let Some((&(index, term), _)) = self.proposals.first_key_value() {
             if index > ready.applied_through {
@@ -516,7 +516,7 @@ impl<P, K> DriverCore<P, K> {
                     }
                 }
                 _ => Outcome::Failed(Failure::Superseded {
-                    leader: node.status().leader,
+                    leader: node.leader(),
                 }),
             };
             self.out.answers.push(Answer {

@@ -328,7 +328,12 @@ impl NodeSlot {
                     client,
                     req_id,
                     definite_failure: matches!(a.outcome, Outcome::Failed(_)),
-                    what: format!("{:?}", a.outcome),
+                    what: match a.outcome {
+                        Outcome::Applied { .. } => "applied",
+                        Outcome::Failed(Failure::Superseded { .. }) => "superseded (lost)",
+                        Outcome::Failed(Failure::Refused(_)) => "refused",
+                        Outcome::Indeterminate(_) => "indeterminate",
+                    },
                 });
             }
             self.reply(client, reply, ctx);

@@ -137,8 +137,8 @@ pub enum Observation {
         req_id: u64,
         /// Whether the answer was a definite failure.
         definite_failure: bool,
-        /// The answer, for the report.
-        what: String,
+        /// The answer's kind, for the report.
+        what: &'static str,
     },
     /// The liveness phase started: all faults healed.
     Healed,

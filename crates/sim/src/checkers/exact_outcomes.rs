@@ -24,7 +24,7 @@ pub struct ExactOutcomes {
     /// Where each attempt's entry went.
     proposed: BTreeMap<Attempt, (Index, Term)>,
     /// Positions answered "definitely failed", with the answer.
-    failed: BTreeMap<(Index, Term), (Attempt, String)>,
+    failed: BTreeMap<(Index, Term), (Attempt, &'static str)>,
     /// Committed command positions.
     committed: BTreeSet<(Index, Term)>,
 }
@@ -62,14 +62,14 @@ impl Checker for ExactOutcomes {
                 if self.committed.contains(&position) {
                     return Some(violation(attempt, position, what));
                 }
-                self.failed.insert(position, (attempt, what.clone()));
+                self.failed.insert(position, (attempt, *what));
                 None
             }
             Observation::Canonical(entry) => {
                 let position = (entry.index, entry.term);
                 self.committed.insert(position);
                 let (attempt, what) = self.failed.remove(&position)?;
-                Some(violation(attempt, position, &what))
+                Some(violation(attempt, position, what))
             }
             _ => None,
         }
