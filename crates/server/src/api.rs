@@ -121,6 +121,21 @@ impl Api {
         }
     }
 
+    /// `session`'s token if it leads `election` now (a read through the log).
+    async fn token_if_leading(
+        &self,
+        election: &str,
+        session: SessionId,
+    ) -> Result<Option<u64>, Status> {
+        let read = Command::Leader {
+            election: election.to_string(),
+        };
+        Ok(match self.run(read).await? {
+            (_, Response::LeaderIs(Some(l))) if l.session == session => Some(l.token),
+            _ => None,
+        })
+    }
+
     fn unexpected(r: Response) -> Status {
         Status::internal(format!("unexpected state machine response {r:?}"))
     }
@@ -272,17 +287,8 @@ impl v1::elections_server::Elections for Api {
             ) => {
                 // A retried campaign gets its first answer back ("queued"), which may be long
                 // past: leadership may have reached it since. Ask once, now that we listen.
-                if let (_, Response::LeaderIs(Some(l))) = self
-                    .run(Command::Leader {
-                        election: election.clone(),
-                    })
-                    .await?
-                {
-                    if l.session == session {
-                        return Ok(tonic::Response::new(v1::CampaignResponse {
-                            token: l.token,
-                        }));
-                    }
+                if let Some(token) = self.token_if_leading(&election, session).await? {
+                    return Ok(tonic::Response::new(v1::CampaignResponse { token }));
                 }
             }
             (_, r) => return Err(Api::unexpected(r)),
@@ -304,17 +310,8 @@ impl v1::elections_server::Elections for Api {
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     // We missed changes: ask the log who leads now.
-                    if let (_, Response::LeaderIs(Some(l))) = self
-                        .run(Command::Leader {
-                            election: election.clone(),
-                        })
-                        .await?
-                    {
-                        if l.session == session {
-                            return Ok(tonic::Response::new(v1::CampaignResponse {
-                                token: l.token,
-                            }));
-                        }
+                    if let Some(token) = self.token_if_leading(&election, session).await? {
+                        return Ok(tonic::Response::new(v1::CampaignResponse { token }));
                     }
                 }
                 Err(broadcast::error::RecvError::Closed) => {
