@@ -22,7 +22,7 @@ pub struct NemesisArgs {
     #[arg(long, default_value_t = 60)]
     duration: u64,
     /// Faults to draw from, comma-separated: pause, kill, kill-all, isolate, bridge, split,
-    /// targeted, transfer, membership (default: all).
+    /// one-way, targeted, transfer, membership (default: all).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<FaultKind>,
     /// The servers' snapshot threshold in entries (default: drawn from the seed among 20,

@@ -65,6 +65,7 @@ fn a_short_run_with_every_fault_kind_passes_every_checker() {
         "isolate",
         "bridge",
         "split",
+        "one-way",
         "targeted",
         "transfer",
         "membership",

@@ -439,6 +439,60 @@ impl Node {
         }
     }
 
+    /// Pipelined persistence (dissertation §10.2.1), for a driver that replicates a leader's
+    /// entries while its own fsync is still running: between [`Node::ready`] and
+    /// [`Node::advance`], a leader may count its followers' acknowledgements. Steps `msg` and
+    /// returns `Ok(true)` if it is an `AppendEntriesResponse` of this leader's current term;
+    /// returns `Ok(false)` and changes nothing otherwise (the driver holds the message until
+    /// `advance`). Only entries the leader has itself made durable count for it, so what it
+    /// commits meanwhile is on a majority's disks.
+    pub fn step_while_persisting(&mut self, msg: Message) -> Result<bool, StepError> {
+        if !self.awaiting_advance {
+            self.step(msg)?;
+            return Ok(true);
+        }
+        let ours = self.raft.role == Role::Leader
+            && msg.term == self.raft.term
+            && matches!(msg.body, crate::message::Body::AppendEntriesResponse { .. });
+        if !ours {
+            return Ok(false);
+        }
+        self.raft.step(msg)?;
+        self.after_input();
+        Ok(true)
+    }
+
+    /// Pipelined persistence: the clock ticks while a Ready is being made durable (the driver
+    /// that replicates during its fsync keeps ticking, or its lease would be judged on a
+    /// stale clock). Messages the tick produces wait for [`Node::advance`], except a leader's
+    /// AppendEntries ([`Node::take_early_appends`]).
+    pub fn tick_while_persisting(&mut self) {
+        if !self.awaiting_advance {
+            self.tick();
+            return;
+        }
+        self.raft.tick();
+        self.after_input();
+    }
+
+    /// With pipelined persistence: the leader's AppendEntries produced since [`Node::ready`]
+    /// (to followers that acknowledged, or carrying a new commit index), which may be sent
+    /// before `advance`. Empty unless a leader awaits `advance`; other messages stay for the
+    /// next [`Ready`].
+    pub fn take_early_appends(&mut self) -> Vec<Message> {
+        if !self.awaiting_advance || self.raft.role != Role::Leader {
+            return Vec::new();
+        }
+        let term = self.raft.term;
+        let (early, rest): (Vec<Message>, Vec<Message>) = std::mem::take(&mut self.raft.msgs)
+            .into_iter()
+            .partition(|m| {
+                m.term == term && matches!(m.body, crate::message::Body::AppendEntries { .. })
+            });
+        self.raft.msgs = rest;
+        early
+    }
+
     /// The persistent parts of the last [`Ready`] are durable.
     pub fn advance(&mut self) {
         assert!(self.awaiting_advance, "advance() without ready()");

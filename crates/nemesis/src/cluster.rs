@@ -288,6 +288,40 @@ impl Cluster {
         Ok(())
     }
 
+    /// Make the links between node `id` and every other node one-way, at `id`'s end: when
+    /// `deaf`, `id` drops what the others send it but its own messages still arrive; else it
+    /// is mute, hearing everyone while nothing it sends leaves. Healed by
+    /// [`Cluster::heal_network`].
+    pub async fn one_way(&mut self, id: u64, deaf: bool) -> anyhow::Result<()> {
+        if self.life(id) != Life::Up {
+            return Ok(());
+        }
+        let others: Vec<String> = self
+            .ids()
+            .into_iter()
+            .filter(|&o| o != id)
+            .map(|o| o.to_string())
+            .collect();
+        let body = format!("{}={}", if deaf { "in" } else { "out" }, others.join(","));
+        let (code, text) = http(
+            self.addrs[&id].http,
+            "POST",
+            "/debug/block",
+            &body,
+            Duration::from_secs(2),
+        )
+        .await
+        .with_context(|| format!("POST /debug/block to node {id}"))?;
+        if code != 200 {
+            bail!("POST /debug/block {body:?} to node {id}: {code} {text}");
+        }
+        // Remembered as blocked so that healing clears it; the set's content is not used
+        // for one-way blocks.
+        self.blocked
+            .insert(id, self.ids().into_iter().filter(|&o| o != id).collect());
+        Ok(())
+    }
+
     /// Cut the links between every node of `a` and every node of `b`, at both ends.
     pub async fn cut(&mut self, a: &[u64], b: &[u64]) -> anyhow::Result<()> {
         for (side, other) in [(a, b), (b, a)] {

@@ -34,6 +34,9 @@ pub enum FaultKind {
     Bridge,
     /// Split the cluster into a majority and a minority that holds the leader.
     Split,
+    /// Make one node's links one-way (the leader most often): it either hears the others
+    /// but cannot reach them, or reaches them but cannot hear them.
+    OneWay,
     /// The shape of the outcome bug: freeze the followers while a write is in flight at the
     /// leader, cut the leader off, resume the followers, wait for a new leader and a
     /// snapshot, heal; the old leader catches up by InstallSnapshot and answers the write.
@@ -46,13 +49,14 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Pause,
         FaultKind::Kill,
         FaultKind::KillAll,
         FaultKind::Isolate,
         FaultKind::Bridge,
         FaultKind::Split,
+        FaultKind::OneWay,
         FaultKind::Targeted,
         FaultKind::Transfer,
         FaultKind::Membership,
@@ -67,6 +71,7 @@ impl FaultKind {
             FaultKind::Isolate => "isolate",
             FaultKind::Bridge => "bridge",
             FaultKind::Split => "split",
+            FaultKind::OneWay => "one-way",
             FaultKind::Targeted => "targeted",
             FaultKind::Transfer => "transfer",
             FaultKind::Membership => "membership",
@@ -82,6 +87,7 @@ impl FaultKind {
             FaultKind::Isolate => 3,
             FaultKind::Bridge => 2,
             FaultKind::Split => 2,
+            FaultKind::OneWay => 3,
             FaultKind::Targeted => 3,
             FaultKind::Transfer => 2,
             FaultKind::Membership => 2,
@@ -240,6 +246,21 @@ impl Nemesis {
                     "all nodes killed, restarted after {} ms",
                     step.hold_ms.min(1_500)
                 )
+            }
+            FaultKind::OneWay => {
+                let t = self.target(step.pick).await;
+                let deaf = (step.pick / 100) % 2 == 0;
+                self.cluster.one_way(t, deaf).await?;
+                tokio::time::sleep(hold).await;
+                self.cluster.heal_network().await?;
+                if deaf {
+                    format!("node {t} deaf (hears no one, is heard) {} ms", step.hold_ms)
+                } else {
+                    format!(
+                        "node {t} mute (hears all, is not heard) {} ms",
+                        step.hold_ms
+                    )
+                }
             }
             FaultKind::Isolate => {
                 let t = self.target(step.pick).await;

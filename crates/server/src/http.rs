@@ -1,5 +1,6 @@
 //! HTTP: `/metrics` (Prometheus text), `/health`, `/status` (JSON).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -101,6 +102,8 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
 
 /// Test-only fault injection: `POST /debug/block` with a body of comma-separated node ids
 /// drops all traffic to and from those peers at this node's transport (an empty body heals).
+/// One-way links: `in=1,2;out=3` drops what arrives from nodes 1 and 2 and what would
+/// leave for node 3 (either part may be left out). Each call replaces the previous sets.
 /// Mounted only when the server runs with `fault_injection = true`.
 pub fn fault_router(transport: tenure_transport::TransportHandle, enabled: bool) -> Router {
     if !enabled {
@@ -111,20 +114,66 @@ pub fn fault_router(transport: tenure_transport::TransportHandle, enabled: bool)
         axum::routing::post(move |body: String| {
             let transport = transport.clone();
             async move {
-                let mut peers = std::collections::BTreeSet::new();
-                for part in body.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                    match part.parse::<u64>() {
-                        Ok(id) => {
-                            peers.insert(id);
-                        }
-                        Err(_) => {
-                            return (StatusCode::BAD_REQUEST, format!("bad node id {part:?}\n"))
-                        }
+                match parse_block(&body) {
+                    Ok((inbound, outbound)) => {
+                        transport.set_blocked_directed(inbound.clone(), outbound.clone());
+                        (
+                            StatusCode::OK,
+                            format!("blocked from {inbound:?} to {outbound:?}\n"),
+                        )
                     }
+                    Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")),
                 }
-                transport.set_blocked(peers.clone());
-                (StatusCode::OK, format!("blocked {peers:?}\n"))
             }
         }),
     )
+}
+
+/// Parses `/debug/block`'s body into the (inbound, outbound) sets of blocked peers.
+fn parse_block(body: &str) -> Result<(BTreeSet<u64>, BTreeSet<u64>), String> {
+    fn ids(list: &str) -> Result<BTreeSet<u64>, String> {
+        let mut out = BTreeSet::new();
+        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            out.insert(
+                part.parse::<u64>()
+                    .map_err(|_| format!("bad node id {part:?}"))?,
+            );
+        }
+        Ok(out)
+    }
+    let body = body.trim();
+    if !body.contains('=') {
+        let both = ids(body)?;
+        return Ok((both.clone(), both));
+    }
+    let (mut inbound, mut outbound) = (BTreeSet::new(), BTreeSet::new());
+    for part in body.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('=') {
+            Some(("in", list)) => inbound = ids(list)?,
+            Some(("out", list)) => outbound = ids(list)?,
+            _ => return Err(format!("bad block spec {part:?} (want in=IDS;out=IDS)")),
+        }
+    }
+    Ok((inbound, outbound))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_block;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn block_specs_parse_both_directions_and_one_way_links() {
+        let set = |v: &[u64]| v.iter().copied().collect::<BTreeSet<u64>>();
+        assert_eq!(parse_block("").unwrap(), (set(&[]), set(&[])));
+        assert_eq!(parse_block("1, 3").unwrap(), (set(&[1, 3]), set(&[1, 3])));
+        assert_eq!(parse_block("in=2").unwrap(), (set(&[2]), set(&[])));
+        assert_eq!(
+            parse_block("in=1,2;out=3").unwrap(),
+            (set(&[1, 2]), set(&[3]))
+        );
+        assert!(parse_block("x").is_err());
+        assert!(parse_block("up=1").is_err());
+        assert!(parse_block("in=a").is_err());
+    }
 }

@@ -30,6 +30,18 @@ use crate::rng::SimRng;
 use crate::time::SimTimeUs;
 use crate::trace::{Trace, TraceKind};
 
+/// The rest of a Ready whose fsync is still running (pipelined persistence): what is done
+/// once it is durable.
+#[derive(Debug)]
+struct AfterFsync {
+    messages: Vec<tenure_core::message::Message>,
+    snapshot_index: Option<Index>,
+    applied_through: Index,
+    applied: Vec<tenure_core::node::Applied>,
+    leader_changes: Vec<tenure_core::sm::LeaderChange>,
+    keepalive_acks: Vec<tenure_core::node::KeepaliveAck>,
+}
+
 /// Who a proposal's answer goes to: the driver core's reply handle in the simulator.
 #[derive(Clone, Copy, Debug)]
 struct ProposalFrom {
@@ -107,8 +119,21 @@ pub struct NodeSlot {
     /// Ticks the node's clock would have made while paused; on resume they are delivered
     /// before the held packets, as a driver that ticks from a monotonic clock would.
     pub missed_ticks: u64,
+    /// Replaying missed ticks after a pause: the node's clock lags true time until done, so
+    /// what it believes in between is not observed as a belief about the present.
+    pub catching_up: bool,
     /// Crash at the next Ready that writes, between write and fsync.
     pub crash_mid_ready: bool,
+    /// Pipelined persistence (drawn per seed): a leader sends the AppendEntries of a Ready
+    /// before its own fsync of the entries completes, and counts acknowledgements that
+    /// arrive meanwhile (`Node::step_while_persisting`). The fsync completes at a
+    /// `FsyncDone` event; until then the node handles only its clock's ticks and those
+    /// acknowledgements, and holds its other inputs for after the fsync.
+    pub pipelined: bool,
+    /// A Ready written but not yet durable (pipelined persistence only).
+    after_fsync: Option<AfterFsync>,
+    /// The world must schedule the `FsyncDone` of the Ready just written.
+    pub fsync_to_schedule: bool,
     /// Removed from the cluster and shut down for good.
     pub decommissioned: bool,
     /// Has been a member of the cluster (so leaving the configuration means removal).
@@ -121,6 +146,8 @@ pub struct NodeSlot {
     watchers: BTreeMap<ClientId, String>,
     commit_noted: Index,
     sm_applied_noted: Option<Index>,
+    /// The local tick at which a held lease was last observed (once per tick is enough).
+    lease_noted_tick: Option<u64>,
 }
 
 impl NodeSlot {
@@ -144,6 +171,10 @@ impl NodeSlot {
             pause_gen: 0,
             held: VecDeque::new(),
             missed_ticks: 0,
+            catching_up: false,
+            pipelined: false,
+            after_fsync: None,
+            fsync_to_schedule: false,
             crash_mid_ready: false,
             decommissioned: false,
             was_member,
@@ -152,6 +183,7 @@ impl NodeSlot {
             watchers: BTreeMap::new(),
             commit_noted: 0,
             sm_applied_noted: None,
+            lease_noted_tick: None,
         }
     }
 
@@ -199,6 +231,8 @@ impl NodeSlot {
         self.watchers.clear();
         self.paused = false;
         self.crash_mid_ready = false;
+        self.after_fsync = None;
+        self.fsync_to_schedule = false;
         self.incarnation += 1;
     }
 
@@ -484,10 +518,133 @@ impl NodeSlot {
             });
         }
         let snapshot_index = snapshot.as_ref().map(|s| s.index);
+        let wrote_entries = !entries.is_empty();
+        let hard_state_term = hard_state.as_ref().map(|h| h.term);
         self.disk.write(snapshot, entries, hard_state);
+        let mut rest = AfterFsync {
+            messages,
+            snapshot_index,
+            applied_through,
+            applied,
+            leader_changes,
+            keepalive_acks,
+        };
+        if self.pipelined && wrote_entries {
+            let leader_term = self.node.as_ref().and_then(|n| {
+                let status = in_core(|| n.status());
+                (status.role == Role::Leader && hard_state_term.is_none_or(|t| t == status.term))
+                    .then_some(status.term)
+            });
+            if let Some(term) = leader_term {
+                // Replicate while the fsync runs: this leader's AppendEntries leave now, the
+                // rest when the entries are durable.
+                let (early, late): (Vec<_>, Vec<_>) = std::mem::take(&mut rest.messages)
+                    .into_iter()
+                    .partition(|m| m.term == term && matches!(m.body, Body::AppendEntries { .. }));
+                rest.messages = late;
+                self.send(early, ctx);
+                self.after_fsync = Some(rest);
+                self.fsync_to_schedule = true;
+                return Drive::Running;
+            }
+        }
         if let Err(e) = self.disk.fsync() {
             return Drive::StorageContract(format!("node {}: {e}", self.id));
         }
+        self.finish_ready(rest, ctx)
+    }
+
+    /// Whether a Ready's fsync is still running (pipelined persistence).
+    pub fn persisting(&self) -> bool {
+        self.after_fsync.is_some()
+    }
+
+    /// A packet arrives while the fsync runs: a leader's acknowledgements are counted now
+    /// (and the AppendEntries they prompt leave now); anything else is handed back to be held
+    /// until the fsync is done.
+    pub fn receive_while_persisting(
+        &mut self,
+        from: Addr,
+        packet: Packet,
+        ctx: &mut DriveCtx<'_>,
+    ) -> Option<(Addr, Packet)> {
+        let Some(node) = self.node.as_mut() else {
+            return None;
+        };
+        let Packet::Raft(message) = &packet else {
+            return Some((from, packet));
+        };
+        match in_core(|| node.step_while_persisting(message.clone())) {
+            Ok(true) => {}
+            Ok(false) => return Some((from, packet)),
+            Err(e) => {
+                ctx.trace.log(ctx.now_us, || {
+                    format!("node {} refused a message: {e:?}", self.id)
+                });
+                return None;
+            }
+        }
+        let early = in_core(|| node.take_early_appends());
+        self.send(early, ctx);
+        self.after_step(ctx);
+        None
+    }
+
+    /// One tick of the node's clock while the fsync runs.
+    pub fn tick_while_persisting(&mut self, ctx: &mut DriveCtx<'_>) {
+        let Some(node) = self.node.as_mut() else {
+            return;
+        };
+        in_core(|| node.tick_while_persisting());
+        let early = in_core(|| node.take_early_appends());
+        self.send(early, ctx);
+        self.after_step(ctx);
+    }
+
+    /// The fsync of the Ready written last completes, or the node crashes first (`crash`),
+    /// losing what the fsync would have made durable although followers may hold it.
+    pub fn fsync_done(&mut self, crash: bool, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(rest) = self.after_fsync.take() else {
+            return Drive::Running;
+        };
+        if crash {
+            let torn = match self.disk.crash_torn(ctx.rng) {
+                Ok(torn) => torn,
+                Err(e) => return Drive::StorageContract(format!("node {}: {e}", self.id)),
+            };
+            self.crash();
+            return Drive::Crashed {
+                reason: "between append and fsync, with the entries already replicated",
+                torn: Some(torn),
+            };
+        }
+        if let Err(e) = self.disk.fsync() {
+            return Drive::StorageContract(format!("node {}: {e}", self.id));
+        }
+        match self.finish_ready(rest, ctx) {
+            Drive::Running => self.drive(ctx),
+            other => other,
+        }
+    }
+
+    fn send(&mut self, messages: Vec<tenure_core::message::Message>, ctx: &mut DriveCtx<'_>) {
+        for message in messages {
+            let to = message.to;
+            ctx.out
+                .push((Addr::Node(self.id), Addr::Node(to), Packet::Raft(message)));
+        }
+    }
+
+    /// Steps 2 to 4 of a Ready whose writes are durable.
+    fn finish_ready(&mut self, rest: AfterFsync, ctx: &mut DriveCtx<'_>) -> Drive {
+        let AfterFsync {
+            messages,
+            snapshot_index,
+            applied_through,
+            applied,
+            leader_changes,
+            keepalive_acks,
+        } = rest;
 
         // 2. Tell the node its Ready is durable.
         let Some(node) = self.node.as_mut() else {
@@ -588,6 +745,17 @@ impl NodeSlot {
                 term: status.term,
             });
         }
+        if status.role == Role::Leader
+            && !self.catching_up
+            && status.lease_until_tick.is_some_and(|u| u > status.now_tick)
+            && self.lease_noted_tick != Some(status.now_tick)
+        {
+            self.lease_noted_tick = Some(status.now_tick);
+            ctx.obs.push(Observation::LeaseHeld {
+                node: self.id,
+                term: status.term,
+            });
+        }
         let sm = in_core(|| node.state_machine());
         let applied_index = in_core(|| sm.applied_index());
         if self.sm_applied_noted != Some(applied_index) {
@@ -623,8 +791,12 @@ impl NodeSlot {
         }
     }
 
-    /// The node itself, for the world's leader-side operations.
+    /// The node itself, for the world's leader-side operations; `None` while it blocks in a
+    /// pipelined fsync (it takes no input then).
     pub fn node_mut(&mut self) -> Option<&mut Node> {
+        if self.after_fsync.is_some() {
+            return None;
+        }
         self.node.as_mut()
     }
 }

@@ -13,7 +13,10 @@
 //! - **Nodes.** Each node ticks with its own period, 10 ms × (1 + drift) with drift uniform in
 //!   [−ρ/2, ρ/2] (ρ = `Config::clock_drift_max`), from a random phase. Its driver
 //!   ([`driver`]) handles every Ready in the documented order: persist and fsync, `advance()`,
-//!   send, answer clients; and takes Ready again until there is none.
+//!   send, answer clients; and takes Ready again until there is none. In pipelined seeds a
+//!   leader sends a Ready's AppendEntries before its own fsync completes (1–8 ms later),
+//!   keeps ticking and counts acknowledgements meanwhile (`Node::step_while_persisting`),
+//!   holds other inputs for after the fsync, and sometimes crashes before it completes.
 //! - **Disk** ([`disk`]): a durable part and an unsynced part. A crash loses unsynced writes;
 //!   a crash *between* a Ready's write and its fsync keeps a random prefix of that Ready's
 //!   writes (laid out as term+vote, snapshot, entries, commit) with the last one possibly
@@ -31,7 +34,10 @@
 //!   clock keeps running: on resume its driver first delivers the ticks it missed, then the
 //!   packets that queued up. Which faults a seed uses, and how often, is drawn from the seed
 //!   and printed in one line. The snapshot threshold is drawn per seed too (32–256 entries),
-//!   so snapshots and `InstallSnapshot` are frequent.
+//!   so snapshots and `InstallSnapshot` are frequent. Lease-edge seeds (15%) put the drift
+//!   bound near 10% with clocks at the bound, T at 50–80 ticks, long checkpoint intervals and
+//!   a fast network, and play two shapes: the leader isolated for 2–4 T, and a quiet bridge
+//!   (workload hushed until the log is idle, then one leader–follower link cut).
 //! - **Clients** ([`client`]): each with its own drifting clock; sessions, keepalives,
 //!   campaigns, resignations, election transfers, fenced puts, reads; some freeze past their
 //!   TTL and then write with their old token, some stop keepaliving so their session expires.

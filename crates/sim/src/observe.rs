@@ -80,6 +80,15 @@ pub enum Observation {
         /// clock. `None` when it stops believing.
         until_us: Option<SimTimeUs>,
     },
+    /// A leader's lease holds at this step (`Status::lease_until_tick` is ahead of its clock):
+    /// the core promises that no other node can be elected before the lease ends. Observed at
+    /// most once per node and local tick.
+    LeaseHeld {
+        /// The leader.
+        node: tenure_core::types::NodeId,
+        /// Its term.
+        term: tenure_core::types::Term,
+    },
     /// A node sent a keepalive acknowledgement (seen by the world as the reply leaves it).
     KeepaliveAcked {
         /// The acknowledging node.

@@ -122,38 +122,38 @@ pub enum InjectBug {
     /// lingering long enough for the other half to elect a leader.
     JointCommitOneHalf,
     /// A leader counts its own not yet durable entries toward commitment (core switch
-    /// `commit_undurable`).
+    /// `commit_undurable`). Reached in pipelined seeds (`PIPELINED_SHARE`): leaders replicate
+    /// a Ready's entries while their own fsync runs (dissertation §10.2.1; the core's
+    /// `step_while_persisting`), followers acknowledge meanwhile, and some leaders crash
+    /// before the fsync completes. A committed entry then survives on a minority only, and a
+    /// leader elected without it overwrites it (leader-completeness).
     ///
-    /// Masked by the Ready contract: the simulator's driver (like the server's) makes a
-    /// Ready's entries durable before it sends that Ready's messages, and takes Ready until
-    /// none is left after every input, so a leader's AppendEntries leave only after the
-    /// entries they carry are durable on the leader, and every acknowledgement is counted by
-    /// a leader whose whole log is durable (`last_index == persisted`). The bug bites only
-    /// with a driver that replicates in parallel with its own fsync (dissertation §10.2.1);
-    /// the simulator has none, so this switch is not caught.
+    /// With persist-then-send drivers (the server's today) it is masked: every AppendEntries
+    /// leaves after the entries it carries are durable on the leader, so no acknowledgement is
+    /// counted while `last_index > persisted`.
     CommitUndurable,
     /// Followers that heard from a leader within the election timeout still grant votes (core
-    /// switch `no_vote_refusal`).
+    /// switch `no_vote_refusal`). Reached by the quiet-bridge shape of lease-edge seeds: with
+    /// the workload hushed and the log idle, only the leader–follower link is cut; that
+    /// follower times out with an up-to-date log and the others, who still hear the leader,
+    /// elect it while the old leader's lease holds (lease-safety's lease check).
     ///
-    /// Masked by checkpoint coverage (node.rs, `LeaseClock`): a leader acknowledges a keepalive
-    /// only if one of its own *committed* checkpoints covers it, i.e. the keepalive arrived at
-    /// most `2 × lease_checkpoint_ticks − 1` = 9 ticks after that checkpoint was proposed.
-    /// The first leader elected after it must hold that checkpoint (Leader Completeness; if it
-    /// committed after the election, the voter in both majorities stored it before voting), so
-    /// it received it from the old leader itself and restarted its election timer then: its
-    /// election comes at least T = 15 ticks after the checkpoint, later than any keepalive the
-    /// old leader can still acknowledge, with or without the followers' vote refusal. Expiry
-    /// timing never depended on the lease either (successors honour committed checkpoints,
-    /// padded). So neither the lease-safety beliefs nor the "deposed leader acknowledges"
-    /// check can see this switch while 2 × checkpoint interval < T.
+    /// Not reachable with a busy log: a follower cut off from the leader misses the entries
+    /// the others store meanwhile, and their up-to-date check refuses it anyway. Nothing but
+    /// the lease depends on the refusal; the lease's only consumer (keepalive
+    /// acknowledgements) is also covered by committed checkpoints, so the lease check, not a
+    /// client-visible effect, is what sees it.
     NoVoteRefusal,
-    /// The leader lease loses its drift margin (core switch `no_lease_drift_margin`).
+    /// The leader lease loses its drift margin (core switch `no_lease_drift_margin`). Reached
+    /// by the leader-isolation shape of lease-edge seeds (drift bound near 10%, clocks at the
+    /// bound, T of 50 to 80 ticks, a fast network): without the margin the isolated leader's
+    /// lease outlasts the fast followers' vote refusal by a few ticks, and a successor whose
+    /// randomized timeout is short is elected inside it.
     ///
-    /// Masked twice: by checkpoint coverage exactly as [`InjectBug::NoVoteRefusal`] is, and by
-    /// the lease's rounding allowance: with the drift term gone the lease still ends at tick
-    /// `base + T − 2`, which outlasts a follower's refusal (at least `T − 1` of its own ticks
-    /// after receipt) only if `(T − 2)(1 + ρ) > T − 1`, i.e. ρ > 1/(T − 2) ≈ 7.7% with T = 15,
-    /// and then by less than a millisecond minus the network delay.
+    /// With T = 15 ticks the lease's rounding allowance alone hides it: the lease still ends
+    /// at tick `base + T − 2`, which outlasts a refusal of `T − 1` ticks only if
+    /// `(T − 2)(1 + ρ) > T − 1`, i.e. ρ > 1/(T − 2) ≈ 7.7%, and then by less than a
+    /// millisecond minus the network delay.
     NoLeaseDriftMargin,
     /// Another leader's checkpoints are not padded for drift (core switch
     /// `no_checkpoint_drift_padding`). The clients' own margin (2ρ × TTL) hides it from their

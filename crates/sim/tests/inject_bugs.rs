@@ -118,15 +118,15 @@ fn not_leader_after_snapshot_is_caught_by_exact_outcomes() {
     caught_by_its_checker(InjectBug::NotLeaderAfterSnapshot);
 }
 
-/// The same finding as a fixed seed: `tenure sim --seed 8 --nodes 5` (default phases) fails
+/// The same finding as a fixed seed: `tenure sim --seed 40 --nodes 5` (default phases) fails
 /// with the old behaviour (`--inject-bug not-leader-after-snapshot`) and passes with the fix.
 #[test]
-fn regression_seed_8_answers_a_committed_write_exactly() {
+fn regression_seed_40_answers_a_committed_write_exactly() {
     let opts = SimOptions {
         bug: Some(InjectBug::NotLeaderAfterSnapshot),
         ..SimOptions::default()
     };
-    caught_at(opts, 8);
+    caught_at(opts, 40);
 }
 
 /// Figure 8 (Raft §5.4.2): reached by the scripted figure-8 shape in seeds with small
@@ -171,7 +171,7 @@ fn truncate_matching_entries_is_caught_by_leader_completeness() {
 /// Needs a deposed leader's acknowledgement late in its checkpoint's window, a wide drift
 /// bound with clocks at the bound, and a holder that stops renewing: rare. `tenure sim
 /// --seeds 1..2001 --nodes 5 --inject-bug no-checkpoint-drift-padding` first catches it at
-/// seed 771 (default phases); scanning there costs minutes in a debug build, so this test
+/// seed 442 (default phases); scanning there costs minutes in a debug build, so this test
 /// checks that seed alone.
 #[test]
 fn no_checkpoint_drift_padding_is_caught_by_lease_safety() {
@@ -179,5 +179,38 @@ fn no_checkpoint_drift_padding_is_caught_by_lease_safety() {
         bug: Some(InjectBug::NoCheckpointDriftPadding),
         ..SimOptions::default()
     };
-    caught_at(opts, 771);
+    caught_at(opts, 442);
+}
+
+/// Reached by the quiet-bridge shape of lease-edge seeds (see the switch's doc); `tenure sim
+/// --seeds 1..2001 --nodes 5 --inject-bug no-vote-refusal` first catches it at seed 7.
+#[test]
+fn no_vote_refusal_is_caught_by_lease_safety() {
+    let opts = SimOptions {
+        bug: Some(InjectBug::NoVoteRefusal),
+        ..SimOptions::default()
+    };
+    caught_at(opts, 7);
+}
+
+/// Reached by the leader-isolation shape of lease-edge seeds; first caught at seed 131
+/// (default phases), which this test checks alone.
+#[test]
+fn no_lease_drift_margin_is_caught_by_lease_safety() {
+    let opts = SimOptions {
+        bug: Some(InjectBug::NoLeaseDriftMargin),
+        ..SimOptions::default()
+    };
+    caught_at(opts, 131);
+}
+
+/// Reached in pipelined seeds, where leaders replicate while their own fsync runs and some
+/// crash before it completes; first caught at seed 8 (default phases).
+#[test]
+fn commit_undurable_is_caught_by_leader_completeness() {
+    let opts = SimOptions {
+        bug: Some(InjectBug::CommitUndurable),
+        ..SimOptions::default()
+    };
+    caught_at(opts, 8);
 }

@@ -262,7 +262,7 @@ async fn serve_connection(
                 }
                 continue;
             }
-            if peer.is_blocked() {
+            if peer.is_blocked_in() {
                 ctx.shared.counters.dropped_blocked.inc();
                 peer.dropped.inc();
                 continue;

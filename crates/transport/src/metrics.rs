@@ -120,7 +120,10 @@ pub(crate) struct PeerShared {
     pub(crate) addr: SocketAddr,
     pub(crate) outbound_connected: AtomicBool,
     pub(crate) inbound_connections: AtomicUsize,
-    pub(crate) blocked: AtomicBool,
+    /// Messages to the peer are dropped (test hook).
+    pub(crate) blocked_out: AtomicBool,
+    /// Messages from the peer are dropped (test hook).
+    pub(crate) blocked_in: AtomicBool,
     pub(crate) frames_sent: Counter,
     pub(crate) bytes_sent: Counter,
     pub(crate) frames_received: Counter,
@@ -139,7 +142,8 @@ impl PeerShared {
             addr,
             outbound_connected: AtomicBool::new(false),
             inbound_connections: AtomicUsize::new(0),
-            blocked: AtomicBool::new(false),
+            blocked_out: AtomicBool::new(false),
+            blocked_in: AtomicBool::new(false),
             frames_sent: Counter::default(),
             bytes_sent: Counter::default(),
             frames_received: Counter::default(),
@@ -150,8 +154,14 @@ impl PeerShared {
         }
     }
 
-    pub(crate) fn is_blocked(&self) -> bool {
-        self.blocked.load(Ordering::Relaxed)
+    /// Whether messages to the peer are dropped.
+    pub(crate) fn is_blocked_out(&self) -> bool {
+        self.blocked_out.load(Ordering::Relaxed)
+    }
+
+    /// Whether messages from the peer are dropped.
+    pub(crate) fn is_blocked_in(&self) -> bool {
+        self.blocked_in.load(Ordering::Relaxed)
     }
 
     pub(crate) fn is_connected(&self) -> bool {
@@ -163,7 +173,9 @@ impl PeerShared {
             addr: self.addr,
             outbound_connected: self.is_connected(),
             inbound_connections: self.inbound_connections.load(Ordering::Relaxed),
-            blocked: self.is_blocked(),
+            blocked: self.is_blocked_out() && self.is_blocked_in(),
+            blocked_out: self.is_blocked_out(),
+            blocked_in: self.is_blocked_in(),
             queue_len,
             frames_sent: self.frames_sent.get(),
             bytes_sent: self.bytes_sent.get(),
@@ -186,8 +198,14 @@ pub struct PeerState {
     /// Inbound connections from the peer that passed the handshake (normally 0 or 1; 2
     /// briefly while a reconnect replaces a stale connection).
     pub inbound_connections: usize,
-    /// Whether [`crate::TransportHandle::set_blocked`] currently blocks the peer.
+    /// Whether traffic with the peer is blocked in both directions (see
+    /// [`crate::TransportHandle::set_blocked`]).
     pub blocked: bool,
+    /// Whether messages to the peer are dropped (see
+    /// [`crate::TransportHandle::set_blocked_directed`]).
+    pub blocked_out: bool,
+    /// Whether messages from the peer are dropped.
+    pub blocked_in: bool,
     /// Messages waiting in the peer's outbound queue.
     pub queue_len: usize,
     /// Message frames written to the peer.

@@ -189,7 +189,7 @@ async fn serve(
 /// Encodes `message` onto the batch unless it must be dropped; returns whether it was added.
 fn add_to_batch(ctx: &OutboundCtx, message: &Message, batch: &mut Vec<u8>) -> bool {
     // Blocking may have started after the message was queued.
-    if ctx.peer.is_blocked() {
+    if ctx.peer.is_blocked_out() {
         ctx.shared.counters.dropped_blocked.inc();
         ctx.peer.dropped.inc();
         return false;

@@ -228,7 +228,7 @@ impl TransportHandle {
             counters.dropped_unknown_peer.inc();
             return Err(SendError::UnknownPeer { to });
         };
-        if peer.is_blocked() {
+        if peer.is_blocked_out() {
             counters.dropped_blocked.inc();
             peer.dropped.inc();
             return Err(SendError::Blocked { to });
@@ -258,21 +258,33 @@ impl TransportHandle {
     /// every peer of one node partitions it away; ids that are not peers are ignored.
     /// Meant for partition tests of the server, not for production use.
     pub fn set_blocked(&self, peers: BTreeSet<NodeId>) {
+        self.set_blocked_directed(peers.clone(), peers);
+    }
+
+    /// **Test hook** (fault injection): like [`TransportHandle::set_blocked`], one
+    /// direction at a time. Messages from the peers in `inbound` are dropped on arrival;
+    /// messages to the peers in `outbound` are dropped before they leave. A peer in only
+    /// one set sees a one-way link: this node hears it but cannot answer, or the reverse.
+    /// Both sets replace any previous ones.
+    pub fn set_blocked_directed(&self, inbound: BTreeSet<NodeId>, outbound: BTreeSet<NodeId>) {
         for (id, peer) in &self.inner.shared.peers {
-            peer.blocked.store(peers.contains(id), Ordering::Relaxed);
+            peer.blocked_in
+                .store(inbound.contains(id), Ordering::Relaxed);
+            peer.blocked_out
+                .store(outbound.contains(id), Ordering::Relaxed);
         }
-        if !peers.is_empty() {
-            warn!(node = self.inner.shared.id, blocked = ?peers, "test hook: traffic to and from peers blocked");
+        if !inbound.is_empty() || !outbound.is_empty() {
+            warn!(node = self.inner.shared.id, from = ?inbound, to = ?outbound, "test hook: traffic from and to peers blocked");
         }
     }
 
-    /// The peers currently blocked by [`TransportHandle::set_blocked`].
+    /// The peers whose traffic is currently blocked in both directions.
     pub fn blocked(&self) -> BTreeSet<NodeId> {
         self.inner
             .shared
             .peers
             .iter()
-            .filter(|(_, peer)| peer.is_blocked())
+            .filter(|(_, peer)| peer.is_blocked_in() && peer.is_blocked_out())
             .map(|(&id, _)| id)
             .collect()
     }

@@ -474,3 +474,59 @@ async fn start_validates_the_config() {
     cfg.reconnect_backoff_min = Duration::from_secs(5);
     assert!(Transport::start(cfg).is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directed_blocks_make_one_way_links() {
+    let mut nodes = cluster(3).await;
+    wait_all_connected(&nodes).await;
+
+    // Node 1 is deaf to node 2: node 2's messages are dropped, node 1's still arrive.
+    nodes[0]
+        .handle
+        .set_blocked_directed(BTreeSet::from([2]), BTreeSet::new());
+    let state = &nodes[0].handle.peer_states()[&2];
+    assert!(state.blocked_in && !state.blocked_out && !state.blocked);
+    assert!(
+        nodes[0].handle.blocked().is_empty(),
+        "not blocked both ways"
+    );
+    nodes[0]
+        .handle
+        .send(message(1, 2, 1))
+        .expect("outbound open");
+    assert_eq!(recv(&mut nodes[1].inbound).await.term, 1);
+    nodes[1]
+        .handle
+        .send(message(2, 1, 2))
+        .expect("queued at node 2");
+    let handle = nodes[0].handle.clone();
+    wait_until("node 1 to drop node 2's message", move || {
+        handle.metrics().dropped_blocked == 1
+    })
+    .await;
+
+    // Now mute towards node 2: node 1 hears it, but cannot answer.
+    nodes[0]
+        .handle
+        .set_blocked_directed(BTreeSet::new(), BTreeSet::from([2]));
+    assert_eq!(
+        nodes[0].handle.send(message(1, 2, 3)),
+        Err(SendError::Blocked { to: 2 })
+    );
+    nodes[1]
+        .handle
+        .send(message(2, 1, 4))
+        .expect("queued at node 2");
+    assert_eq!(recv(&mut nodes[0].inbound).await.term, 4);
+    // Node 3 is unaffected either way.
+    nodes[0].handle.send(message(1, 3, 5)).expect("queued");
+    assert_eq!(recv(&mut nodes[2].inbound).await.term, 5);
+    assert!(nodes[0].inbound.try_recv().is_err(), "term 2 was dropped");
+    assert!(nodes[1].inbound.try_recv().is_err(), "term 3 was dropped");
+
+    nodes[0]
+        .handle
+        .set_blocked_directed(BTreeSet::new(), BTreeSet::new());
+    nodes[0].handle.send(message(1, 2, 6)).expect("healed");
+    assert_eq!(recv(&mut nodes[1].inbound).await.term, 6);
+}

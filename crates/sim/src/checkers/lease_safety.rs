@@ -15,6 +15,10 @@
 //! - "a keepalive may be acknowledged only by a leader that provably still leads … An old
 //!   leader that does not know it was replaced must not acknowledge keepalives": no node
 //!   acknowledges a keepalive after a leader of a higher term was seen elected;
+//! - the leader lease itself, which the acknowledgements rest on: while a leader's lease
+//!   holds (`Status::lease_until_tick` ahead of its clock), no leader of a higher term has
+//!   been elected. Checked whether or not a keepalive happens to arrive in the window, so a
+//!   lease that outlasts the followers' vote refusal shows at once;
 //! - "the server never expires the session before receive time + TTL": no committed expiry
 //!   ends a session before the true time at which the acknowledging node's clock ran TTL
 //!   ticks from the keepalive's receipt.
@@ -60,6 +64,14 @@ impl LeaseSafety {
                 }
                 None
             }
+            Observation::LeaseHeld { node, term } => match self.leader_term {
+                Some((t, since)) if t > *term => Some(format!(
+                    "node {node}'s leader lease of term {term} still held at {}, but a leader of term {t} was elected at {}",
+                    fmt_time(now),
+                    fmt_time(since)
+                )),
+                _ => None,
+            },
             Observation::KeepaliveAcked {
                 node,
                 term,

@@ -19,7 +19,7 @@ impl Client {
                 generation: self.think_gen,
             },
         );
-        if self.op.is_some() || env.quiesced {
+        if self.op.is_some() || env.quiesced || env.hush {
             return;
         }
         if let Some(session) = self.retire {

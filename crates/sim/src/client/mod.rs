@@ -158,6 +158,9 @@ pub struct ClientEnv<'a> {
     pub faults_on: bool,
     /// True late in the liveness phase: start no new operations.
     pub quiesced: bool,
+    /// A scenario holds the workload: start no new operations and send no keepalives
+    /// (retries of operations already started go on).
+    pub hush: bool,
     /// The `lease-from-receive-time` bug is on.
     pub lease_from_receive: bool,
     /// The drift bound ρ.
@@ -556,6 +559,17 @@ impl Client {
             return;
         }
         let Some(session) = self.session else { return };
+        if env.hush {
+            // Held, not stopped: try again later, as a client whose process stalls would.
+            env.timer_local(
+                &self.clock,
+                (session.ttl_local_us() / 3).max(TICK_NOMINAL_US),
+                ClientTimer::Keepalive {
+                    generation: self.keepalive_gen,
+                },
+            );
+            return;
+        }
         let tag = self.next_id();
         let now_local = self.now_local(env);
         self.keepalives.insert(tag, (session.id, now_local));

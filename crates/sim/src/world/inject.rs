@@ -292,6 +292,10 @@ impl World {
             id,
             NodeSlot::new(id, config, period, false, Disk::new(self.opts.wal_layout)),
         );
+        let pipelined = self.pipelined;
+        if let Some(slot) = self.nodes.get_mut(&id) {
+            slot.pipelined = pipelined;
+        }
         self.live_ids.push(id);
         self.stats.fault("new-node");
         self.trace

@@ -48,12 +48,41 @@ const SMALL_SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (2, 12);
 const SMALL_BATCH_SHARE: f64 = 0.3;
 /// Share of seeds whose node clocks sit at the drift bound.
 const CLOCKS_AT_BOUND_SHARE: f64 = 0.3;
+/// Share of seeds whose leaders propose lease checkpoints only every T/2 to T ticks (the
+/// default is a third of T). A checkpoint covers keepalives received up to two intervals
+/// after it, so with intervals of T/2 or more its coverage outlasts the election timeout and
+/// the leader lease alone must keep a deposed leader from acknowledging: the vote refusal
+/// and the lease's drift margin become visible to the lease-safety checks.
+const LONG_CHECKPOINT_SHARE: f64 = 0.25;
+/// Share of seeds at the lease's edge: a drift bound near the largest the configuration
+/// accepts, clocks at the bound (pairs of nodes differ by ρ), a long election timeout and long
+/// checkpoint intervals. With many ticks per T the tick-rounding allowance (2 ticks) is a
+/// small part of it, so a lease that lost its drift margin outlasts the followers' vote
+/// refusal by whole ticks, and a successor can be elected inside that window.
+const LEASE_EDGE_SHARE: f64 = 0.15;
+/// Drift bounds of the lease-edge seeds.
+const LEASE_EDGE_DRIFT: (f64, f64) = (0.085, 0.099);
+/// Election timeouts of the lease-edge seeds, in ticks.
+const LEASE_EDGE_TIMEOUT_TICKS: (u64, u64) = (50, 80);
+/// Share of seeds whose leaders pipeline persistence: they replicate a Ready's entries while
+/// their own fsync of them runs, and count the acknowledgements that arrive meanwhile.
+const PIPELINED_SHARE: f64 = 0.3;
+/// How long a pipelined fsync takes, true time: long enough for followers to acknowledge.
+const FSYNC_US: (u64, u64) = (US_PER_MS, 8 * US_PER_MS);
+/// In the safety phase, probability that a leader crashes instead of completing a pipelined
+/// fsync: its entries are on followers' disks, possibly committed, and not on its own.
+const FSYNC_CRASH_P: f64 = 0.1;
 /// Longest time a removed member keeps running.
 const DECOMMISSION_LINGER_US_MAX: u64 = 2_000 * US_PER_MS;
 
 /// Scheduled happenings.
 enum Event {
     Tick {
+        node: NodeId,
+        incarnation: u64,
+    },
+    /// A pipelined Ready's fsync completes (see `NodeSlot::pipelined`).
+    FsyncDone {
         node: NodeId,
         incarnation: u64,
     },
@@ -128,6 +157,10 @@ pub struct World {
     /// follower take many round trips, so entries of earlier terms reach a majority well
     /// before a new leader's own no-op does (the window of Raft §5.4.2).
     append_entries_max: usize,
+    /// T in ticks, drawn per seed (`LONG_TIMEOUT_SHARE`).
+    election_timeout_ticks: u64,
+    /// Ticks between a leader's lease checkpoints, drawn per seed (`LONG_CHECKPOINT_SHARE`).
+    lease_checkpoint_ticks: u64,
     /// Node clocks sit at the drift bound (±ρ/2, in opposite directions) instead of
     /// anywhere within it, in some seeds.
     clocks_at_bound: bool,
@@ -142,13 +175,19 @@ pub struct World {
     keepalive_received_us: BTreeMap<(NodeId, u64), SimTimeUs>,
     /// The lease-handover shape is armed at this leader (see `FaultMix::lease_handover`).
     handover_at: Option<NodeId>,
+    /// A lease-edge seed (see `LEASE_EDGE_SHARE`): the lease-edge shapes may run.
+    lease_edge: bool,
+    /// A scenario holds the workload: clients start nothing and send no keepalives.
+    hush: bool,
+    /// Leaders pipeline persistence in this seed (`PIPELINED_SHARE`).
+    pipelined: bool,
 }
 
 impl World {
     /// Builds the world of one seed.
     pub fn new(opts: &SimOptions, seed: u64) -> World {
         let mut rng = SimRng::new(seed);
-        let mix = FaultMix::draw(&mut rng, opts.faults);
+        let mut mix = FaultMix::draw(&mut rng, opts.faults);
         let voters: Vec<NodeId> = (1..=opts.nodes as NodeId).collect();
         let mut template = Config::new(1, voters.clone());
         if opts.faults && rng.chance(WIDE_DRIFT_SHARE) {
@@ -156,7 +195,30 @@ impl World {
             // losing one of them shows instead of hiding in the tick-rounding allowances.
             template.clock_drift_max = rng.uniform(WIDE_DRIFT_MAX.0, WIDE_DRIFT_MAX.1);
         }
+        // Drawn from a stream of its own, so that adding these left every other draw of every
+        // seed as it was.
+        let mut own = SimRng::new(seed ^ 0x6c65_6173_6563_6b70);
+        let lease_edge = opts.faults && own.chance(LEASE_EDGE_SHARE);
+        if lease_edge {
+            template.clock_drift_max = own.uniform(LEASE_EDGE_DRIFT.0, LEASE_EDGE_DRIFT.1);
+            template.election_timeout_ticks =
+                own.between(LEASE_EDGE_TIMEOUT_TICKS.0, LEASE_EDGE_TIMEOUT_TICKS.1);
+        }
+        let pipelined = opts.faults && own.chance(PIPELINED_SHARE);
+        if lease_edge {
+            // A fast network: the window in which a lease without its margin outlasts the
+            // vote refusal is a few ticks, and round trips must not fill it.
+            mix.network.delay_max_us = crate::network::DELAY_MIN_US;
+            mix.network.slow_delay_max_us = 0;
+        }
         let drift_max = template.clock_drift_max;
+        let election_timeout_ticks = template.election_timeout_ticks;
+        let lease_checkpoint_ticks =
+            if lease_edge || (opts.faults && own.chance(LONG_CHECKPOINT_SHARE)) {
+                own.between(election_timeout_ticks / 2 + 1, election_timeout_ticks)
+            } else {
+                template.lease_checkpoint_ticks
+            };
         let snapshot_threshold_entries = if opts.faults && rng.chance(SMALL_SNAPSHOT_SHARE) {
             rng.between(
                 SMALL_SNAPSHOT_THRESHOLD_ENTRIES.0,
@@ -171,8 +233,8 @@ impl World {
             64
         };
         let wide = template.clock_drift_max > 0.01;
-        let clocks_at_bound =
-            opts.faults && rng.chance(if wide { 0.7 } else { CLOCKS_AT_BOUND_SHARE });
+        let clocks_at_bound = lease_edge
+            || (opts.faults && rng.chance(if wide { 0.7 } else { CLOCKS_AT_BOUND_SHARE }));
         let decommission_linger_us = if opts.faults && rng.chance(0.5) {
             rng.between(0, DECOMMISSION_LINGER_US_MAX)
         } else {
@@ -210,12 +272,17 @@ impl World {
             snapshot_threshold_entries,
             election_timeout_us,
             append_entries_max,
+            election_timeout_ticks,
+            lease_checkpoint_ticks,
             clocks_at_bound,
             decommission_linger_us,
             removed_since_us: BTreeMap::new(),
             scenario: None,
             keepalive_received_us: BTreeMap::new(),
             handover_at: None,
+            lease_edge,
+            hush: false,
+            pipelined,
         };
         for id in voters.iter().copied() {
             let config = world.node_config(id, voters.clone());
@@ -224,6 +291,9 @@ impl World {
                 id,
                 NodeSlot::new(id, config, period, true, Disk::new(world.opts.wal_layout)),
             );
+            if let Some(slot) = world.nodes.get_mut(&id) {
+                slot.pipelined = pipelined;
+            }
         }
         for id in 0..opts.clients as ClientId {
             let client = Client::new(id, &mut world.rng, &voters, drift_max);
@@ -236,6 +306,8 @@ impl World {
         let mut config = Config::new(id, initial_voters);
         config.snapshot_threshold_entries = self.snapshot_threshold_entries;
         config.append_entries_max = self.append_entries_max;
+        config.election_timeout_ticks = self.election_timeout_ticks;
+        config.lease_checkpoint_ticks = self.lease_checkpoint_ticks;
         config.clock_drift_max = self.drift_max;
         config.bugs = InjectBug::core_bugs(self.opts.bug);
         config
@@ -390,6 +462,7 @@ impl World {
             mix: &self.mix,
             faults_on: self.faults_on,
             quiesced: self.quiesced,
+            hush: self.hush,
             lease_from_receive: self.opts.bug == Some(InjectBug::LeaseFromReceiveTime),
             drift_max: self.drift_max,
             next_op: &mut self.next_op,
@@ -417,6 +490,19 @@ impl World {
 
     /// Deals with how a node's step ended.
     fn after_drive(&mut self, id: NodeId, drive: Drive) {
+        if let Some(slot) = self.nodes.get_mut(&id) {
+            if std::mem::take(&mut slot.fsync_to_schedule) {
+                let incarnation = slot.incarnation;
+                let delay = self.rng.between(FSYNC_US.0, FSYNC_US.1);
+                self.queue.push(
+                    self.now_us + delay,
+                    Event::FsyncDone {
+                        node: id,
+                        incarnation,
+                    },
+                );
+            }
+        }
         match drive {
             Drive::Running => {}
             Drive::Crashed { reason, torn } => {
@@ -612,6 +698,7 @@ impl World {
     fn handle(&mut self, event: Event) {
         match event {
             Event::Tick { node, incarnation } => self.on_tick(node, incarnation),
+            Event::FsyncDone { node, incarnation } => self.on_fsync_done(node, incarnation),
             Event::Deliver { from, to, packet } => self.on_deliver(from, to, *packet),
             Event::Client { client, timer } => {
                 self.trace
@@ -682,6 +769,7 @@ impl World {
         }
         let period = slot.tick_period_us;
         let paused = slot.paused;
+        let persisting = slot.persisting();
         self.queue.push(
             self.now_us + period,
             Event::Tick {
@@ -696,6 +784,11 @@ impl World {
             return;
         }
         self.trace.event(TraceKind::Tick, self.now_us, &[id]);
+        if persisting {
+            self.with_node(id, |slot, ctx| slot.tick_while_persisting(ctx));
+            self.after_drive(id, Drive::Running);
+            return;
+        }
         if let Some(drive) = self.with_node(id, |slot, ctx| slot.tick(ctx)) {
             self.after_drive(id, drive);
         }
@@ -716,6 +809,10 @@ impl World {
                 }
                 if slot.paused {
                     slot.held.push_back((from, packet));
+                    return;
+                }
+                if slot.persisting() {
+                    self.deliver_while_persisting(id, from, packet);
                     return;
                 }
                 self.deliver_to_node(id, from, packet);
@@ -780,23 +877,99 @@ impl World {
         // time first, then handles what queued up. (Handling the packets first would let a
         // deposed leader whose tick count stood still acknowledge keepalives under a leader
         // lease that in truth ran out during the pause.)
+        self.replay(id, missed_ticks, held);
+    }
+
+    /// Hands a node what waited while it was paused or blocked in fsync: the ticks its
+    /// monotonic clock made first, then the packets in arrival order. (Handling the packets
+    /// first would let a deposed leader whose tick count stood still acknowledge keepalives
+    /// under a leader lease that in truth ran out meanwhile.) What arrives while it blocks
+    /// in fsync again is held again.
+    fn replay(&mut self, id: NodeId, missed_ticks: u64, held: Vec<(Addr, Packet)>) {
         if self.opts.pause_catch_up {
-            for _ in 0..missed_ticks {
-                if !self.nodes.get(&id).is_some_and(|s| s.is_up()) {
+            for k in 0..missed_ticks {
+                let Some(slot) = self.nodes.get_mut(&id) else {
+                    break;
+                };
+                if !slot.is_up() {
                     break;
                 }
-                if let Some(drive) = self.with_node(id, |slot, ctx| slot.tick(ctx)) {
+                slot.catching_up = k + 1 != missed_ticks;
+                if slot.persisting() {
+                    self.with_node(id, |slot, ctx| slot.tick_while_persisting(ctx));
+                    self.after_drive(id, Drive::Running);
+                } else if let Some(drive) = self.with_node(id, |slot, ctx| slot.tick(ctx)) {
                     self.after_drive(id, drive);
                 }
+            }
+            if let Some(slot) = self.nodes.get_mut(&id) {
+                slot.catching_up = false;
             }
         }
         for (from, packet) in held {
             // A node may crash while catching up (right after a vote); the rest is then lost.
-            if !self.nodes.get(&id).is_some_and(|s| s.is_up()) {
+            let Some(slot) = self.nodes.get_mut(&id) else {
+                break;
+            };
+            if !slot.is_up() {
                 break;
             }
-            self.deliver_to_node(id, from, packet);
+            if slot.paused {
+                slot.held.push_back((from, packet));
+            } else if slot.persisting() {
+                self.deliver_while_persisting(id, from, packet);
+            } else {
+                self.deliver_to_node(id, from, packet);
+            }
         }
+    }
+
+    fn deliver_while_persisting(&mut self, id: NodeId, from: Addr, packet: Packet) {
+        if matches!(packet, Packet::Raft(_)) {
+            self.stats.messages_delivered += 1;
+        }
+        let back = self.with_node(id, |slot, ctx| {
+            slot.receive_while_persisting(from, packet, ctx)
+        });
+        if let Some(Some(held)) = back {
+            if let Some(slot) = self.nodes.get_mut(&id) {
+                slot.held.push_back(held);
+            }
+        }
+        self.after_drive(id, Drive::Running);
+    }
+
+    fn on_fsync_done(&mut self, id: NodeId, incarnation: u64) {
+        let Some(slot) = self.nodes.get(&id) else {
+            return;
+        };
+        if slot.incarnation != incarnation || !slot.is_up() || !slot.persisting() {
+            return;
+        }
+        if slot.paused {
+            // The fsync returns to a stopped process; it sees it when it resumes.
+            self.queue.push(
+                self.now_us + US_PER_MS,
+                Event::FsyncDone {
+                    node: id,
+                    incarnation,
+                },
+            );
+            return;
+        }
+        let crash = self.faults_on && self.rng.chance(FSYNC_CRASH_P);
+        if let Some(drive) = self.with_node(id, |slot, ctx| slot.fsync_done(crash, ctx)) {
+            self.after_drive(id, drive);
+        }
+        let Some(slot) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        if !slot.is_up() || slot.paused || slot.persisting() {
+            return;
+        }
+        let held: Vec<(Addr, Packet)> = slot.held.drain(..).collect();
+        let missed_ticks = std::mem::take(&mut slot.missed_ticks);
+        self.replay(id, missed_ticks, held);
     }
 
     /// The liveness phase: heal partitions, resume paused nodes, restart crashed ones, wake

@@ -16,6 +16,15 @@
 //!   side holds a majority of one half of the joint configuration only. Removed voters linger
 //!   for a while before they are shut down (see `World::decommission_linger_us`), as they would
 //!   until an operator stops them.
+//! - **Leader isolation** (lease-edge seeds only, see `LEASE_EDGE_SHARE`): the leader is cut
+//!   off from every other node for two to four election timeouts while it keeps running. Its
+//!   lease must end before any successor can be elected; with clocks at the drift bound and a
+//!   long T, a lease without its drift margin outlasts the followers' vote refusal.
+//! - **Quiet bridge** (lease-edge seeds only): the workload is hushed (no operations, no
+//!   keepalives) until the leader's log has been idle for a while, then only the link between
+//!   the leader and one follower is cut. That follower times out with a log as long as
+//!   everyone's; the others still hear the leader and must refuse it their votes (the vote
+//!   refusal of check-quorum), or a second leader is elected under a lease that still holds.
 //!
 //! Random node faults and partitions are held back while a scenario runs; network loss,
 //! duplication and delay are not.
@@ -37,6 +46,11 @@ const PHASE_US: SimTimeUs = 3_000 * US_PER_MS;
 const HOLD_US: (u64, u64) = (20 * US_PER_MS, 300 * US_PER_MS);
 /// How long a joint split lasts.
 const SPLIT_US: (u64, u64) = (300 * US_PER_MS, 3_000 * US_PER_MS);
+
+/// How long a quiet bridge waits for the leader's log to go idle (sessions must expire first).
+const QUIET_WAIT_US: SimTimeUs = 8_000 * US_PER_MS;
+/// Per fault tick, in lease-edge seeds: probability of starting each lease-edge shape.
+const LEASE_EDGE_SHAPE_P: f64 = 0.05;
 
 /// A scenario in progress.
 #[derive(Clone, Debug)]
@@ -69,6 +83,18 @@ enum Phase {
     },
     /// Joint split, step 1: two fresh learners catch up.
     JointCatchUp { learners: [NodeId; 2] },
+    /// Leader isolation: hold the cut until `until_us`.
+    IsolationHold { until_us: SimTimeUs },
+    /// Quiet bridge, step 1: the workload is hushed; wait until `leader`'s last index has not
+    /// moved since `since_us` for half an election timeout.
+    QuietWaitIdle {
+        leader: NodeId,
+        term: u64,
+        last_index: u64,
+        since_us: SimTimeUs,
+    },
+    /// Quiet bridge, step 2: the leader–follower link is cut until `until_us`.
+    QuietBridgeHold { until_us: SimTimeUs },
 }
 
 impl World {
@@ -83,6 +109,10 @@ impl World {
             self.start_figure8();
         } else if self.rng.chance(self.mix.joint_split) {
             self.start_joint_split();
+        } else if self.lease_edge && self.rng.chance(LEASE_EDGE_SHAPE_P) {
+            self.start_leader_isolation();
+        } else if self.lease_edge && self.rng.chance(LEASE_EDGE_SHAPE_P) {
+            self.start_quiet_bridge();
         }
         self.scenario.is_some()
     }
@@ -191,7 +221,110 @@ impl World {
                 }
             }
             Phase::JointCatchUp { learners } => self.joint_split(learners),
+            Phase::IsolationHold { until_us } | Phase::QuietBridgeHold { until_us } => {
+                if self.now_us >= until_us {
+                    self.end_scenario("the cut heals");
+                }
+            }
+            Phase::QuietWaitIdle {
+                leader,
+                term,
+                last_index,
+                since_us,
+            } => {
+                let status = self.nodes.get(&leader).and_then(|s| s.status.clone());
+                let Some(status) = status.filter(|s| s.role == Role::Leader && s.term == term)
+                else {
+                    self.end_scenario(
+                        "the leader lost its leadership while the workload was hushed",
+                    );
+                    return;
+                };
+                if status.last_index != last_index {
+                    let phase = Phase::QuietWaitIdle {
+                        leader,
+                        term,
+                        last_index: status.last_index,
+                        since_us: self.now_us,
+                    };
+                    if let Some(s) = self.scenario.as_mut() {
+                        s.phase = phase;
+                    }
+                    return;
+                }
+                if self.now_us < since_us + self.election_timeout_us / 2 {
+                    return;
+                }
+                let followers: Vec<NodeId> = status
+                    .membership
+                    .voters
+                    .iter()
+                    .copied()
+                    .filter(|v| *v != leader && self.nodes.get(v).is_some_and(|s| s.is_up()))
+                    .collect();
+                let Some(follower) = self.rng.pick(&followers).copied() else {
+                    self.end_scenario("no follower to cut");
+                    return;
+                };
+                let id = self.next_partition_id;
+                self.next_partition_id += 1;
+                let (a, b) = (Addr::Node(leader), Addr::Node(follower));
+                self.stats.fault("scenario-partition");
+                self.trace
+                    .event(TraceKind::Fault, self.now_us, &[12, id, 2]);
+                self.network.partition(id, vec![(a, b), (b, a)]);
+                self.trace.log(self.now_us, || {
+                    format!("scenario quiet-bridge: log idle at index {last_index}; link {leader}–{follower} cut")
+                });
+                let until_us = self.now_us + 3 * self.election_timeout_us;
+                self.set_phase(Phase::QuietBridgeHold { until_us }, Some(id));
+            }
         }
+    }
+
+    fn start_leader_isolation(&mut self) {
+        let Some(leader) = self.current_leader() else {
+            return;
+        };
+        let t = self.election_timeout_us;
+        let until_us = self.now_us + self.rng.between(2 * t, 4 * t);
+        self.scenario = Some(Scenario {
+            phase: Phase::IsolationHold { until_us },
+            deadline_us: until_us + PHASE_US,
+            partitions: Vec::new(),
+        });
+        let id = self.isolate(&[leader]);
+        if let Some(s) = self.scenario.as_mut() {
+            s.partitions.push(id);
+        }
+        self.stats.fault("scenario-leader-isolation");
+        self.trace.log(self.now_us, || {
+            format!("scenario leader-isolation: leader {leader} cut off from every node")
+        });
+    }
+
+    fn start_quiet_bridge(&mut self) {
+        let Some(leader) = self.current_leader() else {
+            return;
+        };
+        let Some(status) = self.nodes.get(&leader).and_then(|s| s.status.clone()) else {
+            return;
+        };
+        self.hush = true;
+        self.scenario = Some(Scenario {
+            phase: Phase::QuietWaitIdle {
+                leader,
+                term: status.term,
+                last_index: status.last_index,
+                since_us: self.now_us,
+            },
+            deadline_us: self.now_us + QUIET_WAIT_US,
+            partitions: Vec::new(),
+        });
+        self.stats.fault("scenario-quiet-bridge");
+        self.trace.log(self.now_us, || {
+            format!("scenario quiet-bridge: workload hushed under leader {leader}")
+        });
     }
 
     fn set_phase(&mut self, phase: Phase, partition: Option<u64>) {
@@ -204,6 +337,7 @@ impl World {
     }
 
     fn end_scenario(&mut self, why: &str) {
+        self.hush = false;
         if let Some(s) = self.scenario.take() {
             for id in s.partitions {
                 self.network.heal(id);
