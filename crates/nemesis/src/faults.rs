@@ -249,7 +249,7 @@ impl Nemesis {
             }
             FaultKind::OneWay => {
                 let t = self.target(step.pick).await;
-                let deaf = (step.pick / 100) % 2 == 0;
+                let deaf = (step.pick / 100).is_multiple_of(2);
                 self.cluster.one_way(t, deaf).await?;
                 tokio::time::sleep(hold).await;
                 self.cluster.heal_network().await?;

@@ -568,9 +568,7 @@ impl NodeSlot {
         packet: Packet,
         ctx: &mut DriveCtx<'_>,
     ) -> Option<(Addr, Packet)> {
-        let Some(node) = self.node.as_mut() else {
-            return None;
-        };
+        let node = self.node.as_mut()?;
         let Packet::Raft(message) = &packet else {
             return Some((from, packet));
         };
