@@ -605,7 +605,10 @@ struct Etcd {
 
 impl Etcd {
     fn services() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services.sh")
+        Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
+        )
+        .join("../../scripts/services.sh")
     }
 
     fn start() -> Etcd {
@@ -806,7 +809,10 @@ fn tenure_binary() -> &'static Path {
             .to_path_buf();
         let bin = profile_dir.join("tenure");
         let _lock = FileLock::acquire("tenure-server-tests-build.lock");
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let workspace = Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
+        )
+        .join("../..");
         if is_newer_than_sources(&bin, &workspace) {
             return bin;
         }

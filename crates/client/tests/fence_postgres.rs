@@ -27,7 +27,10 @@ struct Server {
 }
 
 fn services_sh() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services.sh")
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
+    )
+    .join("../../scripts/services.sh")
 }
 
 impl Server {

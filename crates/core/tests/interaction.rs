@@ -158,7 +158,10 @@ fn the_script_parser_keeps_comments_and_fills_in_missing_output() {
 }
 
 fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata")
+    Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
+    )
+    .join("tests/testdata")
 }
 
 /// Run one script and compare the whole transcript with the file (or rewrite it).

@@ -147,7 +147,9 @@ fn dependencies(manifest: &str) -> Vec<String> {
 }
 
 fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
+    )
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

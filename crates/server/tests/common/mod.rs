@@ -82,7 +82,10 @@ pub fn tenure_binary() -> &'static Path {
         // One checker-or-builder at a time, so that parallel test processes do not all build
         // (each build re-links the binary, which another process may be starting).
         let _lock = FileLock::acquire("tenure-server-tests-build.lock");
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let workspace = Path::new(
+            &std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
+        )
+        .join("../..");
         if is_newer_than_sources(&bin, &workspace) {
             return bin;
         }
