@@ -264,28 +264,12 @@ impl Cluster {
     /// Tell node `id` to drop its traffic to and from `peers` (empty heals). Skipped for a
     /// node that is not up; remembered so that a restarted node starts healed.
     pub async fn block(&mut self, id: u64, peers: &BTreeSet<u64>) -> anyhow::Result<()> {
-        if self.life(id) != Life::Up {
-            return Ok(());
-        }
         let body = peers
             .iter()
             .map(u64::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let (code, text) = http(
-            self.addrs[&id].http,
-            "POST",
-            "/debug/block",
-            &body,
-            Duration::from_secs(2),
-        )
-        .await
-        .with_context(|| format!("POST /debug/block to node {id}"))?;
-        if code != 200 {
-            bail!("POST /debug/block {body:?} to node {id}: {code} {text}");
-        }
-        self.blocked.insert(id, peers.clone());
-        Ok(())
+        self.post_block(id, &body, peers.clone()).await
     }
 
     /// Make the links between node `id` and every other node one-way, at `id`'s end: when
@@ -293,21 +277,28 @@ impl Cluster {
     /// is mute, hearing everyone while nothing it sends leaves. Healed by
     /// [`Cluster::heal_network`].
     pub async fn one_way(&mut self, id: u64, deaf: bool) -> anyhow::Result<()> {
+        let others: BTreeSet<u64> = self.ids().into_iter().filter(|&o| o != id).collect();
+        let list: Vec<String> = others.iter().map(u64::to_string).collect();
+        let body = format!("{}={}", if deaf { "in" } else { "out" }, list.join(","));
+        self.post_block(id, &body, others).await
+    }
+
+    /// `POST /debug/block` with `body` to node `id` (skipped unless it is up), remembering
+    /// `peers` as blocked there so that [`Cluster::heal_network`] clears it.
+    async fn post_block(
+        &mut self,
+        id: u64,
+        body: &str,
+        peers: BTreeSet<u64>,
+    ) -> anyhow::Result<()> {
         if self.life(id) != Life::Up {
             return Ok(());
         }
-        let others: Vec<String> = self
-            .ids()
-            .into_iter()
-            .filter(|&o| o != id)
-            .map(|o| o.to_string())
-            .collect();
-        let body = format!("{}={}", if deaf { "in" } else { "out" }, others.join(","));
         let (code, text) = http(
             self.addrs[&id].http,
             "POST",
             "/debug/block",
-            &body,
+            body,
             Duration::from_secs(2),
         )
         .await
@@ -315,10 +306,7 @@ impl Cluster {
         if code != 200 {
             bail!("POST /debug/block {body:?} to node {id}: {code} {text}");
         }
-        // Remembered as blocked so that healing clears it; the set's content is not used
-        // for one-way blocks.
-        self.blocked
-            .insert(id, self.ids().into_iter().filter(|&o| o != id).collect());
+        self.blocked.insert(id, peers);
         Ok(())
     }
 

@@ -652,7 +652,7 @@ impl NodeSlot {
 
         // 3. Send.
         let mut granted_vote = false;
-        for message in messages {
+        for message in &messages {
             if matches!(message.body, Body::RequestVoteResponse { granted: true }) {
                 granted_vote = true;
                 ctx.obs.push(Observation::VoteGranted {
@@ -661,10 +661,8 @@ impl NodeSlot {
                     term: message.term,
                 });
             }
-            let to = message.to;
-            ctx.out
-                .push((Addr::Node(self.id), Addr::Node(to), Packet::Raft(message)));
         }
+        self.send(messages, ctx);
 
         // 4. Answer clients: the driver core decides, `deliver` sends.
         if let (Some(node), Some(core)) = (self.node.as_ref(), self.core.as_mut()) {
