@@ -63,6 +63,11 @@ enum Cmd {
     DemoWorker(demo::worker::WorkerArgs),
 }
 
+/// mimalloc instead of the system allocator: the simulator and the server allocate many
+/// small, short-lived objects (messages, entries, map nodes), where it is measurably faster.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {

@@ -27,12 +27,16 @@ pub enum Error {
     /// Retrying the same call later is safe: the cluster applies a request at most once.
     #[error("outcome unknown: {0}")]
     Indeterminate(String),
-    /// A fenced write carried a token lower than one already accepted.
-    #[error("stale token: the highest accepted token is {current}")]
+    /// A fenced write carried a token lower than one already accepted, or (on the cluster)
+    /// lower than its election's current token: a newer leader exists.
+    #[error("stale token: the current token is {current}")]
     StaleToken {
-        /// The highest token the store has accepted.
+        /// The highest token the store has accepted, or the election's current token.
         current: u64,
     },
+    /// A fenced write named another election than the one the key belongs to.
+    #[error("wrong election: {0}")]
+    WrongElection(String),
     /// The session (lease) behind a candidacy or leadership expired or was revoked.
     #[error("the session expired or was revoked")]
     SessionLost,
@@ -98,7 +102,10 @@ impl From<Status> for Error {
             Some("unknown-session") => Error::SessionLost,
             Some("unknown-election") => Error::UnknownElection(message),
             Some("not-candidate") => Error::NotCandidate(message),
-            Some("stale-token") => match meta(&s, CURRENT_TOKEN_KEY).and_then(|t| t.parse().ok()) {
+            Some("wrong-election") => Error::WrongElection(message),
+            Some("stale-token") | Some("token-superseded") => match meta(&s, CURRENT_TOKEN_KEY)
+                .and_then(|t| t.parse().ok())
+            {
                 Some(current) => Error::StaleToken { current },
                 None => Error::Backend(format!("stale-token without a current token: {message}")),
             },

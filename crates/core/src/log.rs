@@ -1,6 +1,8 @@
 //! The in-memory Raft log: a snapshot boundary followed by contiguous entries, with the
 //! positions that say what is durable, committed and applied.
 
+use core::cell::Cell;
+
 use crate::types::{Entry, Index, Term};
 
 /// The log as the node sees it.
@@ -22,6 +24,11 @@ pub struct RaftLog {
     pub(crate) committed: Index,
     /// Highest index applied to the state machine.
     pub(crate) applied: Index,
+    /// Bumped by every change to `entries` or the snapshot boundary, so that
+    /// `check_invariants` walks the entries only when they changed.
+    shape_version: u64,
+    /// The `shape_version` whose entries `check_invariants` last walked.
+    shape_checked: Cell<Option<u64>>,
 }
 
 impl RaftLog {
@@ -36,6 +43,8 @@ impl RaftLog {
             unstable_from: last + 1,
             committed: snapshot_index,
             applied: snapshot_index,
+            shape_version: 0,
+            shape_checked: Cell::new(None),
         }
     }
 
@@ -57,6 +66,12 @@ impl RaftLog {
     /// Term of the last entry.
     pub fn last_term(&self) -> Term {
         self.entries.last().map_or(self.snapshot_term, |e| e.term)
+    }
+
+    /// A counter that changes whenever the entries or the snapshot boundary change, for
+    /// callers that cache something computed from them.
+    pub fn shape_version(&self) -> u64 {
+        self.shape_version
     }
 
     /// Highest durable index.
@@ -117,6 +132,7 @@ impl RaftLog {
             "leader append with older term"
         );
         self.entries.push(entry);
+        self.shape_version += 1;
     }
 
     /// Store entries from a leader after the log-matching check passed at `prev`.
@@ -143,10 +159,12 @@ impl RaftLog {
                     );
                     self.truncate_from(e.index);
                     self.entries.extend_from_slice(&entries[k..]);
+                    self.shape_version += 1;
                     return prev + entries.len() as Index;
                 }
                 None => {
                     self.entries.extend_from_slice(&entries[k..]);
+                    self.shape_version += 1;
                     return prev + entries.len() as Index;
                 }
             }
@@ -168,12 +186,14 @@ impl RaftLog {
             self.truncate_from(from);
         }
         self.entries.extend_from_slice(&entries[skip..]);
+        self.shape_version += 1;
         prev + entries.len() as Index
     }
 
     fn truncate_from(&mut self, index: Index) {
         let keep = (index - self.snapshot_index - 1) as usize;
         self.entries.truncate(keep);
+        self.shape_version += 1;
         self.persisted = self.persisted.min(index - 1);
         self.unstable_from = self.unstable_from.min(index);
     }
@@ -229,11 +249,13 @@ impl RaftLog {
         self.entries.drain(..drop);
         self.snapshot_index = index;
         self.snapshot_term = term;
+        self.shape_version += 1;
     }
 
     /// Replace the whole log with a snapshot from the leader.
     pub fn restore(&mut self, index: Index, term: Term) {
         self.entries.clear();
+        self.shape_version += 1;
         self.snapshot_index = index;
         self.snapshot_term = term;
         self.committed = index;
@@ -246,26 +268,26 @@ impl RaftLog {
     }
 
     /// Panics if a structural invariant does not hold.
+    ///
+    /// The walk over the entries runs only when they changed since the last check (every
+    /// method that changes them bumps `shape_version`); the positions are checked always.
     pub fn check_invariants(&self) {
-        for (k, e) in self.entries.iter().enumerate() {
-            assert_eq!(
-                e.index,
-                self.snapshot_index + 1 + k as Index,
-                "log not contiguous"
-            );
-        }
-        for w in self.entries.windows(2) {
-            assert!(
-                w[0].term <= w[1].term,
-                "log terms decrease at {}",
-                w[1].index
-            );
-        }
-        if let Some(first) = self.entries.first() {
-            assert!(
-                first.term >= self.snapshot_term,
-                "entry older than snapshot"
-            );
+        if self.shape_checked.get() != Some(self.shape_version) {
+            let mut previous_term = self.snapshot_term;
+            for (k, e) in self.entries.iter().enumerate() {
+                assert_eq!(
+                    e.index,
+                    self.snapshot_index + 1 + k as Index,
+                    "log not contiguous"
+                );
+                if k == 0 {
+                    assert!(e.term >= previous_term, "entry older than snapshot");
+                } else {
+                    assert!(e.term >= previous_term, "log terms decrease at {}", e.index);
+                }
+                previous_term = e.term;
+            }
+            self.shape_checked.set(Some(self.shape_version));
         }
         assert!(
             self.snapshot_index <= self.applied,

@@ -71,6 +71,9 @@ pub struct Status {
     pub persisted_index: Index,
     /// Effective membership.
     pub membership: Membership,
+    /// Changes whenever the effective membership changes (counted per node since it
+    /// started): equal epochs from one node mean equal memberships.
+    pub membership_epoch: u64,
     /// Target of an in-progress leadership transfer.
     pub transferring_to: Option<NodeId>,
     /// While leader: the local tick until which it provably leads.
@@ -514,10 +517,33 @@ impl Node {
             last_index: self.raft.log.last_index(),
             persisted_index: self.raft.log.persisted(),
             membership: self.raft.membership.clone(),
+            membership_epoch: self.raft.membership_epoch,
             transferring_to: self.raft.transfer.map(|t| t.to),
             lease_until_tick: self.raft.lease_until_tick(),
             now_tick: self.raft.now_tick,
         }
+    }
+
+    /// Overwrite `status` (an earlier [`Node::status`] of this node) with the current one,
+    /// cloning the membership only when its epoch moved (drivers that look after every
+    /// input keep one `Status` and refresh it).
+    pub fn refresh_status(&self, status: &mut Status) {
+        status.id = self.raft.id;
+        status.role = self.raft.role;
+        status.term = self.raft.term;
+        status.vote = self.raft.vote;
+        status.leader = self.raft.leader;
+        status.commit = self.raft.log.committed;
+        status.applied = self.raft.log.applied;
+        status.last_index = self.raft.log.last_index();
+        status.persisted_index = self.raft.log.persisted();
+        if status.membership_epoch != self.raft.membership_epoch {
+            status.membership = self.raft.membership.clone();
+            status.membership_epoch = self.raft.membership_epoch;
+        }
+        status.transferring_to = self.raft.transfer.map(|t| t.to);
+        status.lease_until_tick = self.raft.lease_until_tick();
+        status.now_tick = self.raft.now_tick;
     }
 
     /// This node's role, without building a whole [`Status`] (drivers ask after every input).
@@ -571,19 +597,22 @@ impl Node {
             self.sm.applied_index(),
             self.raft.log.applied
         );
-        for (s, _) in self.sm.sessions() {
-            assert!(
-                self.lease.deadline_tick.contains_key(&s),
-                "node {}: session {s} has no deadline",
-                self.raft.id
-            );
-        }
-        for s in self.lease.deadline_tick.keys() {
-            assert!(
-                self.sm.session(*s).is_some(),
-                "node {}: deadline for ended session {s}",
-                self.raft.id
-            );
+        // Both are ordered by session id, so one merge walk compares the two key sets.
+        let mut sessions = self.sm.sessions().map(|(s, _)| s).peekable();
+        let mut deadlines = self.lease.deadline_tick.keys().copied().peekable();
+        loop {
+            match (sessions.peek().copied(), deadlines.peek().copied()) {
+                (None, None) => break,
+                (Some(s), Some(d)) if s == d => {
+                    sessions.next();
+                    deadlines.next();
+                }
+                (Some(s), d) if d.is_none_or(|d| s < d) => {
+                    panic!("node {}: session {s} has no deadline", self.raft.id)
+                }
+                (_, Some(d)) => panic!("node {}: deadline for ended session {d}", self.raft.id),
+                (Some(_), None) => unreachable!("handled by the guard above"),
+            }
         }
     }
 

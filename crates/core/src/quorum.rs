@@ -27,23 +27,55 @@ pub fn majority(n: usize) -> usize {
 /// (missing voters count as 0). An empty voter set imposes no constraint (`Index::MAX`),
 /// so that it is neutral in a joint configuration's `min`.
 pub fn committed_index(voters: &BTreeSet<NodeId>, matched: &BTreeMap<NodeId, Index>) -> Index {
+    committed_index_by(voters, |id| matched.get(&id).copied().unwrap_or(0))
+}
+
+/// `committed_index` with each voter's match index looked up by `matched`, for callers that
+/// keep the indexes elsewhere (the leader's progress map) and should not build a map.
+pub fn committed_index_by(voters: &BTreeSet<NodeId>, matched: impl Fn(NodeId) -> Index) -> Index {
     if voters.is_empty() {
         return Index::MAX;
     }
-    let mut indexes: Vec<Index> = voters
-        .iter()
-        .map(|id| matched.get(id).copied().unwrap_or(0))
-        .collect();
     // Sorted descending, the majority-th value is stored by at least a majority.
-    indexes.sort_unstable_by(|a, b| b.cmp(a));
-    indexes[majority(voters.len()) - 1]
+    kth_largest(voters, matched, majority(voters.len()))
 }
 
-/// `committed_index` over a possibly joint configuration: both halves must agree.
-pub fn joint_committed_index(membership: &Membership, matched: &BTreeMap<NodeId, Index>) -> Index {
-    let incoming = committed_index(&membership.voters, matched);
-    let outgoing = committed_index(&membership.voters_outgoing, matched);
+/// `joint_committed_index` with a lookup, like [`committed_index_by`].
+pub fn joint_committed_index_by(
+    membership: &Membership,
+    matched: impl Fn(NodeId) -> Index,
+) -> Index {
+    let incoming = committed_index_by(&membership.voters, &matched);
+    let outgoing = committed_index_by(&membership.voters_outgoing, &matched);
     incoming.min(outgoing)
+}
+
+/// `joint_committed_index` over a possibly joint configuration: both halves must agree.
+pub fn joint_committed_index(membership: &Membership, matched: &BTreeMap<NodeId, Index>) -> Index {
+    joint_committed_index_by(membership, |id| matched.get(&id).copied().unwrap_or(0))
+}
+
+/// The `k`-th largest (1-based) of `value` over a non-empty `voters` with `k <= len`.
+/// Clusters have a handful of voters, so a fixed buffer keeps this allocation-free.
+fn kth_largest<T: Ord + Copy + Default>(
+    voters: &BTreeSet<NodeId>,
+    value: impl Fn(NodeId) -> T,
+    k: usize,
+) -> T {
+    const INLINE: usize = 16;
+    let mut inline = [T::default(); INLINE];
+    let mut heap = Vec::new();
+    let values: &mut [T] = if voters.len() <= INLINE {
+        for (slot, id) in inline.iter_mut().zip(voters) {
+            *slot = value(*id);
+        }
+        &mut inline[..voters.len()]
+    } else {
+        heap.extend(voters.iter().map(|id| value(*id)));
+        &mut heap
+    };
+    values.sort_unstable_by(|a, b| b.cmp(a));
+    values[k - 1]
 }
 
 /// Count votes from one voter set.
@@ -84,16 +116,23 @@ pub fn joint_vote_result(membership: &Membership, votes: &BTreeMap<NodeId, bool>
 /// the quorum-th largest. Used for the leader lease: the send tick of the heartbeat that a
 /// quorum has acknowledged. Missing voters count as `None` (no acknowledgement).
 pub fn joint_quorum_min(membership: &Membership, values: &BTreeMap<NodeId, u64>) -> Option<u64> {
-    fn one(voters: &BTreeSet<NodeId>, values: &BTreeMap<NodeId, u64>) -> Option<u64> {
+    joint_quorum_min_by(membership, |id| values.get(&id).copied())
+}
+
+/// `joint_quorum_min` with each voter's value looked up by `value`, for callers that keep
+/// the values elsewhere (the leader's progress map) and should not build a map per call.
+pub fn joint_quorum_min_by(
+    membership: &Membership,
+    value: impl Fn(NodeId) -> Option<u64>,
+) -> Option<u64> {
+    let one = |voters: &BTreeSet<NodeId>| -> Option<u64> {
         if voters.is_empty() {
             return Some(u64::MAX);
         }
-        let mut v: Vec<Option<u64>> = voters.iter().map(|id| values.get(id).copied()).collect();
         // `None` sorts lowest, which is what an unacknowledged voter deserves.
-        v.sort_unstable_by(|a, b| b.cmp(a));
-        v[majority(voters.len()) - 1]
-    }
-    let a = one(&membership.voters, values)?;
-    let b = one(&membership.voters_outgoing, values)?;
+        kth_largest(voters, &value, majority(voters.len()))
+    };
+    let a = one(&membership.voters)?;
+    let b = one(&membership.voters_outgoing)?;
     Some(a.min(b))
 }

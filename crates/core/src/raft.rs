@@ -13,8 +13,8 @@ use crate::config::Config;
 use crate::log::RaftLog;
 use crate::message::{Body, Message, RejectHint};
 use crate::quorum::{
-    committed_index, joint_committed_index, joint_quorum_min, joint_vote_result, vote_result,
-    VoteResult,
+    committed_index_by, joint_committed_index_by, joint_quorum_min_by, joint_vote_result,
+    vote_result, VoteResult,
 };
 use crate::types::{Entry, HardState, Index, Membership, NodeId, Payload, Snapshot, Term};
 
@@ -143,6 +143,11 @@ pub(crate) struct Raft {
     pub(crate) membership: Membership,
     /// Index of the entry that set `membership` (the snapshot index if none follows it).
     pub(crate) membership_index: Index,
+    /// The log's `shape_version` when `membership` was last recomputed from it: the log
+    /// has not changed since if it still matches.
+    membership_shape: Option<u64>,
+    /// Bumped whenever `membership` takes a different value (see `Status::membership_epoch`).
+    pub(crate) membership_epoch: u64,
 
     /// This node's local clock, in ticks since it started.
     pub(crate) now_tick: u64,
@@ -202,6 +207,8 @@ impl Raft {
             membership: base_membership.clone(),
             base_membership,
             membership_index: snap_index,
+            membership_shape: None,
+            membership_epoch: 0,
             now_tick: 0,
             election_elapsed_ticks: 0,
             randomized_timeout_milliticks: 0,
@@ -272,13 +279,14 @@ impl Raft {
         if self.role != Role::Leader || self.lease_void || !self.config.check_quorum {
             return None;
         }
-        let mut acked: BTreeMap<NodeId, u64> = self
-            .progress
-            .iter()
-            .filter_map(|(id, p)| p.acked_sent_tick.map(|t| (*id, t)))
-            .collect();
-        acked.insert(self.id, self.now_tick);
-        let base = joint_quorum_min(&self.membership, &acked)?;
+        let acked = |id: NodeId| {
+            if id == self.id {
+                Some(self.now_tick)
+            } else {
+                self.progress.get(&id).and_then(|p| p.acked_sent_tick)
+            }
+        };
+        let base = joint_quorum_min_by(&self.membership, acked)?;
         Some(base + self.t() - self.config.lease_margin_ticks())
     }
 
@@ -1071,23 +1079,24 @@ impl Raft {
         if self.role != Role::Leader {
             return;
         }
-        let mut matched: BTreeMap<NodeId, Index> = self
-            .progress
-            .iter()
-            .map(|(id, p)| (*id, p.match_index))
-            .collect();
         let own = if self.config.bugs.commit_undurable {
             self.log.last_index()
         } else {
             self.log.persisted()
         };
-        matched.insert(self.id, own);
+        let matched = |id: NodeId| {
+            if id == self.id {
+                own
+            } else {
+                self.progress.get(&id).map_or(0, |p| p.match_index)
+            }
+        };
         let candidate = if self.config.bugs.commit_without_majority {
             self.log.persisted()
         } else if self.config.bugs.joint_commit_one_half {
-            committed_index(&self.membership.voters, &matched)
+            committed_index_by(&self.membership.voters, matched)
         } else {
-            joint_committed_index(&self.membership, &matched)
+            joint_committed_index_by(&self.membership, matched)
         };
         let own_term = self.log.term(candidate) == Some(self.term);
         if candidate > self.log.committed && (own_term || self.config.bugs.old_term_commit) {
@@ -1137,12 +1146,21 @@ impl Raft {
             });
         let (index, membership) =
             latest.unwrap_or((self.log.snapshot_index(), self.base_membership.clone()));
-        self.membership = membership;
+        if membership != self.membership {
+            self.membership = membership;
+            self.membership_epoch += 1;
+        }
         self.membership_index = index;
+        self.membership_shape = Some(self.log.shape_version());
     }
 
+    /// After entries may have been stored: recompute the membership unless the log is
+    /// unchanged since the last recomputation (a heartbeat, or entries already held). Every
+    /// change of `base_membership` recomputes directly, so the cache never hides one.
     fn on_log_changed(&mut self) {
-        self.recompute_membership();
+        if self.membership_shape != Some(self.log.shape_version()) {
+            self.recompute_membership();
+        }
     }
 
     /// The membership in force at `index` (for snapshots taken there).
@@ -1295,7 +1313,7 @@ impl Raft {
                 );
                 for id in self.progress.keys() {
                     assert!(
-                        self.membership.all_nodes().contains(id),
+                        self.membership.contains(*id),
                         "{}: progress for non-member {id}",
                         ctx()
                     );

@@ -47,6 +47,14 @@ impl Membership {
         self.voters.contains(&id) || self.voters_outgoing.contains(&id)
     }
 
+    /// Whether `id` is a voter of either half or a learner (`all_nodes().contains(id)`
+    /// without building the set).
+    pub fn contains(&self, id: NodeId) -> bool {
+        self.voters.contains(&id)
+            || self.voters_outgoing.contains(&id)
+            || self.learners.contains(&id)
+    }
+
     /// Every node that should receive the log: voters of both halves and learners.
     pub fn all_nodes(&self) -> BTreeSet<NodeId> {
         let mut all = self.voters.clone();

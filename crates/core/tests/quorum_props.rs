@@ -161,6 +161,12 @@ proptest! {
         );
     }
 
+    /// `Membership::contains` answers what `all_nodes()` holds, for members and strangers.
+    #[test]
+    fn membership_contains_matches_all_nodes(m in membership(), id in 0u64..40) {
+        prop_assert_eq!(m.contains(id), m.all_nodes().contains(&id));
+    }
+
     /// Learners never count: giving them any value or vote changes nothing.
     #[test]
     fn learners_do_not_count(m in membership(), matched in values(), votes in votes()) {

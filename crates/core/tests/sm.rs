@@ -489,8 +489,10 @@ fn fenced_put_accepts_equal_or_higher_tokens_and_rejects_stale_or_unissued_ones(
     );
 }
 
+/// Tokens of different elections are never compared: a key written under "high" refuses a
+/// write under "low" because it belongs to "high", not because 1 < 4.
 #[test]
-fn fenced_put_compares_tokens_per_key_across_elections() {
+fn fenced_put_from_another_election_is_refused_whatever_its_token() {
     let mut h = Harness::new();
     let s = h.grant();
     h.campaign("low", s);
@@ -504,9 +506,10 @@ fn fenced_put_compares_tokens_per_key_across_elections() {
     assert_eq!(h.apply(put("k", "high", 4)), Response::Put);
     h.expect_rejected(
         put("k", "low", 1),
-        SmError::StaleToken {
-            token: 1,
-            current: 4,
+        SmError::WrongElection {
+            key: "k".into(),
+            bound: "high".into(),
+            election: "low".into(),
         },
     );
 }
@@ -982,4 +985,70 @@ fn remembered_results_survive_a_snapshot() {
     assert_eq!(restored.remembered(id).map(|(_, r)| r), Some(first));
     assert!(restored.remembered(grant).is_some());
     assert_eq!(restored.digest(), h.sm.digest());
+}
+
+/// A key belongs to the election of its first accepted write: a leader of another election
+/// (however high its token) cannot write it, and the refusal changes nothing.
+#[test]
+fn a_key_is_bound_to_the_election_of_its_first_write() {
+    let mut h = Harness::new();
+    let a = h.grant();
+    let b = h.grant();
+    h.campaign("billing", a);
+    h.campaign("other", b);
+    // Churn "other" to a high token, as an attacker would.
+    for _ in 0..5 {
+        h.apply(resign("other", b));
+        h.campaign("other", b);
+    }
+    assert_eq!(h.apply(put("ledger", "billing", 1)), Response::Put);
+    h.expect_rejected(
+        put("ledger", "other", 6),
+        SmError::WrongElection {
+            key: "ledger".into(),
+            bound: "billing".into(),
+            election: "other".into(),
+        },
+    );
+    // The rightful leader keeps writing with its token.
+    assert_eq!(h.apply(put("ledger", "billing", 1)), Response::Put);
+}
+
+/// Once a newer leader holds the election, the replaced leader's token is refused even on
+/// a key the new leader has not written yet (and on a key nobody wrote).
+#[test]
+fn a_superseded_token_is_refused_before_the_new_leader_writes() {
+    let mut h = Harness::new();
+    let old = h.grant();
+    let new = h.grant();
+    h.campaign("e", old);
+    h.campaign("e", new);
+    assert_eq!(h.apply(put("k", "e", 1)), Response::Put);
+    // The old leader is replaced: `new` leads with token 2 but has written nothing.
+    h.apply(resign("e", old));
+    h.expect_rejected(
+        put("k", "e", 1),
+        SmError::TokenSuperseded {
+            election: "e".into(),
+            token: 1,
+            current: 2,
+        },
+    );
+    h.expect_rejected(
+        put("fresh", "e", 1),
+        SmError::TokenSuperseded {
+            election: "e".into(),
+            token: 1,
+            current: 2,
+        },
+    );
+    assert_eq!(h.apply(put("k", "e", 2)), Response::Put);
+    // The key-level refusal still names the key's own token when it is the reason.
+    h.expect_rejected(
+        put("k", "e", 1),
+        SmError::StaleToken {
+            token: 1,
+            current: 2,
+        },
+    );
 }

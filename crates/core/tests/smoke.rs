@@ -171,6 +171,50 @@ fn membership_change_through_joint_consensus_adds_and_removes_voters() {
     assert!(remove_leader.contains(&leaders[0]));
 }
 
+/// Drivers keep one `Status` per node and refresh it after every input; through elections
+/// and a joint-consensus change it must always equal a freshly built one, and its
+/// membership epoch must move exactly when the membership does.
+#[test]
+fn a_refreshed_status_equals_a_fresh_one_through_a_membership_change() {
+    let mut c = Cluster::new(3);
+    let mut kept: Vec<_> = (1..=3).map(|id| c.node(id).status()).collect();
+    let check = |c: &Cluster, kept: &mut [tenure_core::node::Status]| {
+        for (i, status) in kept.iter_mut().enumerate() {
+            let node = c.node(i as u64 + 1);
+            let epoch_before = status.membership_epoch;
+            let membership_before = status.membership.clone();
+            node.refresh_status(status);
+            assert_eq!(*status, node.status(), "node {}", i + 1);
+            assert_eq!(
+                status.membership_epoch != epoch_before,
+                status.membership != membership_before,
+                "node {}: the epoch moves exactly when the membership changes",
+                i + 1
+            );
+        }
+    };
+    let l = c.elect();
+    check(&c, &mut kept);
+    let mut cfg = tenure_core::config::Config::new(4, vec![]);
+    cfg.seed = 45;
+    c.add_node(cfg);
+    let voters = [1, 2, 3, 4].into_iter().collect();
+    c.node_mut(l)
+        .change_membership(voters, Default::default())
+        .unwrap();
+    for _ in 0..20 {
+        c.flush();
+        c.deliver_all();
+        c.ticks(1);
+        check(&c, &mut kept);
+    }
+    assert_eq!(
+        kept[0].membership.voters.len(),
+        4,
+        "the change went through"
+    );
+}
+
 #[test]
 fn a_lagging_follower_catches_up_from_a_snapshot_and_a_restart_keeps_state() {
     let mut c = Cluster::with_config(3, |cfg| cfg.snapshot_threshold_entries = 10);

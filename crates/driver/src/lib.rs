@@ -564,7 +564,12 @@ impl<P, K> DriverCore<P, K> {
             }
             (
                 Command::FencedPut { .. },
-                Response::Rejected(SmError::StaleToken { .. } | SmError::TokenNotIssued { .. }),
+                Response::Rejected(
+                    SmError::StaleToken { .. }
+                    | SmError::TokenSuperseded { .. }
+                    | SmError::TokenNotIssued { .. }
+                    | SmError::WrongElection { .. },
+                ),
             ) if a.first_applied.is_none() => {
                 self.out.events.push(Event::FencedRejection);
             }

@@ -200,7 +200,9 @@ pub const DEFINITE_REASONS: &[&str] = &[
     "unknown-election",
     "not-candidate",
     "stale-token",
+    "token-superseded",
     "token-not-issued",
+    "wrong-election",
 ];
 
 /// Turn a gRPC status into an outcome by its `tenure-error` reason.

@@ -58,6 +58,12 @@ impl Api {
             ApiError::UnknownSession(_) => (Status::not_found(e.to_string()), "unknown-session"),
             ApiError::Rejected(sm) => match sm {
                 SmError::StaleToken { .. } => (Status::aborted(e.to_string()), "stale-token"),
+                SmError::TokenSuperseded { .. } => {
+                    (Status::aborted(e.to_string()), "token-superseded")
+                }
+                SmError::WrongElection { .. } => {
+                    (Status::failed_precondition(e.to_string()), "wrong-election")
+                }
                 SmError::TokenNotIssued { .. } => (
                     Status::failed_precondition(e.to_string()),
                     "token-not-issued",
@@ -93,7 +99,10 @@ impl Api {
                 }
             }
         }
-        if let ApiError::Rejected(SmError::StaleToken { current, .. }) = &e {
+        if let ApiError::Rejected(
+            SmError::StaleToken { current, .. } | SmError::TokenSuperseded { current, .. },
+        ) = &e
+        {
             if let Ok(v) = current.to_string().parse() {
                 md.insert(CURRENT_TOKEN_KEY, v);
             }

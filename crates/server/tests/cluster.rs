@@ -928,9 +928,60 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         .into_inner()
         .token;
     assert!(newer_token > token);
+    // The replaced holder's token is refused as soon as the newer holder leads, before the
+    // newer holder has written anything (the cluster knows the election's current token).
+    let superseded = assert_error(
+        keys.put(put("k", b"late".to_vec(), "fence", token)).await,
+        Code::Aborted,
+        "token-superseded",
+        "write with a replaced holder's token before the new holder wrote",
+    );
+    let current = superseded
+        .metadata()
+        .get(tenure_proto::CURRENT_TOKEN_KEY)
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(current, Some(newer_token.to_string().as_str()));
     keys.put(put("k", b"v2".to_vec(), "fence", newer_token))
         .await
         .expect("newer holder writes");
+    // Another election cannot write this election's key, whatever its token: churn an
+    // election to a higher token and try.
+    let intruder = sessions
+        .grant(v1::GrantRequest {
+            ttl_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+        .expect("grant")
+        .into_inner()
+        .session_id;
+    for _ in 0..=newer_token {
+        elections
+            .campaign(campaign("intruder", intruder))
+            .await
+            .expect("campaign");
+        elections
+            .resign(resign("intruder", intruder))
+            .await
+            .expect("resign");
+    }
+    let intruder_token = elections
+        .campaign(campaign("intruder", intruder))
+        .await
+        .expect("campaign")
+        .into_inner()
+        .token;
+    assert!(
+        intruder_token > newer_token,
+        "{intruder_token} > {newer_token}"
+    );
+    assert_error(
+        keys.put(put("k", b"forged".to_vec(), "intruder", intruder_token))
+            .await,
+        Code::FailedPrecondition,
+        "wrong-election",
+        "write to another election's key",
+    );
     let stale = assert_error(
         keys.put(put("k", b"stale".to_vec(), "fence", token)).await,
         Code::Aborted,

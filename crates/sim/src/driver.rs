@@ -708,48 +708,54 @@ impl NodeSlot {
     /// Records role, term, commit and state machine changes after a step, and runs the
     /// node's own invariant checks.
     fn after_step(&mut self, ctx: &mut DriveCtx<'_>) {
-        let Some(status) = self.node.as_ref().map(|node| in_core(|| node.status())) else {
-            return;
-        };
-        self.note_commit(status.commit, ctx);
         let Some(node) = self.node.as_ref() else {
             return;
         };
-        let changed = match &self.status {
-            Some(old) => old.role != status.role || old.term != status.term,
-            None => true,
+        let before = self.status.as_ref().map(|s| (s.role, s.term));
+        // One `Status` per node, refreshed in place: the membership is cloned only when it
+        // changed.
+        let status = match &mut self.status {
+            Some(status) => {
+                in_core(|| node.refresh_status(status));
+                status
+            }
+            None => self.status.insert(in_core(|| node.status())),
         };
-        if changed {
+        let (role, term, commit) = (status.role, status.term, status.commit);
+        let lease_held = status.lease_until_tick.is_some_and(|u| u > status.now_tick);
+        let now_tick = status.now_tick;
+        self.note_commit(commit, ctx);
+        let Some(node) = self.node.as_ref() else {
+            return;
+        };
+        if before != Some((role, term)) {
             ctx.trace.event(
                 TraceKind::Role,
                 ctx.now_us,
-                &[self.id, role_code(status.role), status.term],
+                &[self.id, role_code(role), term],
             );
             ctx.trace.log(ctx.now_us, || {
-                format!(
-                    "node {} is {:?} in term {}",
-                    self.id, status.role, status.term
-                )
+                format!("node {} is {:?} in term {}", self.id, role, term)
             });
-            ctx.stats.max_term = ctx.stats.max_term.max(status.term);
-            if status.role == Role::Leader {
+            ctx.stats.max_term = ctx.stats.max_term.max(term);
+            if role == Role::Leader {
                 ctx.stats.raft_leaders_elected += 1;
             }
             ctx.obs.push(Observation::Role {
                 node: self.id,
-                role: status.role,
-                term: status.term,
+                role,
+                term,
             });
         }
-        if status.role == Role::Leader
+        if role == Role::Leader
             && !self.catching_up
-            && status.lease_until_tick.is_some_and(|u| u > status.now_tick)
-            && self.lease_noted_tick != Some(status.now_tick)
+            && lease_held
+            && self.lease_noted_tick != Some(now_tick)
         {
-            self.lease_noted_tick = Some(status.now_tick);
+            self.lease_noted_tick = Some(now_tick);
             ctx.obs.push(Observation::LeaseHeld {
                 node: self.id,
-                term: status.term,
+                term,
             });
         }
         let sm = in_core(|| node.state_machine());
@@ -763,7 +769,6 @@ impl NodeSlot {
                 digest,
             });
         }
-        self.status = Some(status);
         in_core(|| node.check_invariants());
     }
 

@@ -243,12 +243,28 @@ impl Model {
                     });
                 }
                 if let Some(current) = self.fenced.get(key) {
+                    // A key belongs to the election of its first accepted write.
+                    if current.election != *election {
+                        return Err(SmError::WrongElection {
+                            key: key.clone(),
+                            bound: current.election.clone(),
+                            election: election.clone(),
+                        });
+                    }
                     if current.token > *token {
                         return Err(SmError::StaleToken {
                             token: *token,
                             current: current.token,
                         });
                     }
+                }
+                // Below the election's latest token: a newer leader exists.
+                if *token < latest {
+                    return Err(SmError::TokenSuperseded {
+                        election: election.clone(),
+                        token: *token,
+                        current: latest,
+                    });
                 }
                 let stored = FencedValue {
                     value: value.clone(),

@@ -42,6 +42,17 @@ pub struct Network {
     partitions: BTreeMap<u64, Vec<(Addr, Addr)>>,
 }
 
+/// What the network does with one packet: the delays of the copies it delivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Lost, or blocked by a partition.
+    Dropped,
+    /// Delivered once, after this delay.
+    Once(SimTimeUs),
+    /// Delivered after the first delay, and duplicated: a copy arrives after the second.
+    Twice(SimTimeUs, SimTimeUs),
+}
+
 impl Network {
     /// A network with the given faults switched on.
     pub fn new(faults: NetworkFaults) -> Network {
@@ -56,20 +67,21 @@ impl Network {
     /// Delays of the copies of a packet from `from` to `to` sent now: none if lost or
     /// blocked, two if duplicated. Client links never duplicate (they model TCP streams; a
     /// client's own retries are its duplicates).
-    pub fn route(&self, from: Addr, to: Addr, rng: &mut SimRng) -> Vec<SimTimeUs> {
+    pub fn route(&self, from: Addr, to: Addr, rng: &mut SimRng) -> Route {
         if self.is_blocked(from, to) {
-            return Vec::new();
+            return Route::Dropped;
         }
         if self.faults_on && rng.chance(self.faults.loss) {
-            return Vec::new();
+            return Route::Dropped;
         }
         let both_nodes = matches!((from, to), (Addr::Node(_), Addr::Node(_)));
-        let copies = if both_nodes && self.faults_on && rng.chance(self.faults.duplicate) {
-            2
+        if both_nodes && self.faults_on && rng.chance(self.faults.duplicate) {
+            let first = self.delay(rng);
+            let duplicate = self.delay(rng);
+            Route::Twice(first, duplicate)
         } else {
-            1
-        };
-        (0..copies).map(|_| self.delay(rng)).collect()
+            Route::Once(self.delay(rng))
+        }
     }
 
     fn delay(&self, rng: &mut SimRng) -> SimTimeUs {

@@ -504,7 +504,8 @@ impl Worker {
             };
             last = describe(&e);
             match reason(&e) {
-                Some("stale-token") => {
+                // The key holds a newer token, or the election has a newer leader.
+                Some("stale-token") | Some("token-superseded") => {
                     return PutOutcome::Stale {
                         current: current_token(&e),
                     }

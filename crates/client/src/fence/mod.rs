@@ -8,6 +8,14 @@
 //! write** (DESIGN.md rule 3). The helpers here do that for stores other than the cluster's
 //! own fenced keys.
 //!
+//! The cluster's fenced keys know each election's *current* token, so they refuse a replaced
+//! leader's write as soon as a newer leader exists, and refuse writes from any other
+//! election. An external store cannot know that: it only learns a higher token when someone
+//! writes one. Until the new leader's first fenced write (or an explicit raise of the mark
+//! with its token) the store still accepts the old leader's token. So a new leader should
+//! raise the fence of every resource it owns before anything else, and resources should not
+//! be shared between elections.
+//!
 //! # The scheme
 //!
 //! The store keeps one row per protected *resource* (a name the application picks: the

@@ -6,6 +6,7 @@
 //! snapshots and digests are identical on every replica.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::{Hash, Hasher};
 
 use bincode::Options;
 use serde::{Deserialize, Serialize};
@@ -24,7 +25,7 @@ use crate::types::Index;
 const SNAPSHOT_FORMAT: u32 = 2;
 
 /// What the replicated state knows about one session's lease.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SessionInfo {
     /// The TTL granted, in ticks. A keepalive extends the lease to this many ticks again.
     pub ttl_ticks: u64,
@@ -56,7 +57,7 @@ pub enum SmDecodeError {
 }
 
 /// One queued candidate of an election.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct Candidate {
     /// The candidacy ends with this session.
     session: SessionId,
@@ -65,7 +66,7 @@ struct Candidate {
 }
 
 /// One election: its FIFO queue of candidates and the latest token it issued.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct Election {
     /// Latest fencing token ever issued; never decreases and survives an empty queue, so
     /// that a later leader always gets a higher token than every earlier one.
@@ -93,7 +94,7 @@ impl Election {
 }
 
 /// One live session.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct Session {
     /// Lease bookkeeping exposed through [`StateMachine::session`].
     info: SessionInfo,
@@ -111,7 +112,7 @@ struct Session {
 }
 
 /// The replicated contents: what the digest covers.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct Data {
     sessions: BTreeMap<SessionId, Session>,
     /// Created on first campaign and never removed, because their tokens must never reset.
@@ -123,7 +124,7 @@ struct Data {
 }
 
 /// Everything a snapshot carries.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct State {
     applied_index: Index,
     data: Data,
@@ -151,11 +152,57 @@ fn codec() -> impl Options {
         .reject_trailing_bytes()
 }
 
-/// FNV-1a, 64 bits: tiny, dependency-free and stable across platforms and releases.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+/// The hasher of [`StateMachine::digest`]: FNV-1a, 64 bits, taking integers whole and
+/// byte strings a little-endian word at a time. Each step is a bijection of the running
+/// hash, so two walks of equal length that differ in one value never collide. Dependency-
+/// free and deterministic (digests are compared between replicas in one process, never
+/// stored).
+struct DigestHasher(u64);
+
+impl DigestHasher {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    fn new() -> DigestHasher {
+        DigestHasher(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).wrapping_mul(Self::PRIME);
+    }
+}
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.mix(u64::from_le_bytes(
+                word.try_into().expect("chunks of eight"),
+            ));
+        }
+        for byte in words.remainder() {
+            self.mix(u64::from(*byte));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.mix(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.mix(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.mix(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.mix(n as u64);
+    }
 }
 
 /// Rejects a name or key that is empty or longer than `max` bytes.
@@ -610,6 +657,13 @@ impl StateMachine {
             });
         }
         if let Some(current) = self.state.data.fenced.get(key) {
+            if current.election != election {
+                return Err(SmError::WrongElection {
+                    key: key.to_owned(),
+                    bound: current.election.clone(),
+                    election: election.to_owned(),
+                });
+            }
             // Equal tokens pass: one leader writes many times under the same token.
             if current.token > token && !self.bugs.stale_fence_accepted {
                 return Err(SmError::StaleToken {
@@ -617,6 +671,15 @@ impl StateMachine {
                     current: current.token,
                 });
             }
+        }
+        // A newer leader holds the election although it has not written this key yet: the
+        // older token is refused all the same.
+        if token < latest && !self.bugs.stale_fence_accepted {
+            return Err(SmError::TokenSuperseded {
+                election: election.to_owned(),
+                token,
+                current: latest,
+            });
         }
         let stored = FencedValue {
             value: value.to_vec(),
@@ -733,10 +796,9 @@ impl StateMachine {
     /// replica that applied the same entries. It leaves out the applied index, so a rejected
     /// command or a read does not change it; compare digests at equal applied indices.
     pub fn digest(&self) -> u64 {
-        let bytes = codec()
-            .serialize(&self.state.data)
-            .expect("in-memory state always encodes");
-        fnv1a(&bytes)
+        let mut hasher = DigestHasher::new();
+        self.state.data.hash(&mut hasher);
+        hasher.finish()
     }
 
     /// Panics, naming the broken rule and the applied index, if the state is inconsistent.

@@ -21,7 +21,7 @@ pub type SessionId = u64;
 /// latest results per session (see [`SmLimits::results_per_session_max`]) and forgets them
 /// with the session. A `Grant` has no session yet, so it carries a random nonce instead,
 /// remembered for as long as the session it created lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum RequestId {
     /// A command on an existing session.
     Session {
@@ -39,7 +39,7 @@ pub enum RequestId {
 }
 
 /// Limits that every replica must share (they are part of the cluster's configuration).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SmLimits {
     /// Shortest TTL a session may ask for, in ticks.
     pub ttl_min_ticks: u64,
@@ -79,7 +79,7 @@ impl Default for SmLimits {
 }
 
 /// A command carried by a log entry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Command {
     /// Create a session with the given TTL. The new session's id is the entry's index.
     Grant {
@@ -153,7 +153,7 @@ pub enum Command {
 }
 
 /// Who leads an election and since which token.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LeaderInfo {
     /// The leading candidate's session.
     pub session: SessionId,
@@ -164,7 +164,7 @@ pub struct LeaderInfo {
 }
 
 /// A fenced key's stored value.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FencedValue {
     /// The value.
     pub value: Vec<u8>,
@@ -177,7 +177,7 @@ pub struct FencedValue {
 }
 
 /// The result of applying one command. Errors are values: a rejected command changes nothing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Response {
     /// `Grant` succeeded.
     Granted {
@@ -218,7 +218,7 @@ pub enum Response {
 }
 
 /// Why a command was rejected. Every variant leaves the state unchanged.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
 pub enum SmError {
     /// TTL outside `[ttl_min_ticks, ttl_max_ticks]`.
     #[error("ttl {ttl_ticks} ticks is outside [{min}, {max}]")]
@@ -296,10 +296,32 @@ pub enum SmError {
     /// the command's own).
     #[error("request id {0:?} does not fit its command")]
     BadRequestId(RequestId),
+    /// Fenced write to a key that belongs to another election (the election of the key's
+    /// first accepted write): one election's leader cannot fence another's data.
+    #[error("key {key:?} belongs to election {bound:?}, not {election:?}")]
+    WrongElection {
+        /// The key.
+        key: String,
+        /// The election the key belongs to.
+        bound: String,
+        /// The election the write named.
+        election: String,
+    },
+    /// Fenced write with a token below its election's current token: a newer leadership
+    /// exists, even if it has not written this key yet.
+    #[error("fencing token {token} of election {election:?} is superseded by token {current}")]
+    TokenSuperseded {
+        /// Election.
+        election: String,
+        /// Token presented.
+        token: u64,
+        /// The election's current (latest issued) token.
+        current: u64,
+    },
 }
 
 /// A change of leader in one election, emitted when a command changes who leads.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LeaderChange {
     /// Election name.
     pub election: String,

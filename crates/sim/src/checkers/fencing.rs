@@ -6,8 +6,9 @@
 //! Judged on the canonical applied sequence with the checker's own model, not on the node's
 //! answer: each leader change must carry a token above the election's previous one; the
 //! tokens in `Campaigned` and `Transferred` answers must be the election's current token; and
-//! a `FencedPut` that was accepted must carry a token no lower than the highest the checker
-//! has seen accepted for that key, and one the election actually handed out.
+//! a `FencedPut` that was accepted must name the election the key belongs to (that of its
+//! first accepted write) and carry exactly the election's current token: not lower (a
+//! newer leader exists, whether or not it wrote the key yet) and not one never handed out.
 
 use std::collections::BTreeMap;
 
@@ -21,8 +22,9 @@ use crate::observe::Observation;
 pub struct Fencing {
     /// Latest token handed out per election.
     tokens: BTreeMap<String, u64>,
-    /// Highest accepted token per key.
-    keys: BTreeMap<String, u64>,
+    /// Per key: the election it belongs to (its first accepted write's) and the highest
+    /// token accepted for it.
+    keys: BTreeMap<String, (String, u64)>,
 }
 
 impl Checker for Fencing {
@@ -82,7 +84,17 @@ impl Checker for Fencing {
                 },
                 Response::Put,
             ) => {
-                let highest = self.keys.get(key).copied().unwrap_or(0);
+                let (bound, highest) = match self.keys.get(key) {
+                    Some((bound, highest)) => (Some(bound.as_str()), *highest),
+                    None => (None, 0),
+                };
+                if bound.is_some_and(|b| b != election) {
+                    return Some(format!(
+                        "index {}: write to {key:?} accepted from election {election:?}, but the key belongs to {:?}",
+                        entry.index,
+                        bound.unwrap_or_default()
+                    ));
+                }
                 if *token < highest {
                     return Some(format!(
                         "index {}: stale write accepted: key {key:?} had accepted token {highest}, the write used token {token}",
@@ -96,7 +108,13 @@ impl Checker for Fencing {
                         entry.index
                     ));
                 }
-                self.keys.insert(key.clone(), *token);
+                if *token < issued {
+                    return Some(format!(
+                        "index {}: superseded write accepted: {election:?} had handed out token {issued}, the write to {key:?} used token {token}",
+                        entry.index
+                    ));
+                }
+                self.keys.insert(key.clone(), (election.clone(), *token));
             }
             _ => {}
         }

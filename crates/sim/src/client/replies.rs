@@ -169,7 +169,10 @@ impl Client {
                 self.keepalive_gen += 1;
             }
             OpKind::Put { stale } => match response {
-                Response::Rejected(SmError::StaleToken { token, current }) => {
+                Response::Rejected(
+                    SmError::StaleToken { token, current }
+                    | SmError::TokenSuperseded { token, current, .. },
+                ) => {
                     if stale {
                         env.stats.stale_writes_rejected += 1;
                         env.trace.log(env.now_us, || {

@@ -13,7 +13,7 @@ use crate::disk::Disk;
 use crate::driver::{Drive, DriveCtx, NodeSlot};
 use crate::faults::{FaultMix, FAULT_TICK_US};
 use crate::history::History;
-use crate::network::Network;
+use crate::network::{Network, Route};
 use crate::observe::{ClientId, Observation, OpId};
 use crate::options::{InjectBug, SimOptions};
 use crate::protocol::{Addr, Packet};
@@ -89,7 +89,7 @@ enum Event {
     Deliver {
         from: Addr,
         to: Addr,
-        packet: Box<Packet>,
+        packet: Packet,
     },
     Client {
         client: ClientId,
@@ -574,35 +574,32 @@ impl World {
                     }
                 }
             }
-            let delays = self.network.route(from, to, &mut self.rng);
-            if delays.is_empty() {
-                self.stats.messages_dropped += 1;
-                self.trace.event(
-                    TraceKind::Network,
-                    self.now_us,
-                    &[from.code(), to.code(), 0],
-                );
-                continue;
-            }
-            let (first, duplicates) = delays.split_first().expect("checked non-empty");
-            for delay in duplicates {
-                self.queue.push(
-                    self.now_us + delay,
-                    Event::Deliver {
-                        from,
-                        to,
-                        packet: Box::new(packet.clone()),
-                    },
-                );
-            }
-            self.queue.push(
-                self.now_us + first,
-                Event::Deliver {
-                    from,
-                    to,
-                    packet: Box::new(packet),
-                },
-            );
+            let first = match self.network.route(from, to, &mut self.rng) {
+                Route::Dropped => {
+                    self.stats.messages_dropped += 1;
+                    self.trace.event(
+                        TraceKind::Network,
+                        self.now_us,
+                        &[from.code(), to.code(), 0],
+                    );
+                    continue;
+                }
+                Route::Once(first) => first,
+                Route::Twice(first, duplicate) => {
+                    // The copy is scheduled first, so that at equal times it arrives first.
+                    self.queue.push(
+                        self.now_us + duplicate,
+                        Event::Deliver {
+                            from,
+                            to,
+                            packet: packet.clone(),
+                        },
+                    );
+                    first
+                }
+            };
+            self.queue
+                .push(self.now_us + first, Event::Deliver { from, to, packet });
         }
     }
 
@@ -699,7 +696,7 @@ impl World {
         match event {
             Event::Tick { node, incarnation } => self.on_tick(node, incarnation),
             Event::FsyncDone { node, incarnation } => self.on_fsync_done(node, incarnation),
-            Event::Deliver { from, to, packet } => self.on_deliver(from, to, *packet),
+            Event::Deliver { from, to, packet } => self.on_deliver(from, to, packet),
             Event::Client { client, timer } => {
                 self.trace
                     .event(TraceKind::ClientTimer, self.now_us, &[client, timer.code()]);
