@@ -581,10 +581,13 @@ struct TenureWriter {
 #[async_trait]
 impl Writer for TenureWriter {
     async fn put(&self, key: &str, value: &[u8], timeout: Duration) -> anyhow::Result<()> {
+        // A fenced key belongs to the election of its first write, and every writer has an
+        // election of its own: the scenarios' key names are per writer.
+        let key = format!("{}/{key}", self.election);
         self.nodes
             .call(timeout, |ch| {
                 let req = v1::PutRequest {
-                    key: key.to_string(),
+                    key: key.clone(),
                     value: value.to_vec(),
                     election: self.election.clone(),
                     token: self.token,

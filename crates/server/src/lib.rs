@@ -53,6 +53,69 @@ pub enum ServerError {
     /// The driver stopped with an error.
     #[error("{0}")]
     Driver(String),
+    /// The data directory belongs to another node or another cluster.
+    #[error(
+        "data directory {dir} belongs to node {found_node} of cluster {found_cluster:?}, not \
+         to node {node} of cluster {cluster:?}: was it copied from another node? Start with \
+         the right --id and cluster id, or with an empty directory"
+    )]
+    WrongIdentity {
+        /// The data directory.
+        dir: String,
+        /// The node id it was written by.
+        found_node: u64,
+        /// The cluster id it was written by.
+        found_cluster: String,
+        /// This node's id.
+        node: u64,
+        /// This node's cluster id.
+        cluster: String,
+    },
+}
+
+/// The file in a data directory that names the node and cluster it belongs to.
+pub const IDENTITY_FILE: &str = "tenure-identity";
+
+/// On first start, write this node's id and cluster id into its data directory (0600,
+/// fsynced); on every later start, refuse a directory written by another node or cluster.
+pub fn check_identity(dir: &std::path::Path, node: u64, cluster: &str) -> Result<(), ServerError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.join(IDENTITY_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let field = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+                    .map(str::to_owned)
+            };
+            let found_cluster = field("cluster").unwrap_or_default();
+            let found_node = field("node").and_then(|n| n.parse().ok());
+            if found_node == Some(node) && found_cluster == cluster {
+                Ok(())
+            } else {
+                Err(ServerError::WrongIdentity {
+                    dir: dir.display().to_string(),
+                    found_node: found_node.unwrap_or(0),
+                    found_cluster,
+                    node,
+                    cluster: cluster.to_owned(),
+                })
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            writeln!(file, "cluster={cluster}\nnode={node}")?;
+            file.sync_all()?;
+            std::fs::File::open(dir)?.sync_all()?;
+            Ok(())
+        }
+        Err(e) => Err(ServerError::Io(e)),
+    }
 }
 
 /// Environment variable that switches a known bug back on in the driver core, to prove that
@@ -115,6 +178,7 @@ pub async fn run(
     let mut storage =
         tenure_wal::FileStorage::open(&config.data_dir, tenure_wal::WalOptions::default())
             .map_err(|e| ServerError::Storage(e.to_string()))?;
+    check_identity(&config.data_dir, config.id, &config.cluster_id)?;
     let recovered = storage
         .recover()
         .map_err(|e| ServerError::Storage(e.to_string()))?;

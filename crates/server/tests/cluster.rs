@@ -982,6 +982,13 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         "wrong-election",
         "write to another election's key",
     );
+    sessions
+        .revoke(v1::RevokeRequest {
+            session_id: intruder,
+            ..Default::default()
+        })
+        .await
+        .expect("revoke the intruder's session");
     let stale = assert_error(
         keys.put(put("k", b"stale".to_vec(), "fence", token)).await,
         Code::Aborted,

@@ -150,8 +150,20 @@ async fn a_put_committed_behind_a_snapshot_is_never_answered_not_leader() {
 /// The same scenario with the old behaviour switched back on: the test above would fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pre_fix_driver_answers_a_committed_put_not_leader() {
-    let opts = Options::nodes(3).env("TENURE_INJECT_BUG", "not-leader-after-snapshot");
-    let o = committed_put_behind_a_snapshot(opts).await;
+    // Under a loaded machine the old leader sometimes commits both Puts itself before the
+    // followers freeze (both answered ok, no snapshot involved): that run did not reach the
+    // shape and says nothing about the bug, so it is run again, up to three times.
+    let mut attempt = 0;
+    let o = loop {
+        attempt += 1;
+        let opts = Options::nodes(3).env("TENURE_INJECT_BUG", "not-leader-after-snapshot");
+        let o = committed_put_behind_a_snapshot(opts).await;
+        let shape_missed = o.with_id.is_ok() && o.without_id.is_ok();
+        if !shape_missed || attempt == 3 {
+            break o;
+        }
+        eprintln!("attempt {attempt}: both Puts committed before the cut; running again");
+    };
     assert_eq!(o.stored_with_id.as_deref(), Some(&b"1"[..]));
     let not_leader = |r: &Result<v1::PutResponse, Status>| {
         r.as_ref()

@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -286,6 +287,7 @@ impl FileStorage {
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(FILE_MODE)
             .open(&tmp)
             .map_err(WalError::io("create", &tmp))?;
         file.write_all(bytes).map_err(WalError::io("write", &tmp))?;
@@ -540,10 +542,17 @@ fn timed_sync(file: &File, path: &Path) -> Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// Permissions of every file the log creates: the owner's alone (the log holds sessions,
+/// values and, later, credentials' hashes).
+const FILE_MODE: u32 = 0o600;
+/// Permissions of the data directory.
+const DIR_MODE: u32 = 0o700;
+
 fn create_segment(path: &Path) -> Result<File> {
     OpenOptions::new()
         .append(true)
         .create_new(true)
+        .mode(FILE_MODE)
         .open(path)
         .map_err(WalError::io("create", path))
 }
@@ -555,11 +564,25 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(WalError::io("fsync directory", dir))
 }
 
+/// Create the data directory (0700) if it is missing, durably; an existing one that others
+/// may read or enter is narrowed to 0700.
 fn create_dir_durably(dir: &Path) -> Result<()> {
     if dir.is_dir() {
+        let mode = fs::metadata(dir)
+            .map_err(WalError::io("stat", dir))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE))
+                .map_err(WalError::io("chmod 0700", dir))?;
+        }
         return Ok(());
     }
-    fs::create_dir_all(dir).map_err(WalError::io("create directory", dir))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+        .map_err(WalError::io("create directory", dir))?;
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -576,6 +599,7 @@ fn lock_dir(dir: &Path) -> Result<File> {
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(FILE_MODE)
         .open(&path)
         .map_err(WalError::io("open", &path))?;
     match fs4::FileExt::try_lock(&file) {
