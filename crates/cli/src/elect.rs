@@ -170,7 +170,7 @@ fn block_on(f: impl std::future::Future<Output = u8>) -> ExitCode {
 async fn connect(target: &Target) -> Result<Client, u8> {
     let url = backend_url(target.backend.as_deref());
     Client::connect(&url).await.map_err(|e| {
-        log(&format!("error: backend {url}: {e}"));
+        log(&format!("error: backend {}: {e}", tenure::redact_url(&url)));
         if matches!(e, Error::InvalidUrl { .. }) {
             EXIT_USAGE
         } else {

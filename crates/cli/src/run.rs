@@ -168,7 +168,7 @@ async fn run_async(args: RunArgs) -> u8 {
     let client = match Client::connect(&url).await {
         Ok(c) => c,
         Err(e) => {
-            log(&format!("error: backend {url}: {e}"));
+            log(&format!("error: backend {}: {e}", tenure::redact_url(&url)));
             return if matches!(e, Error::InvalidUrl { .. }) {
                 EXIT_USAGE
             } else {
@@ -182,8 +182,9 @@ async fn run_async(args: RunArgs) -> u8 {
         ..Default::default()
     };
     log(&format!(
-        "campaigning in {:?} as {value:?} on {url} (ttl {:?}, grace {:?}{})",
+        "campaigning in {:?} as {value:?} on {} (ttl {:?}, grace {:?}{})",
         args.election,
+        tenure::redact_url(&url),
         args.ttl,
         args.grace,
         if args.once { ", once" } else { "" }

@@ -59,6 +59,49 @@ fn grace_of_half_the_ttl_or_more_is_rejected() {
     assert!(err.contains("--grace") && err.contains("half"), "{err}");
 }
 
+/// A password in the backend URL never reaches the output: not in `tenure run`'s error
+/// for an unreachable backend, nor in `tenure leader`'s, nor for a malformed URL.
+#[test]
+fn a_backend_password_never_appears_in_the_output() {
+    let secret = "hunter2-do-not-print";
+    // Port 1 on loopback: nothing listens, so connecting fails fast with an error that
+    // names the backend.
+    let unreachable = format!("postgres://app:{secret}@127.0.0.1:1/db?password={secret}");
+    let malformed = format!("etcd:app:{secret}");
+    for (args, url) in [
+        (
+            vec!["run", "--election", "e", "--once", "--backend"],
+            &unreachable,
+        ),
+        (vec!["leader", "--election", "e", "--backend"], &unreachable),
+        (
+            vec!["run", "--election", "e", "--once", "--backend"],
+            &malformed,
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(&args)
+            .arg(url)
+            .args(["--", "true"].iter().filter(|_| args[0] == "run"))
+            .output()
+            .expect("run tenure");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{args:?} {url}: {text}");
+        assert!(
+            !text.contains(secret),
+            "{args:?}: the password was printed:\n{text}"
+        );
+        assert!(
+            text.contains("***") || text.contains("etcd"),
+            "{args:?}: {text}"
+        );
+    }
+}
+
 #[test]
 fn run_against_a_cluster() {
     let mut cluster = Cluster::start(3);

@@ -124,7 +124,7 @@ impl Etcd {
     pub async fn connect(url: &str, endpoints: Vec<String>) -> Result<Etcd> {
         if endpoints.is_empty() {
             return Err(Error::InvalidUrl {
-                url: url.to_string(),
+                url: crate::redact_url(url),
                 why: "no etcd endpoints".into(),
             });
         }

@@ -152,6 +152,7 @@ mod etcd;
 pub mod fence;
 mod memory;
 mod pg;
+mod redact;
 mod remote;
 mod session;
 mod zk;
@@ -165,6 +166,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 pub use error::{Error, Result};
+pub use redact::redact_url;
 use session::Session;
 
 /// Leader events buffered for an observer that does not read.
@@ -293,14 +295,14 @@ impl Client {
     /// `etcd://`, `postgres://` and `zk://` the backend is dialed now.
     pub async fn connect(url: &str) -> Result<Client> {
         let (scheme, rest) = url.split_once(':').ok_or_else(|| Error::InvalidUrl {
-            url: url.to_string(),
+            url: crate::redact_url(url),
             why: "expected SCHEME:...".into(),
         })?;
         let backend = match scheme {
             "memory" => Backend::Memory(memory::world(rest.trim_start_matches("//"))),
             "tenure" => {
                 let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
-                    url: url.to_string(),
+                    url: crate::redact_url(url),
                     why: "expected tenure://host:port,host:port".into(),
                 })?;
                 let addrs = hosts
@@ -313,7 +315,7 @@ impl Client {
             }
             "etcd" => {
                 let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
-                    url: url.to_string(),
+                    url: crate::redact_url(url),
                     why: "expected etcd://host:port,host:port".into(),
                 })?;
                 let addrs = hosts
@@ -327,7 +329,7 @@ impl Client {
             "postgres" | "postgresql" => Backend::Postgres(pg::Pg::connect(url).await?),
             "zk" | "zookeeper" => {
                 let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
-                    url: url.to_string(),
+                    url: crate::redact_url(url),
                     why: "expected zk://host:port,host:port".into(),
                 })?;
                 let addrs = hosts

@@ -82,7 +82,7 @@ impl Nodes {
     /// Channels to `addrs` (`host:port` of each node's client API); nothing connects yet.
     pub fn new(url: &str, addrs: Vec<String>) -> Result<Nodes> {
         let bad = |why: String| Error::InvalidUrl {
-            url: url.to_string(),
+            url: crate::redact_url(url),
             why,
         };
         if addrs.is_empty() {

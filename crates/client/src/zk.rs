@@ -164,7 +164,7 @@ impl Zk {
     pub async fn connect(url: &str, hosts: Vec<String>) -> Result<Zk> {
         if hosts.is_empty() {
             return Err(Error::InvalidUrl {
-                url: url.to_string(),
+                url: crate::redact_url(url),
                 why: "no zookeeper hosts".into(),
             });
         }
