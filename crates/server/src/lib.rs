@@ -179,6 +179,11 @@ pub async fn run(
         tenure_wal::FileStorage::open(&config.data_dir, tenure_wal::WalOptions::default())
             .map_err(|e| ServerError::Storage(e.to_string()))?;
     check_identity(&config.data_dir, config.id, &config.cluster_id)?;
+    if let Some(repaired) = storage.repaired() {
+        // A torn write at the end of the log was cut: say what, so that an operator who
+        // did not expect a crash learns that one happened.
+        tracing::warn!(node = config.id, "recovery repaired the log: {repaired}");
+    }
     let recovered = storage
         .recover()
         .map_err(|e| ServerError::Storage(e.to_string()))?;

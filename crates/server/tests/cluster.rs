@@ -1128,3 +1128,31 @@ async fn sigterm_stops_a_node_gracefully_and_it_rejoins() {
     c.wait_caught_up(leader, &[follower], secs(10)).await;
     assert_eq!(c.status_of(follower).await.term, term);
 }
+
+/// A torn write at the end of the log (garbage after the last record, as a crash during an
+/// append leaves it) is cut on restart, and the node says so in its log with what it cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_tail_is_cut_on_restart_with_a_warning() {
+    let mut c = Cluster::start(Options::nodes(1));
+    c.wait_for_leader(&c.ids(), secs(10)).await;
+    c.kill(1);
+    let segment = std::fs::read_dir(c.data_dir(1))
+        .expect("list the data directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
+        .expect("a segment");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .expect("open the last segment");
+    std::io::Write::write_all(&mut f, &[0x5a; 7]).expect("append a torn record");
+    drop(f);
+    c.start_node(1);
+    c.wait_for_leader(&c.ids(), secs(10)).await;
+    let log = c.log(1);
+    assert!(
+        log.contains("recovery repaired the log") && log.contains("cut a torn write"),
+        "no warning about the cut tail in:\n{log}"
+    );
+}
