@@ -490,15 +490,7 @@ impl NodeSlot {
         let writes = hard_state.is_some() || snapshot.is_some() || !entries.is_empty();
         if writes && self.crash_mid_ready {
             self.disk.write(snapshot, entries, hard_state);
-            let torn = match self.disk.crash_torn(ctx.rng) {
-                Ok(torn) => torn,
-                Err(e) => return Drive::StorageContract(format!("node {}: {e}", self.id)),
-            };
-            self.crash();
-            return Drive::Crashed {
-                reason: "between write and fsync",
-                torn: Some(torn),
-            };
+            return self.crash_before_fsync("between write and fsync", ctx);
         }
 
         // 1. Persist and fsync.
@@ -599,6 +591,19 @@ impl NodeSlot {
         self.after_step(ctx);
     }
 
+    /// Crash with the last write not yet fsynced: the disk keeps a torn prefix of it.
+    fn crash_before_fsync(&mut self, reason: &'static str, ctx: &mut DriveCtx<'_>) -> Drive {
+        let torn = match self.disk.crash_torn(ctx.rng) {
+            Ok(torn) => torn,
+            Err(e) => return Drive::StorageContract(format!("node {}: {e}", self.id)),
+        };
+        self.crash();
+        Drive::Crashed {
+            reason,
+            torn: Some(torn),
+        }
+    }
+
     /// The fsync of the Ready written last completes, or the node crashes first (`crash`),
     /// losing what the fsync would have made durable although followers may hold it.
     pub fn fsync_done(&mut self, crash: bool, ctx: &mut DriveCtx<'_>) -> Drive {
@@ -606,15 +611,10 @@ impl NodeSlot {
             return Drive::Running;
         };
         if crash {
-            let torn = match self.disk.crash_torn(ctx.rng) {
-                Ok(torn) => torn,
-                Err(e) => return Drive::StorageContract(format!("node {}: {e}", self.id)),
-            };
-            self.crash();
-            return Drive::Crashed {
-                reason: "between append and fsync, with the entries already replicated",
-                torn: Some(torn),
-            };
+            return self.crash_before_fsync(
+                "between append and fsync, with the entries already replicated",
+                ctx,
+            );
         }
         if let Err(e) = self.disk.fsync() {
             return Drive::StorageContract(format!("node {}: {e}", self.id));
