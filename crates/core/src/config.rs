@@ -45,6 +45,9 @@ pub struct InjectedBugs {
     /// deletes entries the follower had acknowledged (Raft Figure 2, AppendEntries 3 says to
     /// delete only on a conflict).
     pub truncate_matching_entries: bool,
+    /// An ended session keeps its expiry deadline on this node (the node's own invariant
+    /// check, gated on the deadline map's size, must still see it).
+    pub keep_ended_deadline: bool,
 }
 
 impl InjectedBugs {
@@ -63,6 +66,7 @@ impl InjectedBugs {
             || self.no_checkpoint_drift_padding
             || self.vote_without_log_check
             || self.truncate_matching_entries
+            || self.keep_ended_deadline
     }
 }
 

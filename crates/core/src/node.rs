@@ -221,6 +221,9 @@ pub struct Node {
     applied_handed: Index,
     /// The state machine's applied index when its invariants were last checked.
     sm_checked_at: std::cell::Cell<Option<Index>>,
+    /// The state machine's applied index and the number of session deadlines when the
+    /// two key sets were last compared.
+    deadlines_checked_at: std::cell::Cell<Option<(Index, usize)>>,
 }
 
 impl Node {
@@ -282,6 +285,7 @@ impl Node {
             awaiting_advance: false,
             applied_handed: 0,
             sm_checked_at: std::cell::Cell::new(None),
+            deadlines_checked_at: std::cell::Cell::new(None),
         };
         node.reset_lease_from_state_machine();
         node.apply_committed();
@@ -597,6 +601,14 @@ impl Node {
             self.sm.applied_index(),
             self.raft.log.applied
         );
+        // Sessions start and end only by applying entries, and a deadline appears or
+        // goes away with them; a stray insertion or removal in between changes the map's
+        // size. So the two key sets need comparing only when either of those moved.
+        let deadlines_shape = (sm_applied, self.lease.deadline_tick.len());
+        if self.deadlines_checked_at.get() == Some(deadlines_shape) {
+            return;
+        }
+        self.deadlines_checked_at.set(Some(deadlines_shape));
         // Both are ordered by session id, so one merge walk compares the two key sets.
         let mut sessions = self.sm.sessions().map(|(s, _)| s).peekable();
         let mut deadlines = self.lease.deadline_tick.keys().copied().peekable();
@@ -769,7 +781,9 @@ impl Node {
                 }
             }
             (_, Response::Ended { session }) => {
-                self.lease.deadline_tick.remove(session);
+                if !self.raft.config.bugs.keep_ended_deadline {
+                    self.lease.deadline_tick.remove(session);
+                }
                 self.lease.coverage_tick.remove(session);
                 self.lease.renewed.remove(session);
                 self.lease.expiring.remove(session);

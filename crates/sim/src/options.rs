@@ -167,11 +167,14 @@ pub enum InjectBug {
     /// A follower truncates after `prevLogIndex` even when the entries match, so a stale
     /// AppendEntries deletes acknowledged entries (core switch `truncate_matching_entries`).
     TruncateMatchingEntries,
+    /// An ended session's expiry deadline stays on the node (core switch
+    /// `keep_ended_deadline`), caught by the node's own invariant check.
+    KeepEndedDeadline,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 15] = [
+    pub const ALL: [InjectBug; 16] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
@@ -187,6 +190,7 @@ impl InjectBug {
         InjectBug::NoCheckpointDriftPadding,
         InjectBug::VoteWithoutLogCheck,
         InjectBug::TruncateMatchingEntries,
+        InjectBug::KeepEndedDeadline,
     ];
 
     /// The core's switches for this bug (all off for a simulator-side bug).
@@ -209,6 +213,7 @@ impl InjectBug {
             Some(InjectBug::NoCheckpointDriftPadding) => b.no_checkpoint_drift_padding = true,
             Some(InjectBug::VoteWithoutLogCheck) => b.vote_without_log_check = true,
             Some(InjectBug::TruncateMatchingEntries) => b.truncate_matching_entries = true,
+            Some(InjectBug::KeepEndedDeadline) => b.keep_ended_deadline = true,
         }
         b
     }
@@ -231,6 +236,7 @@ impl InjectBug {
             InjectBug::NoCheckpointDriftPadding => "no-checkpoint-drift-padding",
             InjectBug::VoteWithoutLogCheck => "vote-without-log-check",
             InjectBug::TruncateMatchingEntries => "truncate-matching-entries",
+            InjectBug::KeepEndedDeadline => "keep-ended-deadline",
         }
     }
 
@@ -264,6 +270,7 @@ impl InjectBug {
             InjectBug::NoCheckpointDriftPadding => "lease-safety",
             InjectBug::VoteWithoutLogCheck => "leader-completeness",
             InjectBug::TruncateMatchingEntries => "leader-completeness",
+            InjectBug::KeepEndedDeadline => "node-invariant",
         }
     }
 }

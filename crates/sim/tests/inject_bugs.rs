@@ -168,6 +168,14 @@ fn truncate_matching_entries_is_caught_by_leader_completeness() {
     caught_with(opts, 10);
 }
 
+/// The node's invariant check compares session and deadline key sets only when the applied
+/// index or the deadline map's size moved; a deadline left behind by an ended session must
+/// still be seen.
+#[test]
+fn keep_ended_deadline_is_caught_by_the_node_invariant() {
+    caught_by_its_checker(InjectBug::KeepEndedDeadline);
+}
+
 /// Needs a deposed leader's acknowledgement late in its checkpoint's window, a wide drift
 /// bound with clocks at the bound, and a holder that stops renewing: rare. `tenure sim
 /// --seeds 1..2001 --nodes 5 --inject-bug no-checkpoint-drift-padding` first catches it at

@@ -552,8 +552,9 @@ impl World {
 
     /// Sends every queued packet through the network.
     fn flush(&mut self) {
-        let out = std::mem::take(&mut self.out);
-        for (from, to, packet) in out {
+        // Drained in place and put back, so the buffer's allocation is reused.
+        let mut out = std::mem::take(&mut self.out);
+        for (from, to, packet) in out.drain(..) {
             if let (
                 Addr::Node(node),
                 Packet::Reply(crate::protocol::ClientReply::KeepaliveAck {
@@ -600,6 +601,10 @@ impl World {
             };
             self.queue
                 .push(self.now_us + first, Event::Deliver { from, to, packet });
+        }
+        // Anything a client sent meanwhile stays queued for the next flush.
+        if self.out.is_empty() {
+            self.out = out;
         }
     }
 
