@@ -75,6 +75,10 @@ pub struct TransportConfig {
     pub reconnect_backoff_min: Duration,
     /// Longest delay between reconnect attempts.
     pub reconnect_backoff_max: Duration,
+    /// Mutual TLS between peers ([`crate::tls`]). `None` is plaintext, which anyone who
+    /// can reach the peer port can speak; the server allows it only on loopback or when
+    /// told explicitly.
+    pub tls: Option<crate::tls::PeerTls>,
     /// Seed for the reconnect jitter, so that runs can be reproduced; the default derives
     /// it from `id`, which already spreads nodes apart.
     pub rng_seed: u64,
@@ -104,6 +108,7 @@ impl TransportConfig {
             reconnect_backoff_min: RECONNECT_BACKOFF_MIN_DEFAULT,
             reconnect_backoff_max: RECONNECT_BACKOFF_MAX_DEFAULT,
             rng_seed: id ^ 0x7465_6e75_7265_0000, // "tenure" in ASCII, mixed with the id
+            tls: None,
         }
     }
 
@@ -113,6 +118,11 @@ impl TransportConfig {
             return Err(ConfigError::ClusterIdLength {
                 len: self.cluster_id.len(),
                 max: CLUSTER_ID_BYTES_MAX,
+            });
+        }
+        if self.tls.is_some() && !crate::tls::cluster_id_is_dns_label(&self.cluster_id) {
+            return Err(ConfigError::ClusterIdNotDnsLabel {
+                cluster_id: self.cluster_id.clone(),
             });
         }
         if self.peers.contains_key(&self.id) {

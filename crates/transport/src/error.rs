@@ -35,6 +35,12 @@ pub enum ConfigError {
         /// The longest allowed.
         max: usize,
     },
+    /// With TLS on, the cluster id must fit in a certificate's DNS name.
+    #[error("cluster_id {cluster_id:?} cannot be used with TLS: it must be 1 to 63 lowercase letters, digits and inner hyphens")]
+    ClusterIdNotDnsLabel {
+        /// The cluster id.
+        cluster_id: String,
+    },
     /// The node's own id is listed among its peers.
     #[error("peers must not contain this node's own id {id}")]
     SelfInPeers {
@@ -133,6 +139,17 @@ pub(crate) enum HandshakeError {
     /// No hello within the handshake timeout.
     #[error("no hello within {0:?}")]
     Timeout(Duration),
+    /// The TLS handshake failed (no certificate, one the CA did not sign, expired, …).
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
+    /// The certificate is valid but not for the node the hello claims to be.
+    #[error("the certificate does not name node {node_id} of this cluster ({why})")]
+    CertificateMismatch {
+        /// The id the hello claimed.
+        node_id: NodeId,
+        /// What the name check said.
+        why: String,
+    },
     /// The dialer belongs to another cluster.
     #[error("cluster id {found:?} does not match ours {expected:?}")]
     ClusterMismatch {

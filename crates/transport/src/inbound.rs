@@ -14,11 +14,11 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tenure_core::message::Message;
 use tenure_core::types::NodeId;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
-use tokio::time::timeout;
+use tokio::time::{timeout_at, Instant};
 use tracing::{debug, info, warn};
 
 use crate::codec::{
@@ -200,11 +200,54 @@ pub(crate) async fn run_acceptor(
     }
 }
 
-/// Serves one inbound connection; returning closes it.
+/// Serves one inbound connection; returning closes it. With TLS on, the TLS handshake
+/// (which requires a certificate from the cluster's CA) completes before any frame is
+/// read, and the TLS handshake and the hello share one `handshake_timeout`.
 async fn serve_connection(
     ctx: &Arc<InboundCtx>,
-    mut stream: TcpStream,
+    stream: TcpStream,
     addr: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let deadline = Instant::now() + ctx.limits.handshake_timeout;
+    let Some(tls) = &ctx.shared.tls else {
+        return serve_stream(ctx, stream, None, addr, deadline, shutdown).await;
+    };
+    let accepted = tokio::select! {
+        _ = shutdown_requested(&mut shutdown) => return,
+        accepted = timeout_at(deadline, tls.acceptor.accept(stream)) => accepted,
+    };
+    let failure = match accepted {
+        Ok(Ok(stream)) => {
+            let leaf = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .cloned();
+            match leaf {
+                Some(leaf) => {
+                    return serve_stream(ctx, stream, Some(leaf), addr, deadline, shutdown).await
+                }
+                // The verifier requires a certificate, so this does not happen; refuse anyway.
+                None => HandshakeError::Tls("no client certificate".into()),
+            }
+        }
+        Ok(Err(e)) => HandshakeError::Tls(e.to_string()),
+        Err(_) => HandshakeError::Timeout(ctx.limits.handshake_timeout),
+    };
+    ctx.shared.counters.handshake_failures.inc();
+    warn!(node = ctx.shared.id, peer_addr = %addr, error = %failure, "closing inbound connection: handshake failed");
+}
+
+/// Serves one connection after its TLS handshake, if any: the hello, then frames.
+/// `leaf` is the dialer's verified certificate when TLS is on.
+async fn serve_stream<S: AsyncRead + Unpin>(
+    ctx: &Arc<InboundCtx>,
+    mut stream: S,
+    leaf: Option<rustls::pki_types::CertificateDer<'static>>,
+    addr: SocketAddr,
+    deadline: Instant,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let node = ctx.shared.id;
@@ -212,14 +255,27 @@ async fn serve_connection(
     let handshake_timeout = ctx.limits.handshake_timeout;
     let hello = tokio::select! {
         _ = shutdown_requested(&mut shutdown) => return,
-        read = timeout(handshake_timeout, read_hello(&mut stream, &mut buf)) => {
+        read = timeout_at(deadline, read_hello(&mut stream, &mut buf)) => {
             match read {
                 Ok(result) => result,
                 Err(_) => Err(HandshakeError::Timeout(handshake_timeout)),
             }
         }
     };
-    let (hello, peer) = match hello.and_then(|hello| Ok((ctx.check_hello(&hello)?, hello))) {
+    let checked = hello.and_then(|hello| {
+        let peer = ctx.check_hello(&hello)?;
+        if let Some(leaf) = &leaf {
+            let name = crate::tls::node_name(&ctx.shared.cluster_id, hello.node_id);
+            crate::tls::cert_names(leaf, &name).map_err(|why| {
+                HandshakeError::CertificateMismatch {
+                    node_id: hello.node_id,
+                    why,
+                }
+            })?;
+        }
+        Ok((peer, hello))
+    });
+    let (hello, peer) = match checked {
         Ok((peer, hello)) => (hello, peer),
         Err(e) => {
             ctx.shared.counters.handshake_failures.inc();
@@ -307,7 +363,10 @@ async fn serve_connection(
 }
 
 /// Reads until the first frame is complete and returns it if it is a hello.
-async fn read_hello(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Hello, HandshakeError> {
+async fn read_hello<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> Result<Hello, HandshakeError> {
     // A small cap: the dialer has not said who it is yet.
     let mut decoder = FrameDecoder::new(HELLO_FRAME_BYTES_MAX);
     loop {

@@ -71,12 +71,15 @@
 #![deny(missing_docs)]
 
 mod backoff;
+#[cfg(feature = "certs")]
+pub mod certs;
 pub mod codec;
 pub mod config;
 pub mod error;
 mod inbound;
 pub mod metrics;
 mod outbound;
+pub mod tls;
 mod transport;
 
 pub use codec::{
@@ -87,4 +90,5 @@ pub use codec::{
 pub use config::TransportConfig;
 pub use error::{ConfigError, Result, SendError, TransportError};
 pub use metrics::{PeerState, TransportMetrics};
+pub use tls::{node_name, PeerTls, TlsError, TlsFiles, TlsMaterial};
 pub use transport::{Transport, TransportHandle};

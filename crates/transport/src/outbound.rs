@@ -7,8 +7,7 @@ use std::sync::Arc;
 use rand_chacha::ChaCha8Rng;
 use tenure_core::message::Message;
 use tenure_core::types::NodeId;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{timeout, Instant};
@@ -17,7 +16,7 @@ use tracing::{debug, info, warn};
 use crate::backoff::Backoff;
 use crate::codec::{encode_hello, encode_message_into, Hello, PROTOCOL_VERSION};
 use crate::metrics::PeerShared;
-use crate::transport::{shutdown_requested, Limits, Shared};
+use crate::transport::{shutdown_requested, Limits, PeerIo, Shared};
 
 /// What a writer needs besides its queue and the shutdown signal.
 pub(crate) struct OutboundCtx {
@@ -108,9 +107,10 @@ pub(crate) async fn run(
     }
 }
 
-/// Dials the peer and sends the hello, within the connect and write timeouts.
-async fn connect(ctx: &OutboundCtx) -> io::Result<TcpStream> {
-    let mut stream = timeout(
+/// Dials the peer, runs the TLS handshake if TLS is on (checking that the peer's
+/// certificate names it), and sends the hello, within the connect and write timeouts.
+async fn connect(ctx: &OutboundCtx) -> io::Result<Box<dyn PeerIo>> {
+    let stream = timeout(
         ctx.limits.connect_timeout,
         TcpStream::connect(ctx.peer.addr),
     )
@@ -118,26 +118,44 @@ async fn connect(ctx: &OutboundCtx) -> io::Result<TcpStream> {
     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     // Raft messages are latency-sensitive and this writer batches on its own.
     stream.set_nodelay(true)?;
+    let mut stream: Box<dyn PeerIo> = match &ctx.shared.tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            let name = crate::tls::peer_server_name(&ctx.shared.cluster_id, ctx.peer_id)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let tls_stream = timeout(
+                ctx.limits.connect_timeout,
+                tls.connector.connect(name, stream),
+            )
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
+            .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
+            Box::new(tls_stream)
+        }
+    };
     let hello = encode_hello(&Hello {
         cluster_id: ctx.shared.cluster_id.clone(),
         node_id: ctx.shared.id,
         protocol_version: PROTOCOL_VERSION,
     })
     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    timeout(ctx.limits.write_timeout, stream.write_all(&hello))
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "hello write timed out"))??;
+    timeout(ctx.limits.write_timeout, async {
+        stream.write_all(&hello).await?;
+        stream.flush().await
+    })
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "hello write timed out"))??;
     Ok(stream)
 }
 
 /// Writes queued messages until the connection fails or the writer must stop.
 async fn serve(
     ctx: &OutboundCtx,
-    stream: TcpStream,
+    stream: Box<dyn PeerIo>,
     queue: &mut mpsc::Receiver<Message>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Ended {
-    let (mut reader, mut writer) = stream.into_split();
+    let (mut reader, mut writer) = tokio::io::split(stream);
     let mut probe = [0u8; PROBE_BYTES];
     let mut batch = Vec::new();
     loop {
@@ -208,13 +226,17 @@ fn add_to_batch(ctx: &OutboundCtx, message: &Message, batch: &mut Vec<u8>) -> bo
 }
 
 async fn write_batch(
-    writer: &mut OwnedWriteHalf,
+    writer: &mut WriteHalf<Box<dyn PeerIo>>,
     batch: &[u8],
     ctx: &OutboundCtx,
 ) -> io::Result<()> {
-    timeout(ctx.limits.write_timeout, writer.write_all(batch))
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "write timed out"))?
+    // TLS buffers records; the flush puts them on the wire (a no-op for plain TCP).
+    timeout(ctx.limits.write_timeout, async {
+        writer.write_all(batch).await?;
+        writer.flush().await
+    })
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "write timed out"))?
 }
 
 /// Drops what is still queued for a lost connection: by the time a new one is up these

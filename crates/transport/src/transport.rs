@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// The configured peers; the set never changes after start.
     pub(crate) peers: BTreeMap<NodeId, Arc<PeerShared>>,
+    /// Mutual TLS, if on.
+    pub(crate) tls: Option<crate::tls::PeerTls>,
 }
 
 /// The limits and timeouts the tasks need, copied out of the configuration.
@@ -45,6 +47,13 @@ pub(crate) struct Limits {
     pub(crate) reconnect_backoff_min: Duration,
     pub(crate) reconnect_backoff_max: Duration,
 }
+
+/// A peer connection's byte stream: plain TCP or TLS over it.
+pub(crate) trait PeerIo:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin
+{
+}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> PeerIo for T {}
 
 /// Resolves once shutdown is requested or every handle is gone (the sender dropped).
 pub(crate) async fn shutdown_requested(shutdown: &mut watch::Receiver<bool>) {
@@ -123,6 +132,7 @@ impl Transport {
                 .iter()
                 .map(|(&id, &addr)| (id, Arc::new(PeerShared::new(addr))))
                 .collect(),
+            tls: config.tls,
         });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue_max);
@@ -155,6 +165,7 @@ impl Transport {
             node = shared.id,
             %local_addr,
             peers = shared.peers.len(),
+            tls = shared.tls.is_some(),
             "transport started"
         );
         let handle = TransportHandle {

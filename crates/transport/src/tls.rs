@@ -1,0 +1,235 @@
+//! Mutual TLS between peers (rustls, no OpenSSL).
+//!
+//! Every node holds a certificate signed by the cluster's CA whose DNS subject alternative
+//! name is [`node_name`]`(cluster, id)`, e.g. `node-2.prod.tenure`. That name is the node's
+//! identity, and it binds both the node id and the cluster:
+//!
+//! - the dialer checks the acceptor's certificate against the name of the peer it means to
+//!   reach, so a connection to the wrong node (or another cluster's node) fails;
+//! - the acceptor requires a client certificate signed by the same CA, finishes the TLS
+//!   handshake before it reads a single frame, and then accepts the hello only if the
+//!   certificate is valid for the name of the node the hello claims to be.
+//!
+//! A stranger without a certificate from the cluster's CA therefore cannot send any frame,
+//! and a node cannot speak for another node. What a stolen node certificate allows is in
+//! `docs/SECURITY.md`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tenure_core::types::NodeId;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// The DNS name a node's certificate must carry: `node-<id>.<cluster>.tenure`.
+pub fn node_name(cluster_id: &str, id: NodeId) -> String {
+    format!("node-{id}.{cluster_id}.tenure")
+}
+
+/// Whether `cluster_id` can stand in a DNS name (and so in [`node_name`]): 1 to 63
+/// lowercase letters, digits and inner hyphens.
+pub fn cluster_id_is_dns_label(cluster_id: &str) -> bool {
+    let bytes = cluster_id.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+/// A TLS set-up that cannot work. Each names the file or the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {why}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Reason.
+        why: String,
+    },
+    /// A file holds no PEM item of the kind needed.
+    #[error("{path}: {why}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        why: String,
+    },
+    /// rustls refused the material (for example a key that does not match the certificate).
+    #[error("TLS configuration refused: {0}")]
+    Rustls(String),
+    /// The cluster id cannot stand in a certificate name.
+    #[error("cluster id {0:?} cannot be used with TLS: it must be 1 to 63 lowercase letters, digits and inner hyphens")]
+    ClusterId(String),
+}
+
+/// PEM material read from files: the CA that signs every certificate of the cluster, and
+/// this party's own certificate chain and private key.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// CA certificate(s), PEM.
+    pub ca: PathBuf,
+    /// This party's certificate chain, PEM, leaf first.
+    pub cert: PathBuf,
+    /// This party's private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// Loaded material, ready to build rustls configurations from.
+#[derive(Debug)]
+pub struct TlsMaterial {
+    roots: Arc<RootCertStore>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Clone for TlsMaterial {
+    fn clone(&self) -> Self {
+        TlsMaterial {
+            roots: Arc::clone(&self.roots),
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|e| TlsError::Read {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl TlsMaterial {
+    /// Reads the three files.
+    pub fn load(files: &TlsFiles) -> Result<TlsMaterial, TlsError> {
+        TlsMaterial::from_pem(
+            (&files.ca, &read(&files.ca)?),
+            (&files.cert, &read(&files.cert)?),
+            (&files.key, &read(&files.key)?),
+        )
+    }
+
+    /// Parses PEM bytes; the paths only name the sources in errors.
+    pub fn from_pem(
+        ca: (&Path, &[u8]),
+        cert: (&Path, &[u8]),
+        key: (&Path, &[u8]),
+    ) -> Result<TlsMaterial, TlsError> {
+        let pem_error = |path: &Path, why: String| TlsError::Pem {
+            path: path.to_path_buf(),
+            why,
+        };
+        let mut roots = RootCertStore::empty();
+        for der in CertificateDer::pem_slice_iter(ca.1) {
+            let der = der.map_err(|e| pem_error(ca.0, format!("bad PEM: {e}")))?;
+            roots
+                .add(der)
+                .map_err(|e| pem_error(ca.0, format!("not a usable CA certificate: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(pem_error(ca.0, "no CA certificate in the file".into()));
+        }
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.1)
+            .collect::<Result<_, _>>()
+            .map_err(|e| pem_error(cert.0, format!("bad PEM: {e}")))?;
+        if chain.is_empty() {
+            return Err(pem_error(cert.0, "no certificate in the file".into()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(key.1)
+            .map_err(|e| pem_error(key.0, format!("no usable private key: {e}")))?;
+        Ok(TlsMaterial {
+            roots: Arc::new(roots),
+            chain,
+            key,
+        })
+    }
+
+    /// The CA roots, for verifying others.
+    pub fn roots(&self) -> Arc<RootCertStore> {
+        Arc::clone(&self.roots)
+    }
+
+    /// A server configuration that presents this party's certificate. With `client_auth`,
+    /// a client certificate signed by the CA is required; without, none is asked for.
+    pub fn server_config(&self, client_auth: bool) -> Result<ServerConfig, TlsError> {
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Rustls(e.to_string()))?;
+        let builder = if client_auth {
+            let verifier = WebPkiClientVerifier::builder_with_provider(self.roots(), provider())
+                .build()
+                .map_err(|e| TlsError::Rustls(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut config = builder
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| TlsError::Rustls(e.to_string()))?;
+        // Peer connections are one-way after the handshake; no resumption tickets.
+        config.send_tls13_tickets = 0;
+        Ok(config)
+    }
+
+    /// A client configuration that trusts only the CA and presents this party's
+    /// certificate.
+    pub fn client_config(&self) -> Result<ClientConfig, TlsError> {
+        ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Rustls(e.to_string()))?
+            .with_root_certificates(self.roots())
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| TlsError::Rustls(e.to_string()))
+    }
+}
+
+/// The peer transport's TLS: one acceptor and one connector, both with this node's
+/// certificate, both trusting only the cluster's CA.
+#[derive(Clone)]
+pub struct PeerTls {
+    pub(crate) acceptor: TlsAcceptor,
+    pub(crate) connector: TlsConnector,
+}
+
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerTls { .. }")
+    }
+}
+
+impl PeerTls {
+    /// Builds the peer TLS for `material`; the certificate should carry
+    /// [`node_name`]`(cluster, id)` (peers refuse it otherwise).
+    pub fn new(material: &TlsMaterial) -> Result<PeerTls, TlsError> {
+        Ok(PeerTls {
+            acceptor: TlsAcceptor::from(Arc::new(material.server_config(true)?)),
+            connector: TlsConnector::from(Arc::new(material.client_config()?)),
+        })
+    }
+}
+
+/// Whether the verified certificate `leaf` names `name` (a DNS subject alternative name).
+pub(crate) fn cert_names(leaf: &CertificateDer<'_>, name: &str) -> Result<(), String> {
+    let parsed = ParsedCertificate::try_from(leaf).map_err(|e| e.to_string())?;
+    let server_name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
+    rustls::client::verify_server_name(&parsed, &server_name).map_err(|e| e.to_string())
+}
+
+/// The server name a dialer expects of peer `id`.
+pub(crate) fn peer_server_name(
+    cluster_id: &str,
+    id: NodeId,
+) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(node_name(cluster_id, id)).map_err(|e| e.to_string())
+}
