@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod certs;
 mod demo;
 mod elect;
 mod measure;
@@ -30,6 +31,8 @@ enum Cmd {
     Sim(sim::SimArgs),
     /// Run one node of a tenure cluster.
     Server(server::ServerArgs),
+    /// Create a CA and certificates for a cluster's nodes and clients.
+    Certs(certs::CertsArgs),
     /// Run a local 3-node cluster and three job replicas through a frozen leader and a crash.
     ///
     /// Prints a timeline (who leads, terms, fencing tokens, rejected stale writes) and a
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Sim(args) => sim::run(args),
         Cmd::Server(args) => server::run(args),
+        Cmd::Certs(args) => certs::run(args),
         Cmd::Demo(args) => demo::run(args),
         Cmd::Measure(args) => measure::run(args),
         Cmd::Nemesis(args) => nemesis::run(args),

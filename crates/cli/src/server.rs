@@ -55,6 +55,24 @@ pub struct ServerArgs {
     /// Serve `POST /debug/block` (cut this node off from named peers). Tests only.
     #[arg(long)]
     fault_injection: bool,
+    /// Turn TLS on with the files `tenure certs` wrote into DIR: `ca.pem`,
+    /// `node-ID.pem`, `node-ID-key.pem`. Peers then authenticate each other with mutual TLS.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_ca", "tls_cert", "tls_key"])]
+    tls_dir: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM), with --tls-cert and --tls-key.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// This node's certificate chain (PEM); it must name node-ID.CLUSTER.tenure.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_cert"])]
+    tls_key: Option<PathBuf>,
+    /// Serve plaintext on addresses other than loopback. Anyone who can reach the ports
+    /// can then read and forge cluster traffic; without TLS a node otherwise refuses to
+    /// listen beyond loopback.
+    #[arg(long)]
+    insecure: bool,
 }
 
 fn parse_node(spec: &str) -> Result<(u64, NodeAddrs), String> {
@@ -112,6 +130,17 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
     }
     config.join |= args.join;
     config.fault_injection |= args.fault_injection;
+    config.insecure |= args.insecure;
+    if let Some(dir) = &args.tls_dir {
+        config.tls = Some(tenure_server::TlsPaths::in_dir(dir, config.id));
+    }
+    if let (Some(ca), Some(cert), Some(key)) = (&args.tls_ca, &args.tls_cert, &args.tls_key) {
+        config.tls = Some(tenure_server::TlsPaths {
+            ca: ca.clone(),
+            cert: cert.clone(),
+            key: key.clone(),
+        });
+    }
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = args.$f { config.$f = v; } )* };
     }

@@ -305,13 +305,14 @@ impl Client {
                     url: crate::redact_url(url),
                     why: "expected tenure://host:port,host:port".into(),
                 })?;
+                let (hosts, query) = hosts.split_once('?').unwrap_or((hosts, ""));
                 let addrs = hosts
                     .trim_end_matches('/')
                     .split(',')
                     .filter(|a| !a.is_empty())
                     .map(str::to_string)
                     .collect();
-                Backend::Remote(remote::Nodes::new(url, addrs)?)
+                Backend::Remote(remote::Nodes::new(url, addrs, query)?)
             }
             "etcd" => {
                 let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {

@@ -66,6 +66,54 @@ pub(crate) struct Nodes {
     next_seq: Arc<AtomicU64>,
 }
 
+/// The TLS configuration a `tenure://` URL's query asks for, if any.
+fn client_tls(
+    query: &str,
+) -> std::result::Result<Option<tonic::transport::ClientTlsConfig>, String> {
+    let (mut ca, mut cert, mut key) = (None, None, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("query parameter {pair:?} has no value"))?;
+        let slot = match name {
+            "ca" => &mut ca,
+            "cert" => &mut cert,
+            "key" => &mut key,
+            _ => {
+                return Err(format!(
+                    "unknown query parameter {name:?} (known: ca, cert, key)"
+                ))
+            }
+        };
+        if value.is_empty() {
+            return Err(format!("query parameter {name:?} is empty"));
+        }
+        *slot = Some(value.to_string());
+    }
+    let read = |what: &str, path: &str| {
+        std::fs::read(path).map_err(|e| format!("cannot read the {what} file {path:?}: {e}"))
+    };
+    let Some(ca) = ca else {
+        if cert.is_some() || key.is_some() {
+            return Err("cert and key need ca (the cluster's CA certificate) too".into());
+        }
+        return Ok(None);
+    };
+    let mut config = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca", &ca)?));
+    match (cert, key) {
+        (Some(cert), Some(key)) => {
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read("cert", &cert)?,
+                read("key", &key)?,
+            ));
+        }
+        (None, None) => {}
+        _ => return Err("cert and key go together".into()),
+    }
+    Ok(Some(config))
+}
+
 /// What an attempt's failure says about the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attempted {
@@ -80,7 +128,9 @@ enum Attempted {
 
 impl Nodes {
     /// Channels to `addrs` (`host:port` of each node's client API); nothing connects yet.
-    pub fn new(url: &str, addrs: Vec<String>) -> Result<Nodes> {
+    /// `query` is the URL's query: `ca=FILE` turns TLS on (the cluster's CA certificate),
+    /// `cert=FILE&key=FILE` add a client certificate.
+    pub fn new(url: &str, addrs: Vec<String>, query: &str) -> Result<Nodes> {
         let bad = |why: String| Error::InvalidUrl {
             url: crate::redact_url(url),
             why,
@@ -88,14 +138,22 @@ impl Nodes {
         if addrs.is_empty() {
             return Err(bad("no node addresses".into()));
         }
+        let tls = client_tls(query).map_err(bad)?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let channels = addrs
             .iter()
             .map(|a| {
-                Ok(Endpoint::from_shared(format!("http://{a}"))
+                let endpoint = Endpoint::from_shared(format!("{scheme}://{a}"))
                     .map_err(|e| bad(format!("bad node address {a:?}: {e}")))?
                     .connect_timeout(CONNECT_TIMEOUT)
-                    .tcp_nodelay(true)
-                    .connect_lazy())
+                    .tcp_nodelay(true);
+                let endpoint = match &tls {
+                    Some(tls) => endpoint
+                        .tls_config(tls.clone())
+                        .map_err(|e| bad(format!("TLS for {a:?}: {e}")))?,
+                    None => endpoint,
+                };
+                Ok(endpoint.connect_lazy())
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Nodes {

@@ -145,6 +145,37 @@ pub struct ServerConfig {
     /// peers. For tests and demonstrations only.
     #[serde(default)]
     pub fault_injection: bool,
+    /// TLS on all three ports: the peer port with mutual TLS (the certificate must carry
+    /// `node-<id>.<cluster_id>.tenure`), the client and HTTP ports with this certificate.
+    #[serde(default)]
+    pub tls: Option<TlsPaths>,
+    /// Serve plaintext on addresses other than loopback. Without TLS and without this,
+    /// a node refuses to listen anywhere but on loopback.
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+/// Where a node's TLS material is (PEM files).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsPaths {
+    /// The cluster's CA certificate: peers and client certificates must be signed by it.
+    pub ca: PathBuf,
+    /// This node's certificate chain.
+    pub cert: PathBuf,
+    /// This node's private key.
+    pub key: PathBuf,
+}
+
+impl TlsPaths {
+    /// The files `tenure certs` writes for node `id` into `dir`.
+    pub fn in_dir(dir: &std::path::Path, id: NodeId) -> TlsPaths {
+        TlsPaths {
+            ca: dir.join("ca.pem"),
+            cert: dir.join(format!("node-{id}.pem")),
+            key: dir.join(format!("node-{id}-key.pem")),
+        }
+    }
 }
 
 /// A configuration that cannot work. Each says what to change.
@@ -175,6 +206,17 @@ pub enum ConfigError {
         /// Why.
         why: String,
     },
+    /// Plaintext on an address that others can reach, without `insecure`.
+    #[error("{what} address {addr} is not loopback and TLS is off: give --tls-dir (see `tenure certs`), or --insecure to serve plaintext there anyway")]
+    PlaintextNotLoopback {
+        /// Which port.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// The cluster id cannot stand in a certificate name.
+    #[error("cluster_id {0:?} cannot be used with TLS: it must be 1 to 63 lowercase letters, digits and inner hyphens")]
+    ClusterIdNotDnsLabel(String),
     /// The derived core configuration is invalid.
     #[error("{0}")]
     Core(#[from] tenure_core::config::ConfigError),
@@ -270,8 +312,29 @@ impl ServerConfig {
             self.request_timeout_ms > 0,
             "must be positive".into(),
         )?;
+        if self.tls.is_none() && !self.insecure {
+            let me = self.me();
+            for (what, addr) in [("peer", me.peer), ("client", me.client), ("http", me.http)] {
+                if !addr.ip().is_loopback() {
+                    return Err(ConfigError::PlaintextNotLoopback { what, addr });
+                }
+            }
+        }
+        if self.tls.is_some() && !tenure_transport::tls::cluster_id_is_dns_label(&self.cluster_id) {
+            return Err(ConfigError::ClusterIdNotDnsLabel(self.cluster_id.clone()));
+        }
         self.core_config().validate()?;
         Ok(())
+    }
+
+    /// Whether this node serves plaintext where others can reach it (`insecure` given and
+    /// used): the server warns loudly at start.
+    pub fn plaintext_exposed(&self) -> bool {
+        let me = self.me();
+        self.tls.is_none()
+            && [me.peer, me.client, me.http]
+                .iter()
+                .any(|a| !a.ip().is_loopback())
     }
 
     /// Milliseconds to ticks, rounding up (a TTL never shrinks by conversion).
@@ -373,6 +436,27 @@ mod tests {
             let e = c.validate().expect_err(to).to_string();
             assert!(e.contains(expected), "{to}: {e}");
         }
+        let exposed = parse(&GOOD.replace("127.0.0.1:8002", "0.0.0.0:8002")).expect("parses");
+        let e = exposed
+            .validate()
+            .expect_err("plaintext on 0.0.0.0")
+            .to_string();
+        assert!(
+            e.contains("client address 0.0.0.0:8002 is not loopback"),
+            "{e}"
+        );
+        let mut insecure = exposed.clone();
+        insecure.insecure = true;
+        insecure.validate().expect("allowed when asked for");
+        assert!(insecure.plaintext_exposed());
+        let mut tls = exposed;
+        tls.tls = Some(TlsPaths::in_dir(std::path::Path::new("/certs"), 2));
+        tls.validate().expect("TLS on 0.0.0.0");
+        assert!(!tls.plaintext_exposed());
+        tls.cluster_id = "Has Spaces".into();
+        let e = tls.validate().expect_err("cluster id").to_string();
+        assert!(e.contains("cannot be used with TLS"), "{e}");
+
         let mut c = parse(GOOD).expect("parses");
         c.ttl_min_ms = 15;
         let e = c.validate().expect_err("ttl below two ticks").to_string();

@@ -15,6 +15,7 @@ pub mod config;
 pub mod driver;
 pub mod http;
 pub mod metrics;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -29,7 +30,7 @@ use tenure_transport::{Transport, TransportConfig, TransportHandle};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-pub use config::{NodeAddrs, ServerConfig};
+pub use config::{NodeAddrs, ServerConfig, TlsPaths};
 use driver::{Input, Outbox};
 
 /// Why the server could not start or had to stop.
@@ -53,6 +54,9 @@ pub enum ServerError {
     /// The driver stopped with an error.
     #[error("{0}")]
     Driver(String),
+    /// The TLS material could not be loaded or used.
+    #[error("tls: {0}")]
+    Tls(String),
     /// The data directory belongs to another node or another cluster.
     #[error(
         "data directory {dir} belongs to node {found_node} of cluster {found_cluster:?}, not \
@@ -175,6 +179,23 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     config.validate()?;
+    let node_tls = config.tls.as_ref().map(tls::NodeTls::load).transpose()?;
+    match &config.tls {
+        Some(paths) => tracing::info!(
+            node = config.id,
+            "TLS on: peers with mutual TLS, clients and http with the certificate {}",
+            paths.cert.display()
+        ),
+        None if config.plaintext_exposed() => tracing::warn!(
+            node = config.id,
+            "INSECURE: TLS is off and this node serves plaintext on addresses others can reach \
+             (--insecure): anyone on the network can read and forge cluster traffic"
+        ),
+        None => tracing::warn!(
+            node = config.id,
+            "TLS is off: plaintext on loopback only (give --tls-dir to turn it on)"
+        ),
+    }
     let mut storage =
         tenure_wal::FileStorage::open(&config.data_dir, tenure_wal::WalOptions::default())
             .map_err(|e| ServerError::Storage(e.to_string()))?;
@@ -206,6 +227,7 @@ pub async fn run(
     let mut tcfg =
         TransportConfig::new(config.id, config.cluster_id.clone(), listeners.peer, peers);
     tcfg.frame_bytes_max = config.message_bytes_max.max(tcfg.frame_bytes_max);
+    tcfg.tls = node_tls.as_ref().map(tls::NodeTls::peer).transpose()?;
     let (transport, mut inbound) =
         Transport::start(tcfg).map_err(|e| ServerError::Transport(e.to_string()))?;
 
@@ -249,7 +271,13 @@ pub async fn run(
 
     let api = api::Api::new(&config, handle.clone());
     let limit = config.message_bytes_max;
-    let grpc = tonic::transport::Server::builder()
+    let mut grpc = tonic::transport::Server::builder();
+    if let Some(node_tls) = &node_tls {
+        grpc = grpc
+            .tls_config(node_tls.grpc()?)
+            .map_err(|e| ServerError::Tls(e.to_string()))?;
+    }
+    let grpc = grpc
         .layer(tower::util::MapResponseLayer::new(label_decoder_errors))
         .add_service(
             v1::sessions_server::SessionsServer::new(api.clone()).max_decoding_message_size(limit),
@@ -277,13 +305,24 @@ pub async fn run(
         config.fault_injection,
     ));
     let mut http_stop = stop_rx.clone();
-    let http_task = tokio::spawn(async move {
-        axum::serve(listeners.http, router)
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.wait_for(|s| *s).await;
+    let http_stopped = async move {
+        let _ = http_stop.wait_for(|s| *s).await;
+    };
+    let http_task = match &node_tls {
+        None => tokio::spawn(async move {
+            axum::serve(listeners.http, router)
+                .with_graceful_shutdown(http_stopped)
+                .await
+        }),
+        Some(node_tls) => {
+            let listener = tls::TlsHttpListener::new(listeners.http, node_tls.http_acceptor()?)?;
+            tokio::spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(http_stopped)
+                    .await
             })
-            .await
-    });
+        }
+    };
     tracing::info!(
         node = config.id,
         "serving: peers {}, clients {}, http {}",

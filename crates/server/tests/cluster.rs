@@ -538,7 +538,9 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
     };
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let mut c = Cluster::start(Options::nodes(3));
+    // Plaintext: these are the framing rules behind the handshake; with TLS on (see
+    // tests/peer_tls.rs) none of these bytes would get past the TLS layer.
+    let mut c = Cluster::start(Options::nodes(3).plaintext());
     let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
     let follower = c.others(&[leader])[0];
     let mut client = c.client();

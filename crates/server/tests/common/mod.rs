@@ -18,6 +18,11 @@
 //! temporary directory for its lifetime. That serializes clusters across the threads of
 //! `cargo test` and across the processes of `cargo nextest` alike.
 //!
+//! **TLS by default.** Every cluster runs with TLS on (certificates issued into its
+//! temporary directory, as `tenure certs` does): mutual TLS between peers, the gRPC and
+//! HTTP ports over TLS, and this harness's channels and HTTP client verifying the cluster's
+//! CA. `Options::plaintext()` turns it off for the tests that need raw plaintext access.
+//!
 //! **Debugging.** When a test panics, the tail of every node's log is printed. Set
 //! `TENURE_KEEP_TEST_DIRS=1` to keep the data directories and full logs.
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
@@ -240,17 +245,9 @@ pub async fn http(
     body: &str,
     within: Duration,
 ) -> std::io::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        exchange_http(stream, addr, method, path, body).await
     };
     let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
         std::io::Error::new(
@@ -259,6 +256,30 @@ pub async fn http(
         )
     })??;
     parse_http_response(&raw)
+}
+
+/// Writes one request on `stream` and reads the whole response.
+async fn exchange_http<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    stream.flush().await?;
+    let mut raw = Vec::new();
+    match stream.read_to_end(&mut raw).await {
+        Ok(_) => Ok(raw),
+        // A TLS peer that closes without close_notify after a complete response.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
+        Err(e) => Err(e),
+    }
 }
 
 fn parse_http_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
@@ -337,6 +358,8 @@ pub struct Addrs {
 #[derive(Clone, Debug)]
 pub struct Options {
     pub nodes: usize,
+    /// TLS on every port (the default).
+    pub tls: bool,
     pub fault_injection: bool,
     pub election_timeout_ms: u64,
     pub heartbeat_ms: u64,
@@ -352,6 +375,7 @@ impl Options {
     pub fn nodes(n: usize) -> Options {
         Options {
             nodes: n,
+            tls: true,
             fault_injection: false,
             election_timeout_ms: ELECTION_TIMEOUT_MS,
             heartbeat_ms: HEARTBEAT_MS,
@@ -364,6 +388,12 @@ impl Options {
     /// An environment variable for every node.
     pub fn env(mut self, key: &str, value: &str) -> Options {
         self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// TLS off: every port plaintext (allowed on loopback).
+    pub fn plaintext(mut self) -> Options {
+        self.tls = false;
         self
     }
 
@@ -396,7 +426,59 @@ pub struct Cluster {
     children: BTreeMap<u64, Child>,
     channels: BTreeMap<u64, Channel>,
     started: Instant,
+    /// The client side of TLS, when on.
+    tls: Option<ClientTls>,
     _lock: FileLock,
+}
+
+/// Node ids certificates are issued for: the cluster's, and room for nodes added later.
+const CERTIFIED_NODES: u64 = 9;
+
+/// What the harness needs to speak TLS to a cluster.
+#[derive(Clone)]
+pub struct ClientTls {
+    /// The directory `tenure certs` would have written.
+    pub dir: PathBuf,
+    grpc: tonic::transport::ClientTlsConfig,
+    http: tokio_rustls::TlsConnector,
+}
+
+impl ClientTls {
+    fn issue(dir: &Path) -> ClientTls {
+        use tenure_transport::certs::{files, issue, CertsRequest};
+        issue(
+            dir,
+            &CertsRequest {
+                cluster_id: CLUSTER_ID.into(),
+                nodes: (1..=CERTIFIED_NODES).collect(),
+                clients: vec!["harness".into()],
+                hosts: Vec::new(),
+                days: 1,
+            },
+        )
+        .expect("issue test certificates");
+        let read = |name: &str| std::fs::read(dir.join(name)).expect("read a certificate file");
+        let grpc = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)))
+            .identity(tonic::transport::Identity::from_pem(
+                read(&files::client("harness")),
+                read(&files::client_key("harness")),
+            ));
+        let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+            ca: dir.join(files::CA),
+            cert: dir.join(files::client("harness")),
+            key: dir.join(files::client_key("harness")),
+        })
+        .expect("load the harness's client certificate");
+        let http = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+            material.client_config().expect("client TLS config"),
+        ));
+        ClientTls {
+            dir: dir.to_path_buf(),
+            grpc,
+            http,
+        }
+    }
 }
 
 impl Cluster {
@@ -423,7 +505,11 @@ impl Cluster {
             .prefix("tenure-test-")
             .tempdir()
             .expect("create a temporary directory");
+        let tls = opts
+            .tls
+            .then(|| ClientTls::issue(&dir.path().join("certs")));
         let mut cluster = Cluster {
+            tls,
             opts,
             dir,
             addrs,
@@ -504,6 +590,9 @@ impl Cluster {
         }
         if self.opts.fault_injection {
             cmd.arg("--fault-injection");
+        }
+        if let Some(tls) = &self.tls {
+            cmd.arg("--tls-dir").arg(&tls.dir);
         }
         let stderr = log.try_clone().expect("clone the log file handle");
         cmd.stdin(Stdio::null())
@@ -602,9 +691,7 @@ impl Cluster {
 
     /// `/status` of node `id`, or `None` if it does not answer within 500 ms.
     pub async fn status(&self, id: u64) -> Option<NodeStatus> {
-        let (code, body) = http(self.addrs[&id].http, "GET", "/status", "", ms(500))
-            .await
-            .ok()?;
+        let (code, body) = self.http(id, "GET", "/status", "", ms(500)).await.ok()?;
         if code != 200 {
             return None;
         }
@@ -620,7 +707,8 @@ impl Cluster {
 
     /// `/metrics` of node `id`.
     pub async fn metrics(&self, id: u64) -> String {
-        let (code, body) = http(self.addrs[&id].http, "GET", "/metrics", "", secs(2))
+        let (code, body) = self
+            .http(id, "GET", "/metrics", "", secs(2))
             .await
             .unwrap_or_else(|e| panic!("GET /metrics on node {id}: {e}"));
         assert_eq!(code, 200, "GET /metrics on node {id}: {body}");
@@ -640,7 +728,8 @@ impl Cluster {
             .map(u64::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let (code, text) = http(self.addrs[&id].http, "POST", "/debug/block", &body, secs(2))
+        let (code, text) = self
+            .http(id, "POST", "/debug/block", &body, secs(2))
             .await
             .unwrap_or_else(|e| panic!("POST /debug/block on node {id}: {e}"));
         assert_eq!(code, 200, "POST /debug/block {body:?} on node {id}: {text}");
@@ -724,15 +813,13 @@ impl Cluster {
 
     /// A new gRPC channel to node `id` (its own connection) with a request timeout.
     pub fn channel_with_timeout(&self, id: u64, timeout: Duration) -> Channel {
-        endpoint(self.addrs[&id].client)
-            .timeout(timeout)
-            .connect_lazy()
+        self.endpoint(id).timeout(timeout).connect_lazy()
     }
 
     /// A new gRPC channel to node `id` without a request timeout, for streams and calls
     /// that wait (Campaign); wrap calls in `tokio::time::timeout`.
     pub fn channel_without_timeout(&self, id: u64) -> Channel {
-        endpoint(self.addrs[&id].client).connect_lazy()
+        self.endpoint(id).connect_lazy()
     }
 
     /// A client that follows the leader among all nodes.
@@ -752,11 +839,73 @@ impl Cluster {
     }
 }
 
-fn endpoint(addr: SocketAddr) -> Endpoint {
-    Endpoint::from_shared(format!("http://{addr}"))
-        .expect("a socket address makes a valid URI")
-        .connect_timeout(ms(500))
-        .tcp_nodelay(true)
+impl Cluster {
+    /// The client side of TLS, if the cluster runs with it.
+    pub fn tls(&self) -> Option<&ClientTls> {
+        self.tls.as_ref()
+    }
+
+    /// A `tenure://` URL for the `tenure` client library and CLI: every node, with the
+    /// CA and the harness's client certificate when TLS is on.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.addrs.values().map(|a| a.client.to_string()).collect();
+        let mut url = format!("tenure://{}", hosts.join(","));
+        if let Some(tls) = &self.tls {
+            use tenure_transport::certs::files;
+            url.push_str(&format!(
+                "?ca={}&cert={}&key={}",
+                tls.dir.join(files::CA).display(),
+                tls.dir.join(files::client("harness")).display(),
+                tls.dir.join(files::client_key("harness")).display()
+            ));
+        }
+        url
+    }
+
+    /// An HTTP request to node `id`'s HTTP port (over TLS when on).
+    pub async fn http(
+        &self,
+        id: u64,
+        method: &str,
+        path: &str,
+        body: &str,
+        within: Duration,
+    ) -> std::io::Result<(u16, String)> {
+        let addr = self.addrs[&id].http;
+        match &self.tls {
+            None => http(addr, method, path, body, within).await,
+            Some(tls) => {
+                let exchange = async {
+                    let tcp = tokio::net::TcpStream::connect(addr).await?;
+                    let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
+                    let stream = tls.http.connect(name, tcp).await?;
+                    exchange_http(stream, addr, method, path, body).await
+                };
+                let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("{method} {path} on {addr} timed out"),
+                    )
+                })??;
+                parse_http_response(&raw)
+            }
+        }
+    }
+
+    fn endpoint(&self, id: u64) -> Endpoint {
+        let addr = self.addrs[&id].client;
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .expect("a socket address makes a valid URI")
+            .connect_timeout(ms(500))
+            .tcp_nodelay(true);
+        match &self.tls {
+            Some(tls) => endpoint
+                .tls_config(tls.grpc.clone())
+                .expect("the harness's TLS config is valid"),
+            None => endpoint,
+        }
+    }
 }
 
 impl Drop for Cluster {

@@ -1,0 +1,147 @@
+//! TLS for the client and HTTP ports (the peer port's mutual TLS is the transport's).
+//!
+//! All three use the node's one certificate, signed by the cluster's CA. On the client
+//! port a client certificate from the same CA is accepted but not required: clients may
+//! authenticate otherwise.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_transport::{PeerTls, TlsFiles, TlsMaterial};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::TlsPaths;
+use crate::ServerError;
+
+/// How long an HTTP client gets for its TLS handshake.
+const HTTP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// TLS handshakes in progress on the HTTP port at once; more connections wait in the
+/// kernel's accept queue.
+const HTTP_HANDSHAKES_MAX: usize = 64;
+
+/// A node's TLS material, loaded once at start.
+pub(crate) struct NodeTls {
+    paths: TlsPaths,
+    material: TlsMaterial,
+}
+
+fn files(paths: &TlsPaths) -> TlsFiles {
+    TlsFiles {
+        ca: paths.ca.clone(),
+        cert: paths.cert.clone(),
+        key: paths.key.clone(),
+    }
+}
+
+impl NodeTls {
+    pub(crate) fn load(paths: &TlsPaths) -> Result<NodeTls, ServerError> {
+        let material =
+            TlsMaterial::load(&files(paths)).map_err(|e| ServerError::Tls(e.to_string()))?;
+        Ok(NodeTls {
+            paths: paths.clone(),
+            material,
+        })
+    }
+
+    pub(crate) fn peer(&self) -> Result<PeerTls, ServerError> {
+        PeerTls::new(&self.material).map_err(|e| ServerError::Tls(e.to_string()))
+    }
+
+    /// The gRPC server's TLS: this node's certificate; client certificates from the CA
+    /// accepted, not required.
+    pub(crate) fn grpc(&self) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| ServerError::Tls(format!("cannot read {}: {e}", p.display())))
+        };
+        let identity =
+            tonic::transport::Identity::from_pem(read(&self.paths.cert)?, read(&self.paths.key)?);
+        Ok(tonic::transport::ServerTlsConfig::new()
+            .identity(identity)
+            .client_ca_root(tonic::transport::Certificate::from_pem(read(
+                &self.paths.ca,
+            )?))
+            .client_auth_optional(true)
+            .timeout(HTTP_HANDSHAKE_TIMEOUT))
+    }
+
+    /// The HTTP port's acceptor (HTTP/1.1, no client certificate).
+    pub(crate) fn http_acceptor(&self) -> Result<TlsAcceptor, ServerError> {
+        let mut config = self
+            .material
+            .server_config(false)
+            .map_err(|e| ServerError::Tls(e.to_string()))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+}
+
+/// The HTTP port over TLS, as an axum listener: a task accepts TCP connections and runs
+/// each handshake in its own task (bounded in time and number), so that a slow or silent
+/// client holds up nobody else.
+pub(crate) struct TlsHttpListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsHttpListener {
+    pub(crate) fn new(listener: TcpListener, acceptor: TlsAcceptor) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        let (tx, ready) = mpsc::channel(HTTP_HANDSHAKES_MAX);
+        let handshakes = Arc::new(Semaphore::new(HTTP_HANDSHAKES_MAX));
+        tokio::spawn(async move {
+            loop {
+                let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
+                    return;
+                };
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!("http accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                if tx.is_closed() {
+                    return;
+                }
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    match tokio::time::timeout(HTTP_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                        .await
+                    {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, "http TLS handshake failed: {e}"),
+                        Err(_) => tracing::debug!(%peer, "http TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(TlsHttpListener { ready, local })
+    }
+}
+
+impl axum::serve::Listener for TlsHttpListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(ready) => ready,
+            // The accept task ended (the runtime is shutting down): wait for the server's
+            // own shutdown to end this listener.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}

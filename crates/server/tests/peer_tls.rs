@@ -1,0 +1,179 @@
+//! The peer port's attack, before and after mutual TLS, on real clusters: a stranger on the
+//! network connects to a follower's peer port, says hello as the Raft leader and sends
+//! forged frames — `TimeoutNow` (which forces an election), and an AppendEntries of a
+//! higher term carrying a membership that keeps only the follower.
+//!
+//! On a plaintext cluster (loopback, where plaintext is still allowed) the forgery works:
+//! the follower starts elections and the term moves. With TLS on (the harness's default)
+//! the same bytes, and the same frames inside a TLS session with a certificate from another
+//! CA, are refused before any frame is read: term, commit index and voters stay as they
+//! were, and the node logs why.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use tenure_core::message::{Body, Message};
+use tenure_core::types::{Entry, Membership, Payload};
+use tenure_transport::codec::{encode_hello, Hello, PROTOCOL_VERSION};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The forged bytes: a hello claiming to be `leader`, a burst of `TimeoutNow` and an
+/// AppendEntries of term `term + 5` that would make `follower` the only voter.
+fn forged(leader: u64, follower: u64, term: u64, commit: u64) -> Vec<u8> {
+    let mut bytes = encode_hello(&Hello {
+        cluster_id: CLUSTER_ID.into(),
+        node_id: leader,
+        protocol_version: PROTOCOL_VERSION,
+    })
+    .expect("hello encodes");
+    for _ in 0..5 {
+        let m = Message {
+            from: leader,
+            to: follower,
+            term,
+            body: Body::TimeoutNow,
+        };
+        bytes.extend(tenure_transport::encode_frame(&m).expect("encodes"));
+    }
+    let membership = Membership {
+        voters: BTreeSet::from([follower]),
+        voters_outgoing: BTreeSet::new(),
+        learners: BTreeSet::new(),
+    };
+    let m = Message {
+        from: leader,
+        to: follower,
+        term: term + 5,
+        body: Body::AppendEntries {
+            prev_log_index: commit,
+            prev_log_term: term,
+            entries: vec![Entry {
+                term: term + 5,
+                index: commit + 1,
+                payload: Payload::Membership(membership),
+            }],
+            leader_commit: commit + 1,
+            sent_tick: 0,
+        },
+    };
+    bytes.extend(tenure_transport::encode_frame(&m).expect("encodes"));
+    bytes
+}
+
+/// Writes `bytes` and waits (bounded) for the node to close the connection.
+async fn send_and_wait_close<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, bytes: &[u8]) {
+    let _ = s.write_all(bytes).await;
+    let _ = s.flush().await;
+    let mut buf = [0u8; 256];
+    let _ = tokio::time::timeout(secs(3), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_peer_frames_move_a_plaintext_cluster_but_not_a_tls_one() {
+    // ---- Before: plaintext. The forgery reaches Raft.
+    {
+        let c = Cluster::start(Options::nodes(3).plaintext());
+        let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+        let follower = c.others(&[leader])[0];
+        let commit = c.status_of(follower).await.commit_index;
+        let stream = tokio::net::TcpStream::connect(c.addrs(follower).peer)
+            .await
+            .expect("connect");
+        // A plaintext node keeps the connection open; do not wait for a close.
+        let mut stream = stream;
+        stream
+            .write_all(&forged(leader, follower, term, commit))
+            .await
+            .expect("write");
+        c.wait_status(
+            follower,
+            secs(5),
+            "the forged frames to move the term",
+            |s| s.term > term,
+        )
+        .await;
+        drop(stream);
+    }
+
+    // ---- After: TLS on. The same bytes, then the same frames over TLS with a stranger's
+    // certificate.
+    let c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+    c.wait_caught_up(leader, &c.ids(), secs(10)).await;
+    let before = c.status_of(follower).await;
+    let bytes = forged(leader, follower, term, before.commit_index);
+    let peer = c.addrs(follower).peer;
+
+    let plain = tokio::net::TcpStream::connect(peer).await.expect("connect");
+    send_and_wait_close(plain, &bytes).await;
+
+    let stranger = tempfile::tempdir().expect("tempdir");
+    tenure_transport::certs::issue(
+        stranger.path(),
+        &tenure_transport::certs::CertsRequest {
+            cluster_id: CLUSTER_ID.into(),
+            nodes: vec![leader],
+            clients: Vec::new(),
+            hosts: Vec::new(),
+            days: 1,
+        },
+    )
+    .expect("a stranger's CA and a certificate naming the leader");
+    use tenure_transport::certs::files;
+    let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+        // The stranger trusts the real CA (so the client side finishes) but presents its own.
+        ca: c.tls().expect("TLS is on").dir.join(files::CA),
+        cert: stranger.path().join(files::node(leader)),
+        key: stranger.path().join(files::node_key(leader)),
+    })
+    .expect("material");
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        material.client_config().expect("client config"),
+    ));
+    let tcp = tokio::net::TcpStream::connect(peer).await.expect("connect");
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(tenure_transport::node_name(
+        CLUSTER_ID, follower,
+    ))
+    .expect("name");
+    if let Ok(tls) = connector.connect(name, tcp).await {
+        send_and_wait_close(tls, &bytes).await;
+    }
+
+    // Give a forgery that got through time to act: five TimeoutNow frames would have
+    // started an election at once.
+    tokio::time::sleep(ms(500)).await;
+    let after = c.status_of(follower).await;
+    assert_eq!(after.term, before.term, "the term moved: {after:?}");
+    assert_eq!(after.voters, before.voters, "the voters changed: {after:?}");
+    assert_eq!(
+        after.leader, leader,
+        "the follower lost its leader: {after:?}"
+    );
+    assert!(
+        after.commit_index >= before.commit_index,
+        "commit index went back: {after:?}"
+    );
+    let log = c.log(follower);
+    let refusals = log
+        .lines()
+        .filter(|l| l.contains("closing inbound connection: handshake failed") && l.contains("TLS"))
+        .count();
+    assert!(
+        refusals >= 2,
+        "expected two TLS refusals in node {follower}'s log, found {refusals}"
+    );
+    // The cluster still works.
+    let (l2, t2) = c.wait_for_leader(&c.ids(), secs(5)).await;
+    assert_eq!((l2, t2), (leader, term));
+}
