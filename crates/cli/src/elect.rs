@@ -38,7 +38,8 @@ pub struct Target {
     #[arg(long)]
     election: String,
     /// Backend URL (`tenure://h1:p,h2:p,…`); default `$TENURE_BACKEND`, else
-    /// `tenure://127.0.0.1:8001`.
+    /// `tenure://127.0.0.1:8001`. TLS: `tenure://…?ca=FILE[&cert=FILE&key=FILE]`, or
+    /// `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY` for a `tenure://` URL without a query.
     #[arg(long)]
     backend: Option<String>,
 }

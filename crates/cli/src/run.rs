@@ -110,7 +110,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub election: String,
     /// Backend URL (`tenure://h1:p,h2:p,…`); default `$TENURE_BACKEND`, else
-    /// `tenure://127.0.0.1:8001`.
+    /// `tenure://127.0.0.1:8001`. TLS: `tenure://…?ca=FILE[&cert=FILE&key=FILE]`, or
+    /// `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY` for a `tenure://` URL without a query.
     #[arg(long)]
     pub backend: Option<String>,
     /// Lease TTL (e.g. `10s`, `500ms`, `2m`).
@@ -650,15 +651,67 @@ pub fn signal_name(sig: i32) -> String {
     }
 }
 
-/// `--backend`, else `$TENURE_BACKEND`, else [`DEFAULT_BACKEND`].
+/// `--backend`, else `$TENURE_BACKEND`, else [`DEFAULT_BACKEND`]. A `tenure://` URL without
+/// a query takes its TLS files from `$TENURE_CA` (turns TLS on), `$TENURE_CERT` and
+/// `$TENURE_KEY` (a client certificate).
 pub fn backend_url(flag: Option<&str>) -> String {
-    flag.map(str::to_string)
-        .or_else(|| {
-            std::env::var("TENURE_BACKEND")
-                .ok()
-                .filter(|s| !s.is_empty())
-        })
-        .unwrap_or_else(|| DEFAULT_BACKEND.to_string())
+    let url = flag
+        .map(str::to_string)
+        .or_else(|| env_nonempty("TENURE_BACKEND"))
+        .unwrap_or_else(|| DEFAULT_BACKEND.to_string());
+    with_tls_from_env(url, env_nonempty)
+}
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|s| !s.is_empty())
+}
+
+/// Appends `ca`, `cert` and `key` from `env` to a `tenure://` URL that has no query.
+fn with_tls_from_env(mut url: String, env: impl Fn(&str) -> Option<String>) -> String {
+    if !url.starts_with("tenure://") || url.contains('?') {
+        return url;
+    }
+    let params: Vec<String> = [
+        ("ca", "TENURE_CA"),
+        ("cert", "TENURE_CERT"),
+        ("key", "TENURE_KEY"),
+    ]
+    .into_iter()
+    .filter_map(|(param, var)| env(var).map(|v| format!("{param}={v}")))
+    .collect();
+    if !params.is_empty() {
+        url.push('?');
+        url.push_str(&params.join("&"));
+    }
+    url
+}
+
+#[cfg(test)]
+mod backend_url_tests {
+    use super::with_tls_from_env;
+
+    #[test]
+    fn tls_files_come_from_the_environment_unless_the_url_names_its_own() {
+        let env = |v: &str| match v {
+            "TENURE_CA" => Some("/c/ca.pem".to_string()),
+            "TENURE_CERT" => Some("/c/client-app.pem".to_string()),
+            "TENURE_KEY" => Some("/c/client-app-key.pem".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            with_tls_from_env("tenure://h:1,h:2".into(), env),
+            "tenure://h:1,h:2?ca=/c/ca.pem&cert=/c/client-app.pem&key=/c/client-app-key.pem"
+        );
+        assert_eq!(
+            with_tls_from_env("tenure://h:1?ca=/x".into(), env),
+            "tenure://h:1?ca=/x"
+        );
+        assert_eq!(with_tls_from_env("etcd://h:1".into(), env), "etcd://h:1");
+        assert_eq!(
+            with_tls_from_env("tenure://h:1".into(), |_| None),
+            "tenure://h:1"
+        );
+    }
 }
 
 /// `HOSTNAME:PID`.

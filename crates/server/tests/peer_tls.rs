@@ -177,3 +177,44 @@ async fn forged_peer_frames_move_a_plaintext_cluster_but_not_a_tls_one() {
     let (l2, t2) = c.wait_for_leader(&c.ids(), secs(5)).await;
     assert_eq!((l2, t2), (leader, term));
 }
+
+/// The CLI reaches a TLS cluster with the CA from the URL or from `$TENURE_CA`, and fails
+/// as a backend failure (exit 69) without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
+    let c = Cluster::start(Options::nodes(3));
+    c.wait_for_leader(&c.ids(), secs(10)).await;
+    let run = |url: &str, env: &[(&str, String)]| {
+        let out = std::process::Command::new(tenure_binary())
+            .args(["run", "--election", "tls-check", "--backend", url])
+            .args(["--", "sh", "-c", "echo token=$TENURE_FENCING_TOKEN"])
+            .env_remove("TENURE_CA")
+            .env_remove("TENURE_CERT")
+            .env_remove("TENURE_KEY")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .expect("run tenure");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&c.url(), &[]);
+    assert_eq!(code, Some(0), "with the URL's TLS files: {stdout} {stderr}");
+    assert!(stdout.contains("token="), "{stdout}");
+
+    let plain_url = c.url().split('?').next().expect("url").to_string();
+    let ca = c
+        .tls()
+        .expect("TLS is on")
+        .dir
+        .join(tenure_transport::certs::files::CA)
+        .display()
+        .to_string();
+    let (code, stdout, stderr) = run(&plain_url, &[("TENURE_CA", ca)]);
+    assert_eq!(code, Some(0), "with $TENURE_CA: {stdout} {stderr}");
+
+    let (code, _, stderr) = run(&plain_url, &[]);
+    assert_eq!(code, Some(69), "without the CA: {stderr}");
+}
