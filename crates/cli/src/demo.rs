@@ -193,6 +193,8 @@ struct Scene {
     compute_ms: u64,
     procs: Procs,
     nodes: Nodes,
+    /// HTTPS to the nodes' HTTP ports.
+    http_tls: tokio_rustls::TlsConnector,
     lines_tx: mpsc::UnboundedSender<WorkerLine>,
     lines: mpsc::UnboundedReceiver<WorkerLine>,
     /// Every worker event, in arrival order.
@@ -214,7 +216,8 @@ struct Scene {
 impl Scene {
     fn new(dir: PathBuf, args: &DemoArgs) -> anyhow::Result<Scene> {
         let procs = Procs::new(&dir, NODES)?;
-        let nodes = Nodes::new(procs.client_addrs())?;
+        let nodes = Nodes::new(procs.client_addrs(), &procs.tls_dir)?;
+        let http_tls = http_connector(&procs.tls_dir)?;
         let (lines_tx, lines) = mpsc::unbounded_channel();
         Ok(Scene {
             start: Instant::now(),
@@ -223,6 +226,7 @@ impl Scene {
             compute_ms: args.compute_ms,
             procs,
             nodes,
+            http_tls,
             lines_tx,
             lines,
             events: Vec::new(),
@@ -241,7 +245,7 @@ impl Scene {
         say!();
         for s in &self.procs.servers {
             say!(
-                "  node {}   grpc {}   http://{}/status   http://{}/metrics",
+                "  node {}   grpc {}   https://{}/status   https://{}/metrics",
                 s.id,
                 s.addrs.client,
                 s.addrs.http,
@@ -249,11 +253,19 @@ impl Scene {
             );
         }
         say!(
+            "  TLS on:        mutual TLS between nodes; clients and HTTP over TLS (certificates in {})",
+            self.procs.tls_dir.display()
+        );
+        say!(
             "  data and logs: {} (node-N.log, worker-N.log)",
             self.dir.display()
         );
         let http = self.procs.servers[0].addrs.http;
-        say!("  watch live:    curl -s http://{http}/metrics | grep -E '^tenure_(term|leader_changes|fenced|fsync)'");
+        let ca = self.procs.tls_dir.join("ca.pem");
+        say!(
+            "  watch live:    curl -s --cacert {} https://{http}/metrics | grep -E '^tenure_(term|leader_changes|fenced|fsync)'",
+            ca.display()
+        );
         say!("                 (any node; --hold SECS keeps the cluster up after the verdict)");
     }
 
@@ -1030,7 +1042,7 @@ impl Scene {
         }
         for id in order {
             let http = self.procs.servers[id as usize - 1].addrs.http;
-            if let Ok(text) = http_get(http, "/metrics").await {
+            if let Ok(text) = http_get(&self.http_tls, http, "/metrics").await {
                 let m = text
                     .lines()
                     .filter(|l| !l.starts_with('#'))
@@ -1067,16 +1079,42 @@ impl Scene {
     }
 }
 
-/// A minimal HTTP/1.1 GET (the demo's only HTTP need; not worth a client library).
-async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+/// The demo's HTTPS client: it trusts the demo cluster's CA.
+fn http_connector(tls_dir: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use tenure_transport::certs::files;
+    let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+        ca: tls_dir.join(files::CA),
+        cert: tls_dir.join(files::client(procs::DEMO_CLIENT)),
+        key: tls_dir.join(files::client_key(procs::DEMO_CLIENT)),
+    })?;
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        material.client_config()?,
+    )))
+}
+
+/// A minimal HTTPS/1.1 GET (the demo's only HTTP need; not worth a client library).
+async fn http_get(
+    tls: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+    path: &str,
+) -> anyhow::Result<String> {
     let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
+        let mut s = tls.connect(name, tcp).await?;
         s.write_all(
             format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
         )
         .await?;
         let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await?;
+        s.flush().await?;
+        // A TLS peer may close without close_notify after the whole response.
+        match s.read_to_end(&mut buf).await {
+            Err(e) if e.kind() != std::io::ErrorKind::UnexpectedEof || buf.is_empty() => {
+                return Err(e.into())
+            }
+            _ => {}
+        }
         anyhow::Ok(buf)
     };
     let buf = tokio::time::timeout(Duration::from_secs(2), exchange)

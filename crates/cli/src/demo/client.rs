@@ -58,16 +58,30 @@ pub struct Nodes {
 }
 
 impl Nodes {
-    /// Channels to `addrs` (`host:port` of each node's client API); nothing connects yet.
-    pub fn new(addrs: Vec<String>) -> anyhow::Result<Nodes> {
+    /// Channels to `addrs` (`host:port` of each node's client API) over TLS with the
+    /// certificates in `tls_dir` (`tenure certs` layout); nothing connects yet.
+    pub fn new(addrs: Vec<String>, tls_dir: &std::path::Path) -> anyhow::Result<Nodes> {
+        use tenure_transport::certs::files;
         anyhow::ensure!(!addrs.is_empty(), "no node addresses");
+        let read = |name: &str| {
+            let path = tls_dir.join(name);
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)?))
+            .identity(tonic::transport::Identity::from_pem(
+                read(&files::client(super::procs::DEMO_CLIENT))?,
+                read(&files::client_key(super::procs::DEMO_CLIENT))?,
+            ));
         let channels = addrs
             .iter()
             .map(|a| {
-                Ok(Endpoint::from_shared(format!("http://{a}"))
+                Ok(Endpoint::from_shared(format!("https://{a}"))
                     .with_context(|| format!("bad node address {a:?}"))?
                     .connect_timeout(CONNECT_TIMEOUT)
                     .tcp_nodelay(true)
+                    .tls_config(tls.clone())
+                    .context("TLS configuration")?
                     .connect_lazy())
             })
             .collect::<anyhow::Result<Vec<_>>>()?;

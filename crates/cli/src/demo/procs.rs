@@ -83,8 +83,15 @@ pub struct Worker {
 pub type WorkerLine = (u64, Instant, Option<String>);
 
 /// Every child of the demo. Dropping it kills them all.
+/// The demo cluster's id (it names the nodes' certificates).
+pub const CLUSTER_ID: &str = "tenure-demo";
+/// The client certificate the controller and the workers present.
+pub const DEMO_CLIENT: &str = "demo";
+
 pub struct Procs {
     exe: PathBuf,
+    /// The cluster's certificates (`tenure certs` layout): TLS is on everywhere.
+    pub tls_dir: PathBuf,
     /// The servers, node `i + 1` at index `i`.
     pub servers: Vec<Server>,
     /// The workers, worker `i + 1` at index `i`.
@@ -128,6 +135,18 @@ impl Procs {
     /// Lay out (but do not start) `n` servers under `dir`.
     pub fn new(dir: &Path, n: usize) -> anyhow::Result<Procs> {
         let exe = std::env::current_exe().context("cannot find the tenure executable")?;
+        let tls_dir = dir.join("certs");
+        tenure_transport::certs::issue(
+            &tls_dir,
+            &tenure_transport::certs::CertsRequest {
+                cluster_id: CLUSTER_ID.into(),
+                nodes: (1..=n as u64).collect(),
+                clients: vec![DEMO_CLIENT.into()],
+                hosts: Vec::new(),
+                days: 1,
+            },
+        )
+        .context("cannot issue the demo's certificates")?;
         let servers = free_addrs(n)?
             .into_iter()
             .enumerate()
@@ -144,6 +163,7 @@ impl Procs {
             .collect();
         Ok(Procs {
             exe,
+            tls_dir,
             servers,
             workers: Vec::new(),
         })
@@ -179,7 +199,9 @@ impl Procs {
         cmd.arg("--data-dir")
             .arg(&s.data_dir)
             .arg("--cluster-id")
-            .arg("tenure-demo")
+            .arg(CLUSTER_ID)
+            .arg("--tls-dir")
+            .arg(&self.tls_dir)
             .arg("--election-timeout-ms")
             .arg(ELECTION_TIMEOUT_MS.to_string())
             .arg("--heartbeat-ms")
@@ -242,6 +264,8 @@ impl Procs {
             .arg(id.to_string())
             .arg("--nodes")
             .arg(self.client_addrs().join(","))
+            .arg("--tls-dir")
+            .arg(&self.tls_dir)
             .arg("--ttl-ms")
             .arg(ttl_ms.to_string())
             .arg("--compute-ms")

@@ -39,6 +39,9 @@ pub struct WorkerArgs {
     /// The nodes' client (gRPC) addresses, comma-separated.
     #[arg(long, value_delimiter = ',', required = true)]
     nodes: Vec<String>,
+    /// The cluster's certificates (`tenure certs` layout, client `demo`).
+    #[arg(long)]
+    tls_dir: std::path::PathBuf,
     /// The election to campaign for.
     #[arg(long, default_value = "nightly-report")]
     election: String,
@@ -165,7 +168,7 @@ pub fn run(args: WorkerArgs) -> ExitCode {
     };
     // Channels spawn their connection tasks on the runtime, even lazily connected ones.
     let _runtime_context = runtime.enter();
-    let nodes = match Nodes::new(args.nodes.clone()) {
+    let nodes = match Nodes::new(args.nodes.clone(), &args.tls_dir) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("tenure demo-worker: {e:#}");
