@@ -767,20 +767,20 @@ impl Drop for LocalCluster {
 /// A session and a token for fenced writes to the election `measure`.
 async fn writer_token(cluster: &LocalCluster, leader: u64) -> anyhow::Result<u64> {
     let channel = cluster.channel(leader, secs(5));
-    let session = v1::sessions_client::SessionsClient::new(channel.clone())
+    let granted = v1::sessions_client::SessionsClient::new(channel.clone())
         .grant(v1::GrantRequest {
             ttl_ms: 3_600_000,
             ..Default::default()
         })
         .await
         .context("grant a session")?
-        .into_inner()
-        .session_id;
+        .into_inner();
     let token = v1::elections_client::ElectionsClient::new(channel)
         .campaign(v1::CampaignRequest {
             election: "measure".into(),
-            session_id: session,
+            session_id: granted.session_id,
             value: Vec::new(),
+            session_secret: granted.session_secret,
             ..Default::default()
         })
         .await

@@ -37,6 +37,10 @@ pub enum Error {
     /// A fenced write named another election than the one the key belongs to.
     #[error("wrong election: {0}")]
     WrongElection(String),
+    /// The cluster refused the request as not this client's to make (for example a
+    /// session's secret did not match).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// The session (lease) behind a candidacy or leadership expired or was revoked.
     #[error("the session expired or was revoked")]
     SessionLost,
@@ -103,6 +107,7 @@ impl From<Status> for Error {
             Some("unknown-election") => Error::UnknownElection(message),
             Some("not-candidate") => Error::NotCandidate(message),
             Some("wrong-election") => Error::WrongElection(message),
+            Some("wrong-secret") => Error::PermissionDenied(message),
             Some("stale-token") | Some("token-superseded") => match meta(&s, CURRENT_TOKEN_KEY)
                 .and_then(|t| t.parse().ok())
             {

@@ -64,6 +64,9 @@ pub(crate) struct Nodes {
     /// them, so numbers are unique on each): every attempt of one request carries the same
     /// number, and the cluster applies it at most once (Raft dissertation §6.3).
     next_seq: Arc<AtomicU64>,
+    /// The secret of every session this client was granted (and has not revoked): every
+    /// request acting for a session presents it.
+    secrets: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Vec<u8>>>>,
 }
 
 /// The TLS configuration a `tenure://` URL's query asks for, if any.
@@ -161,7 +164,18 @@ impl Nodes {
             channels: Arc::new(channels),
             guess: Arc::new(AtomicUsize::new(0)),
             next_seq: Arc::new(AtomicU64::new(1)),
+            secrets: Arc::default(),
         })
+    }
+
+    /// The secret of `session` (empty if this client was not granted it).
+    fn secret(&self, session: u64) -> Vec<u8> {
+        self.secrets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&session)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The next request sequence number.
@@ -260,35 +274,59 @@ impl Nodes {
         let ttl_ms = u64::try_from(ttl.as_millis())
             .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
         let request_nonce = grant_nonce();
+        // The secret is drawn here, not by the server, so that every retry of this grant
+        // (same nonce) presents the same one and the session it returns is ours.
+        let mut secret = vec![0u8; 16];
+        getrandom::getrandom(&mut secret)
+            .map_err(|e| Error::Backend(format!("the OS random source failed: {e}")))?;
         let g = self
-            .call(|ch| async move {
-                SessionsClient::new(ch)
-                    .grant(v1::GrantRequest {
-                        ttl_ms,
-                        request_nonce,
-                    })
-                    .await
+            .call(|ch| {
+                let session_secret = secret.clone();
+                async move {
+                    SessionsClient::new(ch)
+                        .grant(v1::GrantRequest {
+                            ttl_ms,
+                            request_nonce,
+                            session_secret,
+                        })
+                        .await
+                }
             })
             .await?;
+        self.secrets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(g.session_id, secret);
         Ok((g.session_id, Duration::from_millis(g.ttl_ms)))
     }
 
     pub async fn revoke(&self, session: u64) -> Result<()> {
         let request_seq = self.seq();
+        let secret = self.secret(session);
         let r = self
-            .call(|ch| async move {
-                SessionsClient::new(ch)
-                    .revoke(v1::RevokeRequest {
-                        session_id: session,
-                        request_seq,
-                    })
-                    .await
+            .call(|ch| {
+                let session_secret = secret.clone();
+                async move {
+                    SessionsClient::new(ch)
+                        .revoke(v1::RevokeRequest {
+                            session_id: session,
+                            request_seq,
+                            session_secret,
+                        })
+                        .await
+                }
             })
             .await;
         // A retry of a revoke that took effect finds the session gone (its results went
         // with it): the same end state.
         match r {
-            Ok(_) | Err(Error::SessionLost) => Ok(()),
+            Ok(_) | Err(Error::SessionLost) => {
+                self.secrets
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&session);
+                Ok(())
+            }
             Err(e) => Err(e),
         }
     }
@@ -305,6 +343,7 @@ impl Nodes {
                 session_id: session,
                 value: value.to_vec(),
                 request_seq,
+                session_secret: self.secret(session),
             };
             match ElectionsClient::new(self.channels[i].clone())
                 .campaign(req)
@@ -329,12 +368,14 @@ impl Nodes {
 
     pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
         let request_seq = self.seq();
+        let secret = self.secret(session);
         let r = self
             .call(|ch| {
                 let req = v1::ResignRequest {
                     election: election.to_string(),
                     session_id: session,
                     request_seq,
+                    session_secret: secret.clone(),
                 };
                 async move { ElectionsClient::new(ch).resign(req).await }
             })
@@ -348,6 +389,7 @@ impl Nodes {
 
     pub async fn transfer(&self, election: &str, from: u64, to: u64) -> Result<u64> {
         let request_seq = self.seq();
+        let secret = self.secret(from);
         let r = self
             .call(|ch| {
                 let req = v1::TransferRequest {
@@ -355,6 +397,7 @@ impl Nodes {
                     from_session_id: from,
                     to_session_id: to,
                     request_seq,
+                    from_session_secret: secret.clone(),
                 };
                 async move { ElectionsClient::new(ch).transfer(req).await }
             })
@@ -464,6 +507,7 @@ fn info(l: v1::LeaderInfo) -> LeaderInfo {
 /// hints); `unknown-session` ends the session and the task.
 pub(crate) async fn keepalive_loop(nodes: Nodes, session: Arc<Session>) {
     let every = session.ttl / 4;
+    let secret = nodes.secret(session.id);
     let mut seq: u64 = 0;
     loop {
         let i = nodes.guess();
@@ -476,6 +520,7 @@ pub(crate) async fn keepalive_loop(nodes: Nodes, session: Arc<Session>) {
         let _ = tx.try_send(v1::KeepAliveRequest {
             session_id: session.id,
             seq,
+            session_secret: secret.clone(),
         });
         let opened = tokio::time::timeout(
             ATTEMPT_TIMEOUT,
@@ -513,7 +558,12 @@ pub(crate) async fn keepalive_loop(nodes: Nodes, session: Arc<Session>) {
                     }
                     seq += 1;
                     sent.insert(seq, Instant::now());
-                    if tx.send(v1::KeepAliveRequest { session_id: session.id, seq }).await.is_err() {
+                    let request = v1::KeepAliveRequest {
+                        session_id: session.id,
+                        seq,
+                        session_secret: secret.clone(),
+                    };
+                    if tx.send(request).await.is_err() {
                         break;
                     }
                 }

@@ -327,7 +327,10 @@ impl Node {
         command: Command,
     ) -> Result<Proposed, ProposeError> {
         self.assert_not_awaiting();
-        if matches!(command, Command::Expire { .. } | Command::Checkpoint { .. }) {
+        if matches!(
+            command.unsealed(),
+            Command::Expire { .. } | Command::Checkpoint { .. }
+        ) {
             return Err(ProposeError::ClientCommandNotAllowed);
         }
         self.raft.check_can_propose()?;
@@ -337,7 +340,7 @@ impl Node {
         if let Some(id) = id {
             check_request_id(id, &command).map_err(ProposeError::Invalid)?;
         }
-        let is_grant = matches!(command, Command::Grant { .. });
+        let is_grant = matches!(command.unsealed(), Command::Grant { .. });
         let payload = match id {
             Some(id) => Payload::Request { id, command },
             None => Payload::Command(command),
@@ -355,7 +358,24 @@ impl Node {
     /// and has made the renewal durable enough for any successor; if that cannot happen in
     /// time it never comes, and the client retries.
     pub fn keepalive(&mut self, session: SessionId, tag: u64) -> Result<(), ProposeError> {
+        self.keepalive_as(session, tag, None)
+    }
+
+    /// [`Node::keepalive`] presenting the hash of the session's secret: a session granted
+    /// with a secret is renewed only with it (`SmError::WrongSecret` otherwise, nothing
+    /// changes).
+    pub fn keepalive_as(
+        &mut self,
+        session: SessionId,
+        tag: u64,
+        secret_hash: Option<&crate::sm::SecretHash>,
+    ) -> Result<(), ProposeError> {
         self.assert_not_awaiting();
+        if !self.sm.secret_matches(session, secret_hash) {
+            return Err(ProposeError::Invalid(crate::sm::SmError::WrongSecret(
+                session,
+            )));
+        }
         if self.raft.role != Role::Leader {
             return Err(ProposeError::NotLeader {
                 leader_hint: self.raft.leader,
@@ -744,7 +764,7 @@ impl Node {
             }
             _ => None,
         };
-        match (command, response) {
+        match (command.unsealed(), response) {
             (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
                 let deadline = match own {
                     Some(_) => now + 1 + ttl_ticks,
@@ -1015,6 +1035,7 @@ fn validate_sizes(limits: &SmLimits, command: &Command) -> Result<(), SmError> {
         }
         Command::Get { key } => check("key", key.len(), 1, limits.key_bytes_max)?,
         Command::Revoke { .. } | Command::Expire { .. } | Command::Checkpoint { .. } => {}
+        Command::Sealed { command, .. } => validate_sizes(limits, command)?,
     }
     Ok(())
 }

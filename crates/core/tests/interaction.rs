@@ -1073,6 +1073,7 @@ fn fmt_entry(e: &Entry) -> String {
 
 fn fmt_command(c: &Command) -> String {
     match c {
+        Command::Sealed { command, .. } => format!("Sealed({})", fmt_command(command)),
         Command::Grant { ttl_ticks } => format!("Grant(ttl={ttl_ticks})"),
         Command::Revoke { session } => format!("Revoke({session})"),
         Command::Expire { session } => format!("Expire({session})"),

@@ -1052,3 +1052,142 @@ fn a_superseded_token_is_refused_before_the_new_leader_writes() {
         },
     );
 }
+
+fn sealed(secret: u8, command: Command) -> Command {
+    Command::Sealed {
+        secret_hash: [secret; 32],
+        command: Box::new(command),
+    }
+}
+
+/// A session granted with a secret acts only with it: every command acting for it without
+/// the secret, or with another, is refused `WrongSecret` and changes nothing (same digest);
+/// with it, everything works as before.
+#[test]
+fn a_session_granted_with_a_secret_is_used_only_with_it() {
+    let mut h = Harness::new();
+    let owner = match h.apply(sealed(7, Command::Grant { ttl_ticks: 10 })) {
+        Response::Granted { session, .. } => session,
+        other => panic!("grant failed: {other:?}"),
+    };
+    assert_eq!(
+        h.apply(sealed(7, campaign("e", owner, b"me"))),
+        Response::Campaigned {
+            leader_token: Some(1),
+            position: 0
+        }
+    );
+    let other = h.grant();
+    assert!(matches!(
+        h.apply(campaign("e", other, b"x")),
+        Response::Campaigned { .. }
+    ));
+    let digest = h.sm.digest();
+    let attacks = [
+        campaign("f", owner, b"evil"),
+        resign("e", owner),
+        transfer("e", owner, other),
+        Command::Revoke { session: owner },
+    ];
+    for attack in attacks {
+        for presented in [None, Some(8u8)] {
+            let command = match presented {
+                None => attack.clone(),
+                Some(s) => sealed(s, attack.clone()),
+            };
+            assert_eq!(
+                h.apply(command.clone()),
+                Response::Rejected(SmError::WrongSecret(owner)),
+                "{command:?}"
+            );
+            assert_eq!(h.sm.digest(), digest, "{command:?} changed the state");
+        }
+    }
+    assert!(h.sm.secret_matches(owner, Some(&[7; 32])));
+    assert!(!h.sm.secret_matches(owner, None));
+    assert!(!h.sm.secret_matches(owner, Some(&[8; 32])));
+    // A session granted without a secret refuses a sealed command: the secret names
+    // another session's owner.
+    assert_eq!(
+        h.apply(sealed(7, resign("e", other))),
+        Response::Rejected(SmError::WrongSecret(other))
+    );
+    // The owner, with its secret.
+    assert_eq!(
+        h.apply(sealed(7, transfer("e", owner, other))),
+        Response::Transferred { token: 2 }
+    );
+    assert_eq!(
+        h.apply(sealed(7, Command::Revoke { session: owner })),
+        Response::Ended { session: owner }
+    );
+    // Reads and fenced writes by token need no session, and so no secret.
+    assert_eq!(h.apply(put("k", "e", 2)), Response::Put);
+}
+
+/// Remembered results are the session's too: a request id on another's session, or a
+/// retried grant with another secret, gets nothing back (no token, no session).
+#[test]
+fn remembered_results_and_retried_grants_are_handed_out_only_with_the_secret() {
+    let mut h = Harness::new();
+    let (granted, _) = h.request(
+        RequestId::Grant { nonce: 42 },
+        sealed(7, Command::Grant { ttl_ticks: 10 }),
+    );
+    let Response::Granted { session, .. } = granted else {
+        panic!("grant failed: {granted:?}")
+    };
+    let id = RequestId::Session { session, seq: 1 };
+    let (first, _) = h.request(id, sealed(7, campaign("e", session, b"me")));
+    assert!(matches!(
+        first,
+        Response::Campaigned {
+            leader_token: Some(1),
+            ..
+        }
+    ));
+    let digest = h.sm.digest();
+    for attempt in [
+        campaign("e", session, b"me"),
+        sealed(8, campaign("e", session, b"me")),
+    ] {
+        assert_eq!(
+            h.request(id, attempt),
+            (Response::Rejected(SmError::WrongSecret(session)), None)
+        );
+    }
+    assert_eq!(
+        h.request(
+            RequestId::Grant { nonce: 42 },
+            sealed(8, Command::Grant { ttl_ticks: 10 })
+        ),
+        (Response::Rejected(SmError::WrongSecret(session)), None)
+    );
+    assert_eq!(h.sm.digest(), digest);
+    // The owner's retries get the remembered answers.
+    assert_eq!(
+        h.request(id, sealed(7, campaign("e", session, b"me"))).0,
+        first
+    );
+    assert!(matches!(
+        h.request(
+            RequestId::Grant { nonce: 42 },
+            sealed(7, Command::Grant { ttl_ticks: 10 })
+        ),
+        (Response::Granted { .. }, Some(_))
+    ));
+}
+
+/// The secret survives a snapshot: a restored state machine still refuses the wrong one.
+#[test]
+fn a_restored_state_machine_still_checks_secrets() {
+    let mut h = Harness::new();
+    let Response::Granted { session, .. } = h.apply(sealed(7, Command::Grant { ttl_ticks: 10 }))
+    else {
+        panic!("grant failed")
+    };
+    let restored = StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot())
+        .expect("restores");
+    assert!(restored.secret_matches(session, Some(&[7; 32])));
+    assert!(!restored.secret_matches(session, None));
+}

@@ -338,6 +338,19 @@ impl<P, K> DriverCore<P, K> {
     /// A keepalive for `session` arrived. Acknowledged later from `Ready::keepalive_acks`,
     /// or refused (now if the node cannot take it; later if it stops leading first).
     pub fn keepalive(&mut self, node: &mut Node, now_us: Micros, session: SessionId, reply: K) {
+        self.keepalive_as(node, now_us, session, None, reply);
+    }
+
+    /// [`DriverCore::keepalive`] presenting the hash of the session's secret (required for
+    /// a session granted with one; refused `WrongSecret` otherwise).
+    pub fn keepalive_as(
+        &mut self,
+        node: &mut Node,
+        now_us: Micros,
+        session: SessionId,
+        secret_hash: Option<tenure_core::sm::SecretHash>,
+        reply: K,
+    ) {
         if let Some(previous) = self.last_keepalive_us.insert(session, now_us) {
             self.out.events.push(Event::LeaseAgeAtRenewal {
                 age_us: now_us.saturating_sub(previous),
@@ -345,7 +358,7 @@ impl<P, K> DriverCore<P, K> {
         }
         let tag = self.next_tag;
         self.next_tag += 1;
-        match node.keepalive(session, tag) {
+        match node.keepalive_as(session, tag, secret_hash.as_ref()) {
             Ok(()) => {
                 if self.keepalives.len() >= KEEPALIVES_PENDING_MAX {
                     if let Some((_, p)) = self.keepalives.pop_first() {

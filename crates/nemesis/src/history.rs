@@ -203,6 +203,7 @@ pub const DEFINITE_REASONS: &[&str] = &[
     "token-superseded",
     "token-not-issued",
     "wrong-election",
+    "wrong-secret",
 ];
 
 /// Turn a gRPC status into an outcome by its `tenure-error` reason.

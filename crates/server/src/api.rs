@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SessionId, SmError};
+use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SecretHash, SessionId, SmError};
 use tenure_core::types::NodeId;
 use tenure_proto::v1;
 use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
@@ -20,6 +20,9 @@ use tonic::{Request, Status};
 
 use crate::config::{NodeAddrs, ServerConfig};
 use crate::driver::{ApiError, ClientRequest, DriverHandle};
+
+/// Length of a session secret: 128 bits.
+pub const SESSION_SECRET_BYTES: usize = 16;
 
 /// Shared by every service.
 #[derive(Clone)]
@@ -79,6 +82,9 @@ impl Api {
                     Status::failed_precondition(e.to_string()),
                     "request-forgotten",
                 ),
+                SmError::WrongSecret(_) => {
+                    (Status::permission_denied(e.to_string()), "wrong-secret")
+                }
                 SmError::TtlOutOfRange { .. }
                 | SmError::BadSize { .. }
                 | SmError::BadRequestId(_)
@@ -108,6 +114,33 @@ impl Api {
             }
         }
         status
+    }
+
+    /// The hash of a presented session secret: `None` when none was presented; a secret
+    /// of the wrong length is an invalid argument.
+    fn secret_hash(&self, secret: &[u8]) -> Result<Option<SecretHash>, Status> {
+        if secret.is_empty() {
+            return Ok(None);
+        }
+        if secret.len() != SESSION_SECRET_BYTES {
+            return Err(self.status(ApiError::Invalid(format!(
+                "session_secret is {} bytes; session secrets are {SESSION_SECRET_BYTES}",
+                secret.len()
+            ))));
+        }
+        use sha2::Digest as _;
+        Ok(Some(sha2::Sha256::digest(secret).into()))
+    }
+
+    /// `command` sealed with the hash of `secret`, or as it is when none was presented.
+    fn seal(&self, secret: &[u8], command: Command) -> Result<Command, Status> {
+        Ok(match self.secret_hash(secret)? {
+            Some(secret_hash) => Command::Sealed {
+                secret_hash,
+                command: Box::new(command),
+            },
+            None => command,
+        })
     }
 
     async fn run(&self, command: Command) -> Result<(u64, Response), Status> {
@@ -183,14 +216,24 @@ impl v1::sessions_server::Sessions for Api {
         let request = (r.request_nonce != 0).then_some(RequestId::Grant {
             nonce: r.request_nonce,
         });
-        match self
-            .run_request(request, Command::Grant { ttl_ticks })
-            .await?
-        {
+        let secret = if r.session_secret.is_empty() {
+            let mut secret = vec![0u8; SESSION_SECRET_BYTES];
+            getrandom::getrandom(&mut secret).map_err(|e| {
+                self.status(ApiError::Unavailable(format!(
+                    "the OS random source failed: {e}"
+                )))
+            })?;
+            secret
+        } else {
+            r.session_secret
+        };
+        let command = self.seal(&secret, Command::Grant { ttl_ticks })?;
+        match self.run_request(request, command).await? {
             (_, Response::Granted { session, ttl_ticks }) => {
                 Ok(tonic::Response::new(v1::GrantResponse {
                     session_id: session,
                     ttl_ms: ttl_ticks * self.tick_ms,
+                    session_secret: secret,
                 }))
             }
             (_, r) => Err(Api::unexpected(r)),
@@ -221,10 +264,21 @@ impl v1::sessions_server::Sessions for Api {
                 // does not hold up the next.
                 tokio::spawn(async move {
                     let session = ka.session_id;
+                    let secret_hash = match api.secret_hash(&ka.session_secret) {
+                        Ok(h) => h,
+                        Err(status) => {
+                            let _ = tx.send(Err(status)).await;
+                            return;
+                        }
+                    };
                     let answer = api
                         .driver
                         .call(
-                            |reply| ClientRequest::KeepAlive { session, reply },
+                            |reply| ClientRequest::KeepAlive {
+                                session,
+                                secret_hash,
+                                reply,
+                            },
                             api.timeout,
                         )
                         .await;
@@ -249,11 +303,9 @@ impl v1::sessions_server::Sessions for Api {
     ) -> Result<tonic::Response<v1::RevokeResponse>, Status> {
         let r = req.into_inner();
         let session = r.session_id;
-        self.run_request(
-            on_session(session, r.request_seq),
-            Command::Revoke { session },
-        )
-        .await?;
+        let command = self.seal(&r.session_secret, Command::Revoke { session })?;
+        self.run_request(on_session(session, r.request_seq), command)
+            .await?;
         Ok(tonic::Response::new(v1::RevokeResponse {}))
     }
 }
@@ -270,11 +322,14 @@ impl v1::elections_server::Elections for Api {
         let mut changes = self.driver.leader_changes.subscribe();
         let election = r.election.clone();
         let session = r.session_id;
-        let cmd = Command::Campaign {
-            election: r.election,
-            session,
-            value: r.value,
-        };
+        let cmd = self.seal(
+            &r.session_secret,
+            Command::Campaign {
+                election: r.election,
+                session,
+                value: r.value,
+            },
+        )?;
         match self
             .run_request(on_session(session, r.request_seq), cmd)
             .await?
@@ -335,14 +390,15 @@ impl v1::elections_server::Elections for Api {
         req: Request<v1::ResignRequest>,
     ) -> Result<tonic::Response<v1::ResignResponse>, Status> {
         let r = req.into_inner();
-        self.run_request(
-            on_session(r.session_id, r.request_seq),
+        let command = self.seal(
+            &r.session_secret,
             Command::Resign {
                 election: r.election,
                 session: r.session_id,
             },
-        )
-        .await?;
+        )?;
+        self.run_request(on_session(r.session_id, r.request_seq), command)
+            .await?;
         Ok(tonic::Response::new(v1::ResignResponse {}))
     }
 
@@ -352,11 +408,14 @@ impl v1::elections_server::Elections for Api {
     ) -> Result<tonic::Response<v1::TransferResponse>, Status> {
         let r = req.into_inner();
         let request = on_session(r.from_session_id, r.request_seq);
-        let cmd = Command::Transfer {
-            election: r.election,
-            from: r.from_session_id,
-            to: r.to_session_id,
-        };
+        let cmd = self.seal(
+            &r.from_session_secret,
+            Command::Transfer {
+                election: r.election,
+                from: r.from_session_id,
+                to: r.to_session_id,
+            },
+        )?;
         match self.run_request(request, cmd).await? {
             (_, Response::Transferred { token }) => {
                 Ok(tonic::Response::new(v1::TransferResponse { token }))
@@ -470,12 +529,15 @@ impl v1::fenced_keys_server::FencedKeys for Api {
     ) -> Result<tonic::Response<v1::PutResponse>, Status> {
         let r = req.into_inner();
         let request = on_session(r.session_id, r.request_seq);
-        let cmd = Command::FencedPut {
-            key: r.key,
-            value: r.value,
-            election: r.election,
-            token: r.token,
-        };
+        let cmd = self.seal(
+            &r.session_secret,
+            Command::FencedPut {
+                key: r.key,
+                value: r.value,
+                election: r.election,
+                token: r.token,
+            },
+        )?;
         match self.run_request(request, cmd).await? {
             (index, Response::Put) => Ok(tonic::Response::new(v1::PutResponse { index })),
             (_, r) => Err(Api::unexpected(r)),

@@ -122,6 +122,8 @@ pub enum ClientRequest {
     KeepAlive {
         /// The session.
         session: SessionId,
+        /// The hash of the secret the client presented, if any.
+        secret_hash: Option<tenure_core::sm::SecretHash>,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<u64, ApiError>>,
     },
@@ -389,8 +391,13 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 self.core
                     .propose(&mut self.node, now, request, command, reply);
             }
-            ClientRequest::KeepAlive { session, reply } => {
-                self.core.keepalive(&mut self.node, now, session, reply);
+            ClientRequest::KeepAlive {
+                session,
+                secret_hash,
+                reply,
+            } => {
+                self.core
+                    .keepalive_as(&mut self.node, now, session, secret_hash, reply);
             }
             ClientRequest::TransferLeader { to, reply } => {
                 let _ = reply.send(self.node.transfer_leadership(to).map_err(Into::into));

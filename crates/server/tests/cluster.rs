@@ -331,6 +331,7 @@ async fn expiry_trial(
         async move {
             s.grant(v1::GrantRequest {
                 ttl_ms,
+                session_secret: secret(),
                 ..Default::default()
             })
             .await
@@ -345,6 +346,7 @@ async fn expiry_trial(
         election: election.to_string(),
         session_id,
         value: value.as_bytes().to_vec(),
+        session_secret: secret(),
         ..Default::default()
     };
     let first_token = elections
@@ -388,6 +390,7 @@ async fn expiry_trial(
         tx.send(v1::KeepAliveRequest {
             session_id: holder.session_id,
             seq,
+            session_secret: secret(),
         })
         .await
         .expect("send keepalive");
@@ -442,6 +445,7 @@ async fn expiry_trial(
     tx.send(v1::KeepAliveRequest {
         session_id: holder.session_id,
         seq: 999,
+        session_secret: secret(),
     })
     .await
     .expect("send keepalive");
@@ -694,6 +698,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         let r = sessions
             .grant(v1::GrantRequest {
                 ttl_ms,
+                session_secret: secret(),
                 ..Default::default()
             })
             .await;
@@ -775,6 +780,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         election: election.into(),
         session_id,
         value: Vec::new(),
+        session_secret: secret(),
         ..Default::default()
     };
     assert_error(
@@ -798,6 +804,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
     let resign = |election: &str, session_id| v1::ResignRequest {
         election: election.into(),
         session_id,
+        session_secret: secret(),
         ..Default::default()
     };
     assert_error(
@@ -822,6 +829,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         election: "no-such-election".into(),
         from_session_id: holder,
         to_session_id: holder,
+        from_session_secret: secret(),
         ..Default::default()
     };
     assert_error(
@@ -867,6 +875,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
         sessions
             .revoke(v1::RevokeRequest {
                 session_id: 999_999,
+                session_secret: secret(),
                 ..Default::default()
             })
             .await,
@@ -878,6 +887,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
     tx.send(v1::KeepAliveRequest {
         session_id: 999_999,
         seq: 1,
+        session_secret: secret(),
     })
     .await
     .expect("send");
@@ -917,6 +927,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
     let newer = sessions
         .grant(v1::GrantRequest {
             ttl_ms: 60_000,
+            session_secret: secret(),
             ..Default::default()
         })
         .await
@@ -947,6 +958,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
     let intruder = sessions
         .grant(v1::GrantRequest {
             ttl_ms: 60_000,
+            session_secret: secret(),
             ..Default::default()
         })
         .await
@@ -983,6 +995,7 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
     sessions
         .revoke(v1::RevokeRequest {
             session_id: intruder,
+            session_secret: secret(),
             ..Default::default()
         })
         .await

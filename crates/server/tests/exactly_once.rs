@@ -32,6 +32,7 @@ fn put(key: &str, value: &[u8], token: u64, session: u64, seq: u64) -> v1::PutRe
         token,
         session_id: session,
         request_seq: seq,
+        session_secret: if session == 0 { Vec::new() } else { secret() },
     }
 }
 
@@ -191,15 +192,18 @@ async fn a_retried_request_is_applied_once() {
     let grant = v1::GrantRequest {
         ttl_ms: 60_000,
         request_nonce: 0xfeed,
+        session_secret: secret(),
     };
     let grant_once = || {
-        client
-            .clone()
-            .on_leader_owned(within, move |ch| async move {
+        let grant = grant.clone();
+        client.clone().on_leader_owned(within, move |ch| {
+            let grant = grant.clone();
+            async move {
                 v1::sessions_client::SessionsClient::new(ch)
                     .grant(grant)
                     .await
-            })
+            }
+        })
     };
     let first = grant_once().await.expect("grant");
     let again = grant_once().await.expect("grant retry");
@@ -211,6 +215,7 @@ async fn a_retried_request_is_applied_once() {
         session_id: session,
         value: b"me".to_vec(),
         request_seq: 1,
+        session_secret: secret(),
     };
     let campaign_once = |client: &mut Client| {
         let campaign = campaign.clone();
@@ -260,6 +265,7 @@ async fn a_retried_request_is_applied_once() {
                 .revoke(v1::RevokeRequest {
                     session_id: session,
                     request_seq: 4,
+                    session_secret: secret(),
                 })
                 .await
         })

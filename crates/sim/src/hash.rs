@@ -130,6 +130,14 @@ pub fn command(h: &mut Fnv64, command: &Command) {
             h.u64(10);
             h.str(election);
         }
+        Command::Sealed {
+            secret_hash,
+            command: inner,
+        } => {
+            h.u64(11);
+            h.bytes(secret_hash);
+            self::command(h, inner);
+        }
         #[allow(unreachable_patterns)]
         other => {
             // A variant added to the core after this file was written: fall back to its

@@ -206,6 +206,7 @@ impl Worker {
                     SessionsClient::new(ch)
                         .revoke(v1::RevokeRequest {
                             session_id: session,
+                            session_secret: super::client::secret_of(session),
                             ..Default::default()
                         })
                         .await
@@ -236,6 +237,7 @@ impl Worker {
                 return None;
             }
         };
+        super::client::remember_secret(g.session_id, g.session_secret.clone());
         log!(
             self,
             "session {} granted, ttl {} ms",
@@ -359,6 +361,7 @@ impl Worker {
                 election: election.clone(),
                 session_id: session,
                 value: value.clone(),
+                session_secret: super::client::secret_of(session),
                 ..Default::default()
             };
             // No timeout: the call returns when this candidate leads, which may take long.
@@ -573,6 +576,7 @@ async fn keepalive_loop(
         let _ = tx.try_send(v1::KeepAliveRequest {
             session_id: session,
             seq,
+            session_secret: super::client::secret_of(session),
         });
         let opened = tokio::time::timeout(
             super::client::ATTEMPT_TIMEOUT,
@@ -626,7 +630,12 @@ async fn keepalive_loop(
                     }
                     seq += 1;
                     sent.insert(seq, Instant::now());
-                    if tx.send(v1::KeepAliveRequest { session_id: session, seq }).await.is_err() {
+                    let request = v1::KeepAliveRequest {
+                        session_id: session,
+                        seq,
+                        session_secret: super::client::secret_of(session),
+                    };
+                    if tx.send(request).await.is_err() {
                         break;
                     }
                     if last_alive.elapsed() >= ALIVE_EVERY {

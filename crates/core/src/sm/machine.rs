@@ -12,8 +12,8 @@ use bincode::Options;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Command, FencedValue, LeaderChange, LeaderInfo, RequestId, Response, SessionId, SmError,
-    SmLimits,
+    Command, FencedValue, LeaderChange, LeaderInfo, RequestId, Response, SecretHash, SessionId,
+    SmError, SmLimits,
 };
 use crate::config::InjectedBugs;
 use crate::types::Index;
@@ -109,6 +109,9 @@ struct Session {
     results_forgotten_upto: u64,
     /// The nonce of the `Grant` request that created this session, if it carried one.
     grant_nonce: Option<u64>,
+    /// The hash of the secret the session was granted with (`Sealed` around its `Grant`):
+    /// every command acting for the session, and every keepalive, must present it.
+    secret_hash: Option<SecretHash>,
 }
 
 /// The replicated contents: what the digest covers.
@@ -234,7 +237,7 @@ fn check_value(value: &[u8], max: usize) -> Result<(), SmError> {
 /// session. Shared by the leader's admission check and by `apply_request`, so a bad id is
 /// refused before the log and, should one reach it, refused identically on every replica.
 pub fn check_request_id(id: RequestId, command: &Command) -> Result<(), SmError> {
-    let fits = match (id, command) {
+    let fits = match (id, command.unsealed()) {
         (RequestId::Grant { nonce }, Command::Grant { .. }) => nonce != 0,
         (RequestId::Grant { .. }, _) | (RequestId::Session { .. }, Command::Grant { .. }) => false,
         (RequestId::Session { seq: 0, .. }, _) => false,
@@ -306,7 +309,42 @@ impl StateMachine {
             self.state.applied_index
         );
         let result = match command {
-            Command::Grant { ttl_ticks } => self.grant(index, *ttl_ticks),
+            Command::Sealed {
+                secret_hash,
+                command,
+            } => self.execute(index, command.unsealed(), Some(secret_hash)),
+            command => self.execute(index, command, None),
+        };
+        self.state.applied_index = index;
+        result.unwrap_or_else(Response::Rejected)
+    }
+
+    /// Whether `presented` is the secret hash `session` was granted with (`None` for a
+    /// session granted without one). True for a session that does not exist: the command
+    /// itself then answers `UnknownSession`.
+    pub fn secret_matches(&self, session: SessionId, presented: Option<&SecretHash>) -> bool {
+        self.state
+            .data
+            .sessions
+            .get(&session)
+            .is_none_or(|s| s.secret_hash.as_ref() == presented)
+    }
+
+    /// Applies one unsealed command, with the secret hash it was sealed with, if any.
+    fn execute(
+        &mut self,
+        index: Index,
+        command: &Command,
+        secret: Option<&SecretHash>,
+    ) -> Result<Response, SmError> {
+        if let Some(session) = command.acting_session() {
+            if !self.secret_matches(session, secret) {
+                return Err(SmError::WrongSecret(session));
+            }
+        }
+        match command {
+            Command::Sealed { .. } => unreachable!("callers unseal first"),
+            Command::Grant { ttl_ticks } => self.grant(index, *ttl_ticks, secret.copied()),
             Command::Revoke { session } | Command::Expire { session } => {
                 self.end_session(index, *session)
             }
@@ -334,9 +372,7 @@ impl StateMachine {
                     Err(SmError::UnknownElection(election.clone()))
                 }
             }
-        };
-        self.state.applied_index = index;
-        result.unwrap_or_else(Response::Rejected)
+        }
     }
 
     /// Apply a client's command that carries a request id: the first time, as
@@ -352,6 +388,25 @@ impl StateMachine {
         id: RequestId,
         command: &Command,
     ) -> (Response, Option<Index>) {
+        // A request on a session, and a retried grant, must present the session's secret
+        // before anything about the session (a remembered result, a token) is handed out.
+        let presented = match command {
+            Command::Sealed { secret_hash, .. } => Some(secret_hash),
+            _ => None,
+        };
+        let owner = match (id, self.remembered(id)) {
+            (RequestId::Session { session, .. }, _) => Some(session),
+            (RequestId::Grant { .. }, Some((_, Response::Granted { session, .. }))) => {
+                Some(session)
+            }
+            _ => None,
+        };
+        if let Some(session) = owner {
+            if !self.secret_matches(session, presented) {
+                self.advance_applied(index);
+                return (Response::Rejected(SmError::WrongSecret(session)), None);
+            }
+        }
         if let Some((first, response)) = self.remembered(id) {
             self.advance_applied(index);
             return (response, Some(first));
@@ -445,7 +500,12 @@ impl StateMachine {
         self.state.applied_index = index;
     }
 
-    fn grant(&mut self, index: Index, ttl_ticks: u64) -> Result<Response, SmError> {
+    fn grant(
+        &mut self,
+        index: Index,
+        ttl_ticks: u64,
+        secret_hash: Option<SecretHash>,
+    ) -> Result<Response, SmError> {
         let (min, max) = (self.limits.ttl_min_ticks, self.limits.ttl_max_ticks);
         if !(min..=max).contains(&ttl_ticks) {
             return Err(SmError::TtlOutOfRange {
@@ -465,6 +525,7 @@ impl StateMachine {
             results: BTreeMap::new(),
             results_forgotten_upto: 0,
             grant_nonce: None,
+            secret_hash,
         };
         // Indices strictly increase, so the entry's index is a session id never used before.
         let previous = self.state.data.sessions.insert(index, session);

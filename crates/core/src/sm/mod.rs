@@ -150,6 +150,43 @@ pub enum Command {
         /// Election name.
         election: String,
     },
+    /// `command` presented with its session's secret (as a hash; the secret itself never
+    /// enters the log). Around a `Grant`, the new session belongs to this secret; around a
+    /// `Revoke`, `Campaign`, `Resign` or `Transfer`, the secret must match the session the
+    /// command acts for. A session granted with a secret refuses those commands without it.
+    Sealed {
+        /// SHA-256 of the session's secret.
+        secret_hash: SecretHash,
+        /// The command.
+        command: Box<Command>,
+    },
+}
+
+/// The hash of a session secret as the state machine stores and compares it (the API edge
+/// computes it: SHA-256 of 128 random bits from the OS).
+pub type SecretHash = [u8; 32];
+
+impl Command {
+    /// The command inside any `Sealed` layers (the command itself otherwise).
+    pub fn unsealed(&self) -> &Command {
+        match self {
+            Command::Sealed { command, .. } => command.unsealed(),
+            command => command,
+        }
+    }
+
+    /// The session this command acts for, whose secret it must present: the session of a
+    /// `Revoke`, `Campaign` or `Resign`, the current leader of a `Transfer`. `Expire` acts
+    /// for the leader's lease clock, not for a client, and needs none.
+    pub fn acting_session(&self) -> Option<SessionId> {
+        match self.unsealed() {
+            Command::Revoke { session }
+            | Command::Campaign { session, .. }
+            | Command::Resign { session, .. }
+            | Command::Transfer { from: session, .. } => Some(*session),
+            _ => None,
+        }
+    }
 }
 
 /// Who leads an election and since which token.
@@ -318,6 +355,10 @@ pub enum SmError {
         /// The election's current (latest issued) token.
         current: u64,
     },
+    /// The command acts for a session (or keeps it alive) without that session's secret,
+    /// or with another one. Nothing changed.
+    #[error("session {0}: the session secret is missing or wrong")]
+    WrongSecret(SessionId),
 }
 
 /// A change of leader in one election, emitted when a command changes who leads.

@@ -54,6 +54,19 @@ pub const TICK_MS: u64 = 10;
 /// The cluster id the CLI uses by default; raw peer frames must present it.
 pub const CLUSTER_ID: &str = "tenure";
 
+/// The secret of every session the harness's clients are granted (each test process draws
+/// one from the OS): requests acting for a session must present it.
+pub fn secret() -> Vec<u8> {
+    static SECRET: OnceLock<Vec<u8>> = OnceLock::new();
+    SECRET
+        .get_or_init(|| {
+            let mut s = vec![0u8; 16];
+            getrandom::getrandom(&mut s).expect("the OS random source works");
+            s
+        })
+        .clone()
+}
+
 /// Shorthand for durations in tests.
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -1070,6 +1083,7 @@ impl Client {
             v1::sessions_client::SessionsClient::new(ch)
                 .grant(v1::GrantRequest {
                     ttl_ms,
+                    session_secret: secret(),
                     ..Default::default()
                 })
                 .await
@@ -1090,6 +1104,7 @@ impl Client {
                 election: election.clone(),
                 session_id: session,
                 value: b"test".to_vec(),
+                session_secret: secret(),
                 ..Default::default()
             };
             async move {
