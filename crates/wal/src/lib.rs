@@ -93,7 +93,11 @@
 //!   last complete persist; persist `n+1` was the write in flight, its parts may have
 //!   reached the disk in any order) is a **torn write**: the segment is cut at the start
 //!   of persist `n+1` and fsynced (a segment whose header is torn is removed), and the log
-//!   continues from persist `n`. [`FileStorage::repaired`] says what was cut.
+//!   continues from persist `n`. [`FileStorage::repaired`] says what was cut. A header
+//!   counts as torn only if what is there could be left by a crash while the segment was
+//!   created: a prefix of a header record (shorter than the length it announces, for a
+//!   length a header can have) or zeros. Random bytes, or a whole header with a bad
+//!   checksum, are damage: refused, and the file is kept as it is.
 //! - Anything else is **damage** and open fails with [`WalError::Corrupt`] (file, byte
 //!   offset, reason) without changing a byte: a bad record in a non-last segment or with a
 //!   later persist after it, an incomplete persist in a non-last segment, a missing

@@ -267,7 +267,19 @@ fn replay_segment(
     // The header.
     let header_frame = match record::frame_at(buf, 0, max) {
         Ok(frame) => frame,
-        Err(why) => return bad(0, format!("bad segment header: {why}"), state),
+        Err(why) => {
+            if !header_could_be_torn(buf) {
+                return Err(corrupt(
+                    0,
+                    format!(
+                        "bad segment header: {why}; the file does not look like a segment \
+                         whose creation was cut short (a prefix of a header, or zeros), so it \
+                         is left untouched"
+                    ),
+                ));
+            }
+            return bad(0, format!("bad segment header: {why}"), state);
+        }
     };
     let header: SegmentHeader = match record::decode(&header_frame) {
         Ok(Body::SegmentHeader(h)) => h,
@@ -539,4 +551,27 @@ pub fn load_snapshot(dir: &Path, snap: SnapRef, options: &WalOptions) -> Result<
         ));
     }
     Ok(file.snapshot)
+}
+
+/// The longest segment header record a writer produces: the record header, version and
+/// kind, and a bincode `SegmentHeader` (two sequence numbers, a hard state, an optional
+/// snapshot reference), with room to spare.
+const SEGMENT_HEADER_RECORD_BYTES_MAX: usize = 256;
+
+/// Whether bytes that do not hold an intact segment header can be what a crash leaves of a
+/// segment being created: the header and the first persist go out in one write, and a disk
+/// writes a sector whole or not at all, so what is left is a prefix of that write (shorter
+/// than the header record it announces) or blocks that were never written (zeros). Anything
+/// else — a complete header record with a bad checksum, a length no header has, random
+/// bytes — is not a torn write, and recovery must not remove the file.
+fn header_could_be_torn(buf: &[u8]) -> bool {
+    if buf.iter().all(|&b| b == 0) {
+        return true;
+    }
+    if buf.len() < record::RECORD_HEADER_BYTES {
+        return true;
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    let plausible = len + record::RECORD_HEADER_BYTES <= SEGMENT_HEADER_RECORD_BYTES_MAX;
+    plausible && record::RECORD_HEADER_BYTES + len > buf.len()
 }

@@ -153,6 +153,17 @@ fn five_persists() -> Vec<Persist> {
     ]
 }
 
+/// What the WAL accepts as the remains of a segment whose creation a crash cut short: a
+/// prefix of its header record (shorter than the length it announces, for a length a header
+/// can have), or zeros (blocks never written). Sectors are written whole or not at all.
+fn could_be_a_torn_header(bytes: &[u8]) -> bool {
+    if bytes.iter().all(|&b| b == 0) || bytes.len() < 8 {
+        return true;
+    }
+    let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+    len + 8 <= 256 && len + 8 > bytes.len()
+}
+
 /// Cut the log at every byte of its last persist, with nothing, garbage or zeros after the
 /// cut: recovery gives the state before that persist, or after it when the cut leaves it
 /// whole; and the log takes new writes afterwards.
@@ -207,6 +218,25 @@ fn assert_torn_tail_recovers(w: &Written, stride: usize) {
                 .unwrap()
                 .write_all(tail)
                 .unwrap();
+            let damaged = fs::read(&path).unwrap();
+            let h = header_end as usize;
+            let header_intact = damaged.len() >= h && damaged[..h] == bytes[..h];
+            if cut < header_end && !header_intact && !could_be_a_torn_header(&damaged) {
+                // Garbage where a new segment's header should be is not what a crash
+                // leaves: refused, and the file is kept as it is.
+                match open_err(copy.path(), w.options) {
+                    WalError::Corrupt { file, offset, .. } => {
+                        assert_eq!(
+                            (file, offset),
+                            (path.clone(), 0),
+                            "cut at {cut} with tail {t}"
+                        )
+                    }
+                    other => panic!("cut at {cut} with tail {t}: {other}"),
+                }
+                assert_eq!(fs::read(&path).unwrap(), damaged, "the file was changed");
+                continue;
+            }
             let (mut storage, got) = recover_dir(copy.path(), w.options)
                 .unwrap_or_else(|e| panic!("cut at {cut} with tail {t}: {e}"));
             let expected = if cut == end {
@@ -628,4 +658,50 @@ fn storage_and_errors_can_move_to_another_thread() {
     fn assert_error<T: std::error::Error + Send + Sync + 'static>() {}
     assert_send::<FileStorage>();
     assert_error::<WalError>();
+}
+
+/// A segment of random bytes (or a header with a bad checksum) is not what a crash leaves:
+/// recovery refuses it with the file and offset, and changes no byte, so the evidence is
+/// kept. Only a prefix of a header, or zeros, counts as a segment whose creation was cut.
+#[test]
+fn a_segment_without_a_valid_header_is_refused_and_kept() {
+    let options = WalOptions {
+        segment_bytes_max: 1,
+        ..WalOptions::default()
+    };
+    let w = write(options, five_persists());
+    let n = w.states.len() - 1;
+    let (seg, _) = w.ends[n].clone();
+    let original = fs::read(&seg).unwrap();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let random: Vec<u8> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    let mut bad_crc = original.clone();
+    bad_crc[6] ^= 0xff; // the header's stored checksum
+    for (what, bytes) in [
+        ("random bytes", random),
+        ("a header with a bad checksum", bad_crc),
+    ] {
+        let copy = copy_dir(w.dir.path());
+        let path = copy.path().join(seg.file_name().unwrap());
+        fs::write(&path, &bytes).unwrap();
+        match open_err(copy.path(), options) {
+            WalError::Corrupt { file, offset, why } => {
+                assert_eq!((file, offset), (path.clone(), 0), "{what}: {why}");
+                assert!(why.contains("left untouched"), "{what}: {why}");
+            }
+            other => panic!("{what}: {other}"),
+        }
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            bytes,
+            "{what}: the file was changed"
+        );
+    }
 }
