@@ -30,7 +30,7 @@ enum Cmd {
     /// Run the deterministic simulator over a range of seeds and check every invariant.
     Sim(sim::SimArgs),
     /// Run one node of a tenure cluster.
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// Create a CA and certificates for a cluster's nodes and clients.
     Certs(certs::CertsArgs),
     /// Run a local 3-node cluster and three job replicas through a frozen leader and a crash.
@@ -75,7 +75,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Sim(args) => sim::run(args),
-        Cmd::Server(args) => server::run(args),
+        Cmd::Server(args) => server::run(*args),
         Cmd::Certs(args) => certs::run(args),
         Cmd::Demo(args) => demo::run(args),
         Cmd::Measure(args) => measure::run(args),

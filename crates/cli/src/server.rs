@@ -68,6 +68,10 @@ pub struct ServerArgs {
     /// This node's private key (PEM).
     #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_cert"])]
     tls_key: Option<PathBuf>,
+    /// A client principal allowed to change membership and move Raft leadership (with TLS:
+    /// its certificate carries client-NAME.CLUSTER.tenure). Repeatable; default `admin`.
+    #[arg(long = "admin-client", value_name = "NAME")]
+    admin_clients: Vec<String>,
     /// Serve plaintext on addresses other than loopback. Anyone who can reach the ports
     /// can then read and forge cluster traffic; without TLS a node otherwise refuses to
     /// listen beyond loopback.
@@ -131,6 +135,9 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
     config.join |= args.join;
     config.fault_injection |= args.fault_injection;
     config.insecure |= args.insecure;
+    if !args.admin_clients.is_empty() {
+        config.admin_clients = args.admin_clients.clone();
+    }
     if let Some(dir) = &args.tls_dir {
         config.tls = Some(tenure_server::TlsPaths::in_dir(dir, config.id));
     }

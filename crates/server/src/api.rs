@@ -83,6 +83,10 @@ impl Api {
                     "request-forgotten",
                 ),
                 SmError::WrongSecret(_) => {
+                    self.driver
+                        .metrics
+                        .permission_denied
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     (Status::permission_denied(e.to_string()), "wrong-secret")
                 }
                 SmError::TtlOutOfRange { .. }
@@ -114,6 +118,42 @@ impl Api {
             }
         }
         status
+    }
+
+    /// With TLS on, refuses a request whose client did not present a certificate naming
+    /// one of `admin_clients` (PERMISSION_DENIED, `permission-denied`). With TLS off there
+    /// is no client identity, and the server said so at start.
+    fn require_admin<T>(&self, req: &Request<T>, what: &str) -> Result<(), Status> {
+        if self.config.tls.is_none() {
+            return Ok(());
+        }
+        let certs = req.peer_certs();
+        let leaf = certs.as_ref().and_then(|c| c.first());
+        let admitted = leaf.is_some_and(|leaf| {
+            self.config.admin_clients.iter().any(|admin| {
+                let name = tenure_transport::tls::client_name(&self.config.cluster_id, admin);
+                tenure_transport::tls::cert_names(leaf, &name).is_ok()
+            })
+        });
+        if admitted {
+            return Ok(());
+        }
+        self.driver
+            .metrics
+            .permission_denied
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let why = match leaf {
+            None => format!("{what} needs an admin client certificate; none was presented"),
+            Some(_) => format!(
+                "{what} needs an admin client certificate; this one names none of {:?}",
+                self.config.admin_clients
+            ),
+        };
+        let mut status = Status::permission_denied(why);
+        status
+            .metadata_mut()
+            .insert(ERROR_KEY, MetadataValue::from_static("permission-denied"));
+        Err(status)
     }
 
     /// The hash of a presented session secret: `None` when none was presented; a secret
@@ -559,6 +599,7 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::MemberRequest>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
+        self.require_admin(&req, "AddMember")?;
         let r = req.into_inner();
         if !self.nodes.contains_key(&r.id) {
             return Err(self.status(ApiError::Invalid(format!(
@@ -582,6 +623,7 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::MemberRequest>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
+        self.require_admin(&req, "RemoveMember")?;
         let id = req.into_inner().id;
         let m = self.driver.published.borrow().status.membership.clone();
         let (mut voters, mut learners) = (m.voters, m.learners);
@@ -594,6 +636,7 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::TransferLeadershipRequest>,
     ) -> Result<tonic::Response<v1::TransferLeadershipResponse>, Status> {
+        self.require_admin(&req, "TransferLeadership")?;
         let to = req.into_inner().to;
         self.driver
             .call(

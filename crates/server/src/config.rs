@@ -153,6 +153,15 @@ pub struct ServerConfig {
     /// a node refuses to listen anywhere but on loopback.
     #[serde(default)]
     pub insecure: bool,
+    /// With TLS on: the client principals allowed to change membership and move Raft
+    /// leadership, each authenticated by a client certificate from the cluster's CA that
+    /// carries `client-<name>.<cluster_id>.tenure` (what `tenure certs --clients` issues).
+    #[serde(default = "default_admin_clients")]
+    pub admin_clients: Vec<String>,
+}
+
+fn default_admin_clients() -> Vec<String> {
+    vec!["admin".to_string()]
 }
 
 /// Where a node's TLS material is (PEM files).

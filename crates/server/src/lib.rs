@@ -183,17 +183,21 @@ pub async fn run(
     match &config.tls {
         Some(paths) => tracing::info!(
             node = config.id,
-            "TLS on: peers with mutual TLS, clients and http with the certificate {}",
+            admins = ?config.admin_clients,
+            "TLS on: peers with mutual TLS, clients and http with the certificate {}; \
+             membership changes and leadership transfer need an admin client certificate",
             paths.cert.display()
         ),
         None if config.plaintext_exposed() => tracing::warn!(
             node = config.id,
             "INSECURE: TLS is off and this node serves plaintext on addresses others can reach \
-             (--insecure): anyone on the network can read and forge cluster traffic"
+             (--insecure): anyone on the network can read and forge cluster traffic, and \
+             client authentication is off (any client may change membership)"
         ),
         None => tracing::warn!(
             node = config.id,
-            "TLS is off: plaintext on loopback only (give --tls-dir to turn it on)"
+            "TLS is off: plaintext on loopback only, and client authentication is off \
+             (give --tls-dir to turn both on)"
         ),
     }
     let mut storage =

@@ -105,6 +105,8 @@ pub struct Metrics {
     pub sessions: AtomicU64,
     /// Messages that failed validation (`StepError`).
     pub bad_peer_messages: AtomicU64,
+    /// Requests refused PERMISSION_DENIED (not an admin, wrong session secret).
+    pub permission_denied: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -128,6 +130,7 @@ impl Default for Metrics {
             commit_index: AtomicU64::new(0),
             applied_index: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
+            permission_denied: AtomicU64::new(0),
             bad_peer_messages: AtomicU64::new(0),
         }
     }
@@ -205,6 +208,12 @@ impl Metrics {
             "tenure_election_leader_changes_total",
             "Changes of leader in elections.",
             &self.election_leader_changes,
+        );
+        counter(
+            &mut out,
+            "tenure_permission_denied_total",
+            "Client requests refused PERMISSION_DENIED (not an admin, wrong session secret).",
+            &self.permission_denied,
         );
         counter(
             &mut out,

@@ -16,7 +16,7 @@ use rcgen::{
 };
 use tenure_core::types::NodeId;
 
-use crate::tls::{cluster_id_is_dns_label, node_name};
+use crate::tls::{client_name, cluster_id_is_dns_label, node_name};
 
 /// What to issue.
 #[derive(Clone, Debug)]
@@ -246,9 +246,10 @@ pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsEr
         )?;
     }
     for client in &request.clients {
+        let principal = client_name(&request.cluster_id, client);
         leaf(
             client.clone(),
-            Vec::new(),
+            vec![SanType::DnsName(principal.as_str().try_into()?)],
             vec![ExtendedKeyUsagePurpose::ClientAuth],
             files::client(client),
             files::client_key(client),

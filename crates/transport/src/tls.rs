@@ -29,6 +29,12 @@ pub fn node_name(cluster_id: &str, id: NodeId) -> String {
     format!("node-{id}.{cluster_id}.tenure")
 }
 
+/// The DNS name a client certificate for principal `name` carries:
+/// `client-<name>.<cluster>.tenure`.
+pub fn client_name(cluster_id: &str, name: &str) -> String {
+    format!("client-{name}.{cluster_id}.tenure")
+}
+
 /// Whether `cluster_id` can stand in a DNS name (and so in [`node_name`]): 1 to 63
 /// lowercase letters, digits and inner hyphens.
 pub fn cluster_id_is_dns_label(cluster_id: &str) -> bool {
@@ -220,7 +226,7 @@ impl PeerTls {
 }
 
 /// Whether the verified certificate `leaf` names `name` (a DNS subject alternative name).
-pub(crate) fn cert_names(leaf: &CertificateDer<'_>, name: &str) -> Result<(), String> {
+pub fn cert_names(leaf: &CertificateDer<'_>, name: &str) -> Result<(), String> {
     let parsed = ParsedCertificate::try_from(leaf).map_err(|e| e.to_string())?;
     let server_name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
     rustls::client::verify_server_name(&parsed, &server_name).map_err(|e| e.to_string())

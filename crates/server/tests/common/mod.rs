@@ -447,6 +447,11 @@ pub struct Cluster {
 /// Node ids certificates are issued for: the cluster's, and room for nodes added later.
 const CERTIFIED_NODES: u64 = 9;
 
+/// The client principal the harness speaks as: the servers' default admin.
+pub const ADMIN_CLIENT: &str = "admin";
+/// A client principal without admin rights, for the tests that check refusals.
+pub const APP_CLIENT: &str = "app";
+
 /// What the harness needs to speak TLS to a cluster.
 #[derive(Clone)]
 pub struct ClientTls {
@@ -464,7 +469,7 @@ impl ClientTls {
             &CertsRequest {
                 cluster_id: CLUSTER_ID.into(),
                 nodes: (1..=CERTIFIED_NODES).collect(),
-                clients: vec!["harness".into()],
+                clients: vec![ADMIN_CLIENT.into(), APP_CLIENT.into()],
                 hosts: Vec::new(),
                 days: 1,
             },
@@ -474,13 +479,13 @@ impl ClientTls {
         let grpc = tonic::transport::ClientTlsConfig::new()
             .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)))
             .identity(tonic::transport::Identity::from_pem(
-                read(&files::client("harness")),
-                read(&files::client_key("harness")),
+                read(&files::client(ADMIN_CLIENT)),
+                read(&files::client_key(ADMIN_CLIENT)),
             ));
         let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
             ca: dir.join(files::CA),
-            cert: dir.join(files::client("harness")),
-            key: dir.join(files::client_key("harness")),
+            cert: dir.join(files::client(ADMIN_CLIENT)),
+            key: dir.join(files::client_key(ADMIN_CLIENT)),
         })
         .expect("load the harness's client certificate");
         let http = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
@@ -868,8 +873,8 @@ impl Cluster {
             url.push_str(&format!(
                 "?ca={}&cert={}&key={}",
                 tls.dir.join(files::CA).display(),
-                tls.dir.join(files::client("harness")).display(),
-                tls.dir.join(files::client_key("harness")).display()
+                tls.dir.join(files::client(ADMIN_CLIENT)).display(),
+                tls.dir.join(files::client_key(ADMIN_CLIENT)).display()
             ));
         }
         url
@@ -903,6 +908,29 @@ impl Cluster {
                 parse_http_response(&raw)
             }
         }
+    }
+
+    /// A channel to node `id` over TLS as client principal `client` (its certificate from
+    /// the cluster's CA), or with no client certificate at all.
+    pub fn channel_as(&self, id: u64, client: Option<&str>) -> Channel {
+        use tenure_transport::certs::files;
+        let tls = self.tls.as_ref().expect("channel_as needs TLS on");
+        let read = |name: &str| std::fs::read(tls.dir.join(name)).expect("read a certificate file");
+        let mut config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)));
+        if let Some(client) = client {
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read(&files::client(client)),
+                read(&files::client_key(client)),
+            ));
+        }
+        Endpoint::from_shared(format!("https://{}", self.addrs[&id].client))
+            .expect("a socket address makes a valid URI")
+            .connect_timeout(ms(500))
+            .timeout(secs(5))
+            .tls_config(config)
+            .expect("a valid TLS config")
+            .connect_lazy()
     }
 
     fn endpoint(&self, id: u64) -> Endpoint {

@@ -1,0 +1,78 @@
+//! Membership and Raft leadership are the admin's, on a real cluster with TLS: a client
+//! whose certificate names another principal, and a client with no certificate, are
+//! refused PERMISSION_DENIED (`permission-denied`) for AddMember, RemoveMember and
+//! TransferLeadership, nothing changes, and each refusal is counted; the admin (the
+//! harness's own certificate, principal `admin`) moves leadership as before.
+
+mod common;
+
+use common::*;
+use tenure_proto::v1;
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_admin_changes_membership_or_moves_leadership() {
+    let c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+    let before = c.status_of(leader).await;
+    let denied_before = c.metric(leader, "tenure_permission_denied_total").await;
+
+    for (who, client) in [
+        ("the app's certificate", Some(APP_CLIENT)),
+        ("no certificate", None),
+    ] {
+        let mut cluster = v1::cluster_client::ClusterClient::new(c.channel_as(leader, client));
+        assert_error(
+            cluster
+                .transfer_leadership(v1::TransferLeadershipRequest { to: follower })
+                .await,
+            Code::PermissionDenied,
+            "permission-denied",
+            &format!("TransferLeadership with {who}"),
+        );
+        assert_error(
+            cluster
+                .remove_member(v1::MemberRequest {
+                    id: follower,
+                    voter: false,
+                })
+                .await,
+            Code::PermissionDenied,
+            "permission-denied",
+            &format!("RemoveMember with {who}"),
+        );
+        assert_error(
+            cluster
+                .add_member(v1::MemberRequest {
+                    id: follower,
+                    voter: true,
+                })
+                .await,
+            Code::PermissionDenied,
+            "permission-denied",
+            &format!("AddMember with {who}"),
+        );
+    }
+    let after = c.status_of(leader).await;
+    assert_eq!(
+        (after.term, after.leader),
+        (term, leader),
+        "leadership moved"
+    );
+    assert_eq!(after.voters, before.voters, "membership changed");
+    let denied = c.metric(leader, "tenure_permission_denied_total").await - denied_before;
+    assert_eq!(denied, 6.0, "refusals counted");
+
+    // The admin may.
+    let mut admin =
+        v1::cluster_client::ClusterClient::new(c.channel_as(leader, Some(ADMIN_CLIENT)));
+    admin
+        .transfer_leadership(v1::TransferLeadershipRequest { to: follower })
+        .await
+        .expect("the admin moves leadership");
+    c.wait_status(follower, secs(5), "leading after the transfer", |s| {
+        s.is_leader()
+    })
+    .await;
+}
