@@ -206,4 +206,27 @@ async fn a_session_is_used_only_with_its_secret() {
         waited < ms(TTL_MS * 3),
         "the stranger's keepalives kept the session alive for {waited:?}"
     );
+
+    // No node logged the secret or a private key, in any common encoding.
+    let secret = secret();
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let mut forbidden = vec![hex.clone(), hex.to_uppercase(), format!("{secret:?}")];
+    let tls = c.tls().expect("TLS is on");
+    for id in c.ids() {
+        let key =
+            std::fs::read_to_string(tls.dir.join(tenure_transport::certs::files::node_key(id)))
+                .expect("read a node key");
+        forbidden.extend(
+            key.lines()
+                .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+                .map(str::to_string),
+        );
+    }
+    for id in c.ids() {
+        let log = c.log(id);
+        assert!(!log.is_empty(), "node {id} logged nothing");
+        for f in &forbidden {
+            assert!(!log.contains(f.as_str()), "node {id}'s log contains {f:?}");
+        }
+    }
 }
