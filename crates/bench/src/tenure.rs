@@ -138,7 +138,7 @@ impl TenureCluster {
                 SessionsClient::new(ch)
                     .grant(v1::GrantRequest {
                         ttl_ms,
-                        session_secret: secret(),
+                        session_secret: tenure_proto::process_session_secret(),
                         ..Default::default()
                     })
                     .await
@@ -170,7 +170,7 @@ impl TenureCluster {
                         SessionsClient::new(ch)
                             .grant(v1::GrantRequest {
                                 ttl_ms,
-                                session_secret: secret(),
+                                session_secret: tenure_proto::process_session_secret(),
                                 ..Default::default()
                             })
                             .await
@@ -199,7 +199,7 @@ async fn campaign(nodes: &Nodes, election: &str, session_id: u64) -> anyhow::Res
                 election: election.to_string(),
                 session_id,
                 value: Vec::new(),
-                session_secret: secret(),
+                session_secret: tenure_proto::process_session_secret(),
                 ..Default::default()
             };
             async move { ElectionsClient::new(ch).campaign(req).await }
@@ -442,7 +442,7 @@ async fn renew_stream(
             let req = v1::KeepAliveRequest {
                 session_id: ids[next],
                 seq,
-                session_secret: secret(),
+                session_secret: tenure_proto::process_session_secret(),
             };
             next = (next + 1) % ids.len();
             if tx.send(req).await.is_err() {
@@ -484,7 +484,7 @@ async fn keep_sessions(ch: Channel, ids: Vec<u64>) {
                 .send(v1::KeepAliveRequest {
                     session_id: id,
                     seq,
-                    session_secret: secret(),
+                    session_secret: tenure_proto::process_session_secret(),
                 })
                 .await
                 .is_err()
@@ -508,7 +508,7 @@ async fn revoke_many(ch: Channel, ids: Vec<u64>) {
             let _ = c
                 .revoke(v1::RevokeRequest {
                     session_id: id,
-                    session_secret: secret(),
+                    session_secret: tenure_proto::process_session_secret(),
                     ..Default::default()
                 })
                 .await;
@@ -604,17 +604,4 @@ impl Writer for TenureWriter {
             .await
             .map(|_| ())
     }
-}
-
-/// The one secret of every session this bench process is granted (16 bytes from the OS,
-/// drawn once): the cluster requires it on each request acting for a session.
-fn secret() -> Vec<u8> {
-    static SECRET: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    SECRET
-        .get_or_init(|| {
-            let mut s = vec![0u8; 16];
-            getrandom::getrandom(&mut s).expect("the OS random source works");
-            s
-        })
-        .clone()
 }

@@ -276,9 +276,7 @@ impl Nodes {
         let request_nonce = grant_nonce();
         // The secret is drawn here, not by the server, so that every retry of this grant
         // (same nonce) presents the same one and the session it returns is ours.
-        let mut secret = vec![0u8; 16];
-        getrandom::getrandom(&mut secret)
-            .map_err(|e| Error::Backend(format!("the OS random source failed: {e}")))?;
+        let secret = tenure_proto::new_session_secret().map_err(Error::Backend)?;
         let g = self
             .call(|ch| {
                 let session_secret = secret.clone();

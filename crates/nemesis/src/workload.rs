@@ -126,7 +126,7 @@ impl Client {
                 OP_TIMEOUT,
                 c.grant(v1::GrantRequest {
                     ttl_ms,
-                    session_secret: secret(),
+                    session_secret: tenure_proto::process_session_secret(),
                     ..Default::default()
                 }),
                 |r: &v1::GrantResponse| Value::Session {
@@ -150,7 +150,7 @@ impl Client {
                 OP_TIMEOUT,
                 c.revoke(v1::RevokeRequest {
                     session_id: session,
-                    session_secret: secret(),
+                    session_secret: tenure_proto::process_session_secret(),
                     ..Default::default()
                 }),
                 |_| Value::Unit,
@@ -172,7 +172,7 @@ impl Client {
             election: election.to_string(),
             session_id: session,
             value: self.name.as_bytes().to_vec(),
-            session_secret: secret(),
+            session_secret: tenure_proto::process_session_secret(),
             ..Default::default()
         };
         let (o, r, s) = self
@@ -207,7 +207,7 @@ impl Client {
                 c.resign(v1::ResignRequest {
                     election: election.to_string(),
                     session_id: session,
-                    session_secret: secret(),
+                    session_secret: tenure_proto::process_session_secret(),
                     ..Default::default()
                 }),
                 |_| Value::Unit,
@@ -452,7 +452,7 @@ async fn renew(
             .send(v1::KeepAliveRequest {
                 session_id: session,
                 seq,
-                session_secret: secret(),
+                session_secret: tenure_proto::process_session_secret(),
             })
             .await;
         let opened = tokio::time::timeout(OP_TIMEOUT, c.keep_alive(ReceiverStream::new(rx))).await;
@@ -496,7 +496,7 @@ async fn renew(
                     }
                     seq += 1;
                     pending.insert(seq, now);
-                    let request = v1::KeepAliveRequest { session_id: session, seq, session_secret: secret() };
+                    let request = v1::KeepAliveRequest { session_id: session, seq, session_secret: tenure_proto::process_session_secret() };
                     if tx.send(request).await.is_err() {
                         continue 'streams;
                     }
@@ -608,17 +608,4 @@ pub async fn reader(mut c: Client, election: String, key: String, deadline: Micr
         c.get(&key).await;
         tokio::time::sleep(Duration::from_millis(range(&mut c.rng, 50, 200))).await;
     }
-}
-
-/// The one secret of every session the nemesis's clients are granted (16 bytes from the OS,
-/// drawn once): the cluster requires it on each request acting for a session.
-fn secret() -> Vec<u8> {
-    static SECRET: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    SECRET
-        .get_or_init(|| {
-            let mut s = vec![0u8; 16];
-            getrandom::getrandom(&mut s).expect("the OS random source works");
-            s
-        })
-        .clone()
 }

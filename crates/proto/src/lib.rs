@@ -18,3 +18,26 @@ pub const LEADER_ID_KEY: &str = "tenure-leader-id";
 pub const LEADER_ADDR_KEY: &str = "tenure-leader-addr";
 /// Metadata key carrying the highest accepted token on `stale-token`.
 pub const CURRENT_TOKEN_KEY: &str = "tenure-current-token";
+
+/// Length of a session secret (`GrantResponse.session_secret`): 128 bits.
+pub const SESSION_SECRET_BYTES: usize = 16;
+
+/// A new session secret: [`SESSION_SECRET_BYTES`] from the operating system's CSPRNG.
+pub fn new_session_secret() -> Result<Vec<u8>, String> {
+    let mut secret = vec![0u8; SESSION_SECRET_BYTES];
+    getrandom::getrandom(&mut secret).map_err(|e| format!("the OS random source failed: {e}"))?;
+    Ok(secret)
+}
+
+/// One secret for every session a tool process is granted (the bench, the nemesis, test
+/// harnesses: each holds all of its own sessions), drawn once.
+///
+/// # Panics
+///
+/// If the operating system's random source fails.
+pub fn process_session_secret() -> Vec<u8> {
+    static SECRET: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SECRET
+        .get_or_init(|| new_session_secret().expect("a session secret"))
+        .clone()
+}

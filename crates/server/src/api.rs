@@ -21,8 +21,7 @@ use tonic::{Request, Status};
 use crate::config::{NodeAddrs, ServerConfig};
 use crate::driver::{ApiError, ClientRequest, DriverHandle};
 
-/// Length of a session secret: 128 bits.
-pub const SESSION_SECRET_BYTES: usize = 16;
+use tenure_proto::SESSION_SECRET_BYTES;
 
 /// Shared by every service.
 #[derive(Clone)]
@@ -257,13 +256,7 @@ impl v1::sessions_server::Sessions for Api {
             nonce: r.request_nonce,
         });
         let secret = if r.session_secret.is_empty() {
-            let mut secret = vec![0u8; SESSION_SECRET_BYTES];
-            getrandom::getrandom(&mut secret).map_err(|e| {
-                self.status(ApiError::Unavailable(format!(
-                    "the OS random source failed: {e}"
-                )))
-            })?;
-            secret
+            tenure_proto::new_session_secret().map_err(|e| self.status(ApiError::Unavailable(e)))?
         } else {
             r.session_secret
         };

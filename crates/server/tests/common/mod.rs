@@ -54,17 +54,10 @@ pub const TICK_MS: u64 = 10;
 /// The cluster id the CLI uses by default; raw peer frames must present it.
 pub const CLUSTER_ID: &str = "tenure";
 
-/// The secret of every session the harness's clients are granted (each test process draws
-/// one from the OS): requests acting for a session must present it.
+/// The secret of every session the harness's clients are granted: requests acting for a
+/// session must present it.
 pub fn secret() -> Vec<u8> {
-    static SECRET: OnceLock<Vec<u8>> = OnceLock::new();
-    SECRET
-        .get_or_init(|| {
-            let mut s = vec![0u8; 16];
-            getrandom::getrandom(&mut s).expect("the OS random source works");
-            s
-        })
-        .clone()
+    tenure_proto::process_session_secret()
 }
 
 /// Shorthand for durations in tests.
