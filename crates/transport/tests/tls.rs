@@ -131,6 +131,15 @@ async fn nothing_delivered_and_still_serving(s: &mut Setup, forged_term: u64) {
     assert_eq!(recv(&mut s.node2.inbound).await.term, 8);
 }
 
+/// Waits until node 1 has counted exactly one refused handshake.
+async fn refusal_counted(s: &Setup) {
+    let handle = s.node1.handle.clone();
+    wait_until("the refusal to be counted", move || {
+        handle.metrics().handshake_failures == 1
+    })
+    .await;
+}
+
 async fn tls_client(
     s: &Setup,
     material: &TlsMaterial,
@@ -166,11 +175,7 @@ async fn plaintext_frames_are_refused_before_any_is_read() {
         }
     })
     .await;
-    let handle = s.node1.handle.clone();
-    wait_until("the refusal to be counted", move || {
-        handle.metrics().handshake_failures == 1
-    })
-    .await;
+    refusal_counted(&s).await;
     nothing_delivered_and_still_serving(&mut s, 999).await;
 }
 
@@ -186,11 +191,7 @@ async fn a_certificate_from_another_ca_is_refused() {
         let mut buf = [0u8; 16];
         let _ = bounded("the node to close", stream.read(&mut buf)).await;
     }
-    let handle = s.node1.handle.clone();
-    wait_until("the refusal to be counted", move || {
-        handle.metrics().handshake_failures == 1
-    })
-    .await;
+    refusal_counted(&s).await;
     nothing_delivered_and_still_serving(&mut s, 999).await;
 }
 
@@ -204,11 +205,7 @@ async fn a_node_certificate_cannot_speak_for_another_node() {
     speak_as(&mut stream, 2, 999).await;
     let mut buf = [0u8; 16];
     let _ = bounded("the node to close", stream.read(&mut buf)).await;
-    let handle = s.node1.handle.clone();
-    wait_until("the refusal to be counted", move || {
-        handle.metrics().handshake_failures == 1
-    })
-    .await;
+    refusal_counted(&s).await;
     nothing_delivered_and_still_serving(&mut s, 999).await;
 
     // The same certificate speaking as itself is accepted: the refusal was the name.
