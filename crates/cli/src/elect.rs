@@ -39,9 +39,12 @@ pub struct Target {
     election: String,
     /// Backend URL (`tenure://h1:p,h2:p,…`); default `$TENURE_BACKEND`, else
     /// `tenure://127.0.0.1:8001`. TLS: `tenure://…?ca=FILE[&cert=FILE&key=FILE]`, or
-    /// `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY` for a `tenure://` URL without a query.
+    /// --ca/--cert/--key (default `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY`) for a
+    /// `tenure://` URL without a query.
     #[arg(long)]
     backend: Option<String>,
+    #[command(flatten)]
+    tls: crate::run::TlsFlags,
 }
 
 /// `tenure campaign`.
@@ -169,7 +172,7 @@ fn block_on(f: impl std::future::Future<Output = u8>) -> ExitCode {
 }
 
 async fn connect(target: &Target) -> Result<Client, u8> {
-    let url = backend_url(target.backend.as_deref());
+    let url = backend_url(target.backend.as_deref(), &target.tls);
     Client::connect(&url).await.map_err(|e| {
         log(&format!("error: backend {}: {e}", tenure::redact_url(&url)));
         if matches!(e, Error::InvalidUrl { .. }) {

@@ -111,9 +111,12 @@ pub struct RunArgs {
     pub election: String,
     /// Backend URL (`tenure://h1:p,h2:p,…`); default `$TENURE_BACKEND`, else
     /// `tenure://127.0.0.1:8001`. TLS: `tenure://…?ca=FILE[&cert=FILE&key=FILE]`, or
-    /// `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY` for a `tenure://` URL without a query.
+    /// --ca/--cert/--key (default `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY`) for a
+    /// `tenure://` URL without a query.
     #[arg(long)]
     pub backend: Option<String>,
+    #[command(flatten)]
+    pub tls: TlsFlags,
     /// Lease TTL (e.g. `10s`, `500ms`, `2m`).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub ttl: Duration,
@@ -165,7 +168,7 @@ async fn run_async(args: RunArgs) -> u8 {
             return EXIT_BACKEND;
         }
     };
-    let url = backend_url(args.backend.as_deref());
+    let url = backend_url(args.backend.as_deref(), &args.tls);
     let client = match Client::connect(&url).await {
         Ok(c) => c,
         Err(e) => {
@@ -651,15 +654,38 @@ pub fn signal_name(sig: i32) -> String {
     }
 }
 
+/// TLS files for a `tenure://` backend.
+#[derive(Debug, Default, clap::Args)]
+pub struct TlsFlags {
+    /// The cluster's CA certificate (PEM): turns TLS on for a `tenure://` backend. Default
+    /// `$TENURE_CA`.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<String>,
+    /// A client certificate (PEM), with --key. Default `$TENURE_CERT`.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<String>,
+    /// The client certificate's private key (PEM). Default `$TENURE_KEY`.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<String>,
+}
+
 /// `--backend`, else `$TENURE_BACKEND`, else [`DEFAULT_BACKEND`]. A `tenure://` URL without
-/// a query takes its TLS files from `$TENURE_CA` (turns TLS on), `$TENURE_CERT` and
-/// `$TENURE_KEY` (a client certificate).
-pub fn backend_url(flag: Option<&str>) -> String {
+/// a query takes its TLS files from `--ca`, `--cert`, `--key`, else from `$TENURE_CA`
+/// (turns TLS on), `$TENURE_CERT` and `$TENURE_KEY` (a client certificate).
+pub fn backend_url(flag: Option<&str>, tls: &TlsFlags) -> String {
     let url = flag
         .map(str::to_string)
         .or_else(|| env_nonempty("TENURE_BACKEND"))
         .unwrap_or_else(|| DEFAULT_BACKEND.to_string());
-    with_tls_from_env(url, env_nonempty)
+    with_tls_from_env(url, |var| {
+        let flag = match var {
+            "TENURE_CA" => &tls.ca,
+            "TENURE_CERT" => &tls.cert,
+            "TENURE_KEY" => &tls.key,
+            _ => &None,
+        };
+        flag.clone().or_else(|| env_nonempty(var))
+    })
 }
 
 fn env_nonempty(name: &str) -> Option<String> {

@@ -217,4 +217,24 @@ async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
 
     let (code, _, stderr) = run(&plain_url, &[]);
     assert_eq!(code, Some(69), "without the CA: {stderr}");
+
+    // The flags, with a client certificate.
+    use tenure_transport::certs::files;
+    let dir = &c.tls().expect("TLS is on").dir;
+    let out = std::process::Command::new(tenure_binary())
+        .args(["leader", "--election", "tls-check", "--backend", &plain_url])
+        .arg("--ca")
+        .arg(dir.join(files::CA))
+        .arg("--cert")
+        .arg(dir.join(files::client(APP_CLIENT)))
+        .arg("--key")
+        .arg(dir.join(files::client_key(APP_CLIENT)))
+        .env_remove("TENURE_CA")
+        .output()
+        .expect("run tenure leader");
+    assert!(
+        out.status.success(),
+        "tenure leader with --ca/--cert/--key: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
