@@ -675,11 +675,14 @@ async fn leadership_survives_a_cluster_leader_change(url: &str, cluster: &Cluste
 }
 
 // ------------------------------------------------------------------------------------------
-// A cluster of `tenure server` child processes (approach copied from
+// A cluster of `tenure server` child processes with TLS on (approach copied from
 // crates/server/tests/common/mod.rs).
 
+/// The cluster runs with TLS on (certificates issued as `tenure certs` does); the client
+/// library reaches it with the CA and a client certificate in the URL.
 struct Cluster {
     _dir: tempfile::TempDir,
+    certs: std::path::PathBuf,
     clients: Vec<SocketAddr>,
     children: std::sync::Mutex<Vec<Option<Child>>>,
     _lock: FileLock,
@@ -696,6 +699,18 @@ impl Cluster {
             .prefix("tenure-client-test-")
             .tempdir()
             .expect("a temporary directory");
+        let certs = dir.path().join("certs");
+        tenure_transport::certs::issue(
+            &certs,
+            &tenure_transport::certs::CertsRequest {
+                cluster_id: "tenure".into(),
+                nodes: (1..=n as u64).collect(),
+                clients: vec!["app".into()],
+                hosts: Vec::new(),
+                days: 1,
+            },
+        )
+        .expect("issue certificates");
         let mut children = Vec::new();
         for i in 0..n {
             let log =
@@ -707,7 +722,9 @@ impl Cluster {
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("node-{}", i + 1)))
                 .args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"])
-                .args(["--tick-ms", "10"]);
+                .args(["--tick-ms", "10"])
+                .arg("--tls-dir")
+                .arg(&certs);
             for j in 0..n {
                 cmd.arg("--node").arg(format!(
                     "{}={},{},{}",
@@ -734,6 +751,7 @@ impl Cluster {
         }
         Cluster {
             _dir: dir,
+            certs,
             clients: (0..n).map(|i| addr(ports[3 * i + 1])).collect(),
             children: std::sync::Mutex::new(children),
             _lock: lock,
@@ -741,8 +759,15 @@ impl Cluster {
     }
 
     fn url(&self) -> String {
+        use tenure_transport::certs::files;
         let addrs: Vec<String> = self.clients.iter().map(|a| a.to_string()).collect();
-        format!("tenure://{}", addrs.join(","))
+        format!(
+            "tenure://{}?ca={}&cert={}&key={}",
+            addrs.join(","),
+            self.certs.join(files::CA).display(),
+            self.certs.join(files::client("app")).display(),
+            self.certs.join(files::client_key("app")).display()
+        )
     }
 
     /// Wait until the cluster answers reads (an unknown election is an answer).
@@ -764,8 +789,14 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             for (i, a) in self.clients.iter().enumerate() {
-                let Ok(ch) = tonic::transport::Endpoint::from_shared(format!("http://{a}"))
+                let ca = std::fs::read(self.certs.join(tenure_transport::certs::files::CA))
+                    .expect("read the CA");
+                let tls = tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(ca));
+                let Ok(ch) = tonic::transport::Endpoint::from_shared(format!("https://{a}"))
                     .expect("an endpoint")
+                    .tls_config(tls)
+                    .expect("TLS config")
                     .connect()
                     .await
                 else {
