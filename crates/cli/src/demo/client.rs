@@ -230,26 +230,3 @@ impl Nodes {
         }
     }
 }
-
-/// The secret of every session this process was granted: each request acting for a session
-/// presents it (the cluster refuses `wrong-secret` otherwise).
-static SECRETS: std::sync::Mutex<std::collections::BTreeMap<u64, Vec<u8>>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
-
-/// Records the secret a grant returned for `session`.
-pub fn remember_secret(session: u64, secret: Vec<u8>) {
-    SECRETS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(session, secret);
-}
-
-/// The secret of `session` (empty if unknown).
-pub fn secret_of(session: u64) -> Vec<u8> {
-    SECRETS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(&session)
-        .cloned()
-        .unwrap_or_default()
-}

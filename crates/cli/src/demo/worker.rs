@@ -206,7 +206,7 @@ impl Worker {
                     SessionsClient::new(ch)
                         .revoke(v1::RevokeRequest {
                             session_id: session,
-                            session_secret: super::client::secret_of(session),
+                            session_secret: tenure_proto::process_session_secret(),
                             ..Default::default()
                         })
                         .await
@@ -225,6 +225,7 @@ impl Worker {
                 SessionsClient::new(ch)
                     .grant(v1::GrantRequest {
                         ttl_ms,
+                        session_secret: tenure_proto::process_session_secret(),
                         ..Default::default()
                     })
                     .await
@@ -237,7 +238,6 @@ impl Worker {
                 return None;
             }
         };
-        super::client::remember_secret(g.session_id, g.session_secret.clone());
         log!(
             self,
             "session {} granted, ttl {} ms",
@@ -361,7 +361,7 @@ impl Worker {
                 election: election.clone(),
                 session_id: session,
                 value: value.clone(),
-                session_secret: super::client::secret_of(session),
+                session_secret: tenure_proto::process_session_secret(),
                 ..Default::default()
             };
             // No timeout: the call returns when this candidate leads, which may take long.
@@ -576,7 +576,7 @@ async fn keepalive_loop(
         let _ = tx.try_send(v1::KeepAliveRequest {
             session_id: session,
             seq,
-            session_secret: super::client::secret_of(session),
+            session_secret: tenure_proto::process_session_secret(),
         });
         let opened = tokio::time::timeout(
             super::client::ATTEMPT_TIMEOUT,
@@ -633,7 +633,7 @@ async fn keepalive_loop(
                     let request = v1::KeepAliveRequest {
                         session_id: session,
                         seq,
-                        session_secret: super::client::secret_of(session),
+                        session_secret: tenure_proto::process_session_secret(),
                     };
                     if tx.send(request).await.is_err() {
                         break;

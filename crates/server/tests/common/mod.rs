@@ -251,9 +251,28 @@ pub async fn http(
     body: &str,
     within: Duration,
 ) -> std::io::Result<(u16, String)> {
+    http_over(None, addr, method, path, body, within).await
+}
+
+/// [`http`], over TLS with `tls` when given.
+async fn http_over(
+    tls: Option<&tokio_rustls::TlsConnector>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    within: Duration,
+) -> std::io::Result<(u16, String)> {
     let exchange = async {
-        let stream = tokio::net::TcpStream::connect(addr).await?;
-        exchange_http(stream, addr, method, path, body).await
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        match tls {
+            None => exchange_http(tcp, addr, method, path, body).await,
+            Some(tls) => {
+                let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
+                let stream = tls.connect(name, tcp).await?;
+                exchange_http(stream, addr, method, path, body).await
+            }
+        }
     };
     let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
         std::io::Error::new(
@@ -468,13 +487,7 @@ impl ClientTls {
             },
         )
         .expect("issue test certificates");
-        let read = |name: &str| std::fs::read(dir.join(name)).expect("read a certificate file");
-        let grpc = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)))
-            .identity(tonic::transport::Identity::from_pem(
-                read(&files::client(ADMIN_CLIENT)),
-                read(&files::client_key(ADMIN_CLIENT)),
-            ));
+        let grpc = grpc_tls(dir, Some(ADMIN_CLIENT));
         let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
             ca: dir.join(files::CA),
             cert: dir.join(files::client(ADMIN_CLIENT)),
@@ -489,6 +502,22 @@ impl ClientTls {
             grpc,
             http,
         }
+    }
+}
+
+/// The gRPC client TLS for the certificates in `dir`: trust the CA, and present client
+/// `client`'s certificate if given.
+fn grpc_tls(dir: &Path, client: Option<&str>) -> tonic::transport::ClientTlsConfig {
+    use tenure_transport::certs::files;
+    let read = |name: &str| std::fs::read(dir.join(name)).expect("read a certificate file");
+    let config = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)));
+    match client {
+        Some(client) => config.identity(tonic::transport::Identity::from_pem(
+            read(&files::client(client)),
+            read(&files::client_key(client)),
+        )),
+        None => config,
     }
 }
 
@@ -882,41 +911,15 @@ impl Cluster {
         body: &str,
         within: Duration,
     ) -> std::io::Result<(u16, String)> {
-        let addr = self.addrs[&id].http;
-        match &self.tls {
-            None => http(addr, method, path, body, within).await,
-            Some(tls) => {
-                let exchange = async {
-                    let tcp = tokio::net::TcpStream::connect(addr).await?;
-                    let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
-                    let stream = tls.http.connect(name, tcp).await?;
-                    exchange_http(stream, addr, method, path, body).await
-                };
-                let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("{method} {path} on {addr} timed out"),
-                    )
-                })??;
-                parse_http_response(&raw)
-            }
-        }
+        let tls = self.tls.as_ref().map(|t| &t.http);
+        http_over(tls, self.addrs[&id].http, method, path, body, within).await
     }
 
     /// A channel to node `id` over TLS as client principal `client` (its certificate from
     /// the cluster's CA), or with no client certificate at all.
     pub fn channel_as(&self, id: u64, client: Option<&str>) -> Channel {
-        use tenure_transport::certs::files;
         let tls = self.tls.as_ref().expect("channel_as needs TLS on");
-        let read = |name: &str| std::fs::read(tls.dir.join(name)).expect("read a certificate file");
-        let mut config = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)));
-        if let Some(client) = client {
-            config = config.identity(tonic::transport::Identity::from_pem(
-                read(&files::client(client)),
-                read(&files::client_key(client)),
-            ));
-        }
+        let config = grpc_tls(&tls.dir, client);
         Endpoint::from_shared(format!("https://{}", self.addrs[&id].client))
             .expect("a socket address makes a valid URI")
             .connect_timeout(ms(500))
