@@ -55,3 +55,41 @@ pub fn run(args: CertsArgs) -> ExitCode {
         }
     }
 }
+
+/// Make a bearer token for a principal of the auth file.
+///
+/// Prints the token on stdout (give it to the client: `$TENURE_TOKEN`, `--token`) and, on
+/// stderr, the line that goes under `[tokens]` in the server's auth file: the token's
+/// SHA-256, which is all the server keeps. The token itself is stored nowhere.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// The principal the token authenticates (a name under `[principals]`).
+    name: String,
+}
+
+/// Draw a token and print it with its auth-file line.
+pub fn token(args: TokenArgs) -> ExitCode {
+    if !tenure_server::auth::principal_name_ok(&args.name) {
+        eprintln!(
+            "tenure token: {:?} cannot be a principal: 1 to 63 lowercase letters, digits and inner hyphens",
+            args.name
+        );
+        return ExitCode::from(2);
+    }
+    match tenure_server::auth::new_token() {
+        Ok(token) => {
+            eprintln!("add under [tokens] in the auth file:");
+            eprintln!(
+                "{} = \"{}\"",
+                args.name,
+                tenure_server::auth::token_hash_line(&token)
+            );
+            println!("{token}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tenure token: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -33,6 +33,8 @@ enum Cmd {
     Server(Box<server::ServerArgs>),
     /// Create a CA and certificates for a cluster's nodes and clients.
     Certs(certs::CertsArgs),
+    /// Make a bearer token for a principal of the server's auth file.
+    Token(certs::TokenArgs),
     /// Run a local 3-node cluster and three job replicas through a frozen leader and a crash.
     ///
     /// Prints a timeline (who leads, terms, fencing tokens, rejected stale writes) and a
@@ -77,6 +79,7 @@ fn main() -> ExitCode {
         Cmd::Sim(args) => sim::run(args),
         Cmd::Server(args) => server::run(*args),
         Cmd::Certs(args) => certs::run(args),
+        Cmd::Token(args) => certs::token(args),
         Cmd::Demo(args) => demo::run(args),
         Cmd::Measure(args) => measure::run(args),
         Cmd::Nemesis(args) => nemesis::run(args),

@@ -72,6 +72,12 @@ pub struct ServerArgs {
     /// its certificate carries client-NAME.CLUSTER.tenure). Repeatable; default `admin`.
     #[arg(long = "admin-client", value_name = "NAME")]
     admin_clients: Vec<String>,
+    /// Who may do what: principals with roles (admin, observer) and grants on election and
+    /// key prefixes, and bearer tokens by hash (`tenure token NAME` makes one). Without it,
+    /// TLS on means: the admin clients administer, every other client certificate of the
+    /// cluster may use elections and keys, and a client without one is refused.
+    #[arg(long, value_name = "FILE")]
+    auth_file: Option<PathBuf>,
     /// Serve plaintext on addresses other than loopback. Anyone who can reach the ports
     /// can then read and forge cluster traffic; without TLS a node otherwise refuses to
     /// listen beyond loopback.
@@ -137,6 +143,9 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
     config.insecure |= args.insecure;
     if !args.admin_clients.is_empty() {
         config.admin_clients = args.admin_clients.clone();
+    }
+    if let Some(file) = &args.auth_file {
+        config.auth_file = Some(file.clone());
     }
     if let Some(dir) = &args.tls_dir {
         config.tls = Some(tenure_server::TlsPaths::in_dir(dir, config.id));

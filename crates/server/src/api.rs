@@ -12,12 +12,14 @@ use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SecretHash, Sess
 use tenure_core::types::NodeId;
 use tenure_proto::v1;
 use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
+use tenure_transport::tls::client_principal;
 use tokio::sync::{broadcast, mpsc, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
+use crate::auth::{Action, Denied, Policy};
 use crate::config::{NodeAddrs, ServerConfig};
 use crate::driver::{ApiError, ClientRequest, DriverHandle};
 
@@ -32,11 +34,12 @@ pub struct Api {
     tick_ms: u64,
     streams: Arc<Semaphore>,
     config: Arc<ServerConfig>,
+    policy: Option<Arc<Policy>>,
 }
 
 impl Api {
     /// Build the API over a running driver.
-    pub fn new(config: &ServerConfig, driver: DriverHandle) -> Api {
+    pub fn new(config: &ServerConfig, driver: DriverHandle, policy: Option<Arc<Policy>>) -> Api {
         Api {
             driver,
             nodes: Arc::new(config.nodes.clone()),
@@ -44,6 +47,7 @@ impl Api {
             tick_ms: config.tick_ms,
             streams: Arc::new(Semaphore::new(config.streams_max)),
             config: Arc::new(config.clone()),
+            policy,
         }
     }
 
@@ -119,40 +123,53 @@ impl Api {
         status
     }
 
-    /// With TLS on, refuses a request whose client did not present a certificate naming
-    /// one of `admin_clients` (PERMISSION_DENIED, `permission-denied`). With TLS off there
-    /// is no client identity, and the server said so at start.
-    fn require_admin<T>(&self, req: &Request<T>, what: &str) -> Result<(), Status> {
-        if self.config.tls.is_none() {
+    /// Lets `req` through if its client may do `action` (see [`crate::auth`]): refused
+    /// UNAUTHENTICATED (`unauthenticated`) without credentials that prove who it is, and
+    /// PERMISSION_DENIED (`permission-denied`) when who it is may not; each refusal is
+    /// counted. With no policy (TLS and the auth file both off) everything is let through,
+    /// as the server said at start.
+    fn authorize<T>(&self, req: &Request<T>, action: Action<'_>) -> Result<(), Status> {
+        let Some(policy) = &self.policy else {
             return Ok(());
-        }
-        let certs = req.peer_certs();
-        let leaf = certs.as_ref().and_then(|c| c.first());
-        let admitted = leaf.is_some_and(|leaf| {
-            self.config.admin_clients.iter().any(|admin| {
-                let name = tenure_transport::tls::client_name(&self.config.cluster_id, admin);
-                tenure_transport::tls::cert_names(leaf, &name).is_ok()
-            })
+        };
+        let authorization = match req.metadata().get("authorization") {
+            Some(v) => Some(v.to_str().map_err(|_| {
+                self.denied(Denied::Unauthenticated(
+                    "the authorization header is not text".into(),
+                ))
+            })?),
+            None => None,
+        };
+        let certificate = req.peer_certs().and_then(|certs| {
+            certs
+                .first()
+                .and_then(|leaf| client_principal(leaf, &self.config.cluster_id))
         });
-        if admitted {
-            return Ok(());
-        }
-        self.driver
-            .metrics
-            .permission_denied
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let why = match leaf {
-            None => format!("{what} needs an admin client certificate; none was presented"),
-            Some(_) => format!(
-                "{what} needs an admin client certificate; this one names none of {:?}",
-                self.config.admin_clients
+        policy
+            .check(authorization, certificate.as_deref(), &action)
+            .map(|_| ())
+            .map_err(|denied| self.denied(denied))
+    }
+
+    fn denied(&self, denied: Denied) -> Status {
+        let metrics = &self.driver.metrics;
+        let (mut status, reason, counter) = match &denied {
+            Denied::Unauthenticated(why) => (
+                Status::unauthenticated(why.clone()),
+                "unauthenticated",
+                &metrics.unauthenticated,
+            ),
+            Denied::Forbidden { .. } => (
+                Status::permission_denied(denied.to_string()),
+                "permission-denied",
+                &metrics.permission_denied,
             ),
         };
-        let mut status = Status::permission_denied(why);
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         status
             .metadata_mut()
-            .insert(ERROR_KEY, MetadataValue::from_static("permission-denied"));
-        Err(status)
+            .insert(ERROR_KEY, MetadataValue::from_static(reason));
+        status
     }
 
     /// The hash of a presented session secret: `None` when none was presented; a secret
@@ -243,6 +260,7 @@ impl v1::sessions_server::Sessions for Api {
         &self,
         req: Request<v1::GrantRequest>,
     ) -> Result<tonic::Response<v1::GrantResponse>, Status> {
+        self.authorize(&req, Action::Session)?;
         let r = req.into_inner();
         let ttl_ms = r.ttl_ms;
         if ttl_ms < self.config.ttl_min_ms || ttl_ms > self.config.ttl_max_ms {
@@ -279,6 +297,7 @@ impl v1::sessions_server::Sessions for Api {
         &self,
         req: Request<tonic::Streaming<v1::KeepAliveRequest>>,
     ) -> Result<tonic::Response<Self::KeepAliveStream>, Status> {
+        self.authorize(&req, Action::Session)?;
         let permit = self
             .streams
             .clone()
@@ -334,6 +353,7 @@ impl v1::sessions_server::Sessions for Api {
         &self,
         req: Request<v1::RevokeRequest>,
     ) -> Result<tonic::Response<v1::RevokeResponse>, Status> {
+        self.authorize(&req, Action::Session)?;
         let r = req.into_inner();
         let session = r.session_id;
         let command = self.seal(&r.session_secret, Command::Revoke { session })?;
@@ -349,6 +369,7 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::CampaignRequest>,
     ) -> Result<tonic::Response<v1::CampaignResponse>, Status> {
+        self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
         let r = req.into_inner();
         // Subscribe before proposing, so that the change that makes us leader cannot slip
         // between the answer and the subscription.
@@ -422,6 +443,7 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::ResignRequest>,
     ) -> Result<tonic::Response<v1::ResignResponse>, Status> {
+        self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
         let r = req.into_inner();
         let command = self.seal(
             &r.session_secret,
@@ -439,6 +461,7 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::TransferRequest>,
     ) -> Result<tonic::Response<v1::TransferResponse>, Status> {
+        self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
         let r = req.into_inner();
         let request = on_session(r.from_session_id, r.request_seq);
         let cmd = self.seal(
@@ -461,6 +484,7 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::LeaderRequest>,
     ) -> Result<tonic::Response<v1::LeaderResponse>, Status> {
+        self.authorize(&req, Action::Observe(&req.get_ref().election))?;
         let election = req.into_inner().election;
         match self.run(Command::Leader { election }).await? {
             (_, Response::LeaderIs(l)) => Ok(tonic::Response::new(v1::LeaderResponse {
@@ -476,6 +500,7 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::ObserveRequest>,
     ) -> Result<tonic::Response<Self::ObserveStream>, Status> {
+        self.authorize(&req, Action::Observe(&req.get_ref().election))?;
         let permit = self
             .streams
             .clone()
@@ -542,6 +567,7 @@ impl v1::fenced_keys_server::FencedKeys for Api {
         &self,
         req: Request<v1::GetRequest>,
     ) -> Result<tonic::Response<v1::GetResponse>, Status> {
+        self.authorize(&req, Action::Read(&req.get_ref().key))?;
         let key = req.into_inner().key;
         match self.run(Command::Get { key }).await? {
             (_, Response::Value(v)) => Ok(tonic::Response::new(v1::GetResponse {
@@ -560,6 +586,7 @@ impl v1::fenced_keys_server::FencedKeys for Api {
         &self,
         req: Request<v1::PutRequest>,
     ) -> Result<tonic::Response<v1::PutResponse>, Status> {
+        self.authorize(&req, Action::Write(&req.get_ref().key))?;
         let r = req.into_inner();
         let request = on_session(r.session_id, r.request_seq);
         let cmd = self.seal(
@@ -582,8 +609,9 @@ impl v1::fenced_keys_server::FencedKeys for Api {
 impl v1::cluster_server::Cluster for Api {
     async fn status(
         &self,
-        _req: Request<v1::StatusRequest>,
+        req: Request<v1::StatusRequest>,
     ) -> Result<tonic::Response<v1::StatusResponse>, Status> {
+        self.authorize(&req, Action::Status)?;
         let p = self.driver.published.borrow().clone();
         Ok(tonic::Response::new(self.status_response(&p.status)))
     }
@@ -592,7 +620,7 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::MemberRequest>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
-        self.require_admin(&req, "AddMember")?;
+        self.authorize(&req, Action::Admin)?;
         let r = req.into_inner();
         if !self.nodes.contains_key(&r.id) {
             return Err(self.status(ApiError::Invalid(format!(
@@ -616,7 +644,7 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::MemberRequest>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
-        self.require_admin(&req, "RemoveMember")?;
+        self.authorize(&req, Action::Admin)?;
         let id = req.into_inner().id;
         let m = self.driver.published.borrow().status.membership.clone();
         let (mut voters, mut learners) = (m.voters, m.learners);
@@ -629,7 +657,7 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::TransferLeadershipRequest>,
     ) -> Result<tonic::Response<v1::TransferLeadershipResponse>, Status> {
-        self.require_admin(&req, "TransferLeadership")?;
+        self.authorize(&req, Action::Admin)?;
         let to = req.into_inner().to;
         self.driver
             .call(

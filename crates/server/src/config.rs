@@ -158,6 +158,12 @@ pub struct ServerConfig {
     /// carries `client-<name>.<cluster_id>.tenure` (what `tenure certs --clients` issues).
     #[serde(default = "default_admin_clients")]
     pub admin_clients: Vec<String>,
+    /// Who may do what: principals with roles and prefix grants, and bearer tokens by
+    /// hash (see `auth` and docs/SECURITY.md). Without it, TLS on means the default
+    /// policy (`admin_clients` administer, every other client certificate of the cluster
+    /// may use elections and keys); TLS off means nobody is authenticated.
+    #[serde(default)]
+    pub auth_file: Option<PathBuf>,
 }
 
 fn default_admin_clients() -> Vec<String> {

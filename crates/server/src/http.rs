@@ -1,15 +1,23 @@
 //! HTTP: `/metrics` (Prometheus text), `/health`, `/status` (JSON).
+//!
+//! `/health` is open to all (load balancers ask it). With a policy (TLS on, or an auth
+//! file), `/metrics` and `/status` need the observer or admin role: a client certificate
+//! (over TLS) or `authorization: Bearer <token>`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Serialize;
 
+use tokio_rustls::rustls::pki_types::CertificateDer;
+
+use crate::auth::{Action, Denied, Policy};
 use crate::config::ServerConfig;
 use crate::driver::DriverHandle;
 
@@ -17,6 +25,60 @@ use crate::driver::DriverHandle;
 struct HttpState {
     driver: DriverHandle,
     config: Arc<ServerConfig>,
+    policy: Option<Arc<Policy>>,
+}
+
+/// Who is at the other end of an HTTP connection: the certificate it presented, if any.
+#[derive(Clone, Debug, Default)]
+pub struct HttpPeer {
+    /// The client's leaf certificate (TLS only).
+    pub leaf: Option<CertificateDer<'static>>,
+}
+
+impl Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for HttpPeer {
+    fn connect_info(_: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        HttpPeer::default()
+    }
+}
+
+impl HttpState {
+    /// Lets a request through if its client may do `action`; otherwise the refusal, as
+    /// the gRPC port words and counts it.
+    fn authorize(
+        &self,
+        peer: &HttpPeer,
+        headers: &HeaderMap,
+        action: Action<'_>,
+    ) -> Result<(), Box<Response>> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        let authorization = match headers.get("authorization") {
+            Some(v) => Some(v.to_str().map_err(|_| {
+                self.refuse(Denied::Unauthenticated(
+                    "the authorization header is not text".into(),
+                ))
+            })?),
+            None => None,
+        };
+        let certificate = peer.leaf.as_ref().and_then(|leaf| {
+            tenure_transport::tls::client_principal(leaf, &self.config.cluster_id)
+        });
+        policy
+            .check(authorization, certificate.as_deref(), &action)
+            .map(|_| ())
+            .map_err(|denied| self.refuse(denied))
+    }
+
+    fn refuse(&self, denied: Denied) -> Box<Response> {
+        let metrics = &self.driver.metrics;
+        let (code, counter) = match denied {
+            Denied::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, &metrics.unauthenticated),
+            Denied::Forbidden { .. } => (StatusCode::FORBIDDEN, &metrics.permission_denied),
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::new((code, format!("{denied}\n")).into_response())
+    }
 }
 
 /// The JSON served at `/status`.
@@ -47,10 +109,11 @@ pub struct StatusJson {
 }
 
 /// The router for the HTTP endpoint.
-pub fn router(config: &ServerConfig, driver: DriverHandle) -> Router {
+pub fn router(config: &ServerConfig, driver: DriverHandle, policy: Option<Arc<Policy>>) -> Router {
     let state = HttpState {
         driver,
         config: Arc::new(config.clone()),
+        policy,
     };
     Router::new()
         .route("/metrics", get(metrics))
@@ -59,11 +122,19 @@ pub fn router(config: &ServerConfig, driver: DriverHandle) -> Router {
         .with_state(state)
 }
 
-async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
+async fn metrics(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
+        return *refused;
+    }
     (
         [("content-type", "text/plain; version=0.0.4")],
         s.driver.metrics.render(),
     )
+        .into_response()
 }
 
 /// Healthy when the node knows a leader (itself or another).
@@ -81,7 +152,14 @@ async fn health(State(s): State<HttpState>) -> impl IntoResponse {
     }
 }
 
-async fn status(State(s): State<HttpState>) -> impl IntoResponse {
+async fn status(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
+        return *refused;
+    }
     let p = s.driver.published.borrow().clone();
     let st = p.status;
     let leader = st.leader.unwrap_or(0);
@@ -98,6 +176,7 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
         learners: st.membership.learners.iter().copied().collect(),
         sessions: p.sessions,
     })
+    .into_response()
 }
 
 /// Test-only fault injection: `POST /debug/block` with a body of comma-separated node ids

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod config;
 pub mod driver;
 pub mod http;
@@ -57,6 +58,9 @@ pub enum ServerError {
     /// The TLS material could not be loaded or used.
     #[error("tls: {0}")]
     Tls(String),
+    /// The auth file could not be loaded.
+    #[error("{0}")]
+    Auth(String),
     /// The data directory belongs to another node or another cluster.
     #[error(
         "data directory {dir} belongs to node {found_node} of cluster {found_cluster:?}, not \
@@ -172,6 +176,50 @@ impl Outbox for TransportOutbox {
     }
 }
 
+/// Says at start what is encrypted and who is authenticated, loudly when not.
+fn log_security(config: &ServerConfig, policy: Option<&auth::Policy>) {
+    let who = match policy.map(|p| &p.source) {
+        Some(auth::PolicySource::File(path)) => format!(
+            "clients authenticate with a client certificate or a bearer token and are \
+             authorized by {}",
+            path.display()
+        ),
+        Some(auth::PolicySource::DefaultWithTls) => format!(
+            "clients authenticate with a client certificate of the cluster (no auth file: \
+             {:?} administer, every other client certificate may use elections and keys)",
+            config.admin_clients
+        ),
+        None => String::new(),
+    };
+    match (&config.tls, policy) {
+        (Some(paths), _) => tracing::info!(
+            node = config.id,
+            "TLS on: peers with mutual TLS, clients and http with the certificate {}; {who}",
+            paths.cert.display()
+        ),
+        (None, Some(_)) => tracing::warn!(
+            node = config.id,
+            "TLS is off: bearer tokens and all traffic travel in plaintext{}; {who}",
+            if config.plaintext_exposed() {
+                " on addresses others can reach (--insecure)"
+            } else {
+                " (loopback only)"
+            }
+        ),
+        (None, None) if config.plaintext_exposed() => tracing::warn!(
+            node = config.id,
+            "INSECURE: TLS is off and this node serves plaintext on addresses others can reach \
+             (--insecure): anyone on the network can read and forge cluster traffic, and \
+             client authentication is off (any client may change membership)"
+        ),
+        (None, None) => tracing::warn!(
+            node = config.id,
+            "TLS is off: plaintext on loopback only, and client authentication is off \
+             (give --tls-dir to turn both on)"
+        ),
+    }
+}
+
 /// Run one server until `shutdown` completes.
 pub async fn run(
     config: ServerConfig,
@@ -180,26 +228,14 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     config.validate()?;
     let node_tls = config.tls.as_ref().map(tls::NodeTls::load).transpose()?;
-    match &config.tls {
-        Some(paths) => tracing::info!(
-            node = config.id,
-            admins = ?config.admin_clients,
-            "TLS on: peers with mutual TLS, clients and http with the certificate {}; \
-             membership changes and leadership transfer need an admin client certificate",
-            paths.cert.display()
-        ),
-        None if config.plaintext_exposed() => tracing::warn!(
-            node = config.id,
-            "INSECURE: TLS is off and this node serves plaintext on addresses others can reach \
-             (--insecure): anyone on the network can read and forge cluster traffic, and \
-             client authentication is off (any client may change membership)"
-        ),
-        None => tracing::warn!(
-            node = config.id,
-            "TLS is off: plaintext on loopback only, and client authentication is off \
-             (give --tls-dir to turn both on)"
-        ),
-    }
+    let policy = match (&config.auth_file, &config.tls) {
+        (Some(path), _) => {
+            Some(auth::Policy::load(path).map_err(|e| ServerError::Auth(e.to_string()))?)
+        }
+        (None, Some(_)) => Some(auth::Policy::default_with_tls(&config.admin_clients)),
+        (None, None) => None,
+    };
+    log_security(&config, policy.as_ref());
     let mut storage =
         tenure_wal::FileStorage::open(&config.data_dir, tenure_wal::WalOptions::default())
             .map_err(|e| ServerError::Storage(e.to_string()))?;
@@ -273,7 +309,8 @@ pub async fn run(
         }
     });
 
-    let api = api::Api::new(&config, handle.clone());
+    let policy = policy.map(std::sync::Arc::new);
+    let api = api::Api::new(&config, handle.clone(), policy.clone());
     let limit = config.message_bytes_max;
     let mut grpc = tonic::transport::Server::builder();
     if let Some(node_tls) = &node_tls {
@@ -304,7 +341,7 @@ pub async fn run(
         })
         .await
     });
-    let router = http::router(&config, handle.clone()).merge(http::fault_router(
+    let router = http::router(&config, handle.clone(), policy).merge(http::fault_router(
         transport.clone(),
         config.fault_injection,
     ));
@@ -314,16 +351,22 @@ pub async fn run(
     };
     let http_task = match &node_tls {
         None => tokio::spawn(async move {
-            axum::serve(listeners.http, router)
-                .with_graceful_shutdown(http_stopped)
-                .await
+            axum::serve(
+                listeners.http,
+                router.into_make_service_with_connect_info::<http::HttpPeer>(),
+            )
+            .with_graceful_shutdown(http_stopped)
+            .await
         }),
         Some(node_tls) => {
             let listener = tls::TlsHttpListener::new(listeners.http, node_tls.http_acceptor()?)?;
             tokio::spawn(async move {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(http_stopped)
-                    .await
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<http::HttpPeer>(),
+                )
+                .with_graceful_shutdown(http_stopped)
+                .await
             })
         }
     };

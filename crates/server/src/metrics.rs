@@ -107,6 +107,8 @@ pub struct Metrics {
     pub bad_peer_messages: AtomicU64,
     /// Requests refused PERMISSION_DENIED (not an admin, wrong session secret).
     pub permission_denied: AtomicU64,
+    /// Client requests refused UNAUTHENTICATED (no credentials, unknown token).
+    pub unauthenticated: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -131,6 +133,7 @@ impl Default for Metrics {
             applied_index: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             permission_denied: AtomicU64::new(0),
+            unauthenticated: AtomicU64::new(0),
             bad_peer_messages: AtomicU64::new(0),
         }
     }
@@ -212,8 +215,14 @@ impl Metrics {
         counter(
             &mut out,
             "tenure_permission_denied_total",
-            "Client requests refused PERMISSION_DENIED (not an admin, wrong session secret).",
+            "Client requests refused PERMISSION_DENIED (no right to the action, wrong session secret).",
             &self.permission_denied,
+        );
+        counter(
+            &mut out,
+            "tenure_unauthenticated_total",
+            "Client requests refused UNAUTHENTICATED (no credentials, unknown bearer token).",
+            &self.unauthenticated,
         );
         counter(
             &mut out,

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_transport::{PeerTls, TlsFiles, TlsMaterial};
+use tenure_transport::{ClientAuth, PeerTls, TlsFiles, TlsMaterial};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
@@ -69,11 +69,12 @@ impl NodeTls {
             .timeout(HTTP_HANDSHAKE_TIMEOUT))
     }
 
-    /// The HTTP port's acceptor (HTTP/1.1, no client certificate).
+    /// The HTTP port's acceptor (HTTP/1.1; a client certificate from the CA accepted, not
+    /// required).
     pub(crate) fn http_acceptor(&self) -> Result<TlsAcceptor, ServerError> {
         let mut config = self
             .material
-            .server_config(false)
+            .server_config(ClientAuth::Optional)
             .map_err(|e| ServerError::Tls(e.to_string()))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(TlsAcceptor::from(Arc::new(config)))
@@ -143,5 +144,20 @@ impl axum::serve::Listener for TlsHttpListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsHttpListener>>
+    for crate::http::HttpPeer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsHttpListener>) -> Self {
+        let leaf = stream
+            .io()
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .map(|leaf| leaf.clone().into_owned());
+        crate::http::HttpPeer { leaf }
     }
 }

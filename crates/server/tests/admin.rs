@@ -1,8 +1,9 @@
-//! Membership and Raft leadership are the admin's, on a real cluster with TLS: a client
-//! whose certificate names another principal, and a client with no certificate, are
-//! refused PERMISSION_DENIED (`permission-denied`) for AddMember, RemoveMember and
-//! TransferLeadership, nothing changes, and each refusal is counted; the admin (the
-//! harness's own certificate, principal `admin`) moves leadership as before.
+//! Membership and Raft leadership are the admin's, on a real cluster with TLS and the
+//! default policy: a client whose certificate names another principal is refused
+//! PERMISSION_DENIED (`permission-denied`), and a client with no certificate
+//! UNAUTHENTICATED (`unauthenticated`), for AddMember, RemoveMember and TransferLeadership;
+//! nothing changes, and each refusal is counted; the admin (the harness's own certificate,
+//! principal `admin`) moves leadership as before.
 
 mod common;
 
@@ -17,18 +18,29 @@ async fn only_an_admin_changes_membership_or_moves_leadership() {
     let follower = c.others(&[leader])[0];
     let before = c.status_of(leader).await;
     let denied_before = c.metric(leader, "tenure_permission_denied_total").await;
+    let unauthenticated_before = c.metric(leader, "tenure_unauthenticated_total").await;
 
-    for (who, client) in [
-        ("the app's certificate", Some(APP_CLIENT)),
-        ("no certificate", None),
+    for (who, client, code, reason) in [
+        (
+            "the app's certificate",
+            Some(APP_CLIENT),
+            Code::PermissionDenied,
+            "permission-denied",
+        ),
+        (
+            "no certificate",
+            None,
+            Code::Unauthenticated,
+            "unauthenticated",
+        ),
     ] {
         let mut cluster = v1::cluster_client::ClusterClient::new(c.channel_as(leader, client));
         assert_error(
             cluster
                 .transfer_leadership(v1::TransferLeadershipRequest { to: follower })
                 .await,
-            Code::PermissionDenied,
-            "permission-denied",
+            code,
+            reason,
             &format!("TransferLeadership with {who}"),
         );
         assert_error(
@@ -38,8 +50,8 @@ async fn only_an_admin_changes_membership_or_moves_leadership() {
                     voter: false,
                 })
                 .await,
-            Code::PermissionDenied,
-            "permission-denied",
+            code,
+            reason,
             &format!("RemoveMember with {who}"),
         );
         assert_error(
@@ -49,8 +61,8 @@ async fn only_an_admin_changes_membership_or_moves_leadership() {
                     voter: true,
                 })
                 .await,
-            Code::PermissionDenied,
-            "permission-denied",
+            code,
+            reason,
             &format!("AddMember with {who}"),
         );
     }
@@ -62,7 +74,13 @@ async fn only_an_admin_changes_membership_or_moves_leadership() {
     );
     assert_eq!(after.voters, before.voters, "membership changed");
     let denied = c.metric(leader, "tenure_permission_denied_total").await - denied_before;
-    assert_eq!(denied, 6.0, "refusals counted");
+    assert_eq!(denied, 3.0, "refusals of the app counted");
+    let unauthenticated =
+        c.metric(leader, "tenure_unauthenticated_total").await - unauthenticated_before;
+    assert_eq!(
+        unauthenticated, 3.0,
+        "refusals of the anonymous client counted"
+    );
 
     // The admin may.
     let mut admin =

@@ -90,5 +90,5 @@ pub use codec::{
 pub use config::TransportConfig;
 pub use error::{ConfigError, Result, SendError, TransportError};
 pub use metrics::{PeerState, TransportMetrics};
-pub use tls::{node_name, PeerTls, TlsError, TlsFiles, TlsMaterial};
+pub use tls::{node_name, ClientAuth, PeerTls, TlsError, TlsFiles, TlsMaterial};
 pub use transport::{Transport, TransportHandle};

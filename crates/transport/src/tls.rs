@@ -35,6 +35,22 @@ pub fn client_name(cluster_id: &str, name: &str) -> String {
     format!("client-{name}.{cluster_id}.tenure")
 }
 
+/// The client principal a certificate names: `<name>` from a DNS subject alternative name
+/// `client-<name>.<cluster>.tenure` of this cluster, confirmed by the same name check as
+/// the peers' ([`cert_names`]). `None` when it names no client of this cluster (a node's
+/// certificate, another cluster's, or one that cannot be parsed). The caller has already
+/// verified the certificate's chain to the cluster's CA (the TLS handshake did).
+pub fn client_principal(leaf: &CertificateDer<'_>, cluster_id: &str) -> Option<String> {
+    let parsed = webpki::EndEntityCert::try_from(leaf).ok()?;
+    let suffix = format!(".{cluster_id}.tenure");
+    let name = parsed.valid_dns_names().find_map(|dns| {
+        let name = dns.strip_prefix("client-")?.strip_suffix(suffix.as_str())?;
+        (!name.is_empty() && !name.contains('.') && !name.contains('*')).then(|| name.to_string())
+    })?;
+    cert_names(leaf, &client_name(cluster_id, &name)).ok()?;
+    Some(name)
+}
+
 /// Whether `cluster_id` can stand in a DNS name (and so in [`node_name`]): 1 to 63
 /// lowercase letters, digits and inner hyphens.
 pub fn cluster_id_is_dns_label(cluster_id: &str) -> bool {
@@ -46,6 +62,17 @@ pub fn cluster_id_is_dns_label(cluster_id: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
         && bytes[0] != b'-'
         && bytes[bytes.len() - 1] != b'-'
+}
+
+/// Whether a TLS server asks its clients for a certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// Never asked for.
+    None,
+    /// Asked for; one must be signed by the CA if presented, and a client may present none.
+    Optional,
+    /// Required, signed by the CA.
+    Required,
 }
 
 /// A TLS set-up that cannot work. Each names the file or the rule.
@@ -166,19 +193,26 @@ impl TlsMaterial {
         Arc::clone(&self.roots)
     }
 
-    /// A server configuration that presents this party's certificate. With `client_auth`,
-    /// a client certificate signed by the CA is required; without, none is asked for.
-    pub fn server_config(&self, client_auth: bool) -> Result<ServerConfig, TlsError> {
+    /// A server configuration that presents this party's certificate and asks clients for
+    /// one signed by the CA as `client_auth` says.
+    pub fn server_config(&self, client_auth: ClientAuth) -> Result<ServerConfig, TlsError> {
         let builder = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Rustls(e.to_string()))?;
-        let builder = if client_auth {
-            let verifier = WebPkiClientVerifier::builder_with_provider(self.roots(), provider())
-                .build()
-                .map_err(|e| TlsError::Rustls(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        } else {
-            builder.with_no_client_auth()
+        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots(), provider());
+        let builder = match client_auth {
+            ClientAuth::None => builder.with_no_client_auth(),
+            ClientAuth::Optional => builder.with_client_cert_verifier(
+                verifier
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| TlsError::Rustls(e.to_string()))?,
+            ),
+            ClientAuth::Required => builder.with_client_cert_verifier(
+                verifier
+                    .build()
+                    .map_err(|e| TlsError::Rustls(e.to_string()))?,
+            ),
         };
         let mut config = builder
             .with_single_cert(self.chain.clone(), self.key.clone_key())
@@ -219,7 +253,7 @@ impl PeerTls {
     /// [`node_name`]`(cluster, id)` (peers refuse it otherwise).
     pub fn new(material: &TlsMaterial) -> Result<PeerTls, TlsError> {
         Ok(PeerTls {
-            acceptor: TlsAcceptor::from(Arc::new(material.server_config(true)?)),
+            acceptor: TlsAcceptor::from(Arc::new(material.server_config(ClientAuth::Required)?)),
             connector: TlsConnector::from(Arc::new(material.client_config()?)),
         })
     }

@@ -258,3 +258,31 @@ fn tls_needs_a_cluster_id_that_fits_a_certificate_name() {
         assert!(err.to_string().contains("cannot be used with TLS"), "{err}");
     });
 }
+
+/// A client certificate names its principal; a node's certificate, another cluster's
+/// client certificate and garbage name none.
+#[test]
+fn client_certificates_name_their_principal_and_nothing_else_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    issue_into(dir.path(), CLUSTER, vec![1]);
+    let other = tempfile::tempdir().expect("tempdir");
+    issue_into(other.path(), "elsewhere", vec![1]);
+    let leaf = |dir: &Path, file: String| {
+        let pem = std::fs::read(dir.join(file)).expect("read certificate");
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        tokio_rustls::rustls::pki_types::CertificateDer::from_pem_slice(&pem).expect("pem")
+    };
+    let principal = tenure_transport::tls::client_principal;
+    assert_eq!(
+        principal(&leaf(dir.path(), files::client("app")), CLUSTER).as_deref(),
+        Some("app")
+    );
+    assert_eq!(principal(&leaf(dir.path(), files::node(1)), CLUSTER), None);
+    assert_eq!(
+        principal(&leaf(other.path(), files::client("app")), CLUSTER),
+        None,
+        "another cluster's client"
+    );
+    let garbage = tokio_rustls::rustls::pki_types::CertificateDer::from(vec![0x30, 0x03, 1, 2, 3]);
+    assert_eq!(principal(&garbage, CLUSTER), None);
+}

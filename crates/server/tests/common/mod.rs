@@ -251,26 +251,27 @@ pub async fn http(
     body: &str,
     within: Duration,
 ) -> std::io::Result<(u16, String)> {
-    http_over(None, addr, method, path, body, within).await
+    http_over(None, addr, method, path, body, "", within).await
 }
 
-/// [`http`], over TLS with `tls` when given.
+/// [`http`], over TLS with `tls` when given, with `headers` (each line ending in `\r\n`).
 async fn http_over(
     tls: Option<&tokio_rustls::TlsConnector>,
     addr: SocketAddr,
     method: &str,
     path: &str,
     body: &str,
+    headers: &str,
     within: Duration,
 ) -> std::io::Result<(u16, String)> {
     let exchange = async {
         let tcp = tokio::net::TcpStream::connect(addr).await?;
         match tls {
-            None => exchange_http(tcp, addr, method, path, body).await,
+            None => exchange_http(tcp, addr, method, path, body, headers).await,
             Some(tls) => {
                 let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
                 let stream = tls.connect(name, tcp).await?;
-                exchange_http(stream, addr, method, path, body).await
+                exchange_http(stream, addr, method, path, body, headers).await
             }
         }
     };
@@ -290,10 +291,11 @@ async fn exchange_http<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     method: &str,
     path: &str,
     body: &str,
+    headers: &str,
 ) -> std::io::Result<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\n{headers}Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await?;
@@ -912,7 +914,61 @@ impl Cluster {
         within: Duration,
     ) -> std::io::Result<(u16, String)> {
         let tls = self.tls.as_ref().map(|t| &t.http);
-        http_over(tls, self.addrs[&id].http, method, path, body, within).await
+        http_over(tls, self.addrs[&id].http, method, path, body, "", within).await
+    }
+
+    /// A GET of `path` on node `id`'s HTTP port over TLS as client principal `client` (or
+    /// with no client certificate), with `authorization` as that header if given.
+    pub async fn http_get_as(
+        &self,
+        id: u64,
+        path: &str,
+        client: Option<&str>,
+        authorization: Option<&str>,
+    ) -> std::io::Result<(u16, String)> {
+        use tenure_transport::certs::files;
+        let tls = self.tls.as_ref().expect("http_get_as needs TLS on");
+        let config = match client {
+            Some(client) => tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+                ca: tls.dir.join(files::CA),
+                cert: tls.dir.join(files::client(client)),
+                key: tls.dir.join(files::client_key(client)),
+            })
+            .expect("load a client certificate")
+            .client_config()
+            .expect("client TLS config"),
+            None => {
+                let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+                let pem = std::fs::read(tls.dir.join(files::CA)).expect("read the CA");
+                use tokio_rustls::rustls::pki_types::pem::PemObject;
+                for cert in tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+                    roots
+                        .add(cert.expect("a CA certificate"))
+                        .expect("add the CA");
+                }
+                tokio_rustls::rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                    tokio_rustls::rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .expect("protocol versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth()
+            }
+        };
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        let headers = authorization
+            .map(|a| format!("Authorization: {a}\r\n"))
+            .unwrap_or_default();
+        http_over(
+            Some(&connector),
+            self.addrs[&id].http,
+            "GET",
+            path,
+            "",
+            &headers,
+            secs(5),
+        )
+        .await
     }
 
     /// A channel to node `id` over TLS as client principal `client` (its certificate from

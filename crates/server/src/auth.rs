@@ -1,0 +1,597 @@
+//! Who a client is, and what it may do.
+//!
+//! A client authenticates with a client certificate from the cluster's CA (its principal is
+//! the `<name>` of `client-<name>.<cluster>.tenure`) or with a bearer token
+//! (`authorization: Bearer <token>`), which the auth file maps to a principal by its SHA-256
+//! hash: the server never holds a token itself. A principal has roles and grants:
+//!
+//! - `admin`: everything, including membership changes and moving Raft leadership;
+//! - `observer`: reads everything (who leads, observe, fenced keys, status, `/metrics` and
+//!   `/status` on the HTTP port) and changes nothing;
+//! - grants on name prefixes: `campaign` (campaign, resign, transfer in elections under the
+//!   prefix), `observe` (who leads, observe), `read` (get fenced keys), `write` (fenced
+//!   puts). A principal with a `campaign` or `write` grant may hold sessions.
+//!
+//! Where the policy comes from: the auth file if one is configured; otherwise, with TLS on,
+//! the default policy (the `admin_clients` are admins, every other client certificate of
+//! the cluster may campaign, observe, read and write everywhere and is an observer, and a
+//! client without a certificate is refused); with neither, nobody is authenticated and everything is
+//! allowed, which the server says loudly at start.
+//!
+//! The auth file (TOML):
+//!
+//! ```toml
+//! [principals.admin]
+//! roles = ["admin"]
+//!
+//! [principals.billing]
+//! grants = [{ prefix = "billing/", allow = ["campaign", "observe", "read", "write"] }]
+//!
+//! [principals.grafana]
+//! roles = ["observer"]
+//!
+//! [tokens]
+//! # principal = "sha256:<hex of the token's SHA-256>", from `tenure token NAME`
+//! grafana = "sha256:…"
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::Digest as _;
+
+/// What a grant allows under its prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Permission {
+    /// Campaign, resign and transfer in elections whose name starts with the prefix.
+    Campaign,
+    /// Ask who leads and observe elections whose name starts with the prefix.
+    Observe,
+    /// Get fenced keys that start with the prefix.
+    Read,
+    /// Put fenced keys that start with the prefix.
+    Write,
+}
+
+/// A role: a set of rights not tied to names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Every read, no change.
+    Observer,
+}
+
+/// One grant: `allow` on every name that starts with `prefix` (`""`: every name).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    /// Names this grant covers start with this.
+    pub prefix: String,
+    /// What it allows there.
+    pub allow: BTreeSet<Permission>,
+}
+
+/// What one principal may do.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rights {
+    /// Roles.
+    #[serde(default)]
+    pub roles: BTreeSet<Role>,
+    /// Grants on name prefixes.
+    #[serde(default)]
+    pub grants: Vec<Grant>,
+}
+
+impl Rights {
+    fn has(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+
+    fn granted(&self, permission: Permission, name: &str) -> bool {
+        self.grants
+            .iter()
+            .any(|g| g.allow.contains(&permission) && name.starts_with(g.prefix.as_str()))
+    }
+
+    /// Whether these rights allow `action`.
+    pub fn allow(&self, action: &Action<'_>) -> bool {
+        if self.has(Role::Admin) {
+            return true;
+        }
+        let observer = self.has(Role::Observer);
+        match *action {
+            Action::Admin => false,
+            Action::Status => true,
+            Action::Metrics => observer,
+            Action::Session => self.grants.iter().any(|g| {
+                g.allow.contains(&Permission::Campaign) || g.allow.contains(&Permission::Write)
+            }),
+            Action::Campaign(election) => self.granted(Permission::Campaign, election),
+            Action::Observe(election) => observer || self.granted(Permission::Observe, election),
+            Action::Read(key) => observer || self.granted(Permission::Read, key),
+            Action::Write(key) => self.granted(Permission::Write, key),
+        }
+    }
+}
+
+/// What a request asks to do, with the name it is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action<'a> {
+    /// Grant, keep alive or revoke a session.
+    Session,
+    /// Campaign, resign or transfer in an election.
+    Campaign(&'a str),
+    /// Who leads an election, observe it.
+    Observe(&'a str),
+    /// Get a fenced key.
+    Read(&'a str),
+    /// Put a fenced key.
+    Write(&'a str),
+    /// The cluster's status (every authenticated principal).
+    Status,
+    /// `/metrics` and `/status` on the HTTP port (observers and admins).
+    Metrics,
+    /// Membership changes, leadership transfer.
+    Admin,
+}
+
+impl Action<'_> {
+    /// How a denial names what was asked.
+    pub fn describe(&self) -> String {
+        match self {
+            Action::Session => "sessions (a campaign or write grant)".into(),
+            Action::Campaign(e) => format!("campaign in election {e:?}"),
+            Action::Observe(e) => format!("observe election {e:?}"),
+            Action::Read(k) => format!("read key {k:?}"),
+            Action::Write(k) => format!("write key {k:?}"),
+            Action::Status => "the cluster's status".into(),
+            Action::Metrics => "metrics and status (the observer role)".into(),
+            Action::Admin => "membership and leadership changes (the admin role)".into(),
+        }
+    }
+}
+
+/// Who made a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    /// Authentication is off: nobody is identified and everything is allowed.
+    Anyone,
+    /// An authenticated principal, by name.
+    Named(String),
+}
+
+/// Why a request was not let through.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// No credentials, or credentials that prove nothing (UNAUTHENTICATED).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// An authenticated principal without the right (PERMISSION_DENIED).
+    #[error("principal {principal:?} may not {what}")]
+    Forbidden {
+        /// Who asked.
+        principal: String,
+        /// What for.
+        what: String,
+    },
+}
+
+/// The SHA-256 of a bearer token, as the auth file stores it.
+pub type TokenHash = [u8; 32];
+
+/// Who may do what on this node.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Rights by principal name. A principal not listed has none.
+    principals: BTreeMap<String, Rights>,
+    /// Rights of an authenticated client certificate whose principal is not listed (the
+    /// default policy's "every client of the cluster").
+    any_certificate: Option<Rights>,
+    /// Bearer tokens by hash.
+    tokens: HashMap<TokenHash, String>,
+    /// Where the policy came from, for the start log.
+    pub source: PolicySource,
+}
+
+/// Where a [`Policy`] came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicySource {
+    /// The auth file at this path.
+    File(PathBuf),
+    /// TLS on, no auth file: the admins, and every other client certificate of the cluster.
+    DefaultWithTls,
+}
+
+/// An auth file that cannot be used. Each says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthFileError {
+    /// Not readable or not valid TOML of the expected shape.
+    #[error("auth file {path}: {why}")]
+    Parse {
+        /// File.
+        path: PathBuf,
+        /// Reason.
+        why: String,
+    },
+    /// A rule that makes no sense.
+    #[error("auth file {path}: {why}")]
+    Invalid {
+        /// File.
+        path: PathBuf,
+        /// Reason.
+        why: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthFile {
+    #[serde(default)]
+    principals: BTreeMap<String, Rights>,
+    #[serde(default)]
+    tokens: BTreeMap<String, String>,
+}
+
+/// Whether `name` can be a principal: what a client certificate's DNS label can carry
+/// (1 to 63 lowercase letters, digits and inner hyphens).
+pub fn principal_name_ok(name: &str) -> bool {
+    tenure_transport::tls::cluster_id_is_dns_label(name)
+}
+
+/// `sha256:<hex>` of `token`: what the auth file stores for it.
+pub fn token_hash_line(token: &str) -> String {
+    let hash: TokenHash = sha2::Sha256::digest(token.as_bytes()).into();
+    format!("sha256:{}", hex(&hash))
+}
+
+/// A new bearer token: `tenure_` and 64 hex digits (256 bits from the OS's random source,
+/// drawn as two session secrets).
+pub fn new_token() -> Result<String, String> {
+    let mut bytes = tenure_proto::new_session_secret()?;
+    bytes.extend(tenure_proto::new_session_secret()?);
+    Ok(format!("tenure_{}", hex(&bytes)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse_hash(text: &str) -> Option<TokenHash> {
+    let hex = text.strip_prefix("sha256:")?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+impl Policy {
+    /// The policy in the auth file at `path`.
+    pub fn load(path: &Path) -> Result<Policy, AuthFileError> {
+        let text = std::fs::read_to_string(path).map_err(|e| AuthFileError::Parse {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+        Policy::parse(&text, path)
+    }
+
+    /// The policy in `text`, an auth file read from `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<Policy, AuthFileError> {
+        let invalid = |why: String| AuthFileError::Invalid {
+            path: path.to_path_buf(),
+            why,
+        };
+        let file: AuthFile = toml::from_str(text).map_err(|e| AuthFileError::Parse {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
+        for (name, rights) in &file.principals {
+            if !principal_name_ok(name) {
+                return Err(invalid(format!(
+                    "principal {name:?}: names are 1 to 63 lowercase letters, digits and inner hyphens (what a client certificate can carry)"
+                )));
+            }
+            if rights.roles.is_empty() && rights.grants.is_empty() {
+                return Err(invalid(format!(
+                    "principal {name:?} has no roles and no grants"
+                )));
+            }
+            if let Some(g) = rights.grants.iter().find(|g| g.allow.is_empty()) {
+                return Err(invalid(format!(
+                    "principal {name:?}: the grant on prefix {:?} allows nothing",
+                    g.prefix
+                )));
+            }
+        }
+        let mut tokens = HashMap::new();
+        for (name, hash) in &file.tokens {
+            if !file.principals.contains_key(name) {
+                return Err(invalid(format!(
+                    "token for {name:?}, which is not among [principals]"
+                )));
+            }
+            let Some(hash) = parse_hash(hash) else {
+                return Err(invalid(format!(
+                    "token for {name:?} is not \"sha256:<64 hex digits>\" (the line `tenure token {name}` prints)"
+                )));
+            };
+            if tokens.insert(hash, name.clone()).is_some() {
+                return Err(invalid(format!("token for {name:?} is listed twice")));
+            }
+        }
+        Ok(Policy {
+            principals: file.principals,
+            any_certificate: None,
+            tokens,
+            source: PolicySource::File(path.to_path_buf()),
+        })
+    }
+
+    /// TLS on and no auth file: `admins` are admins; every other client certificate of the
+    /// cluster may campaign, observe, read and write under every name, and read metrics.
+    pub fn default_with_tls(admins: &[String]) -> Policy {
+        let admin = Rights {
+            roles: BTreeSet::from([Role::Admin]),
+            grants: Vec::new(),
+        };
+        Policy {
+            principals: admins.iter().map(|a| (a.clone(), admin.clone())).collect(),
+            any_certificate: Some(Rights {
+                roles: BTreeSet::from([Role::Observer]),
+                grants: vec![Grant {
+                    prefix: String::new(),
+                    allow: BTreeSet::from([
+                        Permission::Campaign,
+                        Permission::Observe,
+                        Permission::Read,
+                        Permission::Write,
+                    ]),
+                }],
+            }),
+            tokens: HashMap::new(),
+            source: PolicySource::DefaultWithTls,
+        }
+    }
+
+    /// Whether the policy knows any bearer token.
+    pub fn has_tokens(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// The principal behind `token`.
+    fn by_token(&self, token: &str) -> Option<&str> {
+        let hash: TokenHash = sha2::Sha256::digest(token.as_bytes()).into();
+        self.tokens.get(&hash).map(String::as_str)
+    }
+
+    /// Authenticate a request from its `authorization` header value (if any) and the
+    /// principal its client certificate names (if any), and authorize `action`. A bearer
+    /// token, when present, is what counts.
+    pub fn check(
+        &self,
+        authorization: Option<&str>,
+        certificate: Option<&str>,
+        action: &Action<'_>,
+    ) -> Result<Principal, Denied> {
+        let (name, from_certificate) = match (authorization, certificate) {
+            (Some(header), _) => {
+                let token = header
+                    .strip_prefix("Bearer ")
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| {
+                        Denied::Unauthenticated(
+                            "the authorization header is not \"Bearer <token>\"".into(),
+                        )
+                    })?;
+                let name = self.by_token(token).ok_or_else(|| {
+                    Denied::Unauthenticated("the bearer token is not known to this cluster".into())
+                })?;
+                (name.to_string(), false)
+            }
+            (None, Some(name)) => (name.to_string(), true),
+            (None, None) => {
+                return Err(Denied::Unauthenticated(format!(
+                    "{} needs a client certificate or a bearer token",
+                    action.describe()
+                )))
+            }
+        };
+        let rights = match self.principals.get(&name) {
+            Some(rights) => Some(rights),
+            None if from_certificate => self.any_certificate.as_ref(),
+            None => None,
+        };
+        if rights.is_some_and(|r| r.allow(action)) {
+            Ok(Principal::Named(name))
+        } else {
+            Err(Denied::Forbidden {
+                principal: name,
+                what: action.describe(),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+[principals.admin]
+roles = ["admin"]
+
+[principals.billing]
+grants = [
+  { prefix = "billing/", allow = ["campaign", "observe"] },
+  { prefix = "billing/keys/", allow = ["read", "write"] },
+]
+
+[principals.grafana]
+roles = ["observer"]
+
+[tokens]
+grafana = "sha256:REPLACE"
+"#;
+
+    fn policy() -> (Policy, String) {
+        let token = new_token().expect("token");
+        let text = FILE.replace("sha256:REPLACE", &token_hash_line(&token));
+        let policy = Policy::parse(&text, Path::new("auth.toml")).expect("parses");
+        (policy, token)
+    }
+
+    fn bearer(token: &str) -> String {
+        format!("Bearer {token}")
+    }
+
+    #[test]
+    fn grants_cover_their_prefix_and_nothing_else() {
+        let (p, _) = policy();
+        let billing = Some("billing");
+        assert!(p
+            .check(None, billing, &Action::Campaign("billing/close"))
+            .is_ok());
+        assert!(p
+            .check(None, billing, &Action::Observe("billing/close"))
+            .is_ok());
+        assert!(p
+            .check(None, billing, &Action::Write("billing/keys/x"))
+            .is_ok());
+        assert!(p.check(None, billing, &Action::Session).is_ok());
+        assert!(p.check(None, billing, &Action::Status).is_ok());
+        for denied in [
+            Action::Campaign("shipping/close"),
+            Action::Campaign("billing"),
+            Action::Write("billing/close"),
+            Action::Read("billing/close"),
+            Action::Metrics,
+            Action::Admin,
+        ] {
+            assert!(
+                matches!(
+                    p.check(None, billing, &denied),
+                    Err(Denied::Forbidden { .. })
+                ),
+                "{denied:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn observers_read_everything_and_change_nothing() {
+        let (p, token) = policy();
+        let auth = bearer(&token);
+        let auth = Some(auth.as_str());
+        for allowed in [
+            Action::Observe("any"),
+            Action::Read("any/key"),
+            Action::Status,
+            Action::Metrics,
+        ] {
+            assert_eq!(
+                p.check(auth, None, &allowed),
+                Ok(Principal::Named("grafana".into())),
+                "{allowed:?}"
+            );
+        }
+        for denied in [
+            Action::Session,
+            Action::Campaign("any"),
+            Action::Write("any/key"),
+            Action::Admin,
+        ] {
+            assert!(p.check(auth, None, &denied).is_err(), "{denied:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_tokens_and_missing_credentials_are_unauthenticated() {
+        let (p, token) = policy();
+        let wrong = bearer(&format!("{token}0"));
+        for header in [Some(wrong.as_str()), Some("Basic abc"), Some("Bearer ")] {
+            assert!(
+                matches!(
+                    p.check(header, Some("admin"), &Action::Status),
+                    Err(Denied::Unauthenticated(_))
+                ),
+                "{header:?}: a bad token is not rescued by a certificate"
+            );
+        }
+        assert!(matches!(
+            p.check(None, None, &Action::Status),
+            Err(Denied::Unauthenticated(_))
+        ));
+        // A certificate naming a principal the file does not list has no rights.
+        assert!(matches!(
+            p.check(None, Some("stranger"), &Action::Status),
+            Err(Denied::Forbidden { .. })
+        ));
+    }
+
+    #[test]
+    fn the_default_policy_lets_cluster_clients_work_and_only_admins_administer() {
+        let p = Policy::default_with_tls(&["ops".into()]);
+        assert!(p.check(None, Some("app"), &Action::Campaign("x")).is_ok());
+        assert!(p.check(None, Some("app"), &Action::Write("k")).is_ok());
+        assert!(p.check(None, Some("app"), &Action::Metrics).is_ok());
+        assert!(p.check(None, Some("app"), &Action::Admin).is_err());
+        assert!(p.check(None, Some("ops"), &Action::Admin).is_ok());
+        assert!(matches!(
+            p.check(None, None, &Action::Campaign("x")),
+            Err(Denied::Unauthenticated(_))
+        ));
+    }
+
+    #[test]
+    fn bad_auth_files_are_refused_with_what_to_change() {
+        let cases = [
+            ("[principals.Admin]\nroles = [\"admin\"]\n", "names are"),
+            ("[principals.a]\n", "no roles and no grants"),
+            ("[principals.a]\nroles = [\"root\"]\n", "unknown variant"),
+            (
+                "[principals.a]\ngrants = [{ prefix = \"\", allow = [] }]\n",
+                "allows nothing",
+            ),
+            (
+                "[principals.a]\ngrants = [{ prefix = \"\", allow = [\"delete\"] }]\n",
+                "unknown variant",
+            ),
+            (
+                "[principals.a]\nroles = [\"observer\"]\n[tokens]\nb = \"sha256:00\"\n",
+                "not among [principals]",
+            ),
+            (
+                "[principals.a]\nroles = [\"observer\"]\n[tokens]\na = \"plaintext-token\"\n",
+                "sha256:<64 hex digits>",
+            ),
+            ("[principal.a]\nroles = [\"observer\"]\n", "unknown field"),
+        ];
+        for (text, why) in cases {
+            let e = Policy::parse(text, Path::new("auth.toml"))
+                .expect_err(text)
+                .to_string();
+            assert!(e.contains(why) && e.contains("auth.toml"), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_token_hash_line_round_trips_and_tokens_are_unique() {
+        let a = new_token().expect("token");
+        let b = new_token().expect("token");
+        assert_ne!(a, b);
+        assert!(a.starts_with("tenure_") && a.len() == 7 + 64, "{a}");
+        let line = token_hash_line(&a);
+        let hash = parse_hash(&line).expect("parses");
+        assert_eq!(hash, <TokenHash>::from(sha2::Sha256::digest(a.as_bytes())));
+        assert!(!line.contains(&a[7..]), "the line does not hold the token");
+    }
+}
