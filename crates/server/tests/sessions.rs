@@ -207,26 +207,11 @@ async fn a_session_is_used_only_with_its_secret() {
         "the stranger's keepalives kept the session alive for {waited:?}"
     );
 
-    // No node logged the secret or a private key, in any common encoding.
-    let secret = secret();
-    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-    let mut forbidden = vec![hex.clone(), hex.to_uppercase(), format!("{secret:?}")];
-    let tls = c.tls().expect("TLS is on");
+    // No node logged the secret or a private key, in any common encoding (every test's
+    // cluster checks this when it stops; here it is checked with logs known not to be
+    // empty).
+    c.assert_logs_hold_no_credentials();
     for id in c.ids() {
-        let key =
-            std::fs::read_to_string(tls.dir.join(tenure_transport::certs::files::node_key(id)))
-                .expect("read a node key");
-        forbidden.extend(
-            key.lines()
-                .filter(|l| !l.starts_with("-----") && l.len() >= 16)
-                .map(str::to_string),
-        );
-    }
-    for id in c.ids() {
-        let log = c.log(id);
-        assert!(!log.is_empty(), "node {id} logged nothing");
-        for f in &forbidden {
-            assert!(!log.contains(f.as_str()), "node {id}'s log contains {f:?}");
-        }
+        assert!(!c.log(id).is_empty(), "node {id} logged nothing");
     }
 }

@@ -455,6 +455,8 @@ pub struct Cluster {
     started: Instant,
     /// The client side of TLS, when on.
     tls: Option<ClientTls>,
+    /// More credentials no log may hold (see [`Cluster::forbid_in_logs`]).
+    forbidden: Vec<String>,
     _lock: FileLock,
 }
 
@@ -558,6 +560,7 @@ impl Cluster {
             children: BTreeMap::new(),
             channels: BTreeMap::new(),
             started: Instant::now(),
+            forbidden: Vec::new(),
             _lock: lock,
         };
         for id in cluster.ids() {
@@ -1001,6 +1004,48 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Also refuse `credential` (a bearer token, a password) in any node's log.
+    pub fn forbid_in_logs(&mut self, credential: &str) {
+        self.forbidden.push(credential.to_string());
+    }
+
+    /// No node logged a session secret of the harness, a private key's body, or anything
+    /// given to [`Cluster::forbid_in_logs`], in any common encoding.
+    pub fn assert_logs_hold_no_credentials(&self) {
+        let secret = secret();
+        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let mut forbidden = vec![hex.clone(), hex.to_uppercase(), format!("{secret:?}")];
+        forbidden.extend(self.forbidden.iter().cloned());
+        if let Some(tls) = &self.tls {
+            let keys = self
+                .ids()
+                .into_iter()
+                .map(|id| tenure_transport::certs::files::node_key(id))
+                .chain([ADMIN_CLIENT, APP_CLIENT].map(tenure_transport::certs::files::client_key));
+            for key in keys {
+                let Ok(pem) = std::fs::read_to_string(tls.dir.join(key)) else {
+                    continue;
+                };
+                forbidden.extend(
+                    pem.lines()
+                        .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+                        .map(str::to_string),
+                );
+            }
+        }
+        for id in self.ids() {
+            let log = self.log(id);
+            for f in &forbidden {
+                assert!(
+                    !log.contains(f.as_str()),
+                    "node {id}'s log holds a credential: {f:?}"
+                );
+            }
+        }
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for (id, child) in std::mem::take(&mut self.children) {
@@ -1009,6 +1054,11 @@ impl Drop for Cluster {
             let _ = child.kill();
             let _ = child.wait();
             self.note(id, "cleanup SIGKILL");
+        }
+        if !std::thread::panicking() {
+            // Every test that runs a cluster checks its logs: this is how the whole suite
+            // shows that no credential is ever logged.
+            self.assert_logs_hold_no_credentials();
         }
         if std::thread::panicking() {
             for id in self.ids() {
