@@ -1021,7 +1021,7 @@ impl Cluster {
             let keys = self
                 .ids()
                 .into_iter()
-                .map(|id| tenure_transport::certs::files::node_key(id))
+                .map(tenure_transport::certs::files::node_key)
                 .chain([ADMIN_CLIENT, APP_CLIENT].map(tenure_transport::certs::files::client_key));
             for key in keys {
                 let Ok(pem) = std::fs::read_to_string(tls.dir.join(key)) else {
