@@ -31,6 +31,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use tenure_transport::certs::files;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
@@ -261,10 +262,12 @@ impl Scene {
             self.dir.display()
         );
         let http = self.procs.servers[0].addrs.http;
-        let ca = self.procs.tls_dir.join("ca.pem");
+        let file = |name: String| self.procs.tls_dir.join(name).display().to_string();
         say!(
-            "  watch live:    curl -s --cacert {} https://{http}/metrics | grep -E '^tenure_(term|leader_changes|fenced|fsync)'",
-            ca.display()
+            "  watch live:    curl -s --cacert {} --cert {} --key {} https://{http}/metrics | grep -E '^tenure_(term|leader_changes|fenced|fsync)'",
+            file(files::CA.to_string()),
+            file(files::client(procs::DEMO_CLIENT)),
+            file(files::client_key(procs::DEMO_CLIENT)),
         );
         say!("                 (any node; --hold SECS keeps the cluster up after the verdict)");
     }
@@ -1081,7 +1084,6 @@ impl Scene {
 
 /// The demo's HTTPS client: it trusts the demo cluster's CA.
 fn http_connector(tls_dir: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
-    use tenure_transport::certs::files;
     let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
         ca: tls_dir.join(files::CA),
         cert: tls_dir.join(files::client(procs::DEMO_CLIENT)),

@@ -31,7 +31,8 @@
 //! roles = ["observer"]
 //!
 //! [tokens]
-//! # principal = "sha256:<hex of the token's SHA-256>", from `tenure token NAME`
+//! # principal = "sha256:<hex of the token's SHA-256>", from `tenure token NAME`,
+//! # or a list of them while clients move from an old token to a new one
 //! grafana = "sha256:…"
 //! ```
 
@@ -234,7 +235,25 @@ struct AuthFile {
     #[serde(default)]
     principals: BTreeMap<String, Rights>,
     #[serde(default)]
-    tokens: BTreeMap<String, String>,
+    tokens: BTreeMap<String, TokenHashes>,
+}
+
+/// One token hash, or several (a principal keeps its old token while its clients move to
+/// a new one).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TokenHashes {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl TokenHashes {
+    fn iter(&self) -> impl Iterator<Item = &String> {
+        match self {
+            TokenHashes::One(one) => std::slice::from_ref(one).iter(),
+            TokenHashes::Several(several) => several.iter(),
+        }
+    }
 }
 
 /// Whether `name` can be a principal: what a client certificate's DNS label can carry
@@ -312,19 +331,21 @@ impl Policy {
             }
         }
         let mut tokens = HashMap::new();
-        for (name, hash) in &file.tokens {
+        for (name, hashes) in &file.tokens {
             if !file.principals.contains_key(name) {
                 return Err(invalid(format!(
                     "token for {name:?}, which is not among [principals]"
                 )));
             }
-            let Some(hash) = parse_hash(hash) else {
-                return Err(invalid(format!(
-                    "token for {name:?} is not \"sha256:<64 hex digits>\" (the line `tenure token {name}` prints)"
-                )));
-            };
-            if tokens.insert(hash, name.clone()).is_some() {
-                return Err(invalid(format!("token for {name:?} is listed twice")));
+            for hash in hashes.iter() {
+                let Some(hash) = parse_hash(hash) else {
+                    return Err(invalid(format!(
+                        "token for {name:?} is not \"sha256:<64 hex digits>\" (the line `tenure token {name}` prints)"
+                    )));
+                };
+                if tokens.insert(hash, name.clone()).is_some() {
+                    return Err(invalid(format!("a token for {name:?} is listed twice")));
+                }
             }
         }
         Ok(Policy {
@@ -581,6 +602,29 @@ grafana = "sha256:REPLACE"
                 .to_string();
             assert!(e.contains(why) && e.contains("auth.toml"), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_principal_may_hold_several_tokens_while_they_rotate() {
+        let (old, new) = (new_token().expect("token"), new_token().expect("token"));
+        let text = format!(
+            "[principals.ci]\nroles = [\"observer\"]\n[tokens]\nci = [{:?}, {:?}]\n",
+            token_hash_line(&old),
+            token_hash_line(&new)
+        );
+        let p = Policy::parse(&text, Path::new("auth.toml")).expect("parses");
+        for token in [&old, &new] {
+            assert_eq!(
+                p.check(Some(&bearer(token)), None, &Action::Metrics),
+                Ok(Principal::Named("ci".into()))
+            );
+        }
+        let twice = format!(
+            "[principals.ci]\nroles = [\"observer\"]\n[tokens]\nci = [{0:?}, {0:?}]\n",
+            token_hash_line(&old)
+        );
+        let e = Policy::parse(&twice, Path::new("auth.toml")).expect_err("twice");
+        assert!(e.to_string().contains("listed twice"), "{e}");
     }
 
     #[test]
