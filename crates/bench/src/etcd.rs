@@ -8,6 +8,10 @@
 //! - Lease renewals use one `LeaseKeepAlive` stream per lease (`etcd-client` ties a stream to
 //!   one lease id), spread over several connections to the leader, so that the count measures
 //!   etcd rather than one HTTP/2 connection.
+//! - With TLS (`etcd-tls`), members serve https client and peer URLs on certificates issued
+//!   into the cluster's directory (the same shapes as tenure's: one CA, node certificates
+//!   valid as server and client for 127.0.0.1), require client certificates on both
+//!   (`--client-cert-auth`, `--peer-client-cert-auth`), and every client here presents one.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -17,11 +21,16 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use async_trait::async_trait;
-use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions};
+use etcd_client::{
+    Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, TlsOptions,
+};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::system::{free_ports, poll, which, Cluster, Env, Proc, Profile, System, Writer};
+use crate::system::{
+    client_tls, free_ports, issue_certs, poll, which, Cluster, Env, Proc, Profile, System, Writer,
+    TLS_CLIENT,
+};
 
 /// Members in a cluster.
 const MEMBERS: usize = 3;
@@ -59,11 +68,14 @@ pub struct EtcdCluster {
     ids: Vec<u64>,
     /// One client per member, connected to that member only (status, transfer, probe writes).
     members: Vec<Arc<LazyClient>>,
+    /// With TLS on: where the certificates are, and what every client presents.
+    tls: Option<(PathBuf, TlsOptions)>,
 }
 
 impl EtcdCluster {
-    /// Start 3 fresh members and wait until each serves clients.
-    pub async fn start(profile: Profile, env: &Env) -> anyhow::Result<EtcdCluster> {
+    /// Start 3 fresh members, with TLS on client and peer URLs if `tls`, and wait until each
+    /// serves clients.
+    pub async fn start(profile: Profile, env: &Env, tls: bool) -> anyhow::Result<EtcdCluster> {
         let bin = which("etcd").ok_or_else(|| {
             anyhow!("etcd is not installed: run scripts/services.sh install-etcd")
         })?;
@@ -71,11 +83,20 @@ impl EtcdCluster {
             .prefix("tenure-bench-etcd-")
             .tempdir_in(&env.work_dir)
             .with_context(|| format!("create a directory in {}", env.work_dir.display()))?;
+        let tls = if tls {
+            let certs = dir.path().join("certs");
+            issue_certs(&certs, MEMBERS)?;
+            let options = client_tls(&certs, TLS_CLIENT)?;
+            Some((certs, options))
+        } else {
+            None
+        };
+        let client_tls = tls.as_ref().map(|(_, o)| o);
         let ports = free_ports(2 * MEMBERS)?;
         let (client_ports, peer_ports) = ports.split_at(MEMBERS);
         let members = client_ports
             .iter()
-            .map(|&p| Arc::new(LazyClient::new(vec![endpoint(p)])))
+            .map(|&p| Arc::new(LazyClient::new(Endpoints::one(p, client_tls))))
             .collect();
         let mut cluster = EtcdCluster {
             profile,
@@ -86,6 +107,7 @@ impl EtcdCluster {
             peer_ports: peer_ports.to_vec(),
             ids: vec![0; MEMBERS],
             members,
+            tls,
         };
         for i in 0..MEMBERS {
             cluster.spawn(i)?;
@@ -107,8 +129,9 @@ impl EtcdCluster {
     /// The command line of member `i`; the same for the first start and for restarts (etcd
     /// ignores the initial-cluster flags once the data directory exists).
     fn command(&self, i: usize) -> Command {
-        let peer_url = |j: usize| format!("http://127.0.0.1:{}", self.peer_ports[j]);
-        let client_url = format!("http://127.0.0.1:{}", self.client_ports[i]);
+        let scheme = scheme(self.tls.is_some());
+        let peer_url = |j: usize| format!("{scheme}://127.0.0.1:{}", self.peer_ports[j]);
+        let client_url = format!("{scheme}://127.0.0.1:{}", self.client_ports[i]);
         let initial_cluster = (0..MEMBERS)
             .map(|j| format!("{}={}", Self::name(j), peer_url(j)))
             .collect::<Vec<_>>()
@@ -128,6 +151,29 @@ impl EtcdCluster {
             .args(["--logger", "zap", "--log-outputs", "stderr"]);
         if self.profile == Profile::Equalized {
             cmd.args(["--heartbeat-interval", "30", "--election-timeout", "150"]);
+        }
+        if let Some((certs, _)) = &self.tls {
+            use tenure_transport::certs::files;
+            let (ca, cert, key) = (
+                certs.join(files::CA),
+                certs.join(files::node(i as u64 + 1)),
+                certs.join(files::node_key(i as u64 + 1)),
+            );
+            // The node certificate serves both ends: it is valid as TLS server and client.
+            cmd.arg("--cert-file")
+                .arg(&cert)
+                .arg("--key-file")
+                .arg(&key)
+                .arg("--trusted-ca-file")
+                .arg(&ca)
+                .arg("--client-cert-auth")
+                .arg("--peer-cert-file")
+                .arg(&cert)
+                .arg("--peer-key-file")
+                .arg(&key)
+                .arg("--peer-trusted-ca-file")
+                .arg(&ca)
+                .arg("--peer-client-cert-auth");
         }
         cmd
     }
@@ -220,23 +266,29 @@ impl EtcdCluster {
         Some(leader)
     }
 
-    fn endpoints(&self, nodes: &[usize]) -> anyhow::Result<Vec<String>> {
-        nodes
+    fn endpoints(&self, nodes: &[usize]) -> anyhow::Result<Endpoints> {
+        let tls = self.tls.as_ref().map(|(_, o)| o.clone());
+        let urls = nodes
             .iter()
             .map(|&i| {
                 self.client_ports
                     .get(i)
-                    .map(|&p| endpoint(p))
+                    .map(|&p| url(p, tls.is_some()))
                     .ok_or_else(|| anyhow!("no etcd member {i}"))
             })
-            .collect()
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Endpoints { urls, tls })
     }
 }
 
 #[async_trait]
 impl Cluster for EtcdCluster {
     fn system(&self) -> System {
-        System::Etcd
+        if self.tls.is_some() {
+            System::EtcdTls
+        } else {
+            System::Etcd
+        }
     }
 
     fn profile(&self) -> Profile {
@@ -316,7 +368,22 @@ impl Cluster for EtcdCluster {
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
-        format!("etcd://{}", hosts.join(","))
+        let hosts = hosts.join(",");
+        match &self.tls {
+            None => format!("etcd://{hosts}"),
+            // The client library's TLS form; the scenarios that use the library run on the
+            // plaintext systems only.
+            Some((certs, _)) => {
+                use tenure_transport::certs::files;
+                let file = |name: &str| certs.join(name).display().to_string();
+                format!(
+                    "etcds://{hosts}?ca={}&cert={}&key={}",
+                    file(files::CA),
+                    file(&files::client(TLS_CLIENT)),
+                    file(&files::client_key(TLS_CLIENT)),
+                )
+            }
+        }
     }
 
     async fn keepalives(
@@ -329,8 +396,8 @@ impl Cluster for EtcdCluster {
         // Renewals are only ever answered by the leader (followers forward them), so the
         // clients talk to it directly.
         let leader = self.wait_stable(START_TIMEOUT).await?;
-        let endpoint = self.endpoints(&[leader])?.remove(0);
-        let clients = connect_many(std::slice::from_ref(&endpoint), RENEW_STREAMS).await?;
+        let endpoint = self.endpoints(&[leader])?;
+        let clients = connect_many(&endpoint, RENEW_STREAMS).await?;
         let ids = grant_many(&clients, leases, ttl_secs(ttl)?).await?;
         let result = renew_multiplexed(&endpoint, &ids, concurrency, window).await;
         revoke_many(&clients[0], ids).await;
@@ -417,12 +484,12 @@ async fn put(conn: &LazyClient, key: &str, value: &[u8], timeout: Duration) -> a
 /// balanced channel whose member died can keep failing (or stall) after the member is back;
 /// a fresh client costs one loopback connection.
 struct LazyClient {
-    endpoints: Vec<String>,
+    endpoints: Endpoints,
     cached: tokio::sync::Mutex<Option<Client>>,
 }
 
 impl LazyClient {
-    fn new(endpoints: Vec<String>) -> LazyClient {
+    fn new(endpoints: Endpoints) -> LazyClient {
         LazyClient {
             endpoints,
             cached: tokio::sync::Mutex::new(None),
@@ -472,20 +539,48 @@ async fn status(conn: &LazyClient) -> Option<MemberStatus> {
     answer
 }
 
-fn endpoint(port: u16) -> String {
-    format!("http://127.0.0.1:{port}")
+/// Some members' client URLs, and the TLS to reach them with (with TLS on).
+#[derive(Clone)]
+struct Endpoints {
+    urls: Vec<String>,
+    tls: Option<TlsOptions>,
 }
 
-async fn connect(endpoints: &[String]) -> anyhow::Result<Client> {
-    let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
-    tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(endpoints, Some(options)))
+impl Endpoints {
+    fn one(port: u16, tls: Option<&TlsOptions>) -> Endpoints {
+        Endpoints {
+            urls: vec![url(port, tls.is_some())],
+            tls: tls.cloned(),
+        }
+    }
+}
+
+fn scheme(tls: bool) -> &'static str {
+    if tls {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+fn url(port: u16, tls: bool) -> String {
+    format!("{}://127.0.0.1:{port}", scheme(tls))
+}
+
+async fn connect(endpoints: &Endpoints) -> anyhow::Result<Client> {
+    let mut options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+    if let Some(tls) = &endpoints.tls {
+        options = options.with_tls(tls.clone());
+    }
+    let urls = &endpoints.urls;
+    tokio::time::timeout(CONNECT_TIMEOUT, Client::connect(urls, Some(options)))
         .await
-        .with_context(|| format!("etcd: connect to {endpoints:?}: timed out"))?
-        .with_context(|| format!("etcd: connect to {endpoints:?}"))
+        .with_context(|| format!("etcd: connect to {urls:?}: timed out"))?
+        .with_context(|| format!("etcd: connect to {urls:?}"))
 }
 
 /// `n` independent clients (each its own connection) to `endpoints`.
-async fn connect_many(endpoints: &[String], n: usize) -> anyhow::Result<Vec<Client>> {
+async fn connect_many(endpoints: &Endpoints, n: usize) -> anyhow::Result<Vec<Client>> {
     let mut clients = Vec::with_capacity(n);
     for _ in 0..n.max(1) {
         clients.push(connect(endpoints).await?);
@@ -556,11 +651,11 @@ mod raw {
 /// Streams that renewals are spread over (as a few clients would).
 const RENEW_STREAMS: usize = 16;
 
-/// Renew `ids` at `endpoint` over [`RENEW_STREAMS`] `LeaseKeepAlive` streams, round robin,
-/// with at most `concurrency` renewals unanswered in all, for `window`; returns the renewals
-/// acknowledged (TTL > 0) within it.
+/// Renew `ids` at the first of `endpoint`'s URLs over [`RENEW_STREAMS`] `LeaseKeepAlive`
+/// streams, round robin, with at most `concurrency` renewals unanswered in all, for `window`;
+/// returns the renewals acknowledged (TTL > 0) within it.
 async fn renew_multiplexed(
-    endpoint: &str,
+    endpoint: &Endpoints,
     ids: &[i64],
     concurrency: usize,
     window: Duration,
@@ -572,9 +667,19 @@ async fn renew_multiplexed(
     let mut set = JoinSet::new();
     for s in 0..streams {
         let mine: Vec<i64> = ids.iter().copied().skip(s).step_by(streams).collect();
-        let channel = tonic::transport::Endpoint::from_shared(endpoint.to_string())
+        let url = endpoint
+            .urls
+            .first()
+            .ok_or_else(|| anyhow!("etcd: no endpoint to renew at"))?;
+        let mut channel = tonic::transport::Endpoint::from_shared(url.clone())
             .context("etcd: endpoint")?
-            .tcp_nodelay(true)
+            .tcp_nodelay(true);
+        if let Some(tls) = &endpoint.tls {
+            channel = channel
+                .tls_config(tls.clone())
+                .context("etcd: TLS for a renewal stream")?;
+        }
+        let channel = channel
             .connect()
             .await
             .context("etcd: connect a renewal stream")?;

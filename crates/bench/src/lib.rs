@@ -32,13 +32,16 @@ pub use system::{Profile, System};
 /// Run benchmarks on local 3-node clusters of tenure, etcd and ZooKeeper.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// What to measure (`all` runs every scenario).
-    #[arg(value_enum)]
-    pub scenario: Scenario,
+    /// What to measure, comma-separated (`all` runs every scenario).
+    #[arg(value_enum, value_delimiter = ',', required = true)]
+    pub scenario: Vec<Scenario>,
     /// Fewer trials and smaller loads (a few minutes in all).
     #[arg(long)]
     pub quick: bool,
-    /// Systems to measure (comma-separated); default all three.
+    /// Systems to measure (comma-separated); default all of them. `tenure-tls` and
+    /// `etcd-tls` are tenure and etcd with TLS on client and peer traffic, measured in the
+    /// write and keepalives scenarios (their cost next to the plaintext runs is tabled in
+    /// "TLS's cost").
     #[arg(long, value_enum, value_delimiter = ',')]
     pub systems: Vec<System>,
     /// Timing profiles (comma-separated); default both.
@@ -51,6 +54,11 @@ pub struct BenchArgs {
     /// Trials of each failover scenario per system and profile (default 50, 5 with --quick).
     #[arg(long)]
     pub trials: Option<usize>,
+    /// Measure everything this many times, the systems taking turns within each round, so
+    /// that a change in the machine's load falls on every system alike; the tables pool the
+    /// rounds (a throughput's p50 is then the median round).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
     /// Where the table, the CSV and the plots go.
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,

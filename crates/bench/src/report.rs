@@ -1,7 +1,8 @@
 //! Results of one `tenure bench` invocation: raw samples, the markdown table (p50 / p99 / max
-//! and the ratio of tenure to each peer), a CSV of every sample, and SVG plots of the
-//! failover distributions.
+//! and the ratio of tenure to each peer), TLS's cost (each system with TLS on next to the
+//! same with TLS off), a CSV of every sample, and SVG plots of the failover distributions.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -54,14 +55,35 @@ impl Report {
             .push((scenario.to_string(), system, profile, text));
     }
 
+    /// Number the trials of every cell 0, 1, 2, … in the order its samples were added, so
+    /// that a later round's samples follow the earlier rounds' rather than repeat their
+    /// numbers. (A single round's numbers are already so.)
+    pub fn number_trials(&mut self) {
+        let mut next: BTreeMap<(&str, &str, System, Profile), usize> = BTreeMap::new();
+        let mut numbers = Vec::with_capacity(self.samples.len());
+        for s in &self.samples {
+            let n = next
+                .entry((&s.scenario, &s.metric, s.system, s.profile))
+                .or_insert(0);
+            numbers.push(*n);
+            *n += 1;
+        }
+        for (s, n) in self.samples.iter_mut().zip(numbers) {
+            s.trial = n;
+        }
+    }
+
     /// The markdown table(s) and notes: one section per scenario, in the order the scenarios
-    /// ran, so the output reads like the run.
+    /// ran, so the output reads like the run; then TLS's cost, when a TLS variant ran.
     pub fn markdown(&self) -> String {
-        let sections: Vec<String> = self
+        let mut sections: Vec<String> = self
             .scenarios()
             .into_iter()
             .map(|scenario| self.scenario_section(scenario))
             .collect();
+        if let Some(tls) = self.tls_section() {
+            sections.push(tls);
+        }
         sections.join("\n")
     }
 
@@ -269,7 +291,86 @@ impl Report {
             out.push_str(&row);
             out.push('\n');
         }
+        if systems.contains(&System::TenureTls) {
+            out.push_str("\ntenure-tls is compared with etcd-tls (both with TLS on).\n");
+        }
         out
+    }
+
+    // --------------------------------------------------------------------------------------
+    // TLS's cost.
+
+    /// Each system with TLS on next to itself with TLS off, and tenure next to etcd both with
+    /// TLS on, for every metric that a TLS variant was measured in; `None` when none was.
+    fn tls_section(&self) -> Option<String> {
+        let mut rows = Vec::new();
+        for scenario in self.scenarios() {
+            for metric in self.metrics(scenario) {
+                for profile in self.profiles(scenario) {
+                    let values =
+                        |system| self.sorted_values(scenario, metric.name, system, profile);
+                    let cells: Vec<(System, Vec<f64>)> = TLS_COLUMNS
+                        .into_iter()
+                        .map(|system| (system, values(system)))
+                        .collect();
+                    if !cells.iter().any(|(s, v)| s.tls() && !v.is_empty()) {
+                        continue;
+                    }
+                    // p99 too where every measured cell is a distribution of many requests.
+                    let distribution = cells
+                        .iter()
+                        .filter(|(_, v)| !v.is_empty())
+                        .all(|(_, v)| v.len() >= MIN_TAIL_SAMPLES);
+                    let stats: &[(&str, f64)] = if distribution {
+                        &[(", p50", 50.0), (", p99", 99.0)]
+                    } else {
+                        &[("", 50.0)]
+                    };
+                    for &(stat, pct) in stats {
+                        let at = |system: System| {
+                            cells
+                                .iter()
+                                .find(|(s, _)| *s == system)
+                                .and_then(|(_, v)| nearest_rank(v, pct))
+                        };
+                        let ratio = |num: System, den: System| format_ratio(at(num), at(den));
+                        let cells = [
+                            format!(
+                                "{}: {}{stat}",
+                                escape_cell(scenario),
+                                escape_cell(&metric.label())
+                            ),
+                            profile.name().to_string(),
+                            format_cell(at(System::Tenure), metric.unit),
+                            format_cell(at(System::TenureTls), metric.unit),
+                            ratio(System::TenureTls, System::Tenure),
+                            format_cell(at(System::Etcd), metric.unit),
+                            format_cell(at(System::EtcdTls), metric.unit),
+                            ratio(System::EtcdTls, System::Etcd),
+                            ratio(System::TenureTls, System::EtcdTls),
+                        ];
+                        rows.push(format!("| {} |", cells.join(" | ")));
+                    }
+                }
+            }
+        }
+        if rows.is_empty() {
+            return None;
+        }
+        let mut out = String::from(
+            "### TLS's cost\n\n\
+             Each value is the p50 (or the p99 where so marked) of the same cell in the tables \
+             above; a value measured once per round is the median round's. A ratio divides the \
+             two values as they stand: for a latency above 1 means slower, for a rate below 1 \
+             means fewer.\n\n\
+             | metric | profile | tenure | tenure-tls | tenure-tls / tenure | etcd | etcd-tls | etcd-tls / etcd | tenure-tls / etcd-tls |\n\
+             |---|---|--:|--:|--:|--:|--:|--:|--:|\n",
+        );
+        for row in rows {
+            out.push_str(&row);
+            out.push('\n');
+        }
+        Some(out)
     }
 
     /// The rows of one (metric, profile) group, one per system.
@@ -296,21 +397,18 @@ impl Report {
         summaries
             .iter()
             .map(|(system, summary)| {
-                let (vs_etcd, vs_zookeeper) = if *system == System::Tenure {
-                    (
-                        format_advantage(advantage(
-                            summary.p50,
-                            p50_of(System::Etcd),
-                            metric.better,
-                        )),
-                        format_advantage(advantage(
-                            summary.p50,
-                            p50_of(System::Zookeeper),
-                            metric.better,
-                        )),
-                    )
-                } else {
-                    (String::new(), String::new())
+                let vs = |peer: Option<System>| match peer {
+                    Some(peer) => {
+                        format_advantage(advantage(summary.p50, p50_of(peer), metric.better))
+                    }
+                    None => DASH.to_string(),
+                };
+                // tenure against each peer; tenure with TLS against etcd with TLS (ZooKeeper
+                // runs without).
+                let (vs_etcd, vs_zookeeper) = match system {
+                    System::Tenure => (vs(Some(System::Etcd)), vs(Some(System::Zookeeper))),
+                    System::TenureTls => (vs(Some(System::EtcdTls)), vs(None)),
+                    _ => (String::new(), String::new()),
                 };
                 let cells = [
                     escape_cell(&metric.label()),
@@ -389,6 +487,18 @@ impl Report {
 
 /// Below this many trials a CDF says little more than the table does.
 pub const MIN_PLOTTED_TRIALS: usize = 5;
+
+/// The systems of the TLS table's value columns.
+const TLS_COLUMNS: [System; 4] = [
+    System::Tenure,
+    System::TenureTls,
+    System::Etcd,
+    System::EtcdTls,
+];
+
+/// The TLS table shows a p99 only where every cell has at least this many samples (below, a
+/// p99 is the maximum of a few).
+const MIN_TAIL_SAMPLES: usize = 100;
 
 /// What the samples of one metric of a scenario share.
 struct MetricInfo<'a> {
@@ -479,6 +589,16 @@ fn format_advantage(ratio: Option<f64>) -> String {
 
 /// Shown where there is no value.
 const DASH: &str = "–";
+
+/// `num / den` as `1.12×`, or a dash when either is missing or not positive.
+fn format_ratio(num: Option<f64>, den: Option<f64>) -> String {
+    match (num, den) {
+        (Some(n), Some(d)) if n.is_finite() && d.is_finite() && n > 0.0 && d > 0.0 => {
+            format!("{:.2}×", n / d)
+        }
+        _ => DASH.to_string(),
+    }
+}
 
 fn format_cell(value: Option<f64>, unit: &str) -> String {
     value.map_or_else(|| DASH.to_string(), |v| format_value(v, unit))
@@ -602,7 +722,10 @@ struct Curve {
 fn system_colour(system: System) -> RGBColor {
     match system {
         System::Tenure => RGBColor(0x1f, 0x77, 0xb4),
+        // The TLS variants in a lighter shade of their system's colour.
+        System::TenureTls => RGBColor(0x7f, 0xb8, 0xe0),
         System::Etcd => RGBColor(0xd6, 0x27, 0x28),
+        System::EtcdTls => RGBColor(0xf0, 0x8c, 0x8c),
         System::Zookeeper => RGBColor(0x2c, 0xa0, 0x2c),
     }
 }
@@ -889,6 +1012,118 @@ mod tests {
         // ZooKeeper took part only through its note: a row with no samples.
         assert_eq!(&row(&md, metric, "zookeeper")[3..7], ["0", "–", "–", "–"]);
         assert!(md.contains("\n- zookeeper, defaults: not run\n"), "{md}");
+    }
+
+    /// tenure and etcd with and without TLS: 100 latencies each (TLS adds 10 % to tenure and
+    /// 50 % to etcd) and one throughput each.
+    fn tls_report() -> Report {
+        let mut report = Report::default();
+        for (system, scale) in [
+            (System::Tenure, 1.0),
+            (System::TenureTls, 1.1),
+            (System::Etcd, 2.0),
+            (System::EtcdTls, 3.0),
+        ] {
+            let latencies: Vec<f64> = (1..=100).map(|v| f64::from(v) * scale).collect();
+            for s in sample(
+                "write",
+                "one client, latency",
+                "ms",
+                Better::Lower,
+                system,
+                Profile::Equalized,
+                &latencies,
+            ) {
+                report.add(s);
+            }
+            for s in sample(
+                "write",
+                "throughput, 1 clients",
+                "writes/s",
+                Better::Higher,
+                system,
+                Profile::Equalized,
+                &[1000.0 / scale],
+            ) {
+                report.add(s);
+            }
+        }
+        report
+    }
+
+    #[test]
+    fn tls_cost_table() {
+        let md = tls_report().markdown();
+        let section = md.split("### TLS's cost\n").nth(1).expect("a TLS section");
+        let line = |metric: &str| -> Vec<&str> {
+            section
+                .lines()
+                .find(|l| l.starts_with(&format!("| {metric} |")))
+                .unwrap_or_else(|| panic!("no row {metric} in\n{section}"))
+                .trim_matches('|')
+                .split(" | ")
+                .map(str::trim)
+                .collect()
+        };
+        assert_eq!(
+            line("write: one client, latency (ms), p50"),
+            [
+                "write: one client, latency (ms), p50",
+                "equalized",
+                "50.0",
+                "55.0",
+                "1.10×",
+                "100.0",
+                "150.0",
+                "1.50×",
+                "0.37×"
+            ]
+        );
+        assert_eq!(
+            &line("write: one client, latency (ms), p99")[2..5],
+            ["99.0", "108.9", "1.10×"]
+        );
+        // One value per cell: no p99 row, and the ratio is of rates.
+        assert_eq!(
+            &line("write: throughput, 1 clients (writes/s)")[2..],
+            ["1 000", "909", "0.91×", "500", "333", "0.67×", "2.73×"]
+        );
+        assert!(!section.contains("throughput, 1 clients (writes/s), p99"));
+        // The main table compares tenure-tls with etcd-tls, and tenure with etcd.
+        let tls = row(&md, "one client, latency (ms)", "tenure-tls");
+        assert_eq!(&tls[7..], ["2.73× better", "–"]);
+        let plain = row(&md, "one client, latency (ms)", "tenure");
+        assert_eq!(&plain[7..], ["2.00× better", "–"]);
+        assert!(md.contains("tenure-tls is compared with etcd-tls"));
+        // Without a TLS variant there is no such section.
+        assert!(!small_report().markdown().contains("TLS's cost"));
+    }
+
+    #[test]
+    fn rounds_continue_trial_numbers() {
+        let mut report = Report::default();
+        for _round in 0..2 {
+            for s in sample(
+                "write",
+                "one client, latency",
+                "ms",
+                Better::Lower,
+                System::TenureTls,
+                Profile::Defaults,
+                &[1.0, 2.0, 3.0],
+            ) {
+                report.add(s);
+            }
+        }
+        report.number_trials();
+        let trials: Vec<usize> = report.samples.iter().map(|s| s.trial).collect();
+        assert_eq!(trials, [0, 1, 2, 3, 4, 5]);
+        // The TLS variants' names survive a CSV round trip.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.csv");
+        report.write_csv(&path).unwrap();
+        let back = Report::read_csv(&path).unwrap();
+        assert!(back.samples.iter().all(|s| s.system == System::TenureTls));
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         }
         return Ok(());
     }
-    if args.scenario == Scenario::Probe {
+    if args.scenario.contains(&Scenario::Probe) {
         for &s in &systems {
             for &p in &profiles {
                 probe(s, p, &env)
@@ -75,20 +75,32 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         return Ok(());
     }
     let sizes = Sizes::new(args.quick, args.smoke, args.trials);
-    let chosen: Vec<Scenario> = if args.scenario == Scenario::All {
-        Scenario::value_variants()
-            .iter()
-            .copied()
-            .filter(|s| !matches!(s, Scenario::All | Scenario::Probe))
-            .collect()
-    } else {
-        vec![args.scenario]
-    };
+    // Every chosen scenario once, in the order of `Scenario`.
+    let chosen: Vec<Scenario> = Scenario::value_variants()
+        .iter()
+        .copied()
+        .filter(|s| !matches!(s, Scenario::All | Scenario::Probe))
+        .filter(|s| args.scenario.contains(&Scenario::All) || args.scenario.contains(s))
+        .collect();
+    let tls_measured = chosen.iter().any(|&s| measures_tls(s));
+    if !tls_measured && systems.iter().all(|s| s.tls()) {
+        bail!(
+            "{} {} measured in the write and keepalives scenarios only",
+            names(&systems),
+            if systems.len() == 1 { "is" } else { "are" }
+        );
+    }
+    let tls_skipped = tls_skip_line(&chosen, &systems);
     println!(
-        "tenure bench: {} on {} under {} ({} build{}); results in {}",
+        "tenure bench: {} on {} under {}{} ({} build{}); results in {}",
         names(&chosen),
         names(&systems),
         names(&profiles),
+        if args.rounds > 1 {
+            format!(", {} rounds", args.rounds)
+        } else {
+            String::new()
+        },
         if cfg!(debug_assertions) {
             "debug"
         } else {
@@ -103,20 +115,44 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         },
         args.out.display()
     );
+    if let Some(line) = &tls_skipped {
+        println!("{line}");
+    }
     let started = Instant::now();
     let mut report = Report::default();
-    for &profile in &profiles {
-        for &system in &systems {
-            let r = measure_system(&chosen, system, profile, &env, &sizes, &mut report).await;
-            if let Err(e) = r {
-                eprintln!("tenure bench: {system} ({profile}) failed: {e:#}");
-                report.note("all", system, profile, format!("failed: {e:#}"));
+    for round in 1..=args.rounds {
+        if args.rounds > 1 {
+            eprintln!("tenure bench: round {round} of {}", args.rounds);
+        }
+        for &profile in &profiles {
+            for &system in &systems {
+                let r = measure_system(&chosen, system, profile, &env, &sizes, &mut report).await;
+                if let Err(e) = r {
+                    eprintln!("tenure bench: {system} ({profile}) failed: {e:#}");
+                    let round = if args.rounds > 1 {
+                        format!(" in round {round}")
+                    } else {
+                        String::new()
+                    };
+                    report.note("all", system, profile, format!("failed{round}: {e:#}"));
+                }
             }
         }
     }
+    // Rounds after the first continue each cell's trial numbers.
+    report.number_trials();
     let elapsed = started.elapsed();
     std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
-    let table = report.markdown();
+    let mut table = report.markdown();
+    if args.rounds > 1 {
+        table.push_str(&format!(
+            "\n{} rounds, the systems taking turns within each; every round's samples are pooled.\n",
+            args.rounds
+        ));
+    }
+    if let Some(line) = &tls_skipped {
+        table.push_str(&format!("\n{line}\n"));
+    }
     println!("\n{table}");
     println!("took {:.1} min", elapsed.as_secs_f64() / 60.0);
     let md = args.out.join("results.md");
@@ -147,11 +183,38 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     Ok(())
 }
 
-fn names<T: std::fmt::Debug>(xs: &[T]) -> String {
+/// The names of scenarios, systems or profiles as the command line spells them.
+fn names<T: ValueEnum>(xs: &[T]) -> String {
     xs.iter()
-        .map(|x| format!("{x:?}").to_lowercase())
+        .filter_map(|x| x.to_possible_value())
+        .map(|v| v.get_name().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Whether the TLS variants (`tenure-tls`, `etcd-tls`) are measured in `scenario`: TLS's
+/// cost is a question of the request path (write latency and throughput, renewals), not of
+/// failure detection or elections.
+fn measures_tls(scenario: Scenario) -> bool {
+    matches!(scenario, Scenario::Write | Scenario::Keepalives)
+}
+
+/// What the output says when TLS variants skip some of the chosen scenarios.
+fn tls_skip_line(chosen: &[Scenario], systems: &[System]) -> Option<String> {
+    let tls: Vec<System> = systems.iter().copied().filter(|s| s.tls()).collect();
+    let skipped: Vec<Scenario> = chosen
+        .iter()
+        .copied()
+        .filter(|&s| !measures_tls(s))
+        .collect();
+    if tls.is_empty() || skipped.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} ran in write and keepalives only; not in {}.",
+        names(&tls),
+        names(&skipped)
+    ))
 }
 
 fn format_duration(d: Duration) -> String {
@@ -257,7 +320,7 @@ async fn measure_system(
     sizes: &Sizes,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let has = |s: Scenario| chosen.contains(&s);
+    let has = |s: Scenario| chosen.contains(&s) && (measures_tls(s) || !system.tls());
     let tag = format!("[{system} {profile}]");
     if has(Scenario::CrashFailover) || has(Scenario::PauseFailover) || has(Scenario::Handover) {
         let mut c = system::start(system, profile, env).await?;
@@ -744,9 +807,11 @@ fn note_granted_ttl(
         return;
     }
     let why = match system {
-        System::Etcd => "etcd's shortest lease is 1.5 election timeouts, in whole seconds",
+        System::Etcd | System::EtcdTls => {
+            "etcd's shortest lease is 1.5 election timeouts, in whole seconds"
+        }
         System::Zookeeper => "ZooKeeper's shortest session timeout is 2 tickTimes",
-        System::Tenure => "the cluster's --ttl-min-ms",
+        System::Tenure | System::TenureTls => "the cluster's --ttl-min-ms",
     };
     report.note(
         "takeover",

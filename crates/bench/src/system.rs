@@ -13,22 +13,52 @@ use anyhow::{anyhow, bail, Context as _};
 use async_trait::async_trait;
 use clap::ValueEnum;
 
-/// The systems measured.
+/// The systems measured. The `-tls` variants are the same clusters with TLS on every port
+/// (clients and peers), measured in the `write` and `keepalives` scenarios only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub enum System {
     Tenure,
+    /// tenure with `--tls-dir`: mutual TLS between peers, TLS with a client certificate on
+    /// the gRPC and HTTP ports.
+    TenureTls,
     Etcd,
+    /// etcd with https client and peer URLs, client certificates required on both.
+    EtcdTls,
     Zookeeper,
 }
 
 impl System {
-    pub const ALL: [System; 3] = [System::Tenure, System::Etcd, System::Zookeeper];
+    /// Every system, in the order of every table and of a default run (each TLS variant
+    /// next to its plaintext system, so that they run close together in time).
+    pub const ALL: [System; 5] = [
+        System::Tenure,
+        System::TenureTls,
+        System::Etcd,
+        System::EtcdTls,
+        System::Zookeeper,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             System::Tenure => "tenure",
+            System::TenureTls => "tenure-tls",
             System::Etcd => "etcd",
+            System::EtcdTls => "etcd-tls",
             System::Zookeeper => "zookeeper",
+        }
+    }
+
+    /// Whether the cluster runs with TLS on.
+    pub fn tls(self) -> bool {
+        matches!(self, System::TenureTls | System::EtcdTls)
+    }
+
+    /// The same system with TLS off.
+    pub fn plaintext(self) -> System {
+        match self {
+            System::TenureTls => System::Tenure,
+            System::EtcdTls => System::Etcd,
+            s => s,
         }
     }
 }
@@ -153,11 +183,59 @@ pub async fn start(
     env: &Env,
 ) -> anyhow::Result<Box<dyn Cluster>> {
     let cluster: Box<dyn Cluster> = match system {
-        System::Tenure => Box::new(crate::tenure::TenureCluster::start(profile, env).await?),
-        System::Etcd => Box::new(crate::etcd::EtcdCluster::start(profile, env).await?),
+        System::Tenure | System::TenureTls => {
+            Box::new(crate::tenure::TenureCluster::start(profile, env, system.tls()).await?)
+        }
+        System::Etcd | System::EtcdTls => {
+            Box::new(crate::etcd::EtcdCluster::start(profile, env, system.tls()).await?)
+        }
         System::Zookeeper => Box::new(crate::zk::ZkCluster::start(profile, env).await?),
     };
     Ok(cluster)
+}
+
+// ------------------------------------------------------------------------------------------
+// TLS material for the `-tls` variants.
+
+/// The cluster id the TLS variants run with (it stands in every certificate's name).
+pub const TLS_CLUSTER_ID: &str = "bench";
+/// The client certificate the scenarios' requests present: an ordinary client of the cluster
+/// (tenure's default policy lets it campaign and write, and read status).
+pub const TLS_CLIENT: &str = "bench";
+/// The client certificate for administrative requests (tenure's leadership transfer).
+pub const TLS_ADMIN: &str = "admin";
+
+/// A fresh CA and certificates in `dir` (which must not hold any yet): node certificates for
+/// nodes 1 to `nodes` (valid as TLS server and client for `localhost`, `127.0.0.1` and `::1`,
+/// which etcd uses as its server and peer certificates too), and the client certificates
+/// [`TLS_CLIENT`] and [`TLS_ADMIN`].
+pub fn issue_certs(dir: &Path, nodes: usize) -> anyhow::Result<()> {
+    let request = tenure_transport::certs::CertsRequest {
+        cluster_id: TLS_CLUSTER_ID.to_string(),
+        nodes: (1..=nodes as u64).collect(),
+        clients: vec![TLS_CLIENT.to_string(), TLS_ADMIN.to_string()],
+        hosts: Vec::new(),
+        days: 1,
+    };
+    tenure_transport::certs::issue(dir, &request)
+        .with_context(|| format!("issue certificates into {}", dir.display()))?;
+    Ok(())
+}
+
+/// The gRPC client TLS of the certificates in `dir`: trust its CA, present client
+/// `client`'s certificate.
+pub fn client_tls(dir: &Path, client: &str) -> anyhow::Result<tonic::transport::ClientTlsConfig> {
+    use tenure_transport::certs::files;
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read(&path).with_context(|| format!("read {}", path.display()))
+    };
+    Ok(tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)?))
+        .identity(tonic::transport::Identity::from_pem(
+            read(&files::client(client))?,
+            read(&files::client_key(client))?,
+        )))
 }
 
 // ------------------------------------------------------------------------------------------

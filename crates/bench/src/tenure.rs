@@ -1,9 +1,13 @@
 //! tenure as a benchmarked system: 3 `tenure server` processes of this very binary, driven
 //! over gRPC `tenure.v1` (the generated clients of `tenure-proto`, no client library in the
 //! way, as for etcd and ZooKeeper).
+//!
+//! With TLS (`tenure-tls`) the servers run with `--tls-dir` on certificates issued into the
+//! cluster's directory: peers authenticate each other with mutual TLS, and every gRPC
+//! channel here is https with the CA and a client certificate.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,9 +24,12 @@ use tenure_proto::v1::sessions_client::SessionsClient;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use crate::system::{free_ports, poll, Cluster, Env, Proc, Profile, System, Writer};
+use crate::system::{
+    client_tls, free_ports, issue_certs, poll, Cluster, Env, Proc, Profile, System, Writer,
+    TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
+};
 
 /// Requests in flight while granting sessions or campaigning in bulk.
 const BULK_INFLIGHT: usize = 64;
@@ -38,10 +45,23 @@ pub struct TenureCluster {
     procs: Vec<Option<Proc>>,
     /// Distinct elections for writers, so that writers never fence each other out.
     writers: AtomicU64,
+    /// With TLS on: the certificates and the clients' TLS.
+    tls: Option<Tls>,
+}
+
+/// The TLS of a `tenure-tls` cluster.
+struct Tls {
+    /// What `tenure certs` would write: the CA, node and client certificates.
+    dir: PathBuf,
+    /// Every request but administrative ones presents the ordinary client's certificate.
+    client: ClientTlsConfig,
+    /// Leadership transfer presents the admin's.
+    admin: ClientTlsConfig,
 }
 
 impl TenureCluster {
-    pub async fn start(profile: Profile, env: &Env) -> anyhow::Result<TenureCluster> {
+    /// Start 3 nodes, with TLS on every port if `tls`.
+    pub async fn start(profile: Profile, env: &Env, tls: bool) -> anyhow::Result<TenureCluster> {
         let ports = free_ports(9)?;
         let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let addrs = (0..3)
@@ -51,6 +71,17 @@ impl TenureCluster {
             .prefix("tenure-bench-tenure-")
             .tempdir_in(&env.work_dir)
             .context("create a temporary directory")?;
+        let tls = if tls {
+            let certs = dir.path().join("certs");
+            issue_certs(&certs, 3)?;
+            Some(Tls {
+                client: client_tls(&certs, TLS_CLIENT)?,
+                admin: client_tls(&certs, TLS_ADMIN)?,
+                dir: certs,
+            })
+        } else {
+            None
+        };
         let mut c = TenureCluster {
             profile,
             bin: env.tenure_bin.clone(),
@@ -58,6 +89,7 @@ impl TenureCluster {
             addrs,
             procs: (0..3).map(|_| None).collect(),
             writers: AtomicU64::new(0),
+            tls,
         };
         for i in 0..3 {
             c.spawn(i)?;
@@ -82,6 +114,11 @@ impl TenureCluster {
             cmd.arg("--node")
                 .arg(format!("{}={peer},{client},{http}", n + 1));
         }
+        if let Some(tls) = &self.tls {
+            cmd.arg("--tls-dir")
+                .arg(&tls.dir)
+                .args(["--cluster-id", TLS_CLUSTER_ID]);
+        }
         cmd.env("NO_COLOR", "1");
         let p = Proc::spawn(cmd, &dir.join(format!("n{i}.log")))?;
         self.procs[i] = Some(p);
@@ -89,12 +126,24 @@ impl TenureCluster {
     }
 
     fn channel(&self, i: usize, timeout: Duration) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.addrs[i][1]))
+        self.channel_as(i, timeout, self.tls.as_ref().map(|t| &t.client))
+    }
+
+    /// A channel to node `i` with `tls` (https) or without (http).
+    fn channel_as(&self, i: usize, timeout: Duration, tls: Option<&ClientTlsConfig>) -> Channel {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{}", self.addrs[i][1]))
             .expect("a socket address makes a valid URI")
             .connect_timeout(Duration::from_millis(200))
             .timeout(timeout)
-            .tcp_nodelay(true)
-            .connect_lazy()
+            .tcp_nodelay(true);
+        match tls {
+            Some(tls) => endpoint
+                .tls_config(tls.clone())
+                .expect("a TLS configuration built from PEM files is valid"),
+            None => endpoint,
+        }
+        .connect_lazy()
     }
 
     /// Leader-following access to nodes `via`.
@@ -191,6 +240,11 @@ impl TenureCluster {
     }
 }
 
+/// A path as it stands in a URL's query (the temporary directories have plain names).
+fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
+
 /// Campaign (idempotent for a session) and wait to lead; the fencing token.
 async fn campaign(nodes: &Nodes, election: &str, session_id: u64) -> anyhow::Result<u64> {
     nodes
@@ -219,7 +273,11 @@ async fn join_one<T: 'static>(set: &mut JoinSet<anyhow::Result<T>>) -> anyhow::R
 #[async_trait]
 impl Cluster for TenureCluster {
     fn system(&self) -> System {
-        System::Tenure
+        if self.tls.is_some() {
+            System::TenureTls
+        } else {
+            System::Tenure
+        }
     }
 
     fn profile(&self) -> Profile {
@@ -318,7 +376,8 @@ impl Cluster for TenureCluster {
             .leader()
             .await
             .ok_or_else(|| anyhow!("no tenure leader"))?;
-        ClusterClient::new(self.channel(leader, Duration::from_secs(5)))
+        let admin = self.tls.as_ref().map(|t| &t.admin);
+        ClusterClient::new(self.channel_as(leader, Duration::from_secs(5), admin))
             .transfer_leadership(v1::TransferLeadershipRequest { to: to as u64 + 1 })
             .await
             .context("TransferLeadership")?;
@@ -327,7 +386,20 @@ impl Cluster for TenureCluster {
 
     fn url(&self) -> String {
         let addrs: Vec<String> = self.addrs.iter().map(|a| a[1].to_string()).collect();
-        format!("tenure://{}", addrs.join(","))
+        let hosts = addrs.join(",");
+        match &self.tls {
+            None => format!("tenure://{hosts}"),
+            Some(tls) => {
+                use tenure_transport::certs::files;
+                let file = |name: &str| tls.dir.join(name);
+                format!(
+                    "tenure://{hosts}?ca={}&cert={}&key={}",
+                    path_str(&file(files::CA)),
+                    path_str(&file(&files::client(TLS_CLIENT))),
+                    path_str(&file(&files::client_key(TLS_CLIENT))),
+                )
+            }
+        }
     }
 
     async fn keepalives(

@@ -1,6 +1,8 @@
 //! `tenure bench` must keep working: one trial of every scenario against tenure alone, with
-//! tiny loads (`--smoke`). The numbers mean nothing here; that the harness starts a cluster,
-//! drives every scenario and writes its table, CSV and plots is what is checked.
+//! tiny loads (`--smoke`), and the TLS scenarios (write, keepalives) against tenure and etcd
+//! with TLS on and off. The numbers mean nothing here; that the harness starts the clusters,
+//! drives every scenario and writes its table, CSV and plots is what is checked. etcd comes
+//! from `scripts/services.sh install-etcd`; without it the TLS test fails, never skips.
 
 use std::process::Command;
 
@@ -62,6 +64,80 @@ fn every_scenario_runs_once_against_tenure() {
         .expect("a latency plot");
     assert!(plot.contains("<svg") && plot.contains("tenure"));
     // Every cluster's directory was removed.
+    let left: Vec<_> = std::fs::read_dir(out_dir.path())
+        .expect("list the directory")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tenure-bench-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// TLS's cost in one run: write and keepalives on tenure and etcd, each with TLS off and on
+/// (client and peer traffic), and the table that sets them side by side.
+#[test]
+fn tls_variants_run_next_to_plaintext() {
+    let out_dir = tempfile::tempdir().expect("a temporary directory");
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "write,keepalives",
+            "--smoke",
+            "--systems",
+            "tenure,tenure-tls,etcd,etcd-tls",
+            "--profiles",
+            "equalized",
+        ])
+        .arg("--out")
+        .arg(out_dir.path())
+        .arg("--work-dir")
+        .arg(out_dir.path())
+        .output()
+        .expect("run tenure bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "tenure bench failed\n{stdout}\n{stderr}"
+    );
+    let table = std::fs::read_to_string(out_dir.path().join("results.md")).expect("results.md");
+    assert!(!table.contains("### all"), "a system failed:\n{table}");
+    assert!(!table.contains("failed"), "{table}");
+    for scenario in ["write", "keepalives"] {
+        let section = table
+            .split(&format!("### {scenario}\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {scenario} section in\n{table}"));
+        let section = section.split("\n### ").next().unwrap_or_default();
+        for system in ["tenure", "tenure-tls", "etcd", "etcd-tls"] {
+            assert!(
+                section.contains(&format!("| equalized | {system} | ")),
+                "no {system} row for {scenario}:\n{section}"
+            );
+        }
+    }
+    let tls = table
+        .split("### TLS's cost\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no TLS section in\n{table}"));
+    for metric in [
+        "| write: one client, latency (ms) | equalized |",
+        "| write: throughput, 16 clients (writes/s) | equalized |",
+        "| keepalives: 100 leases, one renewal in flight each (renewals/s) | equalized |",
+    ] {
+        let row = tls
+            .lines()
+            .find(|l| l.starts_with(metric))
+            .unwrap_or_else(|| panic!("no row {metric} in\n{tls}"));
+        // Every value and every ratio was measured: no dashes.
+        let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+        assert_eq!(cells.len(), 9, "{row}");
+        assert!(cells[2..].iter().all(|c| *c != "–"), "{row}");
+        assert!(cells[4].ends_with('×') && cells[7].ends_with('×') && cells[8].ends_with('×'));
+    }
+    let csv = std::fs::read_to_string(out_dir.path().join("samples.csv")).expect("samples.csv");
+    for system in ["tenure-tls", "etcd-tls"] {
+        assert!(csv.contains(&format!(",{system},equalized,")), "{csv}");
+    }
     let left: Vec<_> = std::fs::read_dir(out_dir.path())
         .expect("list the directory")
         .filter_map(Result::ok)
