@@ -52,6 +52,13 @@ pub struct ServerArgs {
     /// `indeterminate` (if it reached the log) or `unavailable`, in milliseconds.
     #[arg(long)]
     request_timeout_ms: Option<u64>,
+    /// Most KeepAlive streams open at once on this node (their own pool: observers cannot
+    /// starve lease renewals).
+    #[arg(long)]
+    keepalive_streams_max: Option<usize>,
+    /// Most Observe streams open at once on this node (a slot is freed when its client goes).
+    #[arg(long)]
+    observe_streams_max: Option<usize>,
     /// Serve `POST /debug/block` (cut this node off from named peers). Tests only.
     #[arg(long)]
     fault_injection: bool,
@@ -167,7 +174,9 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         ttl_min_ms,
         ttl_max_ms,
         snapshot_threshold_entries,
-        request_timeout_ms
+        request_timeout_ms,
+        keepalive_streams_max,
+        observe_streams_max
     );
     config.validate().map_err(|e| e.to_string())?;
     Ok(config)

@@ -8,12 +8,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SecretHash, SessionId, SmError};
 use tenure_core::types::NodeId;
 use tenure_proto::v1;
 use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
 use tenure_transport::tls::client_principal;
-use tokio::sync::{broadcast, mpsc, Semaphore};
+
+use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::metadata::MetadataValue;
@@ -22,6 +24,7 @@ use tonic::{Request, Status};
 use crate::auth::{Action, Denied, Policy};
 use crate::config::{NodeAddrs, ServerConfig};
 use crate::driver::{ApiError, ClientRequest, DriverHandle};
+use crate::metrics::Metrics;
 
 use tenure_proto::SESSION_SECRET_BYTES;
 
@@ -32,7 +35,8 @@ pub struct Api {
     nodes: Arc<BTreeMap<NodeId, NodeAddrs>>,
     timeout: Duration,
     tick_ms: u64,
-    streams: Arc<Semaphore>,
+    keepalive_streams: StreamPool,
+    observe_streams: StreamPool,
     config: Arc<ServerConfig>,
     policy: Option<Arc<Policy>>,
 }
@@ -45,7 +49,8 @@ impl Api {
             nodes: Arc::new(config.nodes.clone()),
             timeout: Duration::from_millis(config.request_timeout_ms),
             tick_ms: config.tick_ms,
-            streams: Arc::new(Semaphore::new(config.streams_max)),
+            keepalive_streams: StreamPool::new(StreamKind::KeepAlive, config.keepalive_streams_max),
+            observe_streams: StreamPool::new(StreamKind::Observe, config.observe_streams_max),
             config: Arc::new(config.clone()),
             policy,
         }
@@ -239,6 +244,94 @@ impl Api {
     }
 }
 
+/// Keepalives of one stream being answered at once.
+const KEEPALIVES_IN_FLIGHT_MAX: usize = 64;
+
+/// Which pool a stream draws its slot from.
+#[derive(Clone, Copy, Debug)]
+enum StreamKind {
+    KeepAlive,
+    Observe,
+}
+
+impl StreamKind {
+    fn open(self, metrics: &Metrics) -> &AtomicU64 {
+        match self {
+            StreamKind::KeepAlive => &metrics.keepalive_streams,
+            StreamKind::Observe => &metrics.observe_streams,
+        }
+    }
+
+    fn refused(self, metrics: &Metrics) -> &AtomicU64 {
+        match self {
+            StreamKind::KeepAlive => &metrics.keepalive_streams_refused,
+            StreamKind::Observe => &metrics.observe_streams_refused,
+        }
+    }
+}
+
+/// A bounded number of open streams of one kind.
+#[derive(Clone)]
+struct StreamPool {
+    kind: StreamKind,
+    slots: Arc<Semaphore>,
+    max: usize,
+}
+
+/// One open stream's place in its pool, given back when the stream's task ends.
+struct StreamSlot {
+    _permit: OwnedSemaphorePermit,
+    kind: StreamKind,
+    metrics: Arc<Metrics>,
+}
+
+impl StreamPool {
+    fn new(kind: StreamKind, max: usize) -> StreamPool {
+        StreamPool {
+            kind,
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A slot, or RESOURCE_EXHAUSTED (`resource-exhausted`) when all are taken.
+    fn take(&self, metrics: &Arc<Metrics>) -> Result<StreamSlot, Status> {
+        match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(permit) => {
+                self.kind.open(metrics).fetch_add(1, Ordering::Relaxed);
+                Ok(StreamSlot {
+                    _permit: permit,
+                    kind: self.kind,
+                    metrics: Arc::clone(metrics),
+                })
+            }
+            Err(_) => {
+                self.kind.refused(metrics).fetch_add(1, Ordering::Relaxed);
+                let (what, flag) = match self.kind {
+                    StreamKind::KeepAlive => ("KeepAlive", "keepalive_streams_max"),
+                    StreamKind::Observe => ("Observe", "observe_streams_max"),
+                };
+                let mut status = Status::resource_exhausted(format!(
+                    "this node has {} {what} streams open, its limit ({flag}); retry later or on another node",
+                    self.max
+                ));
+                status
+                    .metadata_mut()
+                    .insert(ERROR_KEY, MetadataValue::from_static("resource-exhausted"));
+                Err(status)
+            }
+        }
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.kind
+            .open(&self.metrics)
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The request id of a request on `session` numbered `seq` by its client (0: none).
 fn on_session(session: SessionId, seq: u64) -> Option<RequestId> {
     (seq != 0).then_some(RequestId::Session { session, seq })
@@ -298,23 +391,31 @@ impl v1::sessions_server::Sessions for Api {
         req: Request<tonic::Streaming<v1::KeepAliveRequest>>,
     ) -> Result<tonic::Response<Self::KeepAliveStream>, Status> {
         self.authorize(&req, Action::Session)?;
-        let permit = self
-            .streams
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Status::resource_exhausted("too many streams"))?;
+        let slot = self.keepalive_streams.take(&self.driver.metrics)?;
         let mut incoming = req.into_inner();
         let (tx, rx) = mpsc::channel::<Result<v1::KeepAliveResponse, Status>>(256);
         let api = self.clone();
         tokio::spawn(async move {
-            let _permit = permit;
-            while let Some(item) = incoming.next().await {
-                let Ok(ka) = item else { break };
+            let _slot = slot;
+            let in_flight = Arc::new(Semaphore::new(KEEPALIVES_IN_FLIGHT_MAX));
+            loop {
+                // The stream ends when the client stops sending or stops listening.
+                let item = tokio::select! {
+                    item = incoming.next() => item,
+                    _ = tx.closed() => break,
+                };
+                let Some(Ok(ka)) = item else { break };
+                // A client that sends faster than it is answered waits here (and HTTP/2
+                // flow control holds it back) instead of piling up tasks.
+                let Ok(answering) = Arc::clone(&in_flight).acquire_owned().await else {
+                    break;
+                };
                 let api = api.clone();
                 let tx = tx.clone();
                 // Each keepalive is answered on its own, so that one waiting for the lease
                 // does not hold up the next.
                 tokio::spawn(async move {
+                    let _answering = answering;
                     let session = ka.session_id;
                     let secret_hash = match api.secret_hash(&ka.session_secret) {
                         Ok(h) => h,
@@ -501,11 +602,7 @@ impl v1::elections_server::Elections for Api {
         req: Request<v1::ObserveRequest>,
     ) -> Result<tonic::Response<Self::ObserveStream>, Status> {
         self.authorize(&req, Action::Observe(&req.get_ref().election))?;
-        let permit = self
-            .streams
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Status::resource_exhausted("too many streams"))?;
+        let slot = self.observe_streams.take(&self.driver.metrics)?;
         let election = req.into_inner().election;
         let mut changes = self.driver.leader_changes.subscribe();
         let (index, current) = match self
@@ -525,12 +622,18 @@ impl v1::elections_server::Elections for Api {
         };
         let api = self.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _slot = slot;
             if tx.send(Ok(first)).await.is_err() {
                 return;
             }
             loop {
-                match changes.recv().await {
+                // A client that goes (its end of the stream dropped) frees the slot now,
+                // not at the election's next change.
+                let change = tokio::select! {
+                    change = changes.recv() => change,
+                    _ = tx.closed() => return,
+                };
+                match change {
                     Ok(c) if c.election == election && c.index > index => {
                         let ev = v1::LeaderEvent {
                             election: c.election,

@@ -64,7 +64,10 @@ fn default_ttl_max_ms() -> u64 {
 fn default_connections_max() -> usize {
     1_024
 }
-fn default_streams_max() -> usize {
+fn default_keepalive_streams_max() -> usize {
+    10_000
+}
+fn default_observe_streams_max() -> usize {
     10_000
 }
 fn default_message_bytes_max() -> usize {
@@ -129,9 +132,14 @@ pub struct ServerConfig {
     /// Most concurrent client connections.
     #[serde(default = "default_connections_max")]
     pub connections_max: usize,
-    /// Most concurrent streams (keepalive, observe) over all connections.
-    #[serde(default = "default_streams_max")]
-    pub streams_max: usize,
+    /// Most concurrent KeepAlive streams over all connections. Its own pool, so that
+    /// observers can never starve the renewals that keep leases alive.
+    #[serde(default = "default_keepalive_streams_max")]
+    pub keepalive_streams_max: usize,
+    /// Most concurrent Observe streams over all connections. A stream's slot is released
+    /// as soon as its client goes.
+    #[serde(default = "default_observe_streams_max")]
+    pub observe_streams_max: usize,
     /// Largest gRPC message accepted, and largest peer frame.
     #[serde(default = "default_message_bytes_max")]
     pub message_bytes_max: usize,
@@ -313,8 +321,13 @@ impl ServerConfig {
             "must be positive".into(),
         )?;
         range(
-            "streams_max",
-            self.streams_max > 0,
+            "keepalive_streams_max",
+            self.keepalive_streams_max > 0,
+            "must be positive".into(),
+        )?;
+        range(
+            "observe_streams_max",
+            self.observe_streams_max > 0,
             "must be positive".into(),
         )?;
         range(

@@ -109,6 +109,14 @@ pub struct Metrics {
     pub permission_denied: AtomicU64,
     /// Client requests refused UNAUTHENTICATED (no credentials, unknown token).
     pub unauthenticated: AtomicU64,
+    /// KeepAlive streams open now.
+    pub keepalive_streams: AtomicU64,
+    /// KeepAlive streams refused because the pool was full.
+    pub keepalive_streams_refused: AtomicU64,
+    /// Observe streams open now.
+    pub observe_streams: AtomicU64,
+    /// Observe streams refused because the pool was full.
+    pub observe_streams_refused: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -134,6 +142,10 @@ impl Default for Metrics {
             sessions: AtomicU64::new(0),
             permission_denied: AtomicU64::new(0),
             unauthenticated: AtomicU64::new(0),
+            keepalive_streams: AtomicU64::new(0),
+            keepalive_streams_refused: AtomicU64::new(0),
+            observe_streams: AtomicU64::new(0),
+            observe_streams_refused: AtomicU64::new(0),
             bad_peer_messages: AtomicU64::new(0),
         }
     }
@@ -217,6 +229,30 @@ impl Metrics {
             "tenure_permission_denied_total",
             "Client requests refused PERMISSION_DENIED (no right to the action, wrong session secret).",
             &self.permission_denied,
+        );
+        gauge(
+            &mut out,
+            "tenure_keepalive_streams",
+            "KeepAlive streams open now.",
+            &self.keepalive_streams,
+        );
+        counter(
+            &mut out,
+            "tenure_keepalive_streams_refused_total",
+            "KeepAlive streams refused RESOURCE_EXHAUSTED (keepalive_streams_max reached).",
+            &self.keepalive_streams_refused,
+        );
+        gauge(
+            &mut out,
+            "tenure_observe_streams",
+            "Observe streams open now.",
+            &self.observe_streams,
+        );
+        counter(
+            &mut out,
+            "tenure_observe_streams_refused_total",
+            "Observe streams refused RESOURCE_EXHAUSTED (observe_streams_max reached).",
+            &self.observe_streams_refused,
         );
         counter(
             &mut out,
