@@ -786,13 +786,18 @@ impl Cluster {
     /// Index of the node that leads the Raft group.
     async fn raft_leader(&self) -> usize {
         use tenure_proto::v1;
+        use tenure_transport::certs::files;
+        let read = |name: &str| std::fs::read(self.certs.join(name)).expect("read a TLS file");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             for (i, a) in self.clients.iter().enumerate() {
-                let ca = std::fs::read(self.certs.join(tenure_transport::certs::files::CA))
-                    .expect("read the CA");
+                // With TLS on, the cluster answers only clients with a certificate.
                 let tls = tonic::transport::ClientTlsConfig::new()
-                    .ca_certificate(tonic::transport::Certificate::from_pem(ca));
+                    .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)))
+                    .identity(tonic::transport::Identity::from_pem(
+                        read(&files::client("app")),
+                        read(&files::client_key("app")),
+                    ));
                 let Ok(ch) = tonic::transport::Endpoint::from_shared(format!("https://{a}"))
                     .expect("an endpoint")
                     .tls_config(tls)
