@@ -20,6 +20,22 @@
 # PG_BINDIR=/path/to/bin overrides where the PostgreSQL binaries are looked for (default: the
 # newest /usr/lib/postgresql/*/bin, as the Debian package installs them).
 #
+# Security for start-postgres (the same variables as for start-etcd below), all off by
+# default, which leaves it exactly as above:
+#   SVC_TLS_CERT=FILE SVC_TLS_KEY=FILE
+#       ssl=on with this certificate and key (copied into DIR, the key 0600 and owned by the
+#       server's user, as PostgreSQL demands), and TCP clients must use TLS: pg_hba.conf
+#       admits `hostssl` only, so a plaintext connection is refused ("no pg_hba.conf entry
+#       ... no encryption"). The printed URL ends in `?sslmode=require`.
+#   SVC_TLS_CA=FILE
+#       only changes the printed URL: `?sslmode=verify-full&sslrootcert=FILE`.
+#   SVC_PASSWORD=PASSWORD
+#       TCP clients authenticate with a password (scram-sha-256): the role `tenure` (LOGIN,
+#       this password) owns the database `tenure`, and the printed URL is
+#       `postgres://tenure@127.0.0.1:PORT/tenure` (the password is never printed: the caller
+#       knows it). The Unix socket in DIR stays trust, for the script itself.
+# With any of them pg_hba.conf is rewritten, and TCP is trust only with TLS and no password.
+#
 #   scripts/services.sh install-etcd                 # apt-get `etcd-server etcd-client` and
 #                                                    # `protobuf-compiler`, unless there already
 #   scripts/services.sh start-etcd DIR [PID]         # single etcd node in DIR; prints the URL
@@ -36,6 +52,23 @@
 # The node runs without fsync (a test server) and with a 20 ms heartbeat and 200 ms election
 # timeout, which brings etcd's minimum lease TTL down to 1 s (its default is 2 s), so that
 # the contract's sub-2 s TTLs are granted as 1 s rather than 2 s.
+#
+# Security for start-etcd, all off by default, which leaves it exactly as above:
+#   SVC_TLS_CA=FILE SVC_TLS_CERT=FILE SVC_TLS_KEY=FILE
+#       the client port speaks only TLS (https) with this certificate, and the printed URL is
+#       `etcds://127.0.0.1:PORT?ca=CA`.
+#   SVC_CLIENT_CERT_AUTH=1
+#       with TLS: clients must also present a certificate signed by CA (--client-cert-auth).
+#       The script's own health checks and etcdctl calls then present SVC_TLS_CERT, which must
+#       be valid for client authentication too (`tenure certs` node certificates are).
+#   SVC_PASSWORD=PASSWORD
+#       etcd's authentication on: user `root` (a random password, kept in DIR/root-password,
+#       0600) and user `tenure` with this password and the role `tenure` (readwrite on the key
+#       prefix `/tenure/`, all that the client library touches); the printed URL names the
+#       user (`etcds://tenure@…`), never the password. Passwords are hashed with bcrypt cost
+#       4, etcd's cheapest: a test server, where each client's login should cost little.
+# (Not ETCD_*: etcd reads every ETCD_* variable as a flag, and logs the ones it does not know.)
+# The peer URL stays plaintext on loopback: the node is alone and has no peer to talk to.
 #
 #   scripts/services.sh install-zookeeper            # apt-get `zookeeper` (pulls a JRE),
 #                                                    # unless its jar and `java` are there
@@ -121,14 +154,30 @@ start_postgres() {
       die "initdb failed in $dir/data"
     }
   fi
+  local tls_opts=""
+  pg_security "$dir"
   local port attempt
   for attempt in 1 2 3 4 5 6 7 8; do
     port=$((20000 + RANDOM % 40000))
     port_in_use "$port" && continue
     if as_pg "$bin/pg_ctl" start -w -t 60 -D "$dir/data" -l "$dir/postgres.log" -o \
-      "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c synchronous_commit=off" \
+      "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c synchronous_commit=off$tls_opts" \
       >/dev/null; then
       local url="postgres://postgres@127.0.0.1:$port/postgres"
+      if [[ -n ${SVC_PASSWORD:-} ]]; then
+        pg_password_role "$bin" "$dir" "$port" || {
+          stop_postgres "$dir"
+          die "could not create the role tenure in $dir"
+        }
+        url="postgres://tenure@127.0.0.1:$port/tenure"
+      fi
+      if [[ -n ${SVC_TLS_CERT:-} ]]; then
+        if [[ -n ${SVC_TLS_CA:-} ]]; then
+          url="$url?sslmode=verify-full&sslrootcert=$(realpath "$SVC_TLS_CA")"
+        else
+          url="$url?sslmode=require"
+        fi
+      fi
       echo "$url" >"$dir/url"
       echo "$port" >"$dir/port"
       if [[ -n $owner ]]; then
@@ -148,6 +197,52 @@ start_postgres() {
     fi
   done
   die "no free port found for postgres after $attempt attempts"
+}
+
+# Apply SVC_TLS_CERT / SVC_TLS_KEY / SVC_PASSWORD (see the top of this file) to the cluster in
+# DIR before it starts: certificate and key copied in, pg_hba.conf rewritten, and the
+# server options for TLS appended to the caller's `tls_opts`.
+pg_security() {
+  local dir=$1
+  if [[ -n ${SVC_TLS_CERT:-} || -n ${SVC_TLS_KEY:-} ]]; then
+    [[ -r ${SVC_TLS_CERT:-} && -r ${SVC_TLS_KEY:-} ]] ||
+      die "SVC_TLS_CERT and SVC_TLS_KEY must both name readable files"
+    # PostgreSQL refuses a key that others may read; the server's user must own it.
+    install -m 0644 "$SVC_TLS_CERT" "$dir/server.crt"
+    install -m 0600 "$SVC_TLS_KEY" "$dir/server.key"
+    if [[ $(id -u) -eq 0 ]]; then
+      chown postgres: "$dir/server.crt" "$dir/server.key"
+    fi
+    tls_opts=" -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key"
+  elif [[ -z ${SVC_PASSWORD:-} ]]; then
+    return 0
+  fi
+  local tcp=host method=trust
+  [[ -z ${SVC_TLS_CERT:-} ]] || tcp=hostssl
+  [[ -z ${SVC_PASSWORD:-} ]] || method=scram-sha-256
+  # The socket is the script's own way in (it creates the role); TCP is what clients use.
+  as_pg tee "$dir/data/pg_hba.conf" >/dev/null <<HBA
+# Written by scripts/services.sh: TCP only as below, nothing else.
+local all all trust
+$tcp all all 127.0.0.1/32 $method
+HBA
+}
+
+# Create (or update) the role `tenure` with SVC_PASSWORD and its database, through the Unix
+# socket. The password goes through standard input, never the command line.
+pg_password_role() {
+  local bin=$1 dir=$2 port=$3
+  local quoted=${SVC_PASSWORD//\'/\'\'}
+  as_pg "$bin/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+    >/dev/null <<SQL
+SET password_encryption = 'scram-sha-256';
+SELECT 'CREATE ROLE tenure LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tenure')
+\\gexec
+ALTER ROLE tenure PASSWORD '$quoted';
+SELECT 'CREATE DATABASE tenure OWNER tenure'
+  WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'tenure')
+\\gexec
+SQL
 }
 
 stop_postgres() {
@@ -206,6 +301,30 @@ start_etcd() {
   if [[ -e $dir/etcd.pid ]] && kill -0 "$(cat "$dir/etcd.pid")" 2>/dev/null; then
     die "an etcd already runs in $dir (stop-etcd first)"
   fi
+  # TLS on the client port (see the top of this file): the server's flags, and what the
+  # script's own curl and etcdctl calls present.
+  local client_scheme=http url_scheme=etcd url_query="" tls_flags=() curl_tls=()
+  if [[ -n ${SVC_TLS_CA:-}${SVC_TLS_CERT:-}${SVC_TLS_KEY:-} ]]; then
+    [[ -r ${SVC_TLS_CA:-} && -r ${SVC_TLS_CERT:-} && -r ${SVC_TLS_KEY:-} ]] ||
+      die "SVC_TLS_CA, SVC_TLS_CERT and SVC_TLS_KEY must all name readable files"
+    local ca cert key
+    ca=$(realpath "$SVC_TLS_CA") cert=$(realpath "$SVC_TLS_CERT") key=$(realpath "$SVC_TLS_KEY")
+    client_scheme=https url_scheme=etcds url_query="?ca=$ca"
+    tls_flags=(--cert-file "$cert" --key-file "$key")
+    curl_tls=(--cacert "$ca")
+    export ETCDCTL_CACERT=$ca
+    if [[ ${SVC_CLIENT_CERT_AUTH:-} == 1 ]]; then
+      # etcd requires client certificates whenever it is given a trusted CA file.
+      tls_flags+=(--trusted-ca-file "$ca" --client-cert-auth)
+      curl_tls+=(--cert "$cert" --key "$key")
+      export ETCDCTL_CERT=$cert ETCDCTL_KEY=$key
+    fi
+  elif [[ -n ${SVC_CLIENT_CERT_AUTH:-} ]]; then
+    die "SVC_CLIENT_CERT_AUTH needs SVC_TLS_CA, SVC_TLS_CERT and SVC_TLS_KEY"
+  fi
+  # A test server: the cheapest bcrypt, so that each client's Authenticate costs little.
+  local auth_flags=()
+  [[ -z ${SVC_PASSWORD:-} ]] || auth_flags=(--bcrypt-cost 4)
   local port peer attempt pid i
   for attempt in 1 2 3 4 5 6 7 8; do
     port=$((20000 + RANDOM % 40000))
@@ -213,19 +332,30 @@ start_etcd() {
     [[ $port != "$peer" ]] || continue
     port_in_use "$port" && continue
     port_in_use "$peer" && continue
-    "$bin" --name tenure-test --data-dir "$dir/data" \
-      --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+    # etcd takes every ETCD_* variable for a flag; the password stays out of its environment.
+    env -u SVC_PASSWORD "$bin" --name tenure-test --data-dir "$dir/data" \
+      --listen-client-urls "$client_scheme://127.0.0.1:$port" \
+      --advertise-client-urls "$client_scheme://127.0.0.1:$port" \
       --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
       --initial-cluster "tenure-test=http://127.0.0.1:$peer" --initial-cluster-state new \
       --heartbeat-interval 20 --election-timeout 200 \
+      "${tls_flags[@]}" "${auth_flags[@]}" \
       --unsafe-no-fsync --logger zap --log-outputs stderr \
       </dev/null >>"$dir/etcd.log" 2>&1 &
     pid=$!
     echo "$pid" >"$dir/etcd.pid"
     for i in $(seq 1 200); do
       kill -0 "$pid" 2>/dev/null || break
-      if port_in_use "$port" && curl -fsS "http://127.0.0.1:$port/health" 2>/dev/null | grep -q '"health":"true"'; then
-        local url="etcd://127.0.0.1:$port"
+      if port_in_use "$port" && curl -fsS "${curl_tls[@]}" "$client_scheme://127.0.0.1:$port/health" 2>/dev/null | grep -q '"health":"true"'; then
+        local user=""
+        if [[ -n ${SVC_PASSWORD:-} ]]; then
+          etcd_auth "$dir" "$client_scheme://127.0.0.1:$port" || {
+            stop_etcd "$dir"
+            die "could not turn on authentication in etcd (log: $dir/etcd.log)"
+          }
+          user="tenure@"
+        fi
+        local url="$url_scheme://${user}127.0.0.1:$port$url_query"
         echo "$url" >"$dir/url"
         echo "$port" >"$dir/port"
         if [[ -n $owner ]]; then
@@ -252,6 +382,27 @@ start_etcd() {
     fi
   done
   die "no free port found for etcd after $attempt attempts"
+}
+
+# Turn on etcd's authentication (see SVC_PASSWORD at the top of this file). Passwords go
+# through standard input or the environment, never the command line.
+etcd_auth() {
+  local dir=$1 endpoint=$2 root
+  # `etcdctl user add --interactive=false` reads the password up to the first blank.
+  [[ $SVC_PASSWORD != *[[:space:]]* ]] || die "SVC_PASSWORD must not contain blanks for etcd"
+  export ETCDCTL_API=3 ETCDCTL_ENDPOINTS=$endpoint
+  root=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+  (umask 077 && printf '%s\n' "$root" >"$dir/root-password")
+  {
+    printf '%s\n' "$root" | etcdctl user add root --interactive=false &&
+      etcdctl role add root &&
+      etcdctl user grant-role root root &&
+      printf '%s\n' "$SVC_PASSWORD" | etcdctl user add tenure --interactive=false &&
+      etcdctl role add tenure &&
+      etcdctl role grant-permission tenure --prefix=true readwrite /tenure/ &&
+      etcdctl user grant-role tenure tenure &&
+      etcdctl auth enable
+  } >>"$dir/etcdctl.log" 2>&1
 }
 
 stop_etcd() {
