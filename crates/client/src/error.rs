@@ -37,10 +37,22 @@ pub enum Error {
     /// A fenced write named another election than the one the key belongs to.
     #[error("wrong election: {0}")]
     WrongElection(String),
-    /// The cluster refused the request as not this client's to make (for example a
-    /// session's secret did not match).
+    /// The backend refused the request as not this client's to make: a tenure session's
+    /// secret did not match, the etcd user's roles do not cover the keys, a ZooKeeper ACL does
+    /// not admit this client's identity (another digest user, or none).
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// The backend refused this client's credentials: a wrong user name or password, none
+    /// given where the backend requires them, or a connection its rules do not admit
+    /// (PostgreSQL's `pg_hba.conf`: say, plaintext where only TLS is allowed). Never
+    /// retried: the same credentials will be refused again.
+    #[error("authentication failed: {0}")]
+    AuthenticationFailed(String),
+    /// TLS with the backend could not be set up: its certificate is not signed by the CA
+    /// given, does not name the host dialed or has expired, or the server does not speak TLS
+    /// (or only TLS). Never retried: it is a matter of configuration.
+    #[error("TLS with the backend failed: {0}")]
+    Tls(String),
     /// The session (lease) behind a candidacy or leadership expired or was revoked.
     #[error("the session expired or was revoked")]
     SessionLost,

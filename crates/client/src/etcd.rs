@@ -19,19 +19,31 @@
 //!
 //! Not supported: [`crate::Leadership::transfer`] (etcd's recipe has no hand-over to a named
 //! candidate); it fails with [`Error::UnsupportedBackend`].
+//!
+//! # Security
+//!
+//! `etcds://[USER:PASSWORD@]HOST:PORT[,…]?ca=FILE[&cert=FILE&key=FILE]` speaks TLS (rustls
+//! with *ring*): the servers' certificates must be signed by `ca` and name the host dialed;
+//! `cert` and `key` add a client certificate (for etcd's `--client-cert-auth`). `USER:PASSWORD@`
+//! authenticates as that etcd user (etcd's `Authenticate`, then a token on every request,
+//! refreshed when it expires); on `etcd://` it works too, but the password then crosses the
+//! network in the clear. The user needs readwrite on the key prefix `/tenure/`. A refused
+//! password is [`Error::AuthenticationFailed`], missing permissions
+//! [`Error::PermissionDenied`], a failed TLS handshake [`Error::Tls`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget,
-    Txn, TxnOp, WatchOptions,
+    Certificate, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity, PutOptions,
+    SortOrder, SortTarget, TlsOptions, Txn, TxnOp, WatchOptions,
 };
 use tokio::sync::mpsc;
 
 use crate::session::Session;
-use crate::{Error, LeaderEvent, LeaderInfo, Result};
+use crate::url::HostsUrl;
+use crate::{tls, Error, LeaderEvent, LeaderInfo, Result};
 
 /// Where candidacies live.
 const ELECTIONS_PREFIX: &str = "/tenure/elections/";
@@ -55,16 +67,54 @@ impl std::fmt::Debug for Etcd {
     }
 }
 
+/// The TLS failure behind an etcd client error, if that is what it is.
+fn tls_failure(e: &etcd_client::Error) -> Option<String> {
+    use etcd_client::Error as E;
+    let cause: &(dyn std::error::Error + 'static) = match e {
+        E::TransportError(t) => t,
+        E::GRpcStatus(s) => s,
+        E::IoError(io) => io,
+        _ => return None,
+    };
+    tls::rustls_cause(cause).map(|r| format!("etcd: {r}"))
+}
+
 /// Translate an etcd client error.
 fn map(e: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
+    if let Some(why) = tls_failure(&e) {
+        return Error::Tls(why);
+    }
     match e {
         E::GRpcStatus(s) => {
             let msg = s.message().to_string();
             if msg.contains("lease not found") {
                 Error::SessionLost
+            } else if msg.contains("authentication failed") || msg.contains("invalid auth token") {
+                Error::AuthenticationFailed(format!("etcd: {msg}"))
+            } else if msg.contains("user name is empty") {
+                Error::AuthenticationFailed(format!(
+                    "etcd: {msg} (authentication is on: give USER:PASSWORD@ in the URL)"
+                ))
             } else {
                 match s.code() {
+                    // What a connection the server closed looks like: among other causes, a
+                    // TLS-only server dialed in plaintext, or one that wants a client
+                    // certificate and was given none (TLS 1.3 refuses it after the client's
+                    // side of the handshake is done, so no TLS error reaches us).
+                    tonic::Code::Cancelled if msg == "operation was canceled" => {
+                        Error::Unavailable(format!(
+                            "etcd: the connection was closed ({msg}); if the server is up, \
+                             check TLS: etcds:// for a TLS port, and cert= and key= where it \
+                             requires a client certificate"
+                        ))
+                    }
+                    tonic::Code::Unauthenticated => {
+                        Error::AuthenticationFailed(format!("etcd: {msg}"))
+                    }
+                    tonic::Code::PermissionDenied => {
+                        Error::PermissionDenied(format!("etcd: {msg}"))
+                    }
                     tonic::Code::Unavailable
                     | tonic::Code::DeadlineExceeded
                     | tonic::Code::Cancelled
@@ -120,16 +170,67 @@ fn lease(session: u64) -> Result<i64> {
 }
 
 impl Etcd {
-    /// Connect to `endpoints` (`host:port` each).
-    pub async fn connect(url: &str, endpoints: Vec<String>) -> Result<Etcd> {
-        if endpoints.is_empty() {
-            return Err(Error::InvalidUrl {
-                url: crate::redact_url(url),
-                why: "no etcd endpoints".into(),
-            });
+    /// Connect as `url` says: `rest` is what follows `etcd://` (`tls` false) or `etcds://`
+    /// (`tls` true); see the module docs for the forms.
+    pub async fn connect(url: &str, tls: bool, rest: &str) -> Result<Etcd> {
+        let bad = |why: String| Error::InvalidUrl {
+            url: crate::redact_url(url),
+            why,
+        };
+        let mut parsed = HostsUrl::parse(rest).map_err(|why| bad(format!("etcd: {why}")))?;
+        if !parsed.path.is_empty() {
+            return Err(bad("etcd URLs have no path after the hosts".into()));
         }
-        let endpoints: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
-        let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+        let mut options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+        match (&parsed.user, &parsed.password) {
+            (Some(user), Some(password)) => {
+                options = options
+                    .with_user(user.clone(), password.expose())
+                    .with_auto_token_refresh(true);
+            }
+            (Some(user), None) => {
+                return Err(bad(format!(
+                    "user {user:?} has no password: etcd authenticates with USER:PASSWORD@"
+                )))
+            }
+            (None, _) => {}
+        }
+        const TLS_PARAMS: [&str; 3] = ["ca", "cert", "key"];
+        let scheme = if tls {
+            let ca = parsed.take("ca").ok_or_else(|| {
+                bad(
+                    "etcds:// needs ca=FILE, the CA certificate that signed the etcd servers' \
+                     certificates"
+                        .into(),
+                )
+            })?;
+            let (ca, _) = tls::read_ca("ca", &ca).map_err(bad)?;
+            let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+            match (parsed.take("cert"), parsed.take("key")) {
+                (Some(cert), Some(key)) => {
+                    let (cert, key) = tls::read_identity(&cert, &key).map_err(bad)?;
+                    config = config.identity(Identity::from_pem(cert, key));
+                }
+                (None, None) => {}
+                _ => return Err(bad("cert and key go together".into())),
+            }
+            parsed.refuse_the_rest(&TLS_PARAMS).map_err(bad)?;
+            options = options.with_tls(config);
+            "https"
+        } else {
+            if let Some(p) = TLS_PARAMS.into_iter().find(|p| parsed.take(p).is_some()) {
+                return Err(bad(format!(
+                    "{p}= is a TLS parameter, and etcd:// is plaintext: use etcds://"
+                )));
+            }
+            parsed.refuse_the_rest(&[]).map_err(bad)?;
+            "http"
+        };
+        let endpoints: Vec<String> = parsed
+            .hosts
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
         let client = etcd_client::Client::connect(endpoints, Some(options))
             .await
             .map_err(map)?;

@@ -129,10 +129,15 @@
 //! | URL | status |
 //! |---|---|
 //! | `memory:` / `memory:NAME` | in-process; one world per name |
-//! | `tenure://h1:p,h2:p,h3:p` | a tenure cluster over gRPC |
-//! | `etcd://h1:p,h2:p` | an etcd (v3 API) cluster, with etcd's election recipe; no [`Leadership::transfer`] |
-//! | `postgres://user@host:port/db` (or `postgresql://`) | PostgreSQL: a lease row per election, the database clock as arbiter; no [`Leadership::transfer`] |
-//! | `zk://h1:p,h2:p` (or `zookeeper://`) | ZooKeeper's election recipe; no [`Leadership::transfer`] |
+//! | `tenure://h1:p,h2:p,h3:p[?ca=F[&cert=F&key=F]]` | a tenure cluster over gRPC (TLS with `ca`) |
+//! | `etcd://[user:pw@]h1:p,h2:p`, `etcds://[user:pw@]h1:p,h2:p?ca=F[&cert=F&key=F]` | an etcd (v3 API) cluster, with etcd's election recipe, TLS with `etcds://`; no [`Leadership::transfer`] |
+//! | `postgres://user[:pw]@host:port/db[?sslmode=…&sslrootcert=F]` (or `postgresql://`) | PostgreSQL: a lease row per election, the database clock as arbiter; no [`Leadership::transfer`] |
+//! | `zk://[user:pw@]h1:p,h2:p[/chroot]` (or `zookeeper://`) | ZooKeeper's election recipe, digest authentication and owner-only ACLs with `user:pw`; no [`Leadership::transfer`] |
+//!
+//! What each security option checks, and what it leaves open, is in the `etcd`, `pg` and `zk`
+//! modules' docs and in `docs/SECURITY.md` ("Clients"). Every URL parameter a backend does
+//! not know is refused ([`Error::InvalidUrl`]), and passwords never appear in an error or a
+//! `Debug` output ([`redact_url`]).
 //!
 //! On etcd a session is an etcd lease (TTLs are rounded up to whole seconds, and the holder
 //! believes the TTL etcd grants), a candidacy is a key under `/tenure/elections/<election>/`
@@ -155,6 +160,8 @@ mod pg;
 mod redact;
 mod remote;
 mod session;
+mod tls;
+mod url;
 mod zk;
 
 use std::pin::Pin;
@@ -287,12 +294,18 @@ impl futures_core::Stream for Observer {
     }
 }
 
+/// What an unknown URL scheme is told.
+const UNKNOWN_SCHEME: &str =
+    "unknown scheme; use tenure://, etcd://, etcds://, postgres://, zk:// or memory:";
+
 impl Client {
     /// Connect to the backend named by `url`: `memory:` (or `memory:NAME`),
-    /// `tenure://host:port,host:port,...`, `etcd://host:port,host:port,...`,
-    /// `postgres://user@host:port/db` or `zk://host:port,host:port,...`. Nothing is
+    /// `tenure://host:port,host:port,...`, `etcd://host:port,host:port,...` (`etcds://` for
+    /// TLS), `postgres://user@host:port/db` or `zk://host:port,host:port,...`, with the
+    /// credentials and TLS options of the crate docs' "Backends" table. Nothing is
     /// contacted yet for `tenure://`: nodes are dialed lazily by the first request; for
-    /// `etcd://`, `postgres://` and `zk://` the backend is dialed now.
+    /// `etcd://`, `postgres://` and `zk://` the backend is dialed now (and, with a user and
+    /// password, etcd and PostgreSQL check them now: [`Error::AuthenticationFailed`]).
     pub async fn connect(url: &str) -> Result<Client> {
         let (scheme, rest) = url.split_once(':').ok_or_else(|| Error::InvalidUrl {
             url: crate::redact_url(url),
@@ -314,38 +327,25 @@ impl Client {
                     .collect();
                 Backend::Remote(remote::Nodes::new(url, addrs, query)?)
             }
-            "etcd" => {
-                let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
+            "etcd" | "etcds" => {
+                let rest = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
                     url: crate::redact_url(url),
-                    why: "expected etcd://host:port,host:port".into(),
+                    why: format!("expected {scheme}://host:port,host:port"),
                 })?;
-                let addrs = hosts
-                    .trim_end_matches('/')
-                    .split(',')
-                    .filter(|a| !a.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                Backend::Etcd(etcd::Etcd::connect(url, addrs).await?)
+                Backend::Etcd(etcd::Etcd::connect(url, scheme == "etcds", rest).await?)
             }
             "postgres" | "postgresql" => Backend::Postgres(pg::Pg::connect(url).await?),
             "zk" | "zookeeper" => {
-                let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
+                let rest = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
                     url: crate::redact_url(url),
                     why: "expected zk://host:port,host:port".into(),
                 })?;
-                let addrs = hosts
-                    .trim_end_matches('/')
-                    .split(',')
-                    .filter(|a| !a.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                Backend::Zk(zk::Zk::connect(url, addrs).await?)
+                Backend::Zk(zk::Zk::connect(url, rest).await?)
             }
             other => {
                 return Err(Error::UnsupportedBackend {
                     scheme: other.to_string(),
-                    why: "unknown scheme; use tenure://, etcd://, postgres://, zk:// or memory:"
-                        .into(),
+                    why: UNKNOWN_SCHEME.into(),
                 })
             }
         };

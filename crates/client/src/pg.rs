@@ -12,18 +12,47 @@
 //!   holder, an observer): it only ever grants to the oldest live candidate. Every change is
 //!   also appended to `tenure_pg_change` with the row's `version`, which is the event index,
 //!   and announced with `NOTIFY tenure_pg, '<election>'`.
-//! - Waiters `LISTEN` on their own connection and also re-check when the holder's session
-//!   could have expired (an expired holder sends no notification).
+//! - Waiters and observers `LISTEN` on one connection per client (shared by its clones),
+//!   opened by the first of them, and also re-check when the holder's session could have
+//!   expired (an expired holder sends no notification).
 //!
 //! Not supported: [`crate::Leadership::transfer`].
+//!
+//! # Security
+//!
+//! The URL is libpq's (`postgres://USER:PASSWORD@HOST:PORT/DB?…`), and the password is
+//! answered to whatever the server asks for (SCRAM-SHA-256, with channel binding over TLS
+//! when the server offers it). TLS (rustls with *ring*) follows `sslmode`:
+//!
+//! | `sslmode` | TLS | the server's certificate |
+//! |---|---|---|
+//! | not given | no (as before; libpq's default would be `prefer`) | — |
+//! | `disable` | no | — |
+//! | `prefer` | if the server offers it, else plaintext | as `require` |
+//! | `require` | yes | not checked; with `sslrootcert`, as `verify-ca` (as libpq does) |
+//! | `verify-ca` | yes | signed by `sslrootcert` |
+//! | `verify-full` | yes | signed by `sslrootcert` and naming the host dialed |
+//!
+//! `verify-ca` and `verify-full` need `sslrootcert=FILE` (there is no default file, and
+//! `system` is not supported); `allow`, an unknown `sslmode` and `sslrootcert` with
+//! `disable` (or without `sslmode`) are refused as [`Error::InvalidUrl`], as are the
+//! parameters tokio-postgres does not know (such as `sslcert`: client certificates are not
+//! built). A refused password, or a connection `pg_hba.conf` has no entry for, is
+//! [`Error::AuthenticationFailed`]; a failed handshake (or a server without TLS under
+//! `require`) is [`Error::Tls`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, Mutex};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio::sync::{broadcast, mpsc, Mutex};
+use tokio_postgres::config::SslMode;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::session::Session;
+use crate::tls::{self, PgVerify};
 use crate::{Error, LeaderEvent, LeaderInfo, Result};
 
 /// The notification channel; the payload is the election.
@@ -32,6 +61,9 @@ const CHANNEL: &str = "tenure_pg";
 const MAX_WAIT: Duration = Duration::from_secs(1);
 /// Pause before retrying a failed keepalive.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// Notifications buffered for a listener that has not looked yet; one that falls further
+/// behind re-checks its election (it may have missed its own).
+const NOTIFICATIONS_BUFFERED_MAX: usize = 1024;
 
 const SCHEMA: &str = "
 BEGIN;
@@ -70,9 +102,14 @@ COMMIT;
 /// A connection to PostgreSQL. Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub(crate) struct Pg {
-    url: Arc<str>,
+    /// What the URL says (password included): `LISTEN` opens connections of its own.
+    config: Arc<tokio_postgres::Config>,
+    /// TLS as the URL's `sslmode` says (unused when it is `disable`).
+    tls: MakeRustlsConnect,
     /// Transactions need the connection to themselves.
     client: Arc<Mutex<tokio_postgres::Client>>,
+    /// The `LISTEN` connection, opened by the first waiter or observer.
+    notifications: Arc<Mutex<Option<Arc<Notifications>>>>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -81,12 +118,140 @@ impl std::fmt::Debug for Pg {
     }
 }
 
-fn map(e: tokio_postgres::Error) -> Error {
-    if e.is_closed() || e.as_db_error().is_none() {
-        Error::Unavailable(format!("postgres: {e}"))
-    } else {
-        Error::Backend(format!("postgres: {e}"))
+/// `e` and its causes, as one line: tokio-postgres's own message ("db error", "invalid
+/// configuration") says little without them.
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
     }
+    out
+}
+
+fn map(e: tokio_postgres::Error) -> Error {
+    let message = describe(&e);
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        return if *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        {
+            // 28P01: a wrong password; 28000: pg_hba.conf admits no such connection (a
+            // plaintext one where only TLS is allowed, an unknown user, …).
+            Error::AuthenticationFailed(format!("postgres: {message}"))
+        } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+            Error::PermissionDenied(format!("postgres: {message}"))
+        } else {
+            Error::Backend(format!("postgres: {message}"))
+        };
+    }
+    if tls::rustls_cause(&e).is_some() {
+        return Error::Tls(format!("postgres: {message}"));
+    }
+    // tokio-postgres has no public error kinds; these are its messages for a server without
+    // TLS under `require` and for a password the server asks for and the URL lacks.
+    if message.starts_with("error performing TLS handshake") {
+        Error::Tls(format!("postgres: {message}"))
+    } else if message.contains("password missing") {
+        Error::AuthenticationFailed(format!(
+            "postgres: the server asks for a password and the URL has none ({message})"
+        ))
+    } else {
+        Error::Unavailable(format!("postgres: {message}"))
+    }
+}
+
+/// The connection settings and TLS connector a `postgres://` URL asks for (see the module
+/// docs): `sslmode` and `sslrootcert` are taken out here, the rest is tokio-postgres's to
+/// parse.
+fn parse_url(url: &str) -> Result<(tokio_postgres::Config, MakeRustlsConnect)> {
+    let bad = |why: String| Error::InvalidUrl {
+        url: crate::redact_url(url),
+        why,
+    };
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let (mut sslmode, mut sslrootcert) = (None, None);
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value, slot) = match pair.split_once('=') {
+            Some((name @ "sslmode", value)) => (name, value, &mut sslmode),
+            Some((name @ "sslrootcert", value)) => (name, value, &mut sslrootcert),
+            _ => {
+                rest.push(pair);
+                continue;
+            }
+        };
+        let value = crate::url::decode(value)
+            .map_err(|e| bad(format!("postgres: query parameter {name:?} {e}")))?;
+        if slot.replace(value).is_some() {
+            return Err(bad(format!(
+                "postgres: query parameter {name:?} is given twice"
+            )));
+        }
+    }
+    let rebuilt = if rest.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    let mut config: tokio_postgres::Config = rebuilt
+        .parse()
+        .map_err(|e| bad(format!("postgres: {}", describe(&e))))?;
+    let roots = match sslrootcert.as_deref() {
+        Some("system") => {
+            return Err(bad(
+                "postgres: sslrootcert=system (the operating system's CAs) is \
+                            not supported: name a CA file"
+                    .into(),
+            ))
+        }
+        Some(path) => Some(tls::read_ca("sslrootcert", path).map_err(bad)?.1),
+        None => None,
+    };
+    let unverified = |roots: Option<rustls::RootCertStore>| match roots {
+        Some(r) => PgVerify::Ca(r),
+        None => PgVerify::Nothing,
+    };
+    let needs_root = |mode: &str| {
+        bad(format!(
+            "postgres: sslmode={mode} needs sslrootcert=FILE, the CA certificate that signed \
+             the server's"
+        ))
+    };
+    let (mode, verify) = match (sslmode.as_deref(), roots) {
+        (None | Some("disable"), Some(_)) => {
+            return Err(bad("postgres: sslrootcert is given but TLS is off: say \
+                            sslmode=verify-full (or verify-ca, require)"
+                .into()))
+        }
+        // Not libpq's default (`prefer`): without `sslmode` the connection is plaintext, as
+        // it always was here. `prefer` keeps out no attacker in the middle, who can simply
+        // answer that TLS is not offered.
+        (None | Some("disable"), None) => (SslMode::Disable, PgVerify::Nothing),
+        (Some("prefer"), roots) => (SslMode::Prefer, unverified(roots)),
+        (Some("require"), roots) => (SslMode::Require, unverified(roots)),
+        (Some("verify-ca"), Some(roots)) => (SslMode::Require, PgVerify::Ca(roots)),
+        (Some("verify-full"), Some(roots)) => (SslMode::Require, PgVerify::Full(roots)),
+        (Some(mode @ ("verify-ca" | "verify-full")), None) => return Err(needs_root(mode)),
+        (Some("allow"), _) => {
+            return Err(bad(
+                "postgres: sslmode=allow is not supported (it tries plaintext \
+                            first); use disable, prefer, require, verify-ca or verify-full"
+                    .into(),
+            ))
+        }
+        (Some(other), _) => {
+            return Err(bad(format!(
+                "postgres: unknown sslmode {other:?} (known: disable, prefer, require, \
+                 verify-ca, verify-full)"
+            )))
+        }
+    };
+    config.ssl_mode(mode);
+    let tls = MakeRustlsConnect::new(tls::pg_config(verify).map_err(bad)?);
+    Ok((config, tls))
 }
 
 fn check_election(election: &str) -> Result<()> {
@@ -104,25 +269,52 @@ struct Lease {
     remaining: Option<Duration>,
 }
 
-/// Notifications for one election on a connection of its own.
-struct Listener {
-    rx: mpsc::UnboundedReceiver<()>,
+/// The one `LISTEN` connection of a client and its clones, shared by all of its waiters
+/// and observers (one connection per waiter would cost the server a backend process each,
+/// and each a TLS handshake and a SCRAM exchange).
+struct Notifications {
+    /// The payload (the election) of every notification, in order; `None` once the
+    /// connection is gone.
+    tx: broadcast::Sender<Option<Arc<str>>>,
+    /// Set when the connection ended: the next [`Pg::listen`] opens a new one.
+    closed: Arc<AtomicBool>,
+    /// Keeps the connection open; it closes once every listener and clone is gone.
     _client: tokio_postgres::Client,
 }
 
+/// Notifications for one election.
+struct Listener {
+    election: String,
+    rx: broadcast::Receiver<Option<Arc<str>>>,
+    notifications: Arc<Notifications>,
+}
+
 impl Listener {
-    /// Wait for a notification or `timeout`; fails if the connection is gone.
+    /// Wait for a notification of this election or `timeout`; fails if the connection is
+    /// gone.
     async fn wait(&mut self, timeout: Duration) -> Result<()> {
-        tokio::select! {
-            r = self.rx.recv() => match r {
-                Some(()) => {
-                    // Coalesce a burst.
-                    while self.rx.try_recv().is_ok() {}
-                    Ok(())
-                }
-                None => Err(Error::Unavailable("postgres: the LISTEN connection closed".into())),
-            },
-            _ = tokio::time::sleep(timeout) => Ok(()),
+        let closed = || Error::Unavailable("postgres: the LISTEN connection closed".into());
+        if self.notifications.closed.load(Ordering::SeqCst) {
+            return Err(closed());
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                r = self.rx.recv() => match r {
+                    Ok(Some(e)) if *e == *self.election => {
+                        // Coalesce a burst (a `None` in it is seen by the next wait, through
+                        // the flag).
+                        while self.rx.try_recv().is_ok() {}
+                        return Ok(());
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(broadcast::error::RecvError::Closed) => return Err(closed()),
+                    // Some were missed: one of them may have been ours, so check.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return Ok(()),
+                },
+                _ = &mut deadline => return Ok(()),
+            }
         }
     }
 }
@@ -136,52 +328,70 @@ fn wait_for(lease: &Lease) -> Duration {
 
 impl Pg {
     pub async fn connect(url: &str) -> Result<Pg> {
-        let (client, conn) =
-            tokio_postgres::connect(url, NoTls)
-                .await
-                .map_err(|e| match e.as_db_error() {
-                    Some(_) => map(e),
-                    None => Error::Unavailable(format!("postgres: {e}")),
-                })?;
+        let (config, tls) = parse_url(url)?;
+        let (client, conn) = config.connect(tls.clone()).await.map_err(map)?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
         client.batch_execute(SCHEMA).await.map_err(map)?;
         Ok(Pg {
-            url: url.into(),
+            config: Arc::new(config),
+            tls,
             client: Arc::new(Mutex::new(client)),
+            notifications: Arc::default(),
         })
     }
 
+    /// Start listening for `election`'s notifications: every one sent after this returns is
+    /// seen by the listener.
     async fn listen(&self, election: &str) -> Result<Listener> {
-        let (client, mut conn) = tokio_postgres::connect(&self.url, NoTls)
-            .await
-            .map_err(map)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let election = election.to_string();
-        tokio::spawn(async move {
-            loop {
-                let msg = tokio::select! {
-                    m = std::future::poll_fn(|cx| conn.poll_message(cx)) => m,
-                    _ = tx.closed() => return,
-                };
-                match msg {
-                    Some(Ok(AsyncMessage::Notification(n))) => {
-                        if n.channel() == CHANNEL && n.payload() == election {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    _ => return,
-                }
+        let mut slot = self.notifications.lock().await;
+        let notifications = match &*slot {
+            Some(n) if !n.closed.load(Ordering::SeqCst) => n.clone(),
+            _ => {
+                let n = Arc::new(self.open_notifications().await?);
+                *slot = Some(n.clone());
+                n
             }
-        });
+        };
+        Ok(Listener {
+            election: election.to_string(),
+            rx: notifications.tx.subscribe(),
+            notifications,
+        })
+    }
+
+    /// Open the `LISTEN` connection and forward its notifications.
+    async fn open_notifications(&self) -> Result<Notifications> {
+        let (client, mut conn) = self.config.connect(self.tls.clone()).await.map_err(map)?;
+        let (tx, _) = broadcast::channel(NOTIFICATIONS_BUFFERED_MAX);
+        let closed = Arc::new(AtomicBool::new(false));
+        {
+            let (tx, closed) = (tx.clone(), closed.clone());
+            tokio::spawn(async move {
+                loop {
+                    match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                        Some(Ok(AsyncMessage::Notification(n))) => {
+                            if n.channel() == CHANNEL {
+                                let _ = tx.send(Some(n.payload().into()));
+                            }
+                        }
+                        Some(Ok(_)) => {}
+                        // Closed (every handle is gone) or failed.
+                        _ => break,
+                    }
+                }
+                closed.store(true, Ordering::SeqCst);
+                let _ = tx.send(None);
+            });
+        }
         client
             .batch_execute(&format!("LISTEN {CHANNEL}"))
             .await
             .map_err(map)?;
-        Ok(Listener {
-            rx,
+        Ok(Notifications {
+            tx,
+            closed,
             _client: client,
         })
     }

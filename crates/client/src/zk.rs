@@ -47,6 +47,25 @@
 //!
 //! Not supported: [`crate::Leadership::transfer`] (the recipe has no hand-over to a named
 //! candidate); it fails with [`Error::UnsupportedBackend`].
+//!
+//! # Security: digest authentication and ACLs
+//!
+//! `zk://USER:PASSWORD@HOST:PORT[,…][/CHROOT]` adds ZooKeeper's `digest` authentication
+//! (`USER:PASSWORD`) to every connection of the client (the shared one and each session's),
+//! and every znode it creates — `/tenure`, `/tenure/elections`, the election's directory and
+//! the candidacies — gets the ACL `auth` with all permissions (ZooKeeper's CREATOR_ALL): only
+//! a connection authenticated as the same digest identity can read them, create candidacies
+//! in an election, delete a candidacy (deleting needs DELETE on the parent, which is the
+//! election's directory) or change data or ACLs. Any other client, without credentials or
+//! with other ones, is refused (`NoAuth`, here [`Error::PermissionDenied`]); so two identities
+//! that share an ensemble need a chroot each. A wrong password is not refused when
+//! connecting: ZooKeeper's digest scheme takes any `user:password` as an identity, which then
+//! matches no ACL.
+//!
+//! Without `USER:PASSWORD@`, znodes are created open to anyone (`world:anyone`, all
+//! permissions), as before. The digest crosses the network in the clear (ZooKeeper's TLS is
+//! not built here), so it keeps out other clients of the ensemble, not someone who can read
+//! the traffic.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -56,6 +75,7 @@ use tokio::sync::mpsc;
 use zookeeper_client as zkc;
 
 use crate::session::Session;
+use crate::url::HostsUrl;
 use crate::{Error, LeaderEvent, LeaderInfo, Result};
 
 /// Where elections live.
@@ -76,8 +96,10 @@ pub(crate) struct Zk {
 }
 
 struct Inner {
-    /// The connect string (`host:port,host:port`).
+    /// The connect string (`host:port,host:port[/chroot]`).
     hosts: String,
+    /// `user:password` for digest authentication, if the URL gave one.
+    digest: Option<Digest>,
     /// Shared connection: reads, watches, deletes. Its own session owns no candidacy.
     shared: zkc::Client,
     /// This process's sessions, by id.
@@ -105,10 +127,25 @@ impl std::fmt::Debug for Zk {
     }
 }
 
+/// `user:password` for ZooKeeper's digest scheme. `Debug` does not show it.
+struct Digest(Vec<u8>);
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Digest(***)")
+    }
+}
+
 /// Translate a ZooKeeper client error.
 fn map(e: zkc::Error) -> Error {
     use zkc::Error as E;
     match e {
+        E::NoAuth => Error::PermissionDenied(
+            "zookeeper: the znode's ACL does not admit this client (another digest user, or \
+             none)"
+                .into(),
+        ),
+        E::AuthFailed => Error::AuthenticationFailed("zookeeper: authentication failed".into()),
         E::SessionExpired | E::SessionMoved | E::ClientClosed => Error::SessionLost,
         E::ConnectionLoss | E::Timeout | E::NoHosts | E::Throttled => {
             Error::Unavailable(format!("zookeeper: {e}"))
@@ -152,30 +189,64 @@ fn info(data: Vec<u8>, stat: &zkc::Stat) -> LeaderInfo {
     }
 }
 
-fn connector(timeout: Duration) -> zkc::Connector {
-    zkc::Client::connector()
+/// A connector for a session of `timeout`, authenticated with `digest` if given.
+fn connector(timeout: Duration, digest: Option<&Digest>) -> zkc::Connector {
+    let connector = zkc::Client::connector()
         .with_session_timeout(timeout)
         .with_connection_timeout(CONNECT_TIMEOUT)
-        .with_fail_eagerly()
+        .with_fail_eagerly();
+    match digest {
+        Some(Digest(auth)) => connector.with_auth("digest", auth),
+        None => connector,
+    }
+}
+
+impl Inner {
+    /// A connector for a session of `timeout`, authenticated if the URL says so.
+    fn connector(&self, timeout: Duration) -> zkc::Connector {
+        connector(timeout, self.digest.as_ref())
+    }
+
+    /// The ACL of every znode this client creates (see the module docs).
+    fn acls(&self) -> zkc::Acls<'static> {
+        match self.digest {
+            Some(_) => zkc::Acls::creator_all(),
+            None => zkc::Acls::anyone_all(),
+        }
+    }
 }
 
 impl Zk {
-    /// Connect to `hosts` (`host:port` each).
-    pub async fn connect(url: &str, hosts: Vec<String>) -> Result<Zk> {
-        if hosts.is_empty() {
-            return Err(Error::InvalidUrl {
-                url: crate::redact_url(url),
-                why: "no zookeeper hosts".into(),
-            });
-        }
-        let hosts = hosts.join(",");
-        let shared = connector(SHARED_SESSION)
+    /// Connect as `url` says; `rest` is what follows `zk://` (see the module docs).
+    pub async fn connect(url: &str, rest: &str) -> Result<Zk> {
+        let bad = |why: String| Error::InvalidUrl {
+            url: crate::redact_url(url),
+            why: format!("zookeeper: {why}"),
+        };
+        let parsed = HostsUrl::parse(rest).map_err(bad)?;
+        parsed.refuse_the_rest(&[]).map_err(bad)?;
+        let digest = match (&parsed.user, &parsed.password) {
+            (Some(user), Some(password)) => {
+                Some(Digest(format!("{user}:{}", password.expose()).into_bytes()))
+            }
+            (Some(user), None) => {
+                return Err(bad(format!(
+                    "user {user:?} has no password: digest authentication takes \
+                     USER:PASSWORD@"
+                )))
+            }
+            (None, _) => None,
+        };
+        // The chroot, if any, ends the connect string.
+        let hosts = format!("{}{}", parsed.hosts.join(","), parsed.path);
+        let shared = connector(SHARED_SESSION, digest.as_ref())
             .connect(&hosts)
             .await
             .map_err(map)?;
         Ok(Zk {
             inner: Arc::new(Inner {
                 hosts,
+                digest,
                 shared,
                 sessions: Mutex::new(HashMap::new()),
             }),
@@ -202,7 +273,9 @@ impl Zk {
     /// Open a session of `ttl` on its own connection; returns its id and the timeout the
     /// server negotiated.
     pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
-        let client = connector(ttl)
+        let client = self
+            .inner
+            .connector(ttl)
             .with_detached()
             .connect(&self.inner.hosts)
             .await
@@ -241,7 +314,9 @@ impl Zk {
             return Ok(());
         }
         // Re-attach without `detached`: dropping that client closes the session.
-        match connector(slot.timeout)
+        match self
+            .inner
+            .connector(slot.timeout)
             .with_session(slot.info)
             .connect(&self.inner.hosts)
             .await
@@ -274,16 +349,16 @@ impl Zk {
         }
         let client = self.session_client(session)?;
         let dir = dir(election);
-        let open = zkc::Acls::anyone_all();
+        let acls = self.inner.acls();
         client
-            .mkdir(&dir, &zkc::CreateMode::Persistent.with_acls(open))
+            .mkdir(&dir, &zkc::CreateMode::Persistent.with_acls(acls))
             .await
             .map_err(map)?;
         let (stat, seq) = client
             .create(
                 &format!("{dir}/{NODE_PREFIX}"),
                 value,
-                &zkc::CreateMode::EphemeralSequential.with_acls(open),
+                &zkc::CreateMode::EphemeralSequential.with_acls(acls),
             )
             .await
             .map_err(map)?;

@@ -50,8 +50,9 @@ fn opts(ttl: Duration) -> CampaignOptions {
 // ------------------------------------------------------------------------------------------
 // The contract.
 
-/// Every case, in order, against `url`.
+/// Every case, in order, against `url` (which may hold a password: it is printed redacted).
 async fn contract(url: &str) {
+    let shown = tenure::redact_url(url);
     let cases: &[(&str, Case)] = &[
         ("one_leader_among_five", |u, e| {
             Box::pin(one_leader_among_five(u, e))
@@ -95,14 +96,14 @@ async fn contract(url: &str) {
         };
         if !applies {
             eprintln!(
-                "contract {url}: {name} skipped (capability: supports_transfer = {transfer})"
+                "contract {shown}: {name} skipped (capability: supports_transfer = {transfer})"
             );
             continue;
         }
         let started = Instant::now();
-        eprintln!("contract {url}: {name} ...");
+        eprintln!("contract {shown}: {name} ...");
         case(url.to_string(), name.to_string()).await;
-        eprintln!("contract {url}: {name} ok in {:?}", started.elapsed());
+        eprintln!("contract {shown}: {name} ok in {:?}", started.elapsed());
     }
 }
 
@@ -413,8 +414,9 @@ async fn one_waiter_woken_per_change(url: String, election: String) {
     tokio::time::sleep(ms(300)).await;
     let woken = w.waiter_wakeups() - before;
     println!(
-        "one_waiter_woken_per_change: {url}: {woken} waiter wake-ups for one change among \
+        "one_waiter_woken_per_change: {}: {woken} waiter wake-ups for one change among \
          {WAITERS} waiters (wakes_only_next: {})",
+        tenure::redact_url(&url),
         w.wakes_only_next()
     );
     if w.wakes_only_next() {
@@ -459,19 +461,160 @@ fn tenure_cluster_meets_the_contract() {
     drop(cluster);
 }
 
-#[test]
-fn etcd_meets_the_contract() {
-    let etcd = Etcd::start();
-    let url = etcd.url.clone();
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// The password of the secure backends' user: it holds characters a URL must percent-encode,
+/// so that every backend's decoding is exercised too.
+const PASSWORD: &str = "s3cret-p@ss:w/rd?";
+/// [`PASSWORD`], percent-encoded for a URL.
+const PASSWORD_IN_URL: &str = "s3cret-p%40ss%3Aw%2Frd%3F";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("a runtime");
+        .expect("a runtime")
+}
+
+/// `url` (which names `user@`) with `password` after the user.
+fn with_password(url: &str, user: &str, password: &str) -> String {
+    let (from, to) = (format!("://{user}@"), format!("://{user}:{password}@"));
+    assert!(url.contains(&from), "{url} does not name {user}@");
+    url.replacen(&from, &to, 1)
+}
+
+/// Neither a `Debug` of a connected client, nor an error it returns, nor the redacted URL
+/// shows the password.
+async fn credentials_stay_hidden(url: &str) {
+    let c = Client::connect(url).await.expect("connect");
+    let shown = [
+        format!("{c:?}"),
+        tenure::redact_url(url),
+        format!("{:?}", c.leader("never-campaigned-in").await),
+    ];
+    for s in shown {
+        assert!(
+            !s.contains(PASSWORD) && !s.contains(PASSWORD_IN_URL),
+            "the password shows in {s}"
+        );
+    }
+}
+
+/// The error `url` is refused with: when connecting, or else at the first request (a
+/// `leader` call, which on a working connection answers `UnknownElection`). Panics if both
+/// work, and if the error shows a password.
+async fn refusal(url: &str) -> Error {
+    let attempt = async {
+        let c = Client::connect(url).await?;
+        match c.leader("refusals").await {
+            Ok(_) | Err(Error::UnknownElection(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    };
+    let redacted = tenure::redact_url(url);
+    let err = tokio::time::timeout(Duration::from_secs(15), attempt)
+        .await
+        .unwrap_or_else(|_| panic!("{redacted} neither worked nor failed within 15 s"))
+        .expect_err(&format!("{redacted} was not refused"));
+    let shown = format!("{err} {err:?}");
+    eprintln!("refused {redacted}: {err:?}");
+    for secret in [PASSWORD, PASSWORD_IN_URL, WRONG_PASSWORD] {
+        assert!(
+            !shown.contains(secret),
+            "a password shows in the error: {shown}"
+        );
+    }
+    err
+}
+
+/// A password the backends do not know.
+const WRONG_PASSWORD: &str = "wr0ng-passw0rd";
+
+/// A holder that leads `election` on `url`, to check that refused clients change nothing.
+async fn holder(url: &str, election: &str) -> (Client, tenure::Leadership) {
+    let c = Client::connect(url).await.expect("connect");
+    let l = c
+        .campaign(election, b"holder", opts(ms(5000)))
+        .await
+        .expect("the holder leads");
+    (c, l)
+}
+
+/// The holder still leads, with the same token.
+async fn still_leads(c: &Client, l: &tenure::Leadership, election: &str) {
+    assert!(l.is_valid(), "the holder lost its leadership");
+    let now = c
+        .leader(election)
+        .await
+        .expect("leader")
+        .expect("someone leads");
+    assert_eq!((now.session, now.token), (l.session(), l.token()));
+}
+
+#[test]
+fn etcd_meets_the_contract() {
+    // TLS with a client certificate, and a user with a password: security on, as it should
+    // be in production.
+    let certs = TestCerts::issue();
+    let etcd = Etcd::start_secure(&certs);
+    let url = etcd.url_for(PASSWORD_IN_URL, Some(&certs));
+    let rt = runtime();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(90), contract(&url))
             .await
             .expect("the contract runs within 90 s");
+        credentials_stay_hidden(&url).await;
+    });
+    drop(rt);
+    drop(etcd);
+}
+
+#[test]
+fn etcd_refuses_wrong_passwords_plaintext_missing_client_certificates_and_other_cas() {
+    let certs = TestCerts::issue();
+    let etcd = Etcd::start_secure(&certs);
+    let rt = runtime();
+    rt.block_on(async {
+        let election = "etcd-refusals";
+        let (c, l) = holder(&etcd.url_for(PASSWORD_IN_URL, Some(&certs)), election).await;
+
+        let err = refusal(&etcd.url_for(WRONG_PASSWORD, Some(&certs))).await;
+        assert!(
+            matches!(err, Error::AuthenticationFailed(_)),
+            "wrong password: {err:?}"
+        );
+
+        // No user: the client certificate names `app`, which is no etcd user.
+        let anonymous = etcd.url.replacen("tenure@", "", 1) + &certs.client_query("cert", "key");
+        let err = refusal(&anonymous).await;
+        assert!(
+            matches!(err, Error::PermissionDenied(_)),
+            "no user: {err:?}"
+        );
+
+        // Plaintext to the TLS-only port.
+        let plain = format!("etcd://tenure:{PASSWORD_IN_URL}@127.0.0.1:{}", etcd.port);
+        let err = refusal(&plain).await;
+        assert!(matches!(err, Error::Unavailable(_)), "plaintext: {err:?}");
+
+        // TLS without a client certificate, where the server requires one.
+        // With TLS 1.3 the server refuses after the client's side of the handshake is
+        // done, so the client may only see its connection dropped.
+        let err = refusal(&etcd.url_for(PASSWORD_IN_URL, None)).await;
+        assert!(
+            matches!(err, Error::Tls(_) | Error::Unavailable(_)),
+            "no client certificate: {err:?}"
+        );
+
+        // A CA that did not sign the server's certificate.
+        let other = etcd.url_for(PASSWORD_IN_URL, Some(&certs)).replacen(
+            &certs.ca().display().to_string(),
+            &certs.other_ca().display().to_string(),
+            1,
+        );
+        let err = refusal(&other).await;
+        assert!(matches!(err, Error::Tls(_)), "another CA: {err:?}");
+
+        still_leads(&c, &l, election).await;
     });
     drop(rt);
     drop(etcd);
@@ -479,17 +622,125 @@ fn etcd_meets_the_contract() {
 
 #[test]
 fn postgres_meets_the_contract() {
-    let pg = Postgres::start();
-    let url = pg.url.clone();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    // TLS with the server's certificate verified (its name included), and a password.
+    let certs = TestCerts::issue();
+    let pg = Postgres::start_secure(&certs);
+    let url = with_password(&pg.url, "tenure", PASSWORD_IN_URL);
+    assert!(pg.url.contains("sslmode=verify-full"), "{}", pg.url);
+    let rt = runtime();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(90), contract(&url))
             .await
             .expect("the contract runs within 90 s");
+        credentials_stay_hidden(&url).await;
+    });
+    drop(rt);
+    drop(pg);
+}
+
+#[test]
+fn postgres_sslmodes_verify_what_they_say_and_wrong_passwords_and_plaintext_are_refused() {
+    let certs = TestCerts::issue();
+    let pg = Postgres::start_secure(&certs);
+    let port = pg.port;
+    let ca = certs.ca().display().to_string();
+    let other_ca = certs.other_ca().display().to_string();
+    let url = |password: &str, host: &str, query: &str| match password {
+        "" => format!("postgres://tenure@{host}:{port}/tenure?{query}"),
+        pw => format!("postgres://tenure:{pw}@{host}:{port}/tenure?{query}"),
+    };
+    let good = |query: &str| url(PASSWORD_IN_URL, "127.0.0.1", query);
+    // A name the certificate does not carry: TLS checks `host`, the connection goes to
+    // `hostaddr`.
+    let misnamed = |query: &str| {
+        url(
+            PASSWORD_IN_URL,
+            "db.invalid",
+            &format!("hostaddr=127.0.0.1&{query}"),
+        )
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let election = "pg-refusals";
+        let full = format!("sslmode=verify-full&sslrootcert={ca}");
+        let (c, l) = holder(&good(&full), election).await;
+
+        // Each mode that should accept this server does.
+        for ok in [
+            good("sslmode=require"),
+            good(&format!("sslmode=require&sslrootcert={ca}")),
+            good(&format!("sslmode=verify-ca&sslrootcert={ca}")),
+            good("sslmode=prefer"),
+            misnamed(&format!("sslmode=verify-ca&sslrootcert={ca}")),
+        ] {
+            let other = Client::connect(&ok)
+                .await
+                .unwrap_or_else(|e| panic!("{} refused: {e}", tenure::redact_url(&ok)));
+            other.leader(election).await.expect("leader");
+        }
+
+        let err = refusal(&url(WRONG_PASSWORD, "127.0.0.1", &full)).await;
+        assert!(
+            matches!(err, Error::AuthenticationFailed(_)),
+            "wrong password: {err:?}"
+        );
+        let err = refusal(&url("", "127.0.0.1", &full)).await;
+        assert!(
+            matches!(err, Error::AuthenticationFailed(_)),
+            "no password: {err:?}"
+        );
+
+        // Plaintext, with the right password: pg_hba.conf admits TLS only.
+        for plain in [good("sslmode=disable"), good("")] {
+            match refusal(&plain).await {
+                Error::AuthenticationFailed(m) => assert!(m.contains("no encryption"), "{m}"),
+                other => panic!("plaintext: {other:?}"),
+            }
+        }
+
+        // Certificates that must not be accepted.
+        for (what, bad) in [
+            (
+                "verify-full, another CA",
+                good(&format!("sslmode=verify-full&sslrootcert={other_ca}")),
+            ),
+            (
+                "verify-ca, another CA",
+                good(&format!("sslmode=verify-ca&sslrootcert={other_ca}")),
+            ),
+            (
+                "require with sslrootcert, another CA",
+                good(&format!("sslmode=require&sslrootcert={other_ca}")),
+            ),
+            ("verify-full, another name", misnamed(&full)),
+        ] {
+            let err = refusal(&bad).await;
+            assert!(matches!(err, Error::Tls(_)), "{what}: {err:?}");
+        }
+
+        still_leads(&c, &l, election).await;
+    });
+    drop(rt);
+    drop(pg);
+}
+
+/// A PostgreSQL server without TLS: `sslmode=require` must not fall back to plaintext, while
+/// `prefer` and no `sslmode` do connect.
+#[test]
+fn postgres_require_refuses_a_server_without_tls() {
+    let pg = Postgres::start_with(&[("SVC_PASSWORD", PASSWORD.into())]);
+    let url = with_password(&pg.url, "tenure", PASSWORD_IN_URL);
+    let rt = runtime();
+    rt.block_on(async {
+        let err = refusal(&format!("{url}?sslmode=require")).await;
+        assert!(matches!(err, Error::Tls(_)), "require: {err:?}");
+        for ok in [format!("{url}?sslmode=prefer"), url.clone()] {
+            let c = Client::connect(&ok).await.expect("connect in plaintext");
+            assert!(matches!(
+                c.leader("never").await,
+                Err(Error::UnknownElection(_))
+            ));
+        }
     });
     drop(rt);
     drop(pg);
@@ -497,26 +748,229 @@ fn postgres_meets_the_contract() {
 
 #[test]
 fn zookeeper_meets_the_contract() {
+    // Digest authentication, and znodes that only that identity may touch.
     let zk = ZooKeeper::start();
-    let url = zk.url.clone();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let url = zk.url_for("tenure", PASSWORD_IN_URL);
+    let rt = runtime();
     rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(90), contract(&url))
             .await
             .expect("the contract runs within 90 s");
+        credentials_stay_hidden(&url).await;
     });
     drop(rt);
     drop(zk);
 }
 
-/// A standalone ZooKeeper server started (and stopped) by `scripts/services.sh`.
+#[test]
+fn zookeeper_strangers_cannot_touch_an_authenticated_election() {
+    use zookeeper_client as zkc;
+    let zk = ZooKeeper::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let election = "zk-strangers";
+        let (c, l) = holder(&zk.url_for("tenure", PASSWORD_IN_URL), election).await;
+        let dir = format!("/tenure/elections/{election}");
+        let hosts = format!("127.0.0.1:{}", zk.port);
+
+        // The owner's identity sees the holder's znode.
+        let owner = zkc::Client::connector()
+            .with_auth("digest", format!("tenure:{PASSWORD}").as_bytes())
+            .connect(&hosts)
+            .await
+            .expect("connect as the owner");
+        let children = owner.list_children(&dir).await.expect("the owner lists");
+        assert_eq!(children.len(), 1, "{children:?}");
+        let node = format!("{dir}/{}", children[0]);
+
+        // Without credentials, and with a wrong password (another digest identity), nothing
+        // of the election can be read, deleted, changed or joined.
+        let anonymous = zkc::Client::connect(&hosts)
+            .await
+            .expect("connect anonymously");
+        let wrong = zkc::Client::connector()
+            .with_auth("digest", format!("tenure:{WRONG_PASSWORD}").as_bytes())
+            .connect(&hosts)
+            .await
+            .expect("connect with a wrong password");
+        for (who, z) in [("anonymous", &anonymous), ("wrong password", &wrong)] {
+            let denied = |what: &str, r: Result<(), zkc::Error>| {
+                assert_eq!(r, Err(zkc::Error::NoAuth), "{who}: {what}");
+            };
+            denied("delete the holder", z.delete(&node, None).await);
+            denied(
+                "change its data",
+                z.set_data(&node, b"x", None).await.map(|_| ()),
+            );
+            denied("read it", z.get_data(&node).await.map(|_| ()));
+            denied("list the election", z.list_children(&dir).await.map(|_| ()));
+            denied(
+                "join the queue",
+                z.create(
+                    &format!("{dir}/n-"),
+                    b"intruder",
+                    &zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all()),
+                )
+                .await
+                .map(|_| ()),
+            );
+            denied(
+                "open the ACL",
+                z.set_acl(&dir, &zkc::Acls::anyone_all(), None)
+                    .await
+                    .map(|_| ()),
+            );
+        }
+
+        // The library says so with a typed error, for a wrong password and for none.
+        for url in [
+            zk.url_for("tenure", WRONG_PASSWORD),
+            format!("zk://{hosts}"),
+        ] {
+            let other = Client::connect(&url)
+                .await
+                .expect("connect (ZooKeeper's digest scheme accepts any identity)");
+            let results = [
+                ("leader", other.leader(election).await.map(|_| ())),
+                ("observe", other.observe(election).await.map(|_| ())),
+                (
+                    "campaign",
+                    other
+                        .campaign(election, b"x", opts(ms(2000)))
+                        .await
+                        .map(|_| ()),
+                ),
+            ];
+            for (what, r) in results {
+                assert!(
+                    matches!(r, Err(Error::PermissionDenied(_))),
+                    "{}: {what}: {r:?}",
+                    tenure::redact_url(&url)
+                );
+            }
+        }
+
+        still_leads(&c, &l, election).await;
+        assert_eq!(
+            owner.list_children(&dir).await.expect("the owner lists"),
+            children
+        );
+    });
+    drop(rt);
+    drop(zk);
+}
+
+/// Certificates for the secure backends, issued as `tenure certs` does: a CA, a server
+/// certificate (node 1, which names `127.0.0.1` and `localhost`), a client certificate
+/// (`app`); and a second CA that signed none of them.
+struct TestCerts {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    other: PathBuf,
+}
+
+impl TestCerts {
+    fn issue() -> TestCerts {
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-backend-certs-")
+            .tempdir()
+            .expect("a temporary directory");
+        let issue = |path: &Path| {
+            tenure_transport::certs::issue(
+                path,
+                &tenure_transport::certs::CertsRequest {
+                    cluster_id: "tenure".into(),
+                    nodes: vec![1],
+                    clients: vec!["app".into()],
+                    hosts: Vec::new(),
+                    days: 1,
+                },
+            )
+            .expect("issue certificates");
+        };
+        let (certs, other) = (dir.path().join("certs"), dir.path().join("other"));
+        issue(&certs);
+        issue(&other);
+        TestCerts {
+            _dir: dir,
+            dir: certs,
+            other,
+        }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.file(tenure_transport::certs::files::CA)
+    }
+
+    fn other_ca(&self) -> PathBuf {
+        self.other.join(tenure_transport::certs::files::CA)
+    }
+
+    /// The server's CA, certificate and key, as `scripts/services.sh` takes them.
+    fn server_env(&self) -> Vec<(&'static str, String)> {
+        use tenure_transport::certs::files;
+        vec![
+            ("SVC_TLS_CA", self.ca().display().to_string()),
+            (
+                "SVC_TLS_CERT",
+                self.file(&files::node(1)).display().to_string(),
+            ),
+            (
+                "SVC_TLS_KEY",
+                self.file(&files::node_key(1)).display().to_string(),
+            ),
+        ]
+    }
+
+    /// `&CERT=…&KEY=…`, naming the client certificate and its key.
+    fn client_query(&self, cert: &str, key: &str) -> String {
+        use tenure_transport::certs::files;
+        format!(
+            "&{cert}={}&{key}={}",
+            self.file(&files::client("app")).display(),
+            self.file(&files::client_key("app")).display()
+        )
+    }
+}
+
+/// Run `scripts/services.sh COMMAND DIR OWNER-PID` with `env`; returns the URL it printed.
+fn start_service(command: &str, dir: &Path, env: &[(&str, String)], install: &str) -> String {
+    let out = Command::new("bash")
+        .arg(Etcd::services())
+        .arg(command)
+        .arg(dir)
+        .arg(std::process::id().to_string())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/services.sh");
+    assert!(
+        out.status.success(),
+        "{command} failed (is it installed? run `scripts/services.sh {install}`):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = String::from_utf8_lossy(&out.stdout);
+    out.trim().lines().last().unwrap_or_default().to_string()
+}
+
+/// The port `scripts/services.sh` wrote into `dir`.
+fn service_port(dir: &Path) -> u16 {
+    std::fs::read_to_string(dir.join("port"))
+        .expect("services.sh writes DIR/port")
+        .trim()
+        .parse()
+        .expect("a port number")
+}
+
+/// A standalone ZooKeeper server started (and stopped) by `scripts/services.sh`. Digest
+/// authentication needs nothing of the server: the ACLs the client sets do the work.
 struct ZooKeeper {
     dir: tempfile::TempDir,
-    url: String,
+    port: u16,
 }
 
 impl ZooKeeper {
@@ -525,24 +979,15 @@ impl ZooKeeper {
             .prefix("tenure-zk-contract-")
             .tempdir()
             .expect("a temporary directory");
-        let out = Command::new("bash")
-            .arg(Etcd::services())
-            .arg("start-zookeeper")
-            .arg(dir.path())
-            .arg(std::process::id().to_string())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run scripts/services.sh");
-        assert!(
-            out.status.success(),
-            "could not start ZooKeeper (is it installed? run \
-             `scripts/services.sh install-zookeeper`):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = String::from_utf8_lossy(&out.stdout);
-        let url = out.trim().lines().last().unwrap_or_default().to_string();
+        let url = start_service("start-zookeeper", dir.path(), &[], "install-zookeeper");
         assert!(url.starts_with("zk://"), "start-zookeeper printed {url:?}");
-        ZooKeeper { dir, url }
+        let port = service_port(dir.path());
+        ZooKeeper { dir, port }
+    }
+
+    /// `zk://USER:PASSWORD@127.0.0.1:PORT`: digest authentication as `USER:PASSWORD`.
+    fn url_for(&self, user: &str, password: &str) -> String {
+        format!("zk://{user}:{password}@127.0.0.1:{}", self.port)
     }
 }
 
@@ -560,36 +1005,33 @@ impl Drop for ZooKeeper {
 /// A PostgreSQL server started (and stopped) by `scripts/services.sh`.
 struct Postgres {
     dir: tempfile::TempDir,
+    /// What `start-postgres` printed (without the password).
     url: String,
+    port: u16,
 }
 
 impl Postgres {
-    fn start() -> Postgres {
+    /// With the security options of `scripts/services.sh start-postgres` in `env`.
+    fn start_with(env: &[(&str, String)]) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("tenure-pg-contract-")
             .tempdir()
             .expect("a temporary directory");
-        let out = Command::new("bash")
-            .arg(Etcd::services())
-            .arg("start-postgres")
-            .arg(dir.path())
-            .arg(std::process::id().to_string())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run scripts/services.sh");
-        assert!(
-            out.status.success(),
-            "could not start PostgreSQL (is it installed? run \
-             `scripts/services.sh install-postgres`):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = String::from_utf8_lossy(&out.stdout);
-        let url = out.trim().lines().last().unwrap_or_default().to_string();
+        let url = start_service("start-postgres", dir.path(), env, "install-postgres");
         assert!(
             url.starts_with("postgres://"),
             "start-postgres printed {url:?}"
         );
-        Postgres { dir, url }
+        let port = service_port(dir.path());
+        Postgres { dir, url, port }
+    }
+
+    /// TLS with the server certificate of `certs` (and plaintext refused), and the role
+    /// `tenure` with [`PASSWORD`]; the printed URL verifies the server against `certs`' CA.
+    fn start_secure(certs: &TestCerts) -> Postgres {
+        let mut env = certs.server_env();
+        env.push(("SVC_PASSWORD", PASSWORD.into()));
+        Postgres::start_with(&env)
     }
 }
 
@@ -607,7 +1049,9 @@ impl Drop for Postgres {
 /// A single etcd node started (and stopped) by `scripts/services.sh`.
 struct Etcd {
     dir: tempfile::TempDir,
+    /// What `start-etcd` printed (`etcds://tenure@127.0.0.1:PORT?ca=…`, no password).
     url: String,
+    port: u16,
 }
 
 impl Etcd {
@@ -618,26 +1062,33 @@ impl Etcd {
         .join("../../scripts/services.sh")
     }
 
-    fn start() -> Etcd {
+    /// TLS only, with the server certificate of `certs`, client certificates required, and
+    /// authentication on: the user `tenure` with [`PASSWORD`].
+    fn start_secure(certs: &TestCerts) -> Etcd {
         let dir = tempfile::Builder::new()
             .prefix("tenure-etcd-test-")
             .tempdir()
             .expect("a temporary directory");
-        let out = Command::new(Self::services())
-            .arg("start-etcd")
-            .arg(dir.path())
-            .arg(std::process::id().to_string())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run scripts/services.sh");
+        let mut env = certs.server_env();
+        env.push(("SVC_CLIENT_CERT_AUTH", "1".into()));
+        env.push(("SVC_PASSWORD", PASSWORD.into()));
+        let url = start_service("start-etcd", dir.path(), &env, "install-etcd");
         assert!(
-            out.status.success(),
-            "could not start etcd (is it installed? run `scripts/services.sh install-etcd`):\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            url.starts_with("etcds://tenure@127.0.0.1:"),
+            "start-etcd printed {url:?}"
         );
-        let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(url.starts_with("etcd://"), "start-etcd printed {url:?}");
-        Etcd { dir, url }
+        let port = service_port(dir.path());
+        Etcd { dir, url, port }
+    }
+
+    /// The URL as user `tenure` with `password`, and with the client certificate of
+    /// `client` if given.
+    fn url_for(&self, password: &str, client: Option<&TestCerts>) -> String {
+        let mut url = with_password(&self.url, "tenure", password);
+        if let Some(certs) = client {
+            url.push_str(&certs.client_query("cert", "key"));
+        }
+        url
     }
 }
 

@@ -1,0 +1,229 @@
+//! TLS for the backends that are not tenure's own cluster: reading the PEM files a URL names,
+//! the rustls client configurations of PostgreSQL's `sslmode`s, and telling a TLS failure
+//! apart from an unreachable server in the errors of the backends' client crates.
+//!
+//! Everything here is rustls with the *ring* provider, as in the rest of the workspace (no
+//! OpenSSL).
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+/// Read the file a URL parameter names; `what` names the parameter in the error.
+pub(crate) fn read(what: &str, path: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read the {what} file {path:?}: {e}"))
+}
+
+/// Read a PEM file of one or more CA certificates (the `ca` or `sslrootcert` parameter).
+/// Returns the file's bytes and the certificates in it; a file without any is an error
+/// here rather than a confusing handshake failure later.
+pub(crate) fn read_ca(what: &str, path: &str) -> Result<(Vec<u8>, RootCertStore), String> {
+    let pem = read(what, path)?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| format!("the {what} file {path:?} is not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("the {what} file {path:?} holds a bad certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("the {what} file {path:?} holds no PEM certificate"));
+    }
+    Ok((pem, roots))
+}
+
+/// Read a client certificate and its key (the `cert` and `key` parameters), checking that
+/// each holds what it should.
+pub(crate) fn read_identity(cert: &str, key: &str) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let cert_pem = read("cert", cert)?;
+    let first = CertificateDer::pem_slice_iter(&cert_pem).next();
+    if !matches!(first, Some(Ok(_))) {
+        return Err(format!("the cert file {cert:?} holds no PEM certificate"));
+    }
+    let key_pem = read("key", key)?;
+    rustls::pki_types::PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|_| format!("the key file {key:?} holds no PEM private key"))?;
+    Ok((cert_pem, key_pem))
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// How a PostgreSQL server's certificate is checked (libpq's `sslmode`s that use TLS).
+pub(crate) enum PgVerify {
+    /// `require` (or `prefer`) without `sslrootcert`: encrypted, but any certificate is
+    /// accepted, so an attacker in the middle is not kept out.
+    Nothing,
+    /// `verify-ca`, or `require`/`prefer` with `sslrootcert` (as libpq does): the certificate
+    /// must be signed by one of these CAs, for any host name.
+    Ca(RootCertStore),
+    /// `verify-full`: signed by one of these CAs and naming the host dialed.
+    Full(RootCertStore),
+}
+
+/// The rustls client configuration for a PostgreSQL connection.
+pub(crate) fn pg_config(verify: PgVerify) -> Result<ClientConfig, String> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS configuration: {e}"))?;
+    let config = match verify {
+        PgVerify::Full(roots) => builder.with_root_certificates(roots).with_no_client_auth(),
+        PgVerify::Ca(roots) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(CaOnly {
+                roots: Arc::new(roots),
+                provider: provider(),
+            }))
+            .with_no_client_auth(),
+        PgVerify::Nothing => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate {
+                provider: provider(),
+            }))
+            .with_no_client_auth(),
+    };
+    Ok(config)
+}
+
+/// `verify-ca`: the chain must lead to one of `roots`; the name is not checked. The
+/// handshake signatures are verified as usual (the server must hold the certificate's key).
+#[derive(Debug)]
+struct CaOnly {
+    roots: Arc<RootCertStore>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for CaOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
+            intermediates,
+            now,
+            self.provider.signature_verification_algorithms.all,
+        )?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// `require` without a CA: any certificate is accepted (libpq's meaning of `require`); the
+/// handshake signatures are still verified against it.
+#[derive(Debug)]
+struct AnyCertificate {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The rustls error somewhere in `e`'s chain of causes, if any: the handshake failed (a
+/// certificate not signed by the CA given, not naming the host, expired; the server sent
+/// something that is not TLS). `std::io::Error` hides the error it wraps from `source()`,
+/// so it is looked into explicitly.
+pub(crate) fn rustls_cause<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
+    if let Some(r) = e.downcast_ref::<rustls::Error>() {
+        return Some(r);
+    }
+    if let Some(inner) = e
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+    {
+        if let Some(r) = rustls_cause(inner) {
+            return Some(r);
+        }
+    }
+    rustls_cause(e.source()?)
+}

@@ -1,0 +1,224 @@
+//! The URLs of the `etcd://`, `etcds://` and `zk://` backends:
+//! `SCHEME://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT…][/PATH][?NAME=VALUE&…]`.
+//!
+//! User, password and query values are percent-decoded (a password holding `@`, `:`, `/`,
+//! `?`, `#`, `%` or `&` must be written percent-encoded, as in any URL). The password is kept
+//! in a [`Password`], whose `Debug` never shows it.
+
+/// A password from a URL. `Debug` prints `***`, so that no derived `Debug` of a struct that
+/// holds one, and no `{:?}` in an error, can show it.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Password(String);
+
+impl Password {
+    /// The password itself, for the one call that hands it to the backend.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// A parsed backend URL (everything after `SCHEME://`).
+#[derive(Debug)]
+pub(crate) struct HostsUrl {
+    /// `host:port` of each server, in the order given.
+    pub hosts: Vec<String>,
+    /// The user name of `USER[:PASSWORD]@`, decoded.
+    pub user: Option<String>,
+    /// The password of `USER:PASSWORD@`, decoded.
+    pub password: Option<Password>,
+    /// The path after the hosts (`""` when there is none, else starting with `/`); a trailing
+    /// `/` alone counts as none.
+    pub path: String,
+    /// The query's parameters that no backend has taken yet (see [`HostsUrl::take`]).
+    params: Vec<(String, String)>,
+}
+
+impl HostsUrl {
+    /// Parse `rest`, the URL after `SCHEME://`. The error says what is wrong, without
+    /// quoting the URL (the caller names it, redacted).
+    pub(crate) fn parse(rest: &str) -> std::result::Result<HostsUrl, String> {
+        let (before_query, query) = match rest.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match before_query.find('/') {
+            Some(i) => before_query.split_at(i),
+            None => (before_query, ""),
+        };
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
+        };
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(info) => {
+                let (user, password) = match info.split_once(':') {
+                    Some((u, p)) => (u, Some(p)),
+                    None => (info, None),
+                };
+                let user = decode(user).map_err(|e| format!("the user name {e}"))?;
+                if user.is_empty() {
+                    return Err("the user name before '@' is empty".into());
+                }
+                let password = match password {
+                    Some(p) => {
+                        let p = decode(p).map_err(|e| format!("the password {e}"))?;
+                        if p.is_empty() {
+                            return Err(format!("the password of user {user:?} is empty"));
+                        }
+                        Some(Password(p))
+                    }
+                    None => None,
+                };
+                (Some(user), password)
+            }
+        };
+        let hosts: Vec<String> = hosts
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(str::to_string)
+            .collect();
+        if hosts.is_empty() {
+            return Err("no host:port given".into());
+        }
+        let mut params: Vec<(String, String)> = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("query parameter {pair:?} has no value"))?;
+            let name = decode(name).map_err(|e| format!("a query parameter's name {e}"))?;
+            let value = decode(value).map_err(|e| format!("query parameter {name:?} {e}"))?;
+            if value.is_empty() {
+                return Err(format!("query parameter {name:?} is empty"));
+            }
+            if params.iter().any(|(n, _)| *n == name) {
+                return Err(format!("query parameter {name:?} is given twice"));
+            }
+            params.push((name, value));
+        }
+        Ok(HostsUrl {
+            hosts,
+            user,
+            password,
+            path: if path == "/" {
+                String::new()
+            } else {
+                path.to_string()
+            },
+            params,
+        })
+    }
+
+    /// Take the value of query parameter `name`, if given.
+    pub(crate) fn take(&mut self, name: &str) -> Option<String> {
+        let i = self.params.iter().position(|(n, _)| n == name)?;
+        Some(self.params.remove(i).1)
+    }
+
+    /// Fail if the query holds a parameter that was not taken: an unknown parameter is a
+    /// mistake (a misspelt `ca` would otherwise silently turn TLS off), not something to skip.
+    pub(crate) fn refuse_the_rest(&self, known: &[&str]) -> std::result::Result<(), String> {
+        match self.params.first() {
+            None => Ok(()),
+            Some((name, _)) if known.is_empty() => Err(format!(
+                "unknown query parameter {name:?} (this URL takes none)"
+            )),
+            Some((name, _)) => Err(format!(
+                "unknown query parameter {name:?} (known: {})",
+                known.join(", ")
+            )),
+        }
+    }
+}
+
+/// Percent-decode `s`; the result must be UTF-8.
+pub(crate) fn decode(s: &str) -> std::result::Result<String, &'static str> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or("has a '%' not followed by two hex digits")?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "is not UTF-8 once percent-decoded")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_users_hosts_paths_and_queries() {
+        let u = HostsUrl::parse("app:p%40ss%3Aw%2Frd@h1:2379,h2:2379/chroot?ca=%2Ftmp%2Fca.pem")
+            .expect("parses");
+        assert_eq!(u.user.as_deref(), Some("app"));
+        assert_eq!(u.password.as_ref().map(Password::expose), Some("p@ss:w/rd"));
+        assert_eq!(u.hosts, ["h1:2379", "h2:2379"]);
+        assert_eq!(u.path, "/chroot");
+        let mut u = u;
+        assert_eq!(u.take("ca").as_deref(), Some("/tmp/ca.pem"));
+        assert_eq!(u.refuse_the_rest(&["ca"]), Ok(()));
+
+        let u = HostsUrl::parse("127.0.0.1:2181/").expect("parses");
+        assert_eq!((u.user, u.password, u.path), (None, None, String::new()));
+        let u = HostsUrl::parse("who@h:1").expect("parses");
+        assert_eq!((u.user.as_deref(), u.password), (Some("who"), None));
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_a_reason_that_does_not_quote_the_password() {
+        for (rest, why) in [
+            ("", "no host:port"),
+            ("u:pw@", "no host:port"),
+            (":pw@h:1", "user name before '@' is empty"),
+            ("u:@h:1", "password of user \"u\" is empty"),
+            ("u:p%zzw@h:1", "password has a '%'"),
+            ("u:p%ffw@h:1", "password is not UTF-8"),
+            ("h:1?ca", "has no value"),
+            ("h:1?ca=", "is empty"),
+            ("h:1?ca=a&ca=b", "given twice"),
+        ] {
+            let err = HostsUrl::parse(rest).expect_err(rest);
+            assert!(err.contains(why), "{rest}: {err}");
+            assert!(!err.contains("pw") && !err.contains("p%"), "{rest}: {err}");
+        }
+        let mut u = HostsUrl::parse("h:1?ca=x&bogus=1").expect("parses");
+        u.take("ca");
+        let err = u
+            .refuse_the_rest(&["ca", "cert", "key"])
+            .expect_err("bogus");
+        assert_eq!(
+            err,
+            "unknown query parameter \"bogus\" (known: ca, cert, key)"
+        );
+        let u = HostsUrl::parse("h:1?x=1").expect("parses");
+        assert!(u
+            .refuse_the_rest(&[])
+            .expect_err("x")
+            .contains("takes none"));
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let u = HostsUrl::parse("app:hunter2@h:1").expect("parses");
+        let shown = format!("{u:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("***"), "{shown}");
+    }
+}
