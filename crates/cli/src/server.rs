@@ -52,6 +52,22 @@ pub struct ServerArgs {
     /// `indeterminate` (if it reached the log) or `unavailable`, in milliseconds.
     #[arg(long)]
     request_timeout_ms: Option<u64>,
+    /// Most client connections open at once on the gRPC port.
+    #[arg(long)]
+    connections_max: Option<usize>,
+    /// Most connections open at once from one IP address, on each of the gRPC and HTTP ports.
+    #[arg(long)]
+    connections_per_ip_max: Option<usize>,
+    /// Most connections open at once on the HTTP port.
+    #[arg(long)]
+    http_connections_max: Option<usize>,
+    /// How long a new connection may take to send its first byte (and finish TLS), in ms.
+    #[arg(long)]
+    handshake_timeout_ms: Option<u64>,
+    /// How long a connection may move no byte before it is closed, in ms (the gRPC port
+    /// pings its clients every third of it).
+    #[arg(long)]
+    idle_timeout_ms: Option<u64>,
     /// Most KeepAlive streams open at once on this node (their own pool: observers cannot
     /// starve lease renewals).
     #[arg(long)]
@@ -175,6 +191,11 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         ttl_max_ms,
         snapshot_threshold_entries,
         request_timeout_ms,
+        connections_max,
+        connections_per_ip_max,
+        http_connections_max,
+        handshake_timeout_ms,
+        idle_timeout_ms,
         keepalive_streams_max,
         observe_streams_max
     );

@@ -64,6 +64,18 @@ fn default_ttl_max_ms() -> u64 {
 fn default_connections_max() -> usize {
     1_024
 }
+fn default_connections_per_ip_max() -> usize {
+    512
+}
+fn default_http_connections_max() -> usize {
+    256
+}
+fn default_handshake_timeout_ms() -> u64 {
+    5_000
+}
+fn default_idle_timeout_ms() -> u64 {
+    120_000
+}
 fn default_keepalive_streams_max() -> usize {
     10_000
 }
@@ -129,9 +141,25 @@ pub struct ServerConfig {
     /// Longest session TTL a client may ask for.
     #[serde(default = "default_ttl_max_ms")]
     pub ttl_max_ms: u64,
-    /// Most concurrent client connections.
+    /// Most concurrent client connections on the gRPC port.
     #[serde(default = "default_connections_max")]
     pub connections_max: usize,
+    /// Most concurrent connections from one IP address, on each of the gRPC and HTTP ports.
+    #[serde(default = "default_connections_per_ip_max")]
+    pub connections_per_ip_max: usize,
+    /// Most concurrent connections on the HTTP port.
+    #[serde(default = "default_http_connections_max")]
+    pub http_connections_max: usize,
+    /// How long a new client or HTTP connection may take to send its first byte (and, with
+    /// TLS, to finish its handshake).
+    #[serde(default = "default_handshake_timeout_ms")]
+    pub handshake_timeout_ms: u64,
+    /// How long a client or HTTP connection may move no byte before it is closed. The gRPC
+    /// port pings its clients (HTTP/2 PING) every third of it, so a live client that is only
+    /// waiting (an Observe with nothing to say) is not idle, and one that stops answering
+    /// pings is dropped.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
     /// Most concurrent KeepAlive streams over all connections. Its own pool, so that
     /// observers can never starve the renewals that keep leases alive.
     #[serde(default = "default_keepalive_streams_max")]
@@ -319,6 +347,26 @@ impl ServerConfig {
             "connections_max",
             self.connections_max > 0,
             "must be positive".into(),
+        )?;
+        range(
+            "connections_per_ip_max",
+            self.connections_per_ip_max > 0,
+            "must be positive".into(),
+        )?;
+        range(
+            "http_connections_max",
+            self.http_connections_max > 0,
+            "must be positive".into(),
+        )?;
+        range(
+            "handshake_timeout_ms",
+            (100..=600_000).contains(&self.handshake_timeout_ms),
+            "must be between 100 ms and 10 minutes".into(),
+        )?;
+        range(
+            "idle_timeout_ms",
+            (300..=86_400_000).contains(&self.idle_timeout_ms),
+            "must be between 300 ms and a day".into(),
         )?;
         range(
             "keepalive_streams_max",

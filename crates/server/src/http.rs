@@ -19,6 +19,7 @@ use tokio_rustls::rustls::pki_types::CertificateDer;
 
 use crate::auth::{Action, Denied, Policy};
 use crate::config::ServerConfig;
+use crate::conn::Gate;
 use crate::driver::DriverHandle;
 
 #[derive(Clone)]
@@ -26,6 +27,8 @@ struct HttpState {
     driver: DriverHandle,
     config: Arc<ServerConfig>,
     policy: Option<Arc<Policy>>,
+    /// The gRPC port's gate: a node that cannot take clients is not healthy.
+    client_gate: Gate,
 }
 
 /// Who is at the other end of an HTTP connection: the certificate it presented, if any.
@@ -109,11 +112,17 @@ pub struct StatusJson {
 }
 
 /// The router for the HTTP endpoint.
-pub fn router(config: &ServerConfig, driver: DriverHandle, policy: Option<Arc<Policy>>) -> Router {
+pub fn router(
+    config: &ServerConfig,
+    driver: DriverHandle,
+    policy: Option<Arc<Policy>>,
+    client_gate: Gate,
+) -> Router {
     let state = HttpState {
         driver,
         config: Arc::new(config.clone()),
         policy,
+        client_gate,
     };
     Router::new()
         .route("/metrics", get(metrics))
@@ -137,9 +146,18 @@ async fn metrics(
         .into_response()
 }
 
-/// Healthy when the node knows a leader (itself or another).
+/// Healthy when the node knows a leader (itself or another) and can take clients.
 async fn health(State(s): State<HttpState>) -> impl IntoResponse {
     let st = s.driver.published.borrow().status.clone();
+    if !s.client_gate.has_room() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "no client connection slot free (connections_max {}): clients are turned away\n",
+                s.config.connections_max
+            ),
+        );
+    }
     match st.leader {
         Some(l) => (
             StatusCode::OK,

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod conn;
 pub mod driver;
 pub mod http;
 pub mod metrics;
@@ -29,7 +30,6 @@ use tenure_core::storage::Storage;
 use tenure_proto::v1;
 use tenure_transport::{Transport, TransportConfig, TransportHandle};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
 pub use config::{NodeAddrs, ServerConfig, TlsPaths};
 use driver::{Input, Outbox};
@@ -312,10 +312,13 @@ pub async fn run(
     let policy = policy.map(std::sync::Arc::new);
     let api = api::Api::new(&config, handle.clone(), policy.clone());
     let limit = config.message_bytes_max;
-    let mut grpc = tonic::transport::Server::builder();
+    let ping = Duration::from_millis(config.idle_timeout_ms / 3);
+    let mut grpc = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(ping))
+        .http2_keepalive_timeout(Some(ping));
     if let Some(node_tls) = &node_tls {
         grpc = grpc
-            .tls_config(node_tls.grpc()?)
+            .tls_config(node_tls.grpc(Duration::from_millis(config.handshake_timeout_ms))?)
             .map_err(|e| ServerError::Tls(e.to_string()))?;
     }
     let grpc = grpc
@@ -333,7 +336,24 @@ pub async fn run(
         )
         .add_service(v1::cluster_server::ClusterServer::new(api).max_decoding_message_size(limit));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let incoming = limited_incoming(listeners.client, config.connections_max);
+    let limits = |max: usize| conn::Limits {
+        max,
+        per_ip_max: config.connections_per_ip_max,
+        handshake: Duration::from_millis(config.handshake_timeout_ms),
+        idle: Duration::from_millis(config.idle_timeout_ms),
+    };
+    let client_gate = conn::Gate::new(
+        limits(config.connections_max),
+        Arc::clone(&handle.metrics.client_connections),
+    );
+    let http_gate = conn::Gate::new(
+        limits(config.http_connections_max),
+        Arc::clone(&handle.metrics.http_connections),
+    );
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(client_gate.clone().serve(listeners.client)),
+        |(conn, _peer)| Ok::<_, std::io::Error>(conn),
+    );
     let mut grpc_stop = stop_rx.clone();
     let grpc_task = tokio::spawn(async move {
         grpc.serve_with_incoming_shutdown(incoming, async move {
@@ -341,25 +361,32 @@ pub async fn run(
         })
         .await
     });
-    let router = http::router(&config, handle.clone(), policy).merge(http::fault_router(
-        transport.clone(),
-        config.fault_injection,
-    ));
+    let router = http::router(&config, handle.clone(), policy, client_gate).merge(
+        http::fault_router(transport.clone(), config.fault_injection),
+    );
     let mut http_stop = stop_rx.clone();
     let http_stopped = async move {
         let _ = http_stop.wait_for(|s| *s).await;
     };
     let http_task = match &node_tls {
-        None => tokio::spawn(async move {
-            axum::serve(
-                listeners.http,
-                router.into_make_service_with_connect_info::<http::HttpPeer>(),
-            )
-            .with_graceful_shutdown(http_stopped)
-            .await
-        }),
+        None => {
+            let listener = conn::GatedListener::new(listeners.http, http_gate)?;
+            tokio::spawn(async move {
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<http::HttpPeer>(),
+                )
+                .with_graceful_shutdown(http_stopped)
+                .await
+            })
+        }
         Some(node_tls) => {
-            let listener = tls::TlsHttpListener::new(listeners.http, node_tls.http_acceptor()?)?;
+            let listener = tls::TlsHttpListener::new(
+                listeners.http,
+                http_gate,
+                node_tls.http_acceptor()?,
+                Duration::from_millis(config.handshake_timeout_ms),
+            )?;
             tokio::spawn(async move {
                 axum::serve(
                     listener,
@@ -429,97 +456,4 @@ fn label_decoder_errors<B>(
         );
     }
     response
-}
-
-/// Accept client connections up to `max` at a time; further connections are closed at once.
-fn limited_incoming(
-    listener: TcpListener,
-    max: usize,
-) -> impl tokio_stream::Stream<Item = std::io::Result<LimitedStream>> {
-    let permits = Arc::new(Semaphore::new(max));
-    async_stream(listener, permits)
-}
-
-fn async_stream(
-    listener: TcpListener,
-    permits: Arc<Semaphore>,
-) -> impl tokio_stream::Stream<Item = std::io::Result<LimitedStream>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            match permits.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    let _ = stream.set_nodelay(true);
-                    if tx
-                        .send(Ok(LimitedStream {
-                            stream,
-                            _permit: permit,
-                        }))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Err(_) => {
-                    tracing::warn!("refusing client {peer}: connection limit reached");
-                    drop(stream);
-                }
-            }
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
-}
-
-/// A client connection that holds one of the connection permits while it lives.
-pub struct LimitedStream {
-    stream: tokio::net::TcpStream,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl tokio::io::AsyncRead for LimitedStream {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for LimitedStream {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
-    }
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-impl tonic::transport::server::Connected for LimitedStream {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
-    }
 }

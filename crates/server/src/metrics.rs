@@ -109,6 +109,10 @@ pub struct Metrics {
     pub permission_denied: AtomicU64,
     /// Client requests refused UNAUTHENTICATED (no credentials, unknown token).
     pub unauthenticated: AtomicU64,
+    /// The gRPC port's connections.
+    pub client_connections: std::sync::Arc<crate::conn::PortMetrics>,
+    /// The HTTP port's connections.
+    pub http_connections: std::sync::Arc<crate::conn::PortMetrics>,
     /// KeepAlive streams open now.
     pub keepalive_streams: AtomicU64,
     /// KeepAlive streams refused because the pool was full.
@@ -142,6 +146,8 @@ impl Default for Metrics {
             sessions: AtomicU64::new(0),
             permission_denied: AtomicU64::new(0),
             unauthenticated: AtomicU64::new(0),
+            client_connections: Default::default(),
+            http_connections: Default::default(),
             keepalive_streams: AtomicU64::new(0),
             keepalive_streams_refused: AtomicU64::new(0),
             observe_streams: AtomicU64::new(0),
@@ -230,6 +236,31 @@ impl Metrics {
             "Client requests refused PERMISSION_DENIED (no right to the action, wrong session secret).",
             &self.permission_denied,
         );
+        for (port, m) in [
+            ("client", &self.client_connections),
+            ("http", &self.http_connections),
+        ] {
+            gauge(
+                &mut out,
+                &format!("tenure_{port}_connections"),
+                &format!("Connections open now on the {port} port."),
+                &m.open,
+            );
+            counter(
+                &mut out,
+                &format!("tenure_{port}_connections_refused_total"),
+                &format!("Connections refused on the {port} port (a connection limit reached)."),
+                &m.refused,
+            );
+            counter(
+                &mut out,
+                &format!("tenure_{port}_connections_timed_out_total"),
+                &format!(
+                    "Connections closed on the {port} port for saying nothing in time or idling."
+                ),
+                &m.timed_out,
+            );
+        }
         gauge(
             &mut out,
             "tenure_keepalive_streams",

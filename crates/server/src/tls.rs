@@ -9,16 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_transport::{ClientAuth, PeerTls, TlsFiles, TlsMaterial};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::TlsPaths;
+use crate::conn::{Conn, Gate};
 use crate::ServerError;
 
-/// How long an HTTP client gets for its TLS handshake.
-const HTTP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// TLS handshakes in progress on the HTTP port at once; more connections wait in the
 /// kernel's accept queue.
 const HTTP_HANDSHAKES_MAX: usize = 64;
@@ -53,7 +52,10 @@ impl NodeTls {
 
     /// The gRPC server's TLS: this node's certificate; client certificates from the CA
     /// accepted, not required.
-    pub(crate) fn grpc(&self) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
+    pub(crate) fn grpc(
+        &self,
+        handshake_timeout: Duration,
+    ) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
         let read = |p: &std::path::Path| {
             std::fs::read(p)
                 .map_err(|e| ServerError::Tls(format!("cannot read {}: {e}", p.display())))
@@ -66,7 +68,7 @@ impl NodeTls {
                 &self.paths.ca,
             )?))
             .client_auth_optional(true)
-            .timeout(HTTP_HANDSHAKE_TIMEOUT))
+            .timeout(handshake_timeout))
     }
 
     /// The HTTP port's acceptor (HTTP/1.1; a client certificate from the CA accepted, not
@@ -81,17 +83,23 @@ impl NodeTls {
     }
 }
 
-/// The HTTP port over TLS, as an axum listener: a task accepts TCP connections and runs
-/// each handshake in its own task (bounded in time and number), so that a slow or silent
-/// client holds up nobody else.
+/// The HTTP port over TLS, as an axum listener: connections come through the port's
+/// [`Gate`] (bounded, timed), and each TLS handshake runs in its own task (bounded in time
+/// and number), so that a slow or silent client holds up nobody else.
 pub(crate) struct TlsHttpListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    ready: mpsc::Receiver<(TlsStream<Conn>, SocketAddr)>,
     local: SocketAddr,
 }
 
 impl TlsHttpListener {
-    pub(crate) fn new(listener: TcpListener, acceptor: TlsAcceptor) -> std::io::Result<Self> {
+    pub(crate) fn new(
+        listener: TcpListener,
+        gate: Gate,
+        acceptor: TlsAcceptor,
+        handshake_timeout: Duration,
+    ) -> std::io::Result<Self> {
         let local = listener.local_addr()?;
+        let mut admitted = gate.serve(listener);
         let (tx, ready) = mpsc::channel(HTTP_HANDSHAKES_MAX);
         let handshakes = Arc::new(Semaphore::new(HTTP_HANDSHAKES_MAX));
         tokio::spawn(async move {
@@ -99,13 +107,8 @@ impl TlsHttpListener {
                 let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
                     return;
                 };
-                let (stream, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::warn!("http accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
+                let Some((conn, peer)) = admitted.recv().await else {
+                    return;
                 };
                 if tx.is_closed() {
                     return;
@@ -113,9 +116,7 @@ impl TlsHttpListener {
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     let _permit = permit;
-                    match tokio::time::timeout(HTTP_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                        .await
-                    {
+                    match tokio::time::timeout(handshake_timeout, acceptor.accept(conn)).await {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
                         }
@@ -130,7 +131,7 @@ impl TlsHttpListener {
 }
 
 impl axum::serve::Listener for TlsHttpListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = TlsStream<Conn>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {

@@ -178,8 +178,9 @@ async fn forged_peer_frames_move_a_plaintext_cluster_but_not_a_tls_one() {
     assert_eq!((l2, t2), (leader, term));
 }
 
-/// The CLI reaches a TLS cluster with the CA from the URL or from `$TENURE_CA`, and fails
-/// as a backend failure (exit 69) without it.
+/// The CLI reaches a TLS cluster with the CA and a client certificate from the URL, the
+/// environment or the flags, and fails as a backend failure (exit 69) without the CA, or
+/// with the CA but no certificate (the default policy authenticates every client).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
     let c = Cluster::start(Options::nodes(3));
@@ -212,15 +213,32 @@ async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
         .join(tenure_transport::certs::files::CA)
         .display()
         .to_string();
-    let (code, stdout, stderr) = run(&plain_url, &[("TENURE_CA", ca)]);
-    assert_eq!(code, Some(0), "with $TENURE_CA: {stdout} {stderr}");
+    let dir = &c.tls().expect("TLS is on").dir;
+    let file = |name: String| dir.join(name).display().to_string();
+    use tenure_transport::certs::files;
+    let (code, stdout, stderr) = run(
+        &plain_url,
+        &[
+            ("TENURE_CA", ca.clone()),
+            ("TENURE_CERT", file(files::client(APP_CLIENT))),
+            ("TENURE_KEY", file(files::client_key(APP_CLIENT))),
+        ],
+    );
+    assert_eq!(
+        code,
+        Some(0),
+        "with $TENURE_CA, $TENURE_CERT, $TENURE_KEY: {stdout} {stderr}"
+    );
+
+    // The CA alone reaches the cluster, but proves nobody: the default policy refuses.
+    let (code, _, stderr) = run(&plain_url, &[("TENURE_CA", ca)]);
+    assert_eq!(code, Some(69), "with the CA and no certificate: {stderr}");
+    assert!(stderr.contains("unauthenticated"), "{stderr}");
 
     let (code, _, stderr) = run(&plain_url, &[]);
     assert_eq!(code, Some(69), "without the CA: {stderr}");
 
     // The flags, with a client certificate.
-    use tenure_transport::certs::files;
-    let dir = &c.tls().expect("TLS is on").dir;
     let out = std::process::Command::new(tenure_binary())
         .args(["leader", "--election", "tls-check", "--backend", &plain_url])
         .arg("--ca")

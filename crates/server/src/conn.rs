@@ -1,0 +1,301 @@
+//! Client connections on the gRPC and HTTP ports, bounded and released.
+//!
+//! Each port admits at most `max` connections, and at most `per_ip_max` from one address; a
+//! connection that says nothing within the handshake timeout, or that moves no byte either
+//! way for the idle timeout, is closed. A refused connection is closed at once and counted.
+//! So idle sockets cannot use up a node's file descriptors, and a node that does run out
+//! of slots says so (its `/health` fails) instead of looking well while it turns clients
+//! away.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+/// What one port allows.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Connections open at once.
+    pub max: usize,
+    /// Connections open at once from one IP address.
+    pub per_ip_max: usize,
+    /// How long a new connection may take to send its first byte.
+    pub handshake: Duration,
+    /// How long a connection may move no byte in either direction.
+    pub idle: Duration,
+}
+
+/// One port's counters (shared with the metrics).
+#[derive(Debug, Default)]
+pub struct PortMetrics {
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Connections refused (a limit reached).
+    pub refused: AtomicU64,
+    /// Connections closed for saying nothing in time, or for idling.
+    pub timed_out: AtomicU64,
+}
+
+/// A port's admission state.
+#[derive(Clone)]
+pub struct Gate {
+    limits: Limits,
+    slots: Arc<Semaphore>,
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    metrics: Arc<PortMetrics>,
+}
+
+impl Gate {
+    /// A gate with `limits`, counting into `metrics`.
+    pub fn new(limits: Limits, metrics: Arc<PortMetrics>) -> Gate {
+        Gate {
+            slots: Arc::new(Semaphore::new(limits.max)),
+            limits,
+            per_ip: Arc::new(Mutex::new(HashMap::new())),
+            metrics,
+        }
+    }
+
+    /// Whether a new connection would find a slot now.
+    pub fn has_room(&self) -> bool {
+        self.slots.available_permits() > 0
+    }
+
+    /// Admit a connection from `peer`, or say which limit stops it.
+    fn admit(&self, peer: SocketAddr) -> Result<Admission, &'static str> {
+        let permit = Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map_err(|_| "connection limit reached")?;
+        let ip = peer.ip();
+        {
+            let mut per_ip = self.per_ip.lock().unwrap_or_else(|p| p.into_inner());
+            let n = per_ip.entry(ip).or_insert(0);
+            if *n >= self.limits.per_ip_max {
+                return Err("per-address connection limit reached");
+            }
+            *n += 1;
+        }
+        self.metrics.open.fetch_add(1, Relaxed);
+        Ok(Admission {
+            _permit: permit,
+            ip,
+            gate: self.clone(),
+        })
+    }
+
+    /// Accepts on `listener`, admits, waits (in a task per connection) for each one's first
+    /// byte, and hands on the connections that are within every limit.
+    pub fn serve(self, listener: TcpListener) -> mpsc::Receiver<(Conn, SocketAddr)> {
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors, most likely: back off, keep serving.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                if tx.is_closed() {
+                    return;
+                }
+                let admission = match self.admit(peer) {
+                    Ok(admission) => admission,
+                    Err(why) => {
+                        self.metrics.refused.fetch_add(1, Relaxed);
+                        tracing::warn!(%peer, "refusing client connection: {why}");
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let (tx, gate) = (tx.clone(), self.clone());
+                tokio::spawn(async move {
+                    // `peek` waits for a byte that really arrived (readiness alone may be
+                    // reported early), and leaves it for the protocol.
+                    let mut first = [0u8; 1];
+                    match tokio::time::timeout(gate.limits.handshake, stream.peek(&mut first)).await
+                    {
+                        Ok(Ok(n)) if n > 0 => {
+                            let conn = Conn::new(stream, admission, gate.limits.idle);
+                            let _ = tx.send((conn, peer)).await;
+                        }
+                        // Closed before a word, or failed.
+                        Ok(_) => {}
+                        Err(_) => {
+                            gate.metrics.timed_out.fetch_add(1, Relaxed);
+                            tracing::debug!(%peer, "client sent nothing in time; closed");
+                        }
+                    }
+                });
+            }
+        });
+        rx
+    }
+}
+
+/// A connection's place at its gate, given back when it closes.
+struct Admission {
+    _permit: OwnedSemaphorePermit,
+    ip: IpAddr,
+    gate: Gate,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut per_ip = self.gate.per_ip.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = per_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                per_ip.remove(&self.ip);
+            }
+        }
+        self.gate.metrics.open.fetch_sub(1, Relaxed);
+    }
+}
+
+/// An admitted client connection: closed (an error on read) once it has moved no byte for
+/// its idle timeout.
+pub struct Conn {
+    stream: TcpStream,
+    admission: Admission,
+    idle: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, admission: Admission, idle: Duration) -> Conn {
+        Conn {
+            stream,
+            admission,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+
+    fn moved(&mut self) {
+        let next = Instant::now() + self.idle;
+        self.deadline.as_mut().reset(next);
+    }
+
+    /// Whether the idle timeout has passed (registering for a wake-up when it will).
+    fn idled_out(&mut self, cx: &mut Context<'_>) -> bool {
+        if std::future::Future::poll(self.deadline.as_mut(), cx).is_ready() {
+            self.admission.gate.metrics.timed_out.fetch_add(1, Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+fn idle_error() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "client connection idle too long",
+    )
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    self.moved();
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending if self.idled_out(cx) => Poll::Ready(Err(idle_error())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.stream).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.idled_out(cx) => Poll::Ready(Err(idle_error())),
+            other => other,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+/// The plaintext HTTP port, as an axum listener over a [`Gate`].
+pub struct GatedListener {
+    ready: mpsc::Receiver<(Conn, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl GatedListener {
+    /// Serve `listener` through `gate`.
+    pub fn new(listener: TcpListener, gate: Gate) -> std::io::Result<GatedListener> {
+        let local = listener.local_addr()?;
+        Ok(GatedListener {
+            ready: gate.serve(listener),
+            local,
+        })
+    }
+}
+
+impl axum::serve::Listener for GatedListener {
+    type Io = Conn;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(ready) => ready,
+            // The accept task ended (the runtime is shutting down).
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, GatedListener>>
+    for crate::http::HttpPeer
+{
+    fn connect_info(_: axum::serve::IncomingStream<'_, GatedListener>) -> Self {
+        crate::http::HttpPeer::default()
+    }
+}
