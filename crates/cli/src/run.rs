@@ -667,11 +667,16 @@ pub struct TlsFlags {
     /// The client certificate's private key (PEM). Default `$TENURE_KEY`.
     #[arg(long, value_name = "FILE", requires = "cert")]
     pub key: Option<String>,
+    /// A file holding a bearer token (what `tenure token NAME` printed), sent with every
+    /// request. Default `$TENURE_TOKEN_FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<String>,
 }
 
 /// `--backend`, else `$TENURE_BACKEND`, else [`DEFAULT_BACKEND`]. A `tenure://` URL without
 /// a query takes its TLS files from `--ca`, `--cert`, `--key`, else from `$TENURE_CA`
-/// (turns TLS on), `$TENURE_CERT` and `$TENURE_KEY` (a client certificate).
+/// (turns TLS on), `$TENURE_CERT` and `$TENURE_KEY` (a client certificate), and its bearer
+/// token from `--token-file`, else `$TENURE_TOKEN_FILE`.
 pub fn backend_url(flag: Option<&str>, tls: &TlsFlags) -> String {
     let url = flag
         .map(str::to_string)
@@ -682,6 +687,7 @@ pub fn backend_url(flag: Option<&str>, tls: &TlsFlags) -> String {
             "TENURE_CA" => &tls.ca,
             "TENURE_CERT" => &tls.cert,
             "TENURE_KEY" => &tls.key,
+            "TENURE_TOKEN_FILE" => &tls.token_file,
             _ => &None,
         };
         flag.clone().or_else(|| env_nonempty(var))
@@ -692,7 +698,8 @@ fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.is_empty())
 }
 
-/// Appends `ca`, `cert` and `key` from `env` to a `tenure://` URL that has no query.
+/// Appends `ca`, `cert`, `key` and `token_file` from `env` to a `tenure://` URL that has
+/// no query.
 fn with_tls_from_env(mut url: String, env: impl Fn(&str) -> Option<String>) -> String {
     if !url.starts_with("tenure://") || url.contains('?') {
         return url;
@@ -701,6 +708,7 @@ fn with_tls_from_env(mut url: String, env: impl Fn(&str) -> Option<String>) -> S
         ("ca", "TENURE_CA"),
         ("cert", "TENURE_CERT"),
         ("key", "TENURE_KEY"),
+        ("token_file", "TENURE_TOKEN_FILE"),
     ]
     .into_iter()
     .filter_map(|(param, var)| env(var).map(|v| format!("{param}={v}")))
@@ -727,6 +735,11 @@ mod backend_url_tests {
         assert_eq!(
             with_tls_from_env("tenure://h:1,h:2".into(), env),
             "tenure://h:1,h:2?ca=/c/ca.pem&cert=/c/client-app.pem&key=/c/client-app-key.pem"
+        );
+        assert_eq!(
+            with_tls_from_env("tenure://h:1".into(), |v| (v == "TENURE_TOKEN_FILE")
+                .then(|| "/run/token".to_string())),
+            "tenure://h:1?token_file=/run/token"
         );
         assert_eq!(
             with_tls_from_env("tenure://h:1?ca=/x".into(), env),

@@ -38,12 +38,14 @@ pub enum Error {
     #[error("wrong election: {0}")]
     WrongElection(String),
     /// The backend refused the request as not this client's to make: a tenure session's
-    /// secret did not match, the etcd user's roles do not cover the keys, a ZooKeeper ACL does
+    /// secret did not match or the cluster's policy grants this principal no such right,
+    /// the etcd user's roles do not cover the keys, a ZooKeeper ACL does
     /// not admit this client's identity (another digest user, or none).
     #[error("permission denied: {0}")]
     PermissionDenied(String),
-    /// The backend refused this client's credentials: a wrong user name or password, none
-    /// given where the backend requires them, or a connection its rules do not admit
+    /// The backend refused this client's credentials: a wrong user name or password, a
+    /// bearer token or client certificate the tenure cluster does not know, none given where
+    /// the backend requires them, or a connection its rules do not admit
     /// (PostgreSQL's `pg_hba.conf`: say, plaintext where only TLS is allowed). Never
     /// retried: the same credentials will be refused again.
     #[error("authentication failed: {0}")]
@@ -119,7 +121,8 @@ impl From<Status> for Error {
             Some("unknown-election") => Error::UnknownElection(message),
             Some("not-candidate") => Error::NotCandidate(message),
             Some("wrong-election") => Error::WrongElection(message),
-            Some("wrong-secret") => Error::PermissionDenied(message),
+            Some("wrong-secret") | Some("permission-denied") => Error::PermissionDenied(message),
+            Some("unauthenticated") => Error::AuthenticationFailed(message),
             Some("stale-token") | Some("token-superseded") => match meta(&s, CURRENT_TOKEN_KEY)
                 .and_then(|t| t.parse().ok())
             {

@@ -16,6 +16,8 @@ use tenure_proto::v1::sessions_client::SessionsClient;
 use tenure_proto::LEADER_ADDR_KEY;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::{InterceptedService, Interceptor};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
@@ -56,7 +58,7 @@ fn grant_nonce() -> u64 {
 #[derive(Clone, Debug)]
 pub(crate) struct Nodes {
     addrs: Arc<Vec<String>>,
-    channels: Arc<Vec<Channel>>,
+    channels: Arc<Vec<AuthChannel>>,
     /// Index of the node believed to lead; shared by every clone, so that one task's
     /// redirect helps the others.
     guess: Arc<AtomicUsize>,
@@ -69,11 +71,50 @@ pub(crate) struct Nodes {
     secrets: Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Vec<u8>>>>,
 }
 
-/// The TLS configuration a `tenure://` URL's query asks for, if any.
+/// A channel to one node that presents this client's bearer token, if it has one, on
+/// every request.
+pub(crate) type AuthChannel = InterceptedService<Channel, Bearer>;
+
+/// Adds `authorization: Bearer <token>` to every request (marked sensitive: never printed).
+#[derive(Clone)]
+pub(crate) struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The bearer token in the file named by a URL's `token_file`: its one line, trimmed.
+fn read_token(path: &str) -> std::result::Result<MetadataValue<Ascii>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the token file {path:?}: {e}"))?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) || !token.is_ascii() {
+        return Err(format!(
+            "the token file {path:?} must hold one token (what `tenure token NAME` printed)"
+        ));
+    }
+    let mut value: MetadataValue<Ascii> = format!("Bearer {token}")
+        .parse()
+        .map_err(|_| format!("the token in {path:?} is not a valid header value"))?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// The TLS configuration and the bearer token a `tenure://` URL's query asks for.
 fn client_tls(
     query: &str,
-) -> std::result::Result<Option<tonic::transport::ClientTlsConfig>, String> {
-    let (mut ca, mut cert, mut key) = (None, None, None);
+) -> std::result::Result<(Option<tonic::transport::ClientTlsConfig>, Bearer), String> {
+    let (mut ca, mut cert, mut key, mut token_file) = (None, None, None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair
             .split_once('=')
@@ -82,12 +123,16 @@ fn client_tls(
             "ca" => &mut ca,
             "cert" => &mut cert,
             "key" => &mut key,
+            "token_file" => &mut token_file,
             _ => {
                 return Err(format!(
-                    "unknown query parameter {name:?} (known: ca, cert, key)"
+                    "unknown query parameter {name:?} (known: ca, cert, key, token_file)"
                 ))
             }
         };
+        if slot.is_some() {
+            return Err(format!("query parameter {name:?} is given twice"));
+        }
         if value.is_empty() {
             return Err(format!("query parameter {name:?} is empty"));
         }
@@ -96,11 +141,12 @@ fn client_tls(
     let read = |what: &str, path: &str| {
         std::fs::read(path).map_err(|e| format!("cannot read the {what} file {path:?}: {e}"))
     };
+    let bearer = Bearer(token_file.as_deref().map(read_token).transpose()?);
     let Some(ca) = ca else {
         if cert.is_some() || key.is_some() {
             return Err("cert and key need ca (the cluster's CA certificate) too".into());
         }
-        return Ok(None);
+        return Ok((None, bearer));
     };
     let mut config = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(read("ca", &ca)?));
@@ -114,7 +160,7 @@ fn client_tls(
         (None, None) => {}
         _ => return Err("cert and key go together".into()),
     }
-    Ok(Some(config))
+    Ok((Some(config), bearer))
 }
 
 /// What an attempt's failure says about the request.
@@ -132,7 +178,8 @@ enum Attempted {
 impl Nodes {
     /// Channels to `addrs` (`host:port` of each node's client API); nothing connects yet.
     /// `query` is the URL's query: `ca=FILE` turns TLS on (the cluster's CA certificate),
-    /// `cert=FILE&key=FILE` add a client certificate.
+    /// `cert=FILE&key=FILE` add a client certificate, `token_file=FILE` a bearer token
+    /// (the file's one line) sent with every request.
     pub fn new(url: &str, addrs: Vec<String>, query: &str) -> Result<Nodes> {
         let bad = |why: String| Error::InvalidUrl {
             url: crate::redact_url(url),
@@ -141,7 +188,7 @@ impl Nodes {
         if addrs.is_empty() {
             return Err(bad("no node addresses".into()));
         }
-        let tls = client_tls(query).map_err(bad)?;
+        let (tls, bearer) = client_tls(query).map_err(bad)?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let channels = addrs
             .iter()
@@ -156,7 +203,10 @@ impl Nodes {
                         .map_err(|e| bad(format!("TLS for {a:?}: {e}")))?,
                     None => endpoint,
                 };
-                Ok(endpoint.connect_lazy())
+                Ok(InterceptedService::new(
+                    endpoint.connect_lazy(),
+                    bearer.clone(),
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Nodes {
@@ -234,7 +284,7 @@ impl Nodes {
     /// may have taken effect, the error is [`Error::Indeterminate`], never a definite one.
     async fn call<T, F, Fut>(&self, mut f: F) -> Result<T>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(AuthChannel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let deadline = Instant::now() + REQUEST_BUDGET;

@@ -34,6 +34,16 @@ billing = "BILLING"
 grafana = "GRAFANA"
 "#;
 
+/// `name` summed over every node: a client's request is refused by whichever node it
+/// reaches.
+async fn total(c: &Cluster, name: &str) -> f64 {
+    let mut sum = 0.0;
+    for id in c.ids() {
+        sum += c.metric(id, name).await;
+    }
+    sum
+}
+
 /// What a refusal test needs of an answer.
 fn unit<T>(result: Result<tonic::Response<T>, tonic::Status>) -> Result<(), tonic::Status> {
     result.map(|_| ())
@@ -71,8 +81,8 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
     let path = auth_file.display().to_string();
     let mut c = Cluster::start(Options::nodes(3).args(&["--auth-file", &path]));
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
-    let denied_before = c.metric(leader, "tenure_permission_denied_total").await;
-    let unauthenticated_before = c.metric(leader, "tenure_unauthenticated_total").await;
+    let denied_before = total(&c, "tenure_permission_denied_total").await;
+    let unauthenticated_before = total(&c, "tenure_unauthenticated_total").await;
 
     // No client certificate on this channel: the tokens are the only credentials.
     let anonymous = c.channel_as(leader, None);
@@ -368,13 +378,91 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
         }
     }
 
+    // The CLI and the library carry a token from a file (`--token-file`,
+    // `$TENURE_TOKEN_FILE`, `token_file=` in the URL).
+    let token_file = |name: &str, token: &str| {
+        let path = files.path().join(name);
+        std::fs::write(&path, format!("{token}\n")).expect("write a token file");
+        path
+    };
+    let grafana_file = token_file("grafana.token", &grafana_token);
+    let billing_file = token_file("billing.token", &billing_token);
+    let ca = c
+        .tls()
+        .expect("TLS is on")
+        .dir
+        .join(tenure_transport::certs::files::CA);
+    let plain_url = c.url().split('?').next().expect("url").to_string();
+    let leader_cli = |token: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(tenure_binary());
+        cmd.args([
+            "leader",
+            "--election",
+            "billing/close",
+            "--backend",
+            &plain_url,
+        ])
+        .arg("--ca")
+        .arg(&ca)
+        .env_remove("TENURE_CERT")
+        .env_remove("TENURE_KEY")
+        .env_remove("TENURE_TOKEN_FILE");
+        if let Some(token) = token {
+            cmd.env("TENURE_TOKEN_FILE", token);
+        }
+        let out = cmd.output().expect("run tenure leader");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = leader_cli(Some(&grafana_file));
     assert_eq!(
-        c.metric(leader, "tenure_permission_denied_total").await - denied_before,
+        code,
+        Some(0),
+        "tenure leader with grafana's token: {stderr}"
+    );
+    assert!(stdout.contains(&format!("token={token}")), "{stdout}");
+    let (code, _, stderr) = leader_cli(None);
+    assert_eq!(
+        code,
+        Some(69),
+        "tenure leader without credentials: {stderr}"
+    );
+    assert!(stderr.contains("authentication failed"), "{stderr}");
+    unauthenticated += 1.0;
+
+    let library = tenure::Client::connect(&format!(
+        "{plain_url}?ca={}&token_file={}",
+        ca.display(),
+        billing_file.display()
+    ))
+    .await
+    .expect("connect with billing's token");
+    let lib_leader = library
+        .leader("billing/close")
+        .await
+        .expect("billing observes its election")
+        .expect("a leader");
+    assert_eq!(lib_leader.token, token);
+    let e = library
+        .leader("shipping/close")
+        .await
+        .expect_err("billing may not observe shipping/");
+    assert!(
+        matches!(e, tenure::Error::PermissionDenied(_)),
+        "refused as PermissionDenied: {e:?}"
+    );
+    denied += 1.0;
+
+    assert_eq!(
+        total(&c, "tenure_permission_denied_total").await - denied_before,
         denied,
         "every denial counted"
     );
     assert_eq!(
-        c.metric(leader, "tenure_unauthenticated_total").await - unauthenticated_before,
+        total(&c, "tenure_unauthenticated_total").await - unauthenticated_before,
         unauthenticated,
         "every unauthenticated request counted"
     );

@@ -233,7 +233,7 @@ async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
     // The CA alone reaches the cluster, but proves nobody: the default policy refuses.
     let (code, _, stderr) = run(&plain_url, &[("TENURE_CA", ca)]);
     assert_eq!(code, Some(69), "with the CA and no certificate: {stderr}");
-    assert!(stderr.contains("unauthenticated"), "{stderr}");
+    assert!(stderr.contains("authentication failed"), "{stderr}");
 
     let (code, _, stderr) = run(&plain_url, &[]);
     assert_eq!(code, Some(69), "without the CA: {stderr}");
