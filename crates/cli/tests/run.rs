@@ -1,5 +1,6 @@
 //! `tenure run` and the script commands against a real 3-node cluster of `tenure server`
-//! children (approach copied from crates/client/tests/contract.rs).
+//! children, started by the workspace's test harness (`tenure-testkit`) with TLS and client
+//! authentication on.
 //!
 //! The child commands are `sh` scripts that append `start`, `tick` (every 50 ms) and `stop`
 //! lines with `date +%s%N` timestamps to a shared file, so that the test can check from the
@@ -15,10 +16,9 @@
 //! A frozen host (runner and command both SIGSTOPped) is not tested: nothing on that host can
 //! act, which is what fencing tokens are for.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -159,7 +159,7 @@ fn exit_status_and_environment(cluster: &Cluster, dir: &Path) {
 
 fn network_cut_stops_the_command_before_the_next_starts(cluster: &Cluster, dir: &Path) {
     let file = dir.join("cut.log");
-    let proxy = Proxy::start(&cluster.clients);
+    let proxy = Proxy::start(&cluster.clients(), &cluster.query());
     let election = "network-cut";
     let mut a = Runner::start(&proxy.url(), election, "A", &file, dir);
     wait_for(&file, "start A", ms(15_000));
@@ -413,10 +413,10 @@ fn observe_prints_every_change(cluster: &mut Cluster, dir: &Path) {
 
     // Kill the node that leads the cluster (it serves every observe stream); the observer
     // reopens its stream on a survivor, and the unchanged leader is not printed again.
-    let leader = cluster.leader_index();
+    let leader = cluster.leader();
     cluster.kill(leader);
     let deadline = Instant::now() + ms(20_000);
-    while cluster.leader_index_among_live().is_none() {
+    while cluster.leader_among_live().is_none() {
         assert!(Instant::now() < deadline, "no new cluster leader in 20 s");
         std::thread::sleep(ms(100));
     }
@@ -628,12 +628,14 @@ impl Drop for Runner {
 /// refuses to forward new ones, as a network partition between a runner and the cluster.
 struct Proxy {
     addrs: Vec<SocketAddr>,
+    /// The cluster URL's query (TLS files): the proxy forwards TLS as it is.
+    query: String,
     cut: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Proxy {
-    fn start(targets: &[SocketAddr]) -> Proxy {
+    fn start(targets: &[SocketAddr], query: &str) -> Proxy {
         let cut = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
         let mut addrs = Vec::new();
@@ -663,12 +665,17 @@ impl Proxy {
                 }
             });
         }
-        Proxy { addrs, cut, conns }
+        Proxy {
+            addrs,
+            query: query.to_string(),
+            cut,
+            conns,
+        }
     }
 
     fn url(&self) -> String {
         let a: Vec<String> = self.addrs.iter().map(|a| a.to_string()).collect();
-        format!("tenure://{}", a.join(","))
+        format!("tenure://{}{}", a.join(","), self.query)
     }
 
     fn cut(&self) {
@@ -707,103 +714,69 @@ fn pipe(from: &TcpStream, to: &TcpStream) {
 }
 
 // ------------------------------------------------------------------------------------------
-// A cluster of `tenure server` child processes.
+// The cluster: the workspace's one harness (TLS and client authentication on), driven from
+// this synchronous test through a small runtime.
 
 struct Cluster {
-    _dir: tempfile::TempDir,
-    clients: Vec<SocketAddr>,
-    http: Vec<SocketAddr>,
-    children: Vec<Child>,
-    live: Vec<bool>,
-    _lock: FileLock,
+    inner: tenure_testkit::Cluster,
+    runtime: tokio::runtime::Runtime,
 }
 
 impl Cluster {
     fn start(n: usize) -> Cluster {
-        // Shares the server and client tests' lock: their clusters are timing-sensitive too.
-        let lock = FileLock::acquire("tenure-server-tests-cluster.lock");
-        let ports = free_ports(n * 3);
-        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-cli-run-test-")
-            .tempdir()
-            .expect("a temporary directory");
-        let mut children = Vec::new();
-        for i in 0..n {
-            let log =
-                File::create(dir.path().join(format!("node-{}.log", i + 1))).expect("a log file");
-            let mut cmd = Command::new(BIN);
-            cmd.arg("server")
-                .arg("--id")
-                .arg((i + 1).to_string())
-                .arg("--data-dir")
-                .arg(dir.path().join(format!("node-{}", i + 1)))
-                .args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"])
-                .args(["--tick-ms", "10"]);
-            for j in 0..n {
-                cmd.arg("--node").arg(format!(
-                    "{}={},{},{}",
-                    j + 1,
-                    addr(ports[3 * j]),
-                    addr(ports[3 * j + 1]),
-                    addr(ports[3 * j + 2])
-                ));
-            }
-            let stderr = log.try_clone().expect("clone the log handle");
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::from(log))
-                .stderr(Stdio::from(stderr))
-                .env("NO_COLOR", "1");
-            // SAFETY: prctl is async-signal-safe. If the test dies, the nodes die too.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
-            children.push(cmd.spawn().expect("start tenure server"));
-        }
-        Cluster {
-            _dir: dir,
-            clients: (0..n).map(|i| addr(ports[3 * i + 1])).collect(),
-            http: (0..n).map(|i| addr(ports[3 * i + 2])).collect(),
-            live: vec![true; n],
-            children,
-            _lock: lock,
-        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let inner = tenure_testkit::Cluster::start(tenure_testkit::Options::nodes(n));
+        Cluster { inner, runtime }
     }
 
+    /// The cluster's URL, with its CA and the harness's client certificate.
     fn url(&self) -> String {
-        let addrs: Vec<String> = self.clients.iter().map(|a| a.to_string()).collect();
-        format!("tenure://{}", addrs.join(","))
+        self.inner.url()
     }
 
-    /// SIGKILL node `i` (0-based).
-    fn kill(&mut self, i: usize) {
-        let _ = self.children[i].kill();
-        let _ = self.children[i].wait();
-        self.live[i] = false;
+    /// The URL's query (the TLS files), for a URL to other addresses.
+    fn query(&self) -> String {
+        self.url()
+            .split_once('?')
+            .map(|(_, q)| format!("?{q}"))
+            .unwrap_or_default()
     }
 
-    /// The node (0-based) that says it leads, asked over HTTP `/status`.
-    fn leader_index_among_live(&self) -> Option<usize> {
-        (0..self.http.len()).find(|&i| {
-            self.live[i]
-                && http_get(self.http[i], "/status")
-                    .is_some_and(|body| body.contains("\"role\":\"leader\""))
+    /// Every node's client address.
+    fn clients(&self) -> Vec<SocketAddr> {
+        self.inner
+            .ids()
+            .into_iter()
+            .map(|id| self.inner.addrs(id).client)
+            .collect()
+    }
+
+    /// SIGKILL node `id`.
+    fn kill(&mut self, id: u64) {
+        self.inner.kill(id);
+    }
+
+    /// The running node that says it leads.
+    fn leader_among_live(&self) -> Option<u64> {
+        self.inner.ids().into_iter().find(|&id| {
+            self.inner.is_running(id)
+                && self
+                    .runtime
+                    .block_on(self.inner.status(id))
+                    .is_some_and(|s| s.is_leader())
         })
     }
 
     /// The leading node, waiting up to 20 s for one.
-    fn leader_index(&self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(i) = self.leader_index_among_live() {
-                return i;
-            }
-            assert!(Instant::now() < deadline, "no cluster leader in 20 s");
-            std::thread::sleep(ms(100));
-        }
+    fn leader(&self) -> u64 {
+        let ids = self.inner.ids();
+        self.runtime
+            .block_on(self.inner.wait_for_leader(&ids, Duration::from_secs(20)))
+            .0
     }
 
     /// Wait until `tenure leader` gets an answer.
@@ -824,69 +797,5 @@ impl Cluster {
             );
             std::thread::sleep(ms(100));
         }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The body of `GET path` from a node's HTTP server, or `None` when it does not answer.
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, ms(500)).ok()?;
-    s.set_read_timeout(Some(ms(1000))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out.split_once("\r\n\r\n")?.1.to_string())
-}
-
-/// Loopback ports below the ephemeral range, checked free by binding them.
-fn free_ports(n: usize) -> Vec<u16> {
-    let mut state = (std::process::id() as u64) << 32
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-    let mut held = Vec::new();
-    let mut ports = Vec::new();
-    while ports.len() < n {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let port = 20_000 + ((state >> 33) % 12_000) as u16;
-        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
-            held.push(l);
-            ports.push(port);
-        }
-    }
-    ports
-}
-
-/// An exclusive `flock` on a file in the temporary directory, held until dropped.
-struct FileLock(#[allow(dead_code)] File);
-
-impl FileLock {
-    fn acquire(name: &str) -> FileLock {
-        let path = std::env::temp_dir().join(name);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .expect("open the lock file");
-        // SAFETY: flock on a descriptor we own; released when the file is closed.
-        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            assert_eq!(
-                std::io::Error::last_os_error().kind(),
-                std::io::ErrorKind::Interrupted
-            );
-        }
-        FileLock(file)
     }
 }

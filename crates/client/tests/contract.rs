@@ -19,18 +19,11 @@
 //! Each case is a function of a backend URL and an election name, so that one cluster serves
 //! every case (a cluster takes about a second to start).
 //!
-//! **Which binary.** As in `crates/server/tests/common/mod.rs` (whose approach is copied
-//! here, not shared): `TENURE_BIN` if set, else `<target>/<profile>/tenure` next to the test
-//! binary, built with `cargo build -p tenure-cli --bin tenure` first if it is older than the
-//! sources.
+//! **The tenure cluster** comes from the workspace's one harness, `tenure-testkit` (TLS and
+//! client authentication on; which binary it runs is said there).
 
-use std::fs::{File, OpenOptions};
-use std::net::{SocketAddr, TcpListener as StdTcpListener};
-use std::os::unix::io::AsRawFd;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tenure::{CampaignOptions, Client, Error, LeaderEvent, Lost};
@@ -442,7 +435,7 @@ async fn memory_backend_meets_the_contract() {
 
 #[test]
 fn tenure_cluster_meets_the_contract() {
-    let cluster = Cluster::start(3);
+    let mut cluster = Cluster::start(3);
     let url = cluster.url();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -455,7 +448,7 @@ fn tenure_cluster_meets_the_contract() {
             .await
             .expect("the contract runs within 90 s");
         // Surviving a coordination-server leader change while the lease holds.
-        leadership_survives_a_cluster_leader_change(&url, &cluster).await;
+        leadership_survives_a_cluster_leader_change(&url, &mut cluster).await;
     });
     drop(rt);
     drop(cluster);
@@ -1102,7 +1095,7 @@ impl Drop for Etcd {
     }
 }
 
-async fn leadership_survives_a_cluster_leader_change(url: &str, cluster: &Cluster) {
+async fn leadership_survives_a_cluster_leader_change(url: &str, cluster: &mut Cluster) {
     let ttl = ms(3000);
     let c = Client::connect(url).await.expect("connect");
     let l = c
@@ -1126,98 +1119,35 @@ async fn leadership_survives_a_cluster_leader_change(url: &str, cluster: &Cluste
 }
 
 // ------------------------------------------------------------------------------------------
-// A cluster of `tenure server` child processes with TLS on (approach copied from
-// crates/server/tests/common/mod.rs).
+// The tenure cluster: the workspace's one harness (`tenure-testkit`), TLS and client
+// authentication on; the library connects as the `app` principal.
 
-/// The cluster runs with TLS on (certificates issued as `tenure certs` does); the client
-/// library reaches it with the CA and a client certificate in the URL.
 struct Cluster {
-    _dir: tempfile::TempDir,
-    certs: std::path::PathBuf,
-    clients: Vec<SocketAddr>,
-    children: std::sync::Mutex<Vec<Option<Child>>>,
-    _lock: FileLock,
+    inner: tenure_testkit::Cluster,
 }
 
 impl Cluster {
     fn start(n: usize) -> Cluster {
-        let bin = tenure_binary();
-        // Shares the server tests' lock: their clusters are timing-sensitive too.
-        let lock = FileLock::acquire("tenure-server-tests-cluster.lock");
-        let ports = free_ports(n * 3);
-        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-client-test-")
-            .tempdir()
-            .expect("a temporary directory");
-        let certs = dir.path().join("certs");
-        tenure_transport::certs::issue(
-            &certs,
-            &tenure_transport::certs::CertsRequest {
-                cluster_id: "tenure".into(),
-                nodes: (1..=n as u64).collect(),
-                clients: vec!["app".into()],
-                hosts: Vec::new(),
-                days: 1,
-            },
-        )
-        .expect("issue certificates");
-        let mut children = Vec::new();
-        for i in 0..n {
-            let log =
-                File::create(dir.path().join(format!("node-{}.log", i + 1))).expect("a log file");
-            let mut cmd = Command::new(bin);
-            cmd.arg("server")
-                .arg("--id")
-                .arg((i + 1).to_string())
-                .arg("--data-dir")
-                .arg(dir.path().join(format!("node-{}", i + 1)))
-                .args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"])
-                .args(["--tick-ms", "10"])
-                .arg("--tls-dir")
-                .arg(&certs);
-            for j in 0..n {
-                cmd.arg("--node").arg(format!(
-                    "{}={},{},{}",
-                    j + 1,
-                    addr(ports[3 * j]),
-                    addr(ports[3 * j + 1]),
-                    addr(ports[3 * j + 2])
-                ));
-            }
-            let stderr = log.try_clone().expect("clone the log handle");
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::from(log))
-                .stderr(Stdio::from(stderr))
-                .env("NO_COLOR", "1");
-            // SAFETY: prctl is async-signal-safe. If the test process dies without running
-            // its destructors, the kernel kills the nodes too.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
-            children.push(Some(cmd.spawn().expect("start tenure server")));
-        }
         Cluster {
-            _dir: dir,
-            certs,
-            clients: (0..n).map(|i| addr(ports[3 * i + 1])).collect(),
-            children: std::sync::Mutex::new(children),
-            _lock: lock,
+            inner: tenure_testkit::Cluster::start(tenure_testkit::Options::nodes(n)),
         }
     }
 
+    /// Every node, with the CA and the `app` client's certificate.
     fn url(&self) -> String {
         use tenure_transport::certs::files;
-        let addrs: Vec<String> = self.clients.iter().map(|a| a.to_string()).collect();
+        let tls = self
+            .inner
+            .tls()
+            .expect("the harness runs clusters with TLS");
+        let base = self.inner.url();
+        let hosts = base.split('?').next().expect("a URL");
+        let app = tenure_testkit::APP_CLIENT;
         format!(
-            "tenure://{}?ca={}&cert={}&key={}",
-            addrs.join(","),
-            self.certs.join(files::CA).display(),
-            self.certs.join(files::client("app")).display(),
-            self.certs.join(files::client_key("app")).display()
+            "{hosts}?ca={}&cert={}&key={}",
+            tls.dir.join(files::CA).display(),
+            tls.dir.join(files::client(app)).display(),
+            tls.dir.join(files::client_key(app)).display()
         )
     }
 
@@ -1234,190 +1164,17 @@ impl Cluster {
         }
     }
 
-    /// Index of the node that leads the Raft group.
-    async fn raft_leader(&self) -> usize {
-        use tenure_proto::v1;
-        use tenure_transport::certs::files;
-        let read = |name: &str| std::fs::read(self.certs.join(name)).expect("read a TLS file");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            for (i, a) in self.clients.iter().enumerate() {
-                // With TLS on, the cluster answers only clients with a certificate.
-                let tls = tonic::transport::ClientTlsConfig::new()
-                    .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)))
-                    .identity(tonic::transport::Identity::from_pem(
-                        read(&files::client("app")),
-                        read(&files::client_key("app")),
-                    ));
-                let Ok(ch) = tonic::transport::Endpoint::from_shared(format!("https://{a}"))
-                    .expect("an endpoint")
-                    .tls_config(tls)
-                    .expect("TLS config")
-                    .connect()
-                    .await
-                else {
-                    continue;
-                };
-                let mut c = v1::cluster_client::ClusterClient::new(ch);
-                if let Ok(s) = c.status(v1::StatusRequest {}).await {
-                    if s.into_inner().role == "leader" {
-                        return i;
-                    }
-                }
-            }
-            assert!(Instant::now() < deadline, "no Raft leader");
-            tokio::time::sleep(ms(50)).await;
-        }
+    /// The node that leads the Raft group.
+    async fn raft_leader(&self) -> u64 {
+        let ids = self.inner.ids();
+        self.inner
+            .wait_for_leader(&ids, Duration::from_secs(10))
+            .await
+            .0
     }
 
-    fn kill(&self, i: usize) {
-        let mut children = self.children.lock().expect("not poisoned");
-        if let Some(mut c) = children[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let n = self.clients.len();
-        for i in 0..n {
-            self.kill(i);
-        }
-    }
-}
-
-/// The `tenure` binary: `TENURE_BIN`, or the one next to this test binary, built if stale.
-fn tenure_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(bin) = std::env::var_os("TENURE_BIN") {
-            return PathBuf::from(bin);
-        }
-        let exe = std::env::current_exe().expect("the test binary knows its path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary lives in <target>/<profile>/deps")
-            .to_path_buf();
-        let bin = profile_dir.join("tenure");
-        let _lock = FileLock::acquire("tenure-server-tests-build.lock");
-        let workspace = Path::new(
-            &std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
-        )
-        .join("../..");
-        if is_newer_than_sources(&bin, &workspace) {
-            return bin;
-        }
-        let profile = profile_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .expect("profile directory name is UTF-8")
-            .to_string();
-        let target_dir = profile_dir.parent().expect("a profile dir has a parent");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "tenure-cli", "--bin", "tenure"])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .current_dir(&workspace);
-        match profile.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            other => {
-                cmd.args(["--profile", other]);
-            }
-        }
-        let out = cmd.output().expect("run cargo to build the tenure binary");
-        assert!(
-            out.status.success(),
-            "building the tenure binary failed; set TENURE_BIN\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        bin
-    })
-}
-
-/// Whether `bin` exists and is newer than every source that goes into it.
-fn is_newer_than_sources(bin: &Path, workspace: &Path) -> bool {
-    fn newest(path: &Path, seen: &mut std::time::SystemTime) {
-        let Ok(meta) = std::fs::metadata(path) else {
-            return;
-        };
-        if meta.is_dir() {
-            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-                newest(&entry.path(), seen);
-            }
-        } else if let Ok(m) = meta.modified() {
-            *seen = (*seen).max(m);
-        }
-    }
-    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
-        return false;
-    };
-    let mut sources = std::time::UNIX_EPOCH;
-    newest(&workspace.join("Cargo.toml"), &mut sources);
-    newest(&workspace.join("Cargo.lock"), &mut sources);
-    for krate in std::fs::read_dir(workspace.join("crates"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        // This crate does not go into the binary.
-        if krate.file_name() == "client" {
-            continue;
-        }
-        for part in ["Cargo.toml", "build.rs", "src", "proto"] {
-            newest(&krate.path().join(part), &mut sources);
-        }
-    }
-    built >= sources
-}
-
-/// Loopback ports below the ephemeral range, checked free by binding them.
-fn free_ports(n: usize) -> Vec<u16> {
-    let mut state = (std::process::id() as u64) << 32
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-    let mut held = Vec::new();
-    let mut ports = Vec::new();
-    while ports.len() < n {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let port = 20_000 + ((state >> 33) % 12_000) as u16;
-        if let Ok(l) = StdTcpListener::bind(("127.0.0.1", port)) {
-            held.push(l);
-            ports.push(port);
-        }
-    }
-    ports
-}
-
-/// An exclusive `flock` on a file in the temporary directory, held until dropped.
-struct FileLock(#[allow(dead_code)] File);
-
-impl FileLock {
-    fn acquire(name: &str) -> FileLock {
-        let path = std::env::temp_dir().join(name);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .expect("open the lock file");
-        // SAFETY: flock on a descriptor we own; released when the file is closed.
-        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            assert_eq!(
-                std::io::Error::last_os_error().kind(),
-                std::io::ErrorKind::Interrupted
-            );
-        }
-        FileLock(file)
+    /// SIGKILL node `id`.
+    fn kill(&mut self, id: u64) {
+        self.inner.kill(id);
     }
 }

@@ -5,10 +5,8 @@
 //! nothing changes, and each refusal is counted; the admin (the harness's own certificate,
 //! principal `admin`) moves leadership as before.
 
-mod common;
-
-use common::*;
 use tenure_proto::v1;
+use tenure_testkit::*;
 use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,10 +6,8 @@
 //! no token appears in any node's log. On the HTTP port, `/metrics` and `/status` are for
 //! observers and admins; `/health` is open.
 
-mod common;
-
-use common::*;
 use tenure_proto::v1;
+use tenure_testkit::*;
 use tonic::{Code, Request};
 
 const AUTH_FILE: &str = r#"

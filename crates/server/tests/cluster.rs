@@ -7,14 +7,12 @@
 //! The harness (`common`) builds the `tenure` binary if needed and runs one cluster at a
 //! time; see its module docs.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
 use tenure_proto::v1;
+use tenure_testkit::*;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 

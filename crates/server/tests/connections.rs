@@ -7,12 +7,10 @@
 //! The test's sockets come from 127.0.0.2 and up (Linux routes all of 127/8 to loopback),
 //! so that the harness's own connections from 127.0.0.1 do not count against them.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
-use common::*;
+use tenure_testkit::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 

@@ -9,10 +9,8 @@
 //! committed Put `not-leader`. `TENURE_INJECT_BUG=not-leader-after-snapshot` switches that
 //! behaviour back on, and the same test shows it.
 
-mod common;
-
-use common::*;
 use tenure_proto::v1;
+use tenure_testkit::*;
 use tonic::{Code, Status};
 
 /// Snapshot every 20 applied entries, so that a handful of writes compacts the log, and let

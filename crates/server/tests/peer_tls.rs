@@ -9,13 +9,11 @@
 //! CA, are refused before any frame is read: term, commit index and voters stay as they
 //! were, and the node logs why.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::*;
 use tenure_core::message::{Body, Message};
 use tenure_core::types::{Entry, Membership, Payload};
+use tenure_testkit::*;
 use tenure_transport::codec::{encode_hello, Hello, PROTOCOL_VERSION};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 

@@ -5,12 +5,10 @@
 //! still leads, and once it stops renewing, the session expires on time although the
 //! stranger keeps sending keepalives for it.
 
-mod common;
-
 use std::time::Instant;
 
-use common::*;
 use tenure_proto::v1;
+use tenure_testkit::*;
 use tokio_stream::StreamExt as _;
 use tonic::Code;
 

@@ -3,10 +3,8 @@
 //! Observe pool does not stop KeepAlive (its own pool), and a full pool refuses the next
 //! stream RESOURCE_EXHAUSTED (`resource-exhausted`), counted, until a slot is freed.
 
-mod common;
-
-use common::*;
 use tenure_proto::v1;
+use tenure_testkit::*;
 use tokio_stream::StreamExt as _;
 use tonic::Code;
 

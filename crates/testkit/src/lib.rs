@@ -1,9 +1,10 @@
-//! The harness of the server's real-process tests: it starts `tenure server` child processes
+//! The one harness of the real-process tests (the server's, the client library's contract,
+//! the CLI's): it starts `tenure server` child processes
 //! on loopback ports with a temporary data directory each, signals them (SIGKILL, SIGSTOP,
 //! SIGCONT, SIGTERM), reads their HTTP `/status` and `/metrics`, and talks to them over the
 //! gRPC API. Every wait has a deadline; dropping a [`Cluster`] kills every node it started.
 //!
-//! **Which binary.** Tests of `tenure-server` cannot use `CARGO_BIN_EXE_tenure` (the binary
+//! **Which binary.** Tests outside `tenure-cli` cannot use `CARGO_BIN_EXE_tenure` (the binary
 //! belongs to `tenure-cli`), so the harness uses `<target>/<profile>/tenure` next to the test
 //! binary itself. If that file is older than any source that goes into it (or missing), the
 //! harness first runs `cargo build -p tenure-cli --bin tenure` into the same target directory
@@ -25,7 +26,6 @@
 //!
 //! **Debugging.** When a test panics, the tail of every node's log is printed. Set
 //! `TENURE_KEEP_TEST_DIRS=1` to keep the data directories and full logs.
-#![allow(dead_code)] // Each test binary uses a different part of the harness.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
@@ -211,7 +211,7 @@ fn free_ports(n: usize) -> Vec<u16> {
 
 /// An exclusive `flock` on a file in the temporary directory, held until dropped; it works
 /// across the threads of one test process and across test processes alike.
-struct FileLock(File);
+struct FileLock(#[allow(dead_code)] File); // Held for its lock, never read.
 
 impl FileLock {
     fn acquire(name: &str) -> FileLock {
