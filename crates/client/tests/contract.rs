@@ -519,6 +519,31 @@ async fn refusal(url: &str) -> Error {
     err
 }
 
+/// No log the server wrote into `dir` (`*.log`) holds a password the tests use, in either
+/// form; checked when each server stops, unless the test already failed.
+fn assert_no_password_in_logs(dir: &Path) {
+    if std::thread::panicking() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let text =
+                String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()).into_owned();
+            for secret in [PASSWORD, PASSWORD_IN_URL, WRONG_PASSWORD] {
+                assert!(
+                    !text.contains(secret),
+                    "{} holds a password",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
 /// A password the backends do not know.
 const WRONG_PASSWORD: &str = "wr0ng-passw0rd";
 
@@ -992,6 +1017,7 @@ impl Drop for ZooKeeper {
             .arg(self.dir.path())
             .stdin(Stdio::null())
             .status();
+        assert_no_password_in_logs(self.dir.path());
     }
 }
 
@@ -1036,6 +1062,7 @@ impl Drop for Postgres {
             .arg(self.dir.path())
             .stdin(Stdio::null())
             .status();
+        assert_no_password_in_logs(self.dir.path());
     }
 }
 
@@ -1092,6 +1119,7 @@ impl Drop for Etcd {
             .arg(self.dir.path())
             .stdin(Stdio::null())
             .status();
+        assert_no_password_in_logs(self.dir.path());
     }
 }
 
