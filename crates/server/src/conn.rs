@@ -258,31 +258,40 @@ impl tonic::transport::server::Connected for Conn {
     }
 }
 
-/// The plaintext HTTP port, as an axum listener over a [`Gate`].
-pub struct GatedListener {
-    ready: mpsc::Receiver<(Conn, SocketAddr)>,
+/// An axum listener fed by a task that accepts (and, for TLS, shakes hands) on its own:
+/// what the HTTP port serves, plain ([`Conn`]) or over TLS.
+pub struct ChannelListener<Io> {
+    ready: mpsc::Receiver<(Io, SocketAddr)>,
     local: SocketAddr,
 }
 
-impl GatedListener {
-    /// Serve `listener` through `gate`.
-    pub fn new(listener: TcpListener, gate: Gate) -> std::io::Result<GatedListener> {
-        let local = listener.local_addr()?;
-        Ok(GatedListener {
-            ready: gate.serve(listener),
-            local,
-        })
+impl<Io> ChannelListener<Io> {
+    /// A listener for connections that arrive on `ready`, bound to `local`.
+    pub fn new(ready: mpsc::Receiver<(Io, SocketAddr)>, local: SocketAddr) -> Self {
+        ChannelListener { ready, local }
     }
 }
 
-impl axum::serve::Listener for GatedListener {
-    type Io = Conn;
+impl ChannelListener<Conn> {
+    /// The plaintext HTTP port: `listener` served through `gate`.
+    pub fn gated(listener: TcpListener, gate: Gate) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        Ok(ChannelListener::new(gate.serve(listener), local))
+    }
+}
+
+impl<Io> axum::serve::Listener for ChannelListener<Io>
+where
+    Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Io = Io;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.ready.recv().await {
             Some(ready) => ready,
-            // The accept task ended (the runtime is shutting down).
+            // The accepting task ended (the runtime is shutting down): wait for the
+            // server's own shutdown to end this listener.
             None => std::future::pending().await,
         }
     }
@@ -292,10 +301,10 @@ impl axum::serve::Listener for GatedListener {
     }
 }
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, GatedListener>>
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, ChannelListener<Conn>>>
     for crate::http::HttpPeer
 {
-    fn connect_info(_: axum::serve::IncomingStream<'_, GatedListener>) -> Self {
+    fn connect_info(_: axum::serve::IncomingStream<'_, ChannelListener<Conn>>) -> Self {
         crate::http::HttpPeer::default()
     }
 }

@@ -370,7 +370,7 @@ pub async fn run(
     };
     let http_task = match &node_tls {
         None => {
-            let listener = conn::GatedListener::new(listeners.http, http_gate)?;
+            let listener = conn::ChannelListener::gated(listeners.http, http_gate)?;
             tokio::spawn(async move {
                 axum::serve(
                     listener,
@@ -381,7 +381,7 @@ pub async fn run(
             })
         }
         Some(node_tls) => {
-            let listener = tls::TlsHttpListener::new(
+            let listener = tls::https_listener(
                 listeners.http,
                 http_gate,
                 node_tls.http_acceptor()?,

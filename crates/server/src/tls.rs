@@ -4,7 +4,6 @@
 //! port a client certificate from the same CA is accepted but not required: clients may
 //! authenticate otherwise.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::TlsPaths;
-use crate::conn::{Conn, Gate};
+use crate::conn::{ChannelListener, Conn, Gate};
 use crate::ServerError;
 
 /// TLS handshakes in progress on the HTTP port at once; more connections wait in the
@@ -83,75 +82,54 @@ impl NodeTls {
     }
 }
 
-/// The HTTP port over TLS, as an axum listener: connections come through the port's
-/// [`Gate`] (bounded, timed), and each TLS handshake runs in its own task (bounded in time
-/// and number), so that a slow or silent client holds up nobody else.
-pub(crate) struct TlsHttpListener {
-    ready: mpsc::Receiver<(TlsStream<Conn>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsHttpListener {
-    pub(crate) fn new(
-        listener: TcpListener,
-        gate: Gate,
-        acceptor: TlsAcceptor,
-        handshake_timeout: Duration,
-    ) -> std::io::Result<Self> {
-        let local = listener.local_addr()?;
-        let mut admitted = gate.serve(listener);
-        let (tx, ready) = mpsc::channel(HTTP_HANDSHAKES_MAX);
-        let handshakes = Arc::new(Semaphore::new(HTTP_HANDSHAKES_MAX));
-        tokio::spawn(async move {
-            loop {
-                let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
-                    return;
-                };
-                let Some((conn, peer)) = admitted.recv().await else {
-                    return;
-                };
-                if tx.is_closed() {
-                    return;
-                }
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    match tokio::time::timeout(handshake_timeout, acceptor.accept(conn)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, "http TLS handshake failed: {e}"),
-                        Err(_) => tracing::debug!(%peer, "http TLS handshake timed out"),
-                    }
-                });
+/// The HTTP port over TLS: connections come through the port's [`Gate`] (bounded,
+/// timed), and each TLS handshake runs in its own task (bounded in time and number), so
+/// that a slow or silent client holds up nobody else.
+pub(crate) fn https_listener(
+    listener: TcpListener,
+    gate: Gate,
+    acceptor: TlsAcceptor,
+    handshake_timeout: Duration,
+) -> std::io::Result<ChannelListener<TlsStream<Conn>>> {
+    let local = listener.local_addr()?;
+    let mut admitted = gate.serve(listener);
+    let (tx, ready) = mpsc::channel(HTTP_HANDSHAKES_MAX);
+    let handshakes = Arc::new(Semaphore::new(HTTP_HANDSHAKES_MAX));
+    tokio::spawn(async move {
+        loop {
+            let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
+                return;
+            };
+            let Some((conn, peer)) = admitted.recv().await else {
+                return;
+            };
+            if tx.is_closed() {
+                return;
             }
-        });
-        Ok(TlsHttpListener { ready, local })
-    }
-}
-
-impl axum::serve::Listener for TlsHttpListener {
-    type Io = TlsStream<Conn>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(ready) => ready,
-            // The accept task ended (the runtime is shutting down): wait for the server's
-            // own shutdown to end this listener.
-            None => std::future::pending().await,
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                match tokio::time::timeout(handshake_timeout, acceptor.accept(conn)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send((tls, peer)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(%peer, "http TLS handshake failed: {e}"),
+                    Err(_) => tracing::debug!(%peer, "http TLS handshake timed out"),
+                }
+            });
         }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
+    });
+    Ok(ChannelListener::new(ready, local))
 }
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsHttpListener>>
-    for crate::http::HttpPeer
+impl
+    axum::extract::connect_info::Connected<
+        axum::serve::IncomingStream<'_, ChannelListener<TlsStream<Conn>>>,
+    > for crate::http::HttpPeer
 {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsHttpListener>) -> Self {
+    fn connect_info(
+        stream: axum::serve::IncomingStream<'_, ChannelListener<TlsStream<Conn>>>,
+    ) -> Self {
         let leaf = stream
             .io()
             .get_ref()
