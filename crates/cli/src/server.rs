@@ -68,6 +68,10 @@ pub struct ServerArgs {
     /// pings its clients every third of it).
     #[arg(long)]
     idle_timeout_ms: Option<u64>,
+    /// Most requests and streams at once on one client connection (a client past it waits
+    /// for one of its own to end).
+    #[arg(long)]
+    streams_per_connection_max: Option<u32>,
     /// Most KeepAlive streams open at once on this node (their own pool: observers cannot
     /// starve lease renewals).
     #[arg(long)]
@@ -196,6 +200,7 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         http_connections_max,
         handshake_timeout_ms,
         idle_timeout_ms,
+        streams_per_connection_max,
         keepalive_streams_max,
         observe_streams_max
     );

@@ -76,6 +76,9 @@ fn default_handshake_timeout_ms() -> u64 {
 fn default_idle_timeout_ms() -> u64 {
     120_000
 }
+fn default_streams_per_connection_max() -> u32 {
+    1_024
+}
 fn default_keepalive_streams_max() -> usize {
     10_000
 }
@@ -160,6 +163,10 @@ pub struct ServerConfig {
     /// pings is dropped.
     #[serde(default = "default_idle_timeout_ms")]
     pub idle_timeout_ms: u64,
+    /// Most concurrent requests and streams on one client connection (HTTP/2
+    /// SETTINGS_MAX_CONCURRENT_STREAMS): a client past it waits for one of its own to end.
+    #[serde(default = "default_streams_per_connection_max")]
+    pub streams_per_connection_max: u32,
     /// Most concurrent KeepAlive streams over all connections. Its own pool, so that
     /// observers can never starve the renewals that keep leases alive.
     #[serde(default = "default_keepalive_streams_max")]
@@ -367,6 +374,11 @@ impl ServerConfig {
             "idle_timeout_ms",
             (300..=86_400_000).contains(&self.idle_timeout_ms),
             "must be between 300 ms and a day".into(),
+        )?;
+        range(
+            "streams_per_connection_max",
+            self.streams_per_connection_max > 0,
+            "must be positive".into(),
         )?;
         range(
             "keepalive_streams_max",

@@ -315,7 +315,8 @@ pub async fn run(
     let ping = Duration::from_millis(config.idle_timeout_ms / 3);
     let mut grpc = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(ping))
-        .http2_keepalive_timeout(Some(ping));
+        .http2_keepalive_timeout(Some(ping))
+        .max_concurrent_streams(Some(config.streams_per_connection_max));
     if let Some(node_tls) = &node_tls {
         grpc = grpc
             .tls_config(node_tls.grpc(Duration::from_millis(config.handshake_timeout_ms))?)

@@ -165,3 +165,51 @@ async fn stream_slots_are_released_when_clients_go_and_pools_are_separate() {
         .expect("a keepalive slot after the others went");
     drop(again);
 }
+
+/// One client connection holds at most `--streams-per-connection-max` streams: past it,
+/// its next stream waits until one of its own ends, while other connections are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_holds_at_most_its_share_of_streams() {
+    let mut c = Cluster::start(Options::nodes(1).args(&["--streams-per-connection-max", "2"]));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let mut client = c.client();
+    let holder = client.grant(60_000).await.expect("grant");
+    client
+        .campaign_uncontested("jobs", holder)
+        .await
+        .expect("campaign");
+
+    // One connection (one channel), two streams: its share.
+    let channel = c.channel_as(leader, Some(ADMIN_CLIENT));
+    let observe = |channel: tonic::transport::Channel| async move {
+        let mut elections = v1::elections_client::ElectionsClient::new(channel);
+        let mut events = elections
+            .observe(v1::ObserveRequest {
+                election: "jobs".into(),
+            })
+            .await?
+            .into_inner();
+        events.next().await.expect("a first event")?;
+        Ok::<_, tonic::Status>(events)
+    };
+    let first = observe(channel.clone()).await.expect("first stream");
+    let _second = observe(channel.clone()).await.expect("second stream");
+    let third = tokio::spawn(observe(channel.clone()));
+    tokio::time::sleep(ms(1_000)).await;
+    assert!(
+        !third.is_finished(),
+        "a third stream on the connection was served past its share"
+    );
+    // Another connection is not held up.
+    tokio::time::timeout(secs(5), observe(c.channel_as(leader, Some(ADMIN_CLIENT))))
+        .await
+        .expect("another connection is served at once")
+        .expect("its stream");
+    // One of its own ends: the third goes ahead.
+    drop(first);
+    tokio::time::timeout(secs(5), third)
+        .await
+        .expect("the third stream is served once one ended")
+        .expect("task")
+        .expect("its stream");
+}
