@@ -61,6 +61,13 @@ fn default_ttl_min_ms() -> u64 {
 fn default_ttl_max_ms() -> u64 {
     3_600_000
 }
+/// The longest election timeout a node accepts (ten minutes).
+pub const ELECTION_TIMEOUT_MAX_MS: u64 = 600_000;
+/// The longest session TTL a node lets clients ask for (seven days).
+pub const TTL_MAX_CAP_MS: u64 = 7 * 24 * 3_600_000;
+/// The longest a request may wait for its answer (ten minutes).
+pub const REQUEST_TIMEOUT_MAX_MS: u64 = 600_000;
+
 fn default_connections_max() -> usize {
     1_024
 }
@@ -326,6 +333,49 @@ impl ServerConfig {
             (1..=1_000).contains(&self.tick_ms),
             format!("{} is outside 1..=1000", self.tick_ms),
         )?;
+        // Bounds before arithmetic: every later check, and the core's, multiplies these.
+        range(
+            "election_timeout_ms",
+            (self.tick_ms..=ELECTION_TIMEOUT_MAX_MS).contains(&self.election_timeout_ms),
+            format!(
+                "{} is outside {}..={ELECTION_TIMEOUT_MAX_MS} (one tick to ten minutes)",
+                self.election_timeout_ms, self.tick_ms
+            ),
+        )?;
+        range(
+            "heartbeat_ms",
+            (1..=self.election_timeout_ms).contains(&self.heartbeat_ms),
+            format!(
+                "{} is outside 1..={} (positive, and at most election_timeout_ms; at most a fifth of it to work)",
+                self.heartbeat_ms, self.election_timeout_ms
+            ),
+        )?;
+        range(
+            "ttl_max_ms",
+            self.ttl_max_ms <= TTL_MAX_CAP_MS,
+            format!(
+                "{} is above {TTL_MAX_CAP_MS} (seven days); a longer lease is not a lease",
+                self.ttl_max_ms
+            ),
+        )?;
+        range(
+            "request_timeout_ms",
+            (1..=REQUEST_TIMEOUT_MAX_MS).contains(&self.request_timeout_ms),
+            format!(
+                "{} is outside 1..={REQUEST_TIMEOUT_MAX_MS} (ten minutes)",
+                self.request_timeout_ms
+            ),
+        )?;
+        range(
+            "cluster_id",
+            !self.cluster_id.is_empty()
+                && self.cluster_id.len() <= 255
+                && !self.cluster_id.chars().any(char::is_control),
+            format!(
+                "{:?} must be 1 to 255 bytes without control characters",
+                self.cluster_id
+            ),
+        )?;
         range(
             "election_timeout_ms",
             self.election_timeout_ms.is_multiple_of(self.tick_ms),
@@ -395,11 +445,6 @@ impl ServerConfig {
             self.message_bytes_max >= 4096,
             "must be at least 4096".into(),
         )?;
-        range(
-            "request_timeout_ms",
-            self.request_timeout_ms > 0,
-            "must be positive".into(),
-        )?;
         if self.tls.is_none() && !self.insecure {
             let me = self.me();
             for (what, addr) in [("peer", me.peer), ("client", me.client), ("http", me.http)] {
@@ -462,6 +507,36 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn out_of_range_numbers_are_refused_before_any_arithmetic_on_them() {
+        let base = || {
+            let mut c: ServerConfig = toml::from_str(GOOD).expect("good config");
+            c.data_dir = "/tmp/x".into();
+            c
+        };
+        base().validate().expect("the base is valid");
+        type Set = fn(&mut ServerConfig);
+        let cases: [(&str, Set); 9] = [
+            ("election_timeout_ms", |c| {
+                c.election_timeout_ms = u64::MAX - 5
+            }),
+            ("election_timeout_ms", |c| c.election_timeout_ms = 0),
+            ("heartbeat_ms", |c| c.heartbeat_ms = 0),
+            ("heartbeat_ms", |c| c.heartbeat_ms = u64::MAX),
+            ("ttl_max_ms", |c| c.ttl_max_ms = u64::MAX),
+            ("request_timeout_ms", |c| c.request_timeout_ms = u64::MAX),
+            ("request_timeout_ms", |c| c.request_timeout_ms = 0),
+            ("cluster_id", |c| c.cluster_id = String::new()),
+            ("cluster_id", |c| c.cluster_id = "a\nb".into()),
+        ];
+        for (field, set) in cases {
+            let mut c = base();
+            set(&mut c);
+            let e = c.validate().expect_err(field).to_string();
+            assert!(e.starts_with(field), "{field}: {e}");
+        }
+    }
 
     const GOOD: &str = r#"
         id = 2
