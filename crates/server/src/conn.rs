@@ -51,6 +51,8 @@ pub struct Gate {
     slots: Arc<Semaphore>,
     per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
     metrics: Arc<PortMetrics>,
+    /// The last accept failed (out of file descriptors, most likely).
+    accept_failing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Gate {
@@ -61,12 +63,13 @@ impl Gate {
             limits,
             per_ip: Arc::new(Mutex::new(HashMap::new())),
             metrics,
+            accept_failing: Arc::default(),
         }
     }
 
-    /// Whether a new connection would find a slot now.
+    /// Whether a new connection would find a slot now (and the port can accept at all).
     pub fn has_room(&self) -> bool {
-        self.slots.available_permits() > 0
+        self.slots.available_permits() > 0 && !self.accept_failing.load(Relaxed)
     }
 
     /// Admit a connection from `peer`, or say which limit stops it.
@@ -98,9 +101,13 @@ impl Gate {
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
+                    Ok(accepted) => {
+                        self.accept_failing.store(false, Relaxed);
+                        accepted
+                    }
                     Err(e) => {
                         // Out of file descriptors, most likely: back off, keep serving.
+                        self.accept_failing.store(true, Relaxed);
                         tracing::warn!("accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
@@ -307,4 +314,55 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Chan
     fn connect_info(_: axum::serve::IncomingStream<'_, ChannelListener<Conn>>) -> Self {
         crate::http::HttpPeer::default()
     }
+}
+
+/// How long a leader's client port may stay full before it hands leadership on.
+pub const STEP_DOWN_AFTER_FULL: Duration = Duration::from_secs(2);
+
+/// While this node leads and its client port has stayed full (or unable to accept) for
+/// [`STEP_DOWN_AFTER_FULL`], it hands Raft leadership to another voter: a leader no client
+/// can reach leaves the cluster without a usable leader, although every node looks well.
+pub fn step_down_when_full(
+    gate: Gate,
+    driver: crate::driver::DriverHandle,
+    me: tenure_core::types::NodeId,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(200));
+        let mut full_since: Option<Instant> = None;
+        loop {
+            every.tick().await;
+            if gate.has_room() {
+                full_since = None;
+                continue;
+            }
+            let since = *full_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < STEP_DOWN_AFTER_FULL {
+                continue;
+            }
+            let status = driver.published.borrow().status.clone();
+            if status.role != tenure_core::node::Role::Leader {
+                continue;
+            }
+            let Some(to) = status.membership.voters.iter().copied().find(|&v| v != me) else {
+                continue;
+            };
+            tracing::warn!(
+                node = me,
+                to,
+                "the client port has been full for {STEP_DOWN_AFTER_FULL:?}: handing leadership on"
+            );
+            let moved = driver
+                .call(
+                    |reply| crate::driver::ClientRequest::TransferLeader { to, reply },
+                    timeout,
+                )
+                .await;
+            if let Err(e) = moved {
+                tracing::warn!(node = me, to, "handing leadership on failed: {e}");
+            }
+            full_since = Some(Instant::now());
+        }
+    })
 }

@@ -351,6 +351,12 @@ pub async fn run(
         limits(config.http_connections_max),
         Arc::clone(&handle.metrics.http_connections),
     );
+    let step_down = conn::step_down_when_full(
+        client_gate.clone(),
+        handle.clone(),
+        config.id,
+        Duration::from_millis(config.request_timeout_ms),
+    );
     let incoming = tokio_stream::StreamExt::map(
         tokio_stream::wrappers::ReceiverStream::new(client_gate.clone().serve(listeners.client)),
         |(conn, _peer)| Ok::<_, std::io::Error>(conn),
@@ -412,6 +418,7 @@ pub async fn run(
     let _ = handle.inputs.send(Input::Shutdown).await;
     waker.abort();
     forward.abort();
+    step_down.abort();
     // Graceful shutdown waits for clients to finish, and a client holding a stream (or one
     // that ignores GOAWAY) would hold the node forever: give them a deadline, then drop them.
     let deadline = Duration::from_secs(2);

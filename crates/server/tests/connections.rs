@@ -182,3 +182,54 @@ async fn silent_and_idle_sockets_are_bounded_counted_and_closed() {
         "the idle close is counted"
     );
 }
+
+/// A leader whose client port stays full hands Raft leadership to another node, which
+/// clients can reach; the full node says it is unhealthy until its port empties.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_no_client_can_reach_hands_leadership_on() {
+    let mut c = Cluster::start(Options::nodes(3).plaintext().args(&[
+        "--connections-max",
+        "4",
+        "--connections-per-ip-max",
+        "100",
+        "--handshake-timeout-ms",
+        "60000",
+    ]));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let addrs = c.addrs(leader);
+    // Fill the leader's client port with silent sockets.
+    let mut silent = Vec::new();
+    for _ in 0..8 {
+        let mut s = connect_from(30, addrs.client).await;
+        if closed_within(&mut s, ms(150)).await {
+            break;
+        }
+        silent.push(s);
+    }
+    assert_eq!(
+        health(&c, leader).await,
+        Some(503),
+        "the full leader is unhealthy"
+    );
+    let others = c.others(&[leader]);
+    let (new_leader, new_term) = c.wait_for_leader(&others, secs(10)).await;
+    assert!(
+        new_term > term,
+        "leadership moved on: {leader} -> {new_leader}"
+    );
+    // The node that took over serves clients.
+    let mut client = c.client_for(&others);
+    client
+        .grant(10_000)
+        .await
+        .expect("a client is served by the new leader");
+    drop(silent);
+    let deadline = Instant::now() + secs(5);
+    while health(&c, leader).await != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the emptied node stayed unhealthy"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+}
