@@ -75,14 +75,15 @@ pub(crate) fn pg_config(verify: PgVerify) -> Result<ClientConfig, String> {
         PgVerify::Full(roots) => builder.with_root_certificates(roots).with_no_client_auth(),
         PgVerify::Ca(roots) => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(CaOnly {
-                roots: Arc::new(roots),
+            .with_custom_certificate_verifier(Arc::new(NameUnchecked {
+                roots: Some(Arc::new(roots)),
                 provider: provider(),
             }))
             .with_no_client_auth(),
         PgVerify::Nothing => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate {
+            .with_custom_certificate_verifier(Arc::new(NameUnchecked {
+                roots: None,
                 provider: provider(),
             }))
             .with_no_client_auth(),
@@ -90,15 +91,17 @@ pub(crate) fn pg_config(verify: PgVerify) -> Result<ClientConfig, String> {
     Ok(config)
 }
 
-/// `verify-ca`: the chain must lead to one of `roots`; the name is not checked. The
-/// handshake signatures are verified as usual (the server must hold the certificate's key).
+/// A server certificate check that never looks at the host name: with `roots`
+/// (`verify-ca`) the chain must lead to one of them; without (`require` with no CA, libpq's
+/// meaning) any certificate is accepted. Either way the handshake signatures are verified
+/// as usual, so the server must hold the certificate's key.
 #[derive(Debug)]
-struct CaOnly {
-    roots: Arc<RootCertStore>,
+struct NameUnchecked {
+    roots: Option<Arc<RootCertStore>>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for CaOnly {
+impl ServerCertVerifier for NameUnchecked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -107,68 +110,16 @@ impl ServerCertVerifier for CaOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// `require` without a CA: any certificate is accepted (libpq's meaning of `require`); the
-/// handshake signatures are still verified against it.
-#[derive(Debug)]
-struct AnyCertificate {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
+        if let Some(roots) = &self.roots {
+            let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 

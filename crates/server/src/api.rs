@@ -13,7 +13,6 @@ use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SecretHash, Sess
 use tenure_core::types::NodeId;
 use tenure_proto::v1;
 use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
-use tenure_transport::tls::client_principal;
 
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
@@ -134,43 +133,29 @@ impl Api {
     /// counted. With no policy (TLS and the auth file both off) everything is let through,
     /// as the server said at start.
     fn authorize<T>(&self, req: &Request<T>, action: Action<'_>) -> Result<(), Status> {
-        let Some(policy) = &self.policy else {
-            return Ok(());
-        };
-        let authorization = match req.metadata().get("authorization") {
-            Some(v) => Some(v.to_str().map_err(|_| {
-                self.denied(Denied::Unauthenticated(
-                    "the authorization header is not text".into(),
-                ))
-            })?),
-            None => None,
-        };
-        let certificate = req.peer_certs().and_then(|certs| {
-            certs
-                .first()
-                .and_then(|leaf| client_principal(leaf, &self.config.cluster_id))
-        });
-        policy
-            .check(authorization, certificate.as_deref(), &action)
-            .map(|_| ())
-            .map_err(|denied| self.denied(denied))
+        let certs = req.peer_certs();
+        crate::auth::authorize(
+            self.policy.as_deref(),
+            &self.config.cluster_id,
+            req.metadata().get("authorization").map(|v| v.as_bytes()),
+            certs.as_ref().and_then(|c| c.first()),
+            &action,
+            &self.driver.metrics,
+        )
+        .map_err(|denied| self.denied(denied))
     }
 
+    /// A refusal as a gRPC status (already counted by `auth::authorize`).
     fn denied(&self, denied: Denied) -> Status {
-        let metrics = &self.driver.metrics;
-        let (mut status, reason, counter) = match &denied {
-            Denied::Unauthenticated(why) => (
-                Status::unauthenticated(why.clone()),
-                "unauthenticated",
-                &metrics.unauthenticated,
-            ),
+        let (mut status, reason) = match &denied {
+            Denied::Unauthenticated(why) => {
+                (Status::unauthenticated(why.clone()), "unauthenticated")
+            }
             Denied::Forbidden { .. } => (
                 Status::permission_denied(denied.to_string()),
                 "permission-denied",
-                &metrics.permission_denied,
             ),
         };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         status
             .metadata_mut()
             .insert(ERROR_KEY, MetadataValue::from_static(reason));

@@ -41,6 +41,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use sha2::Digest as _;
+use tenure_transport::tls::client_principal;
+use tokio_rustls::rustls::pki_types::CertificateDer;
+
+use crate::metrics::Metrics;
 
 /// What a grant allows under its prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
@@ -440,6 +444,40 @@ impl Policy {
             })
         }
     }
+}
+
+/// What the gRPC and HTTP ports both ask: may the client behind `authorization` (the
+/// header's bytes, if it sent one) and `leaf` (its client certificate, if any) do `action`?
+/// Without a policy, yes. Every refusal is counted in `metrics`.
+pub fn authorize(
+    policy: Option<&Policy>,
+    cluster_id: &str,
+    authorization: Option<&[u8]>,
+    leaf: Option<&CertificateDer<'_>>,
+    action: &Action<'_>,
+    metrics: &Metrics,
+) -> Result<(), Denied> {
+    let Some(policy) = policy else {
+        return Ok(());
+    };
+    let checked = authorization
+        .map(|bytes| {
+            std::str::from_utf8(bytes)
+                .map_err(|_| Denied::Unauthenticated("the authorization header is not text".into()))
+        })
+        .transpose()
+        .and_then(|authorization| {
+            let certificate = leaf.and_then(|leaf| client_principal(leaf, cluster_id));
+            policy.check(authorization, certificate.as_deref(), action)
+        });
+    checked.map(|_| ()).map_err(|denied| {
+        let counter = match denied {
+            Denied::Unauthenticated(_) => &metrics.unauthenticated,
+            Denied::Forbidden { .. } => &metrics.permission_denied,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        denied
+    })
 }
 
 #[cfg(test)]

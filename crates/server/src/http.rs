@@ -45,42 +45,29 @@ impl Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for Htt
 }
 
 impl HttpState {
-    /// Lets a request through if its client may do `action`; otherwise the refusal, as
-    /// the gRPC port words and counts it.
+    /// Lets a request through if its client may do `action`; otherwise the refusal, worded
+    /// and counted as on the gRPC port.
     fn authorize(
         &self,
         peer: &HttpPeer,
         headers: &HeaderMap,
         action: Action<'_>,
     ) -> Result<(), Box<Response>> {
-        let Some(policy) = &self.policy else {
-            return Ok(());
-        };
-        let authorization = match headers.get("authorization") {
-            Some(v) => Some(v.to_str().map_err(|_| {
-                self.refuse(Denied::Unauthenticated(
-                    "the authorization header is not text".into(),
-                ))
-            })?),
-            None => None,
-        };
-        let certificate = peer.leaf.as_ref().and_then(|leaf| {
-            tenure_transport::tls::client_principal(leaf, &self.config.cluster_id)
-        });
-        policy
-            .check(authorization, certificate.as_deref(), &action)
-            .map(|_| ())
-            .map_err(|denied| self.refuse(denied))
-    }
-
-    fn refuse(&self, denied: Denied) -> Box<Response> {
-        let metrics = &self.driver.metrics;
-        let (code, counter) = match denied {
-            Denied::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, &metrics.unauthenticated),
-            Denied::Forbidden { .. } => (StatusCode::FORBIDDEN, &metrics.permission_denied),
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Box::new((code, format!("{denied}\n")).into_response())
+        crate::auth::authorize(
+            self.policy.as_deref(),
+            &self.config.cluster_id,
+            headers.get("authorization").map(|v| v.as_bytes()),
+            peer.leaf.as_ref(),
+            &action,
+            &self.driver.metrics,
+        )
+        .map_err(|denied| {
+            let code = match denied {
+                Denied::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+                Denied::Forbidden { .. } => StatusCode::FORBIDDEN,
+            };
+            Box::new((code, format!("{denied}\n")).into_response())
+        })
     }
 }
 
