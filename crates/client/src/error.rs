@@ -14,7 +14,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The node asked is not the coordination cluster's leader, and retrying along its hints
     /// did not reach one in time.
-    #[error("not the cluster leader (hint: {leader_hint:?})")]
+    #[error("not the cluster leader ({})", leader_hint_text(leader_hint.as_deref()))]
     NotLeader {
         /// The client address of the node believed to lead, when known.
         leader_hint: Option<String>,
@@ -88,6 +88,15 @@ pub enum Error {
     Backend(String),
 }
 
+/// The not-leader hint as words: the address, or that it is unknown (never Rust's
+/// `Some("…")`, which is what people and scripts read otherwise).
+fn leader_hint_text(hint: Option<&str>) -> String {
+    match hint {
+        Some(addr) => format!("the leader's client address is {addr}"),
+        None => "the leader is unknown".into(),
+    }
+}
+
 impl Error {
     /// Whether retrying the same request later may succeed.
     pub fn is_retryable(&self) -> bool {
@@ -141,6 +150,30 @@ impl From<Status> for Error {
                 | tonic::Code::Unknown => Error::Unavailable(format!("{:?}: {message}", s.code())),
                 code => Error::Backend(format!("{code:?}: {message}")),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn not_leader_names_the_hint_as_an_address_or_unknown() {
+        let known = Error::NotLeader {
+            leader_hint: Some("127.0.0.1:8002".into()),
+        };
+        assert_eq!(
+            known.to_string(),
+            "not the cluster leader (the leader's client address is 127.0.0.1:8002)"
+        );
+        let unknown = Error::NotLeader { leader_hint: None };
+        assert_eq!(
+            unknown.to_string(),
+            "not the cluster leader (the leader is unknown)"
+        );
+        for e in [known, unknown] {
+            assert!(!e.to_string().contains("Some("), "{e}");
         }
     }
 }
