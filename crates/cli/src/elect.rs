@@ -2,9 +2,18 @@
 //!
 //! All take `--election NAME` and `--backend URL` (default `$TENURE_BACKEND`, else
 //! `tenure://127.0.0.1:8001`), log to stderr with timestamps, and print results to stdout,
-//! one line each. A leader is printed as `token=T session=S value=V`, nobody as `none`.
+//! one line each. A leader is printed as `token=T session=S value=V` (the value escaped:
+//! a newline is `\n`, see [`crate::output`]), nobody as `none`; with `--json` every line
+//! is one JSON object instead (JSON Lines; the value exact, also when it is not UTF-8).
 //!
-//! - `tenure campaign` waits to lead, prints the fencing token alone on a line, holds the
+//! Exit codes: 2 for a bad argument (an empty election name, a bad duration, a URL that
+//! cannot be understood or names an unknown scheme, a file it names that cannot be read,
+//! an argument the backend refuses as invalid), with a message that names it; 69 when the
+//! backend fails or cannot be reached, with a hint when an address of the URL looks wrong
+//! (nothing listens there, or it is a node's HTTP port: see [`crate::diagnose`]).
+//!
+//! - `tenure campaign` waits to lead, prints the fencing token alone on a line (with
+//!   `--json`: an object with the election, token, session and value), holds the
 //!   election until SIGINT/SIGTERM/SIGHUP, then resigns and exits 0. Exits 75 (and logs "lost
 //!   leadership") if leadership is lost while held, 69 if the backend fails.
 //! - `tenure observe` prints the current leader, then each change, until interrupted (exit 0);
@@ -18,6 +27,7 @@
 //!   this works the same on every backend. Exits 0 once the holder is gone, 1 if the pid
 //!   file names no running process, 69 if it did not exit within `--timeout`.
 
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -26,9 +36,10 @@ use clap::Args;
 use tenure::{CampaignOptions, Client, Error, LeaderInfo};
 use tokio_stream::StreamExt as _;
 
+use crate::output;
 use crate::run::{
-    backend_url, default_value, log, parse_duration, signal_name, Signals, EXIT_BACKEND, EXIT_LOST,
-    EXIT_USAGE,
+    backend_url, check_election, default_value, fail, log, parse_duration, signal_name, Signals,
+    EXIT_BACKEND, EXIT_LOST, EXIT_USAGE,
 };
 
 /// Which election, where.
@@ -45,6 +56,9 @@ pub struct Target {
     backend: Option<String>,
     #[command(flatten)]
     tls: crate::run::TlsFlags,
+    /// Print JSON Lines (one object per line) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `tenure campaign`.
@@ -55,9 +69,9 @@ pub struct CampaignArgs {
     /// Lease TTL (e.g. `10s`, `500ms`).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     ttl: Duration,
-    /// The value to campaign with; default `HOSTNAME:PID`.
+    /// The value to campaign with (any bytes); default `HOSTNAME:PID`.
     #[arg(long)]
-    value: Option<String>,
+    value: Option<OsString>,
     /// Write this process's pid here while it campaigns or leads, for `tenure resign`.
     #[arg(long)]
     pid_file: Option<std::path::PathBuf>,
@@ -80,7 +94,7 @@ pub fn resign(args: ResignArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => {
             log(&format!(
-                "error: cannot read {}: {e}",
+                "error: --pid-file {}: cannot read it: {e}",
                 args.pid_file.display()
             ));
             return ExitCode::from(1);
@@ -90,7 +104,7 @@ pub fn resign(args: ResignArgs) -> ExitCode {
         Ok(p) if p > 0 => p,
         _ => {
             log(&format!(
-                "error: {} does not hold a pid",
+                "error: --pid-file {} does not hold a pid",
                 args.pid_file.display()
             ));
             return ExitCode::from(1);
@@ -171,16 +185,14 @@ fn block_on(f: impl std::future::Future<Output = u8>) -> ExitCode {
     }
 }
 
-async fn connect(target: &Target) -> Result<Client, u8> {
+/// The target's election checked and its backend connected, with the URL (for hints).
+async fn connect(target: &Target) -> Result<(Client, String), u8> {
+    check_election(&target.election)?;
     let url = backend_url(target.backend.as_deref(), &target.tls);
-    Client::connect(&url).await.map_err(|e| {
-        log(&format!("error: backend {}: {e}", tenure::redact_url(&url)));
-        if matches!(e, Error::InvalidUrl { .. }) {
-            EXIT_USAGE
-        } else {
-            EXIT_BACKEND
-        }
-    })
+    match Client::connect(&url).await {
+        Ok(c) => Ok((c, url)),
+        Err(e) => Err(fail(&format!("backend {}", tenure::redact_url(&url)), &url, &e).await),
+    }
 }
 
 fn print_line(line: &str) {
@@ -189,16 +201,19 @@ fn print_line(line: &str) {
     let _ = out.flush();
 }
 
-fn format_leader(l: Option<&LeaderInfo>) -> String {
-    match l {
-        Some(l) => format!(
-            "token={} session={} value={}",
-            l.token,
-            l.session,
-            String::from_utf8_lossy(&l.value)
-        ),
-        None => "none".into(),
+/// A leader (or nobody) as the target asks: text or JSON.
+fn format_leader(target: &Target, l: Option<&LeaderInfo>) -> String {
+    if target.json {
+        output::leader_json(&target.election, l)
+    } else {
+        output::leader_text(l)
     }
+}
+
+/// The bytes of a `--value`, or the default.
+fn value_bytes(value: Option<OsString>) -> Vec<u8> {
+    use std::os::unix::ffi::OsStringExt as _;
+    value.map_or_else(|| default_value().into_bytes(), OsString::into_vec)
 }
 
 /// `tenure campaign`.
@@ -211,11 +226,11 @@ pub fn campaign(args: CampaignArgs) -> ExitCode {
                 return EXIT_BACKEND;
             }
         };
-        let client = match connect(&args.target).await {
+        let (client, url) = match connect(&args.target).await {
             Ok(c) => c,
             Err(code) => return code,
         };
-        let value = args.value.unwrap_or_else(default_value);
+        let value = value_bytes(args.value);
         let options = CampaignOptions {
             ttl: args.ttl,
             ..Default::default()
@@ -224,21 +239,24 @@ pub fn campaign(args: CampaignArgs) -> ExitCode {
             Some(path) => match std::fs::write(path, format!("{}\n", std::process::id())) {
                 Ok(()) => PidFile(Some(path.clone())),
                 Err(e) => {
-                    log(&format!("error: cannot write {}: {e}", path.display()));
+                    log(&format!(
+                        "error: --pid-file {}: cannot write it: {e}",
+                        path.display()
+                    ));
                     return EXIT_USAGE;
                 }
             },
             None => PidFile(None),
         };
         let election = &args.target.election;
-        log(&format!("campaigning in {election:?} as {value:?}"));
+        log(&format!(
+            "campaigning in {election:?} as \"{}\"",
+            output::escape_value(&value)
+        ));
         let leadership = tokio::select! {
-            r = client.campaign(election, value.as_bytes(), options) => match r {
+            r = client.campaign(election, &value, options) => match r {
                 Ok(l) => l,
-                Err(e) => {
-                    log(&format!("error: campaign failed: {e}"));
-                    return EXIT_BACKEND;
-                }
+                Err(e) => return fail("campaign failed", &url, &e).await,
             },
             sig = signals.recv() => {
                 log(&format!("got {}; not leading, exiting", signal_name(sig)));
@@ -250,7 +268,16 @@ pub fn campaign(args: CampaignArgs) -> ExitCode {
             leadership.token(),
             leadership.session()
         ));
-        print_line(&leadership.token().to_string());
+        if args.target.json {
+            print_line(&output::campaign_json(
+                election,
+                leadership.token(),
+                leadership.session(),
+                &value,
+            ));
+        } else {
+            print_line(&leadership.token().to_string());
+        }
         tokio::select! {
             why = leadership.lost() => {
                 log(&format!("lost leadership ({why}); exit {EXIT_LOST}"));
@@ -279,11 +306,12 @@ pub fn observe(args: ObserveArgs) -> ExitCode {
                 return EXIT_BACKEND;
             }
         };
-        let client = match connect(&args.target).await {
+        let (client, url) = match connect(&args.target).await {
             Ok(c) => c,
             Err(code) => return code,
         };
-        let election = &args.target.election;
+        let target = &args.target;
+        let election = &target.election;
         let work = async {
             // Only changes are printed: the same leader twice in a row (as a reopened stream
             // may report) is printed once.
@@ -298,22 +326,16 @@ pub fn observe(args: ObserveArgs) -> ExitCode {
                 match client.observe(election).await {
                     Ok(o) => break o,
                     Err(Error::UnknownElection(_)) => {
-                        print("none".into());
+                        print(format_leader(target, None));
                         tokio::time::sleep(Duration::from_millis(250)).await;
                     }
-                    Err(e) => {
-                        log(&format!("error: observe failed: {e}"));
-                        return EXIT_BACKEND;
-                    }
+                    Err(e) => return fail("observe failed", &url, &e).await,
                 }
             };
             while let Some(ev) = changes.next().await {
                 match ev {
-                    Ok(ev) => print(format_leader(ev.leader.as_ref())),
-                    Err(e) => {
-                        log(&format!("error: observe failed: {e}"));
-                        return EXIT_BACKEND;
-                    }
+                    Ok(ev) => print(format_leader(target, ev.leader.as_ref())),
+                    Err(e) => return fail("observe failed", &url, &e).await,
                 }
             }
             log("error: the stream of changes ended");
@@ -329,23 +351,20 @@ pub fn observe(args: ObserveArgs) -> ExitCode {
 /// `tenure leader`.
 pub fn leader(args: LeaderArgs) -> ExitCode {
     block_on(async move {
-        let client = match connect(&args.target).await {
+        let (client, url) = match connect(&args.target).await {
             Ok(c) => c,
             Err(code) => return code,
         };
         match client.leader(&args.target.election).await {
             Ok(l) => {
-                print_line(&format_leader(l.as_ref()));
+                print_line(&format_leader(&args.target, l.as_ref()));
                 0
             }
             Err(Error::UnknownElection(_)) => {
-                print_line("none");
+                print_line(&format_leader(&args.target, None));
                 0
             }
-            Err(e) => {
-                log(&format!("error: {e}"));
-                EXIT_BACKEND
-            }
+            Err(e) => fail("cannot read the leader", &url, &e).await,
         }
     })
 }

@@ -9,9 +9,11 @@ use clap::{Parser, Subcommand};
 
 mod certs;
 mod demo;
+mod diagnose;
 mod elect;
 mod measure;
 mod nemesis;
+mod output;
 mod run;
 mod server;
 mod sim;
@@ -48,17 +50,31 @@ enum Cmd {
     Measure(measure::MeasureArgs),
     /// Run a command only while leading an election; stop it before the lease could pass.
     ///
+    /// The command gets TENURE_FENCING_TOKEN, TENURE_ELECTION and TENURE_SESSION_ID
+    /// (TENURE_LEADER_ID: the same session id under its deprecated name).
+    ///
     /// Exit codes: the command's own when it exits while leading; 75 when leadership was
     /// lost and the command stopped; 76 with --once when another holder leads; 69 backend
-    /// failure; 126/127 command not startable; 128+N on signal N; 2 bad arguments.
+    /// failure; 126/127 command not executable/not found (checked before campaigning);
+    /// 128+N on signal N; 2 bad arguments.
     Run(run::RunArgs),
     /// Wait to lead an election, print the fencing token, hold until interrupted, resign.
+    ///
+    /// Exit codes: 0 after resigning on SIGINT/SIGTERM/SIGHUP; 75 leadership lost; 69
+    /// backend failure; 2 bad arguments.
     Campaign(elect::CampaignArgs),
     /// Make the `tenure campaign --pid-file` process that holds an election resign.
     Resign(elect::ResignArgs),
     /// Print an election's leader, then every change (`token=… session=… value=…` or `none`).
+    ///
+    /// The value is escaped (`\n`, `\\`, `\xNN`, …): one leader is always one line. With
+    /// --json, one JSON object per line. Exit codes: 0 on SIGINT/SIGTERM; 69 backend
+    /// failure; 2 bad arguments.
     Observe(elect::ObserveArgs),
     /// Print an election's current leader (`token=… session=… value=…`) or `none`.
+    ///
+    /// The value is escaped (`\n`, `\\`, `\xNN`, …): one leader is always one line. With
+    /// --json, one JSON object. Exit codes: 0; 69 backend failure; 2 bad arguments.
     Leader(elect::LeaderArgs),
     /// The guard of a `tenure run` command's process group (started by `tenure run`).
     #[command(hide = true)]

@@ -6,11 +6,17 @@
 //!
 //! # What it does
 //!
+//! 0. Checks that `CMD` can be started before anything else: found on `$PATH` (as `execvp`
+//!    looks it up; a `CMD` with a `/` is taken as a path) and executable. A command that
+//!    is not found exits 127, one that is not executable 126 (as shells do), without
+//!    contacting the backend: no session is granted, no fencing token spent.
 //! 1. Campaigns in `NAME` (a session with `--ttl`, kept alive every TTL/4) and waits in the
 //!    election's queue until it leads. With `--once` it does not wait: see below.
 //! 2. Starts `CMD ARGS…` with `TENURE_FENCING_TOKEN` (the leadership's token),
-//!    `TENURE_ELECTION` (`NAME`) and `TENURE_LEADER_ID` (this holder's session id) in its
-//!    environment, stdin/stdout/stderr inherited, in a process group of its own.
+//!    `TENURE_ELECTION` (`NAME`) and `TENURE_SESSION_ID` (this holder's session id: what
+//!    `tenure leader` shows as `session=`) in its environment, stdin/stdout/stderr
+//!    inherited, in a process group of its own. `TENURE_LEADER_ID` holds the same session
+//!    id, under its old name; it is deprecated and will be removed: use `TENURE_SESSION_ID`.
 //! 3. Stops the command's whole process group before the lease could pass to anyone else:
 //!    SIGTERM at `valid_until − grace` at the latest (at once when leadership is seen lost:
 //!    session ended, another leader observed), then SIGKILL at `valid_until` (or after the
@@ -46,9 +52,9 @@
 //! | 75 | leadership was lost (lease ran out, session ended, replaced); the command was stopped. Logged as "lost leadership" |
 //! | 76 | `--once`: another holder leads; the command was not run |
 //! | 69 | the backend failed (unreachable, refused) before the command was started |
-//! | 126 / 127 | the command could not be started (not executable / not found) |
+//! | 126 / 127 | the command cannot be started (not executable / not found); checked before campaigning, so nothing was spent |
 //! | 130 / 143 | `tenure run` got SIGINT / SIGTERM (or SIGHUP: 129); the command was stopped and leadership resigned |
-//! | 2 | bad arguments (including `--grace` ≥ TTL/2) |
+//! | 2 | bad arguments: `--grace` ≥ TTL/2, a bad duration, an empty `--election`, a backend URL that cannot be understood or names an unknown scheme, a file it names that cannot be read, a TTL the backend refuses; the message names the flag or value |
 //!
 //! # What is guaranteed, and what is not
 //!
@@ -127,9 +133,10 @@ pub struct RunArgs {
     /// Cron-style: run only if this process can lead now (exit 76 otherwise), once.
     #[arg(long)]
     pub once: bool,
-    /// The value to campaign with (shown by `tenure leader`); default `HOSTNAME:PID`.
+    /// The value to campaign with (shown by `tenure leader`; any bytes); default
+    /// `HOSTNAME:PID`.
     #[arg(long)]
-    pub value: Option<String>,
+    pub value: Option<OsString>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -144,6 +151,18 @@ pub fn run(args: RunArgs) -> ExitCode {
             args.grace, args.ttl
         ));
         return ExitCode::from(EXIT_USAGE);
+    }
+    if let Err(code) = check_election(&args.election) {
+        return ExitCode::from(code);
+    }
+    // Before the backend is contacted: a command that cannot start must not cost a session
+    // or a fencing token.
+    if let Err((code, why)) = find_command(&args.command[0]) {
+        log(&format!(
+            "error: cannot start {:?}: {why}; nothing was campaigned for, exit {code}",
+            args.command[0]
+        ));
+        return ExitCode::from(code);
     }
     // Current-thread on purpose: the command is forked by this (main) thread, which lives as
     // long as the runner, so PR_SET_PDEATHSIG fires exactly when the runner dies.
@@ -171,30 +190,29 @@ async fn run_async(args: RunArgs) -> u8 {
     let url = backend_url(args.backend.as_deref(), &args.tls);
     let client = match Client::connect(&url).await {
         Ok(c) => c,
-        Err(e) => {
-            log(&format!("error: backend {}: {e}", tenure::redact_url(&url)));
-            return if matches!(e, Error::InvalidUrl { .. }) {
-                EXIT_USAGE
-            } else {
-                EXIT_BACKEND
-            };
-        }
+        Err(e) => return fail(&format!("backend {}", tenure::redact_url(&url)), &url, &e).await,
     };
-    let value = args.value.clone().unwrap_or_else(default_value);
+    let value = {
+        use std::os::unix::ffi::OsStrExt as _;
+        args.value
+            .as_deref()
+            .map_or_else(|| default_value().into_bytes(), |v| v.as_bytes().to_vec())
+    };
     let options = CampaignOptions {
         ttl: args.ttl,
         ..Default::default()
     };
     log(&format!(
-        "campaigning in {:?} as {value:?} on {} (ttl {:?}, grace {:?}{})",
+        "campaigning in {:?} as \"{}\" on {} (ttl {:?}, grace {:?}{})",
         args.election,
+        crate::output::escape_value(&value),
         tenure::redact_url(&url),
         args.ttl,
         args.grace,
         if args.once { ", once" } else { "" }
     ));
     let won = tokio::select! {
-        r = lead(&client, &args, value.as_bytes(), options) => r,
+        r = lead(&client, &args, &value, options) => r,
         sig = signals.recv() => {
             log(&format!("got {}; not leading, exiting", signal_name(sig)));
             return 128 + sig as u8;
@@ -206,10 +224,7 @@ async fn run_async(args: RunArgs) -> u8 {
             log("another holder leads; not running the command (--once)");
             return EXIT_SKIPPED;
         }
-        Err(e) => {
-            log(&format!("error: campaign failed: {e}"));
-            return EXIT_BACKEND;
-        }
+        Err(e) => return fail("campaign failed", &url, &e).await,
     };
     log(&format!(
         "leading {:?} with fencing token {} (session {})",
@@ -531,6 +546,8 @@ fn spawn(args: &RunArgs, leadership: &Leadership) -> std::io::Result<tokio::proc
     cmd.args(&args.command[1..])
         .env("TENURE_FENCING_TOKEN", leadership.token().to_string())
         .env("TENURE_ELECTION", &args.election)
+        .env("TENURE_SESSION_ID", leadership.session().to_string())
+        // Deprecated: the old name of TENURE_SESSION_ID (it never held anything else).
         .env("TENURE_LEADER_ID", leadership.session().to_string())
         .process_group(0);
     let runner = std::process::id() as libc::pid_t;
@@ -612,6 +629,99 @@ fn describe(st: std::process::ExitStatus) -> String {
 
 fn describe_opt(st: Option<std::process::ExitStatus>) -> String {
     st.map(describe).unwrap_or_else(|| "status unknown".into())
+}
+
+/// Where `command` would be executed from, as `execvp` finds it: a name with a `/` is a
+/// path; any other is looked up in each directory of `$PATH` (`/bin:/usr/bin` when unset).
+/// The error is the exit code (127 not found, 126 found but not executable) and why.
+pub fn find_command(command: &std::ffi::OsStr) -> Result<std::path::PathBuf, (u8, String)> {
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::path::{Path, PathBuf};
+    if command.is_empty() {
+        return Err((127, "the command is empty".into()));
+    }
+    let executable = |p: &Path| -> Result<(), String> {
+        let meta = std::fs::metadata(p).map_err(|e| e.to_string())?;
+        if meta.is_dir() {
+            return Err("it is a directory".into());
+        }
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| "the path holds a NUL byte".to_string())?;
+        // SAFETY: access(2) reads the NUL-terminated path and touches no other memory.
+        if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+            return Err(format!(
+                "not executable ({})",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    };
+    if command.as_bytes().contains(&b'/') {
+        let p = PathBuf::from(command);
+        return match executable(&p) {
+            Ok(()) => Ok(p),
+            Err(_) if std::fs::metadata(&p).is_err() => {
+                Err((127, format!("{} does not exist", p.display())))
+            }
+            Err(why) => Err((126, format!("{}: {why}", p.display()))),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    let mut not_executable = None;
+    for dir in std::env::split_paths(&path) {
+        // An empty entry is the current directory, as for execvp.
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(command);
+        match executable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(why) if std::fs::metadata(&candidate).is_ok() => {
+                not_executable.get_or_insert(format!("{}: {why}", candidate.display()));
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match not_executable {
+        Some(why) => (126, why),
+        None => (127, "not found in $PATH".into()),
+    })
+}
+
+/// The exit code for an error of the backend or the client library: [`EXIT_USAGE`] when the
+/// arguments were at fault (a URL that cannot be understood or names an unknown scheme, a
+/// file it names that cannot be read, an argument the backend refused as invalid),
+/// [`EXIT_BACKEND`] otherwise.
+pub fn exit_code(e: &Error) -> u8 {
+    match e {
+        Error::InvalidUrl { .. } | Error::UnsupportedBackend { .. } | Error::InvalidArgument(_) => {
+            EXIT_USAGE
+        }
+        _ => EXIT_BACKEND,
+    }
+}
+
+/// Log `error: WHAT: E`, then what a second look at the URL's addresses finds when the
+/// error may come from a wrong address; returns the exit code.
+pub async fn fail(what: &str, url: &str, e: &Error) -> u8 {
+    log(&format!("error: {what}: {e}"));
+    if crate::diagnose::worth_a_look(e) {
+        for hint in crate::diagnose::hints(url).await {
+            log(&format!("hint: {hint}"));
+        }
+    }
+    exit_code(e)
+}
+
+/// An election name is refused before anything is contacted when it is empty.
+pub fn check_election(name: &str) -> Result<(), u8> {
+    if name.is_empty() {
+        log("error: --election is empty; give the election's name (1 to 256 bytes)");
+        return Err(EXIT_USAGE);
+    }
+    Ok(())
 }
 
 /// SIGINT, SIGTERM and SIGHUP, as one stream of signal numbers.
@@ -766,24 +876,81 @@ pub fn default_value() -> String {
     format!("{host}:{}", std::process::id())
 }
 
-/// Parse `500ms`, `10s`, `1.5s`, `2m`, `1h`; a bare number is seconds.
+/// Parse a duration: one or more `NUMBER UNIT` parts with no space between them, such as
+/// `500ms`, `10s`, `1.5s`, `2m`, `1h`, `1m30s` or `1h2m3.5s`; units are `ms`, `s`, `m` (or
+/// `min`) and `h`, and a bare number alone is seconds. Exact to the nanosecond (no floating
+/// point); a sum past what a [`Duration`] holds is refused, as is anything else.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a duration like 500ms, 10s, 2m"))?;
-    let secs = match unit.trim() {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        u => return Err(format!("{s:?}: unknown unit {u:?} (use ms, s, m, h)")),
+    const EXAMPLE: &str = "use a duration such as 500ms, 10s, 1.5s, 2m, 1m30s or 1h";
+    let text = s.trim();
+    if text.is_empty() {
+        return Err(format!("an empty duration; {EXAMPLE}"));
+    }
+    // A bare number is seconds (only as the whole input: `1m30` is refused).
+    if text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return duration_part(text, "s", s);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_end);
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_end);
+        if num.is_empty() {
+            return Err(format!(
+                "{s:?}: expected a number before {unit:?}; {EXAMPLE}"
+            ));
+        }
+        if unit.is_empty() {
+            return Err(format!("{s:?}: {num:?} has no unit; {EXAMPLE}"));
+        }
+        total = total
+            .checked_add(duration_part(num, unit, s)?)
+            .ok_or_else(|| format!("{s:?} is too long"))?;
+        rest = tail;
+    }
+    Ok(total)
+}
+
+/// One `NUMBER UNIT` part of [`parse_duration`]'s input `whole`.
+fn duration_part(num: &str, unit: &str, whole: &str) -> Result<Duration, String> {
+    let unit_ns: u128 = match unit {
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        u => return Err(format!("{whole:?}: unknown unit {u:?} (use ms, s, m or h)")),
     };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() && frac.is_empty() || frac.contains('.') {
+        return Err(format!("{whole:?}: {num:?} is not a number"));
+    }
+    let too_long = || format!("{whole:?} is too long");
+    // Digits past the nanosecond of the largest unit change nothing; 18 keep the
+    // arithmetic below far from u128's limit.
+    let frac = &frac[..frac.len().min(18)];
+    let int: u128 = if int.is_empty() {
+        0
+    } else {
+        int.parse().map_err(|_| too_long())?
+    };
+    let frac_ns = if frac.is_empty() {
+        0
+    } else {
+        let digits: u128 = frac.parse().map_err(|_| too_long())?;
+        digits * unit_ns / 10u128.pow(frac.len() as u32)
+    };
+    let ns = int
+        .checked_mul(unit_ns)
+        .and_then(|n| n.checked_add(frac_ns))
+        .ok_or_else(too_long)?;
+    let secs = u64::try_from(ns / 1_000_000_000).map_err(|_| too_long())?;
+    Ok(Duration::new(secs, (ns % 1_000_000_000) as u32))
 }
 
 /// One line to stderr: `2026-11-29T11:36:22.123Z tenure[PID]: MESSAGE`.
@@ -827,9 +994,58 @@ mod tests {
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("3x").is_err());
-        assert!(parse_duration("").is_err());
+        assert_eq!(parse_duration(" 250ms "), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration(".5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        // 0.1 s exactly, not the nearest binary fraction.
+        assert_eq!(
+            parse_duration("0.1s"),
+            Ok(Duration::from_nanos(100_000_000))
+        );
+        assert_eq!(parse_duration("1.0000000019s"), Ok(Duration::new(1, 1)));
+    }
+
+    #[test]
+    fn compound_durations_add_up() {
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(
+            parse_duration("1h2m3.5s"),
+            Ok(Duration::from_millis(3_723_500))
+        );
+        assert_eq!(parse_duration("1s250ms"), Ok(Duration::from_millis(1250)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+    }
+
+    #[test]
+    fn garbage_and_overflow_are_refused_with_a_reason() {
+        for (input, says) in [
+            ("", "empty"),
+            ("3x", "unknown unit \"x\""),
+            ("1m30", "has no unit"),
+            ("s", "expected a number"),
+            ("ms5", "expected a number"),
+            ("1..5s", "not a number"),
+            (".s", "not a number"),
+            ("1 m", "unknown unit \" m\""),
+            ("-1s", "expected a number"),
+            ("1e3s", "unknown unit \"e\""),
+            ("18446744073709551616s", "too long"),
+            ("99999999999999999999999999999999999999999h", "too long"),
+            ("5124095576030432h", "too long"),
+            ("18446744073709551615s1s", "too long"),
+        ] {
+            match parse_duration(input) {
+                Ok(d) => panic!("{input:?} was accepted as {d:?}"),
+                Err(e) => assert!(e.contains(says), "{input:?}: {e}"),
+            }
+        }
+        assert_eq!(
+            parse_duration("18446744073709551615s"),
+            Ok(Duration::from_secs(u64::MAX))
+        );
     }
 
     #[test]
