@@ -48,6 +48,12 @@ pub struct InjectedBugs {
     /// An ended session keeps its expiry deadline on this node (the node's own invariant
     /// check, gated on the deadline map's size, must still see it).
     pub keep_ended_deadline: bool,
+    /// A leader serves reads without a log entry as soon as it has applied its commit
+    /// index, without confirming that it still leads (no lease, no ReadIndex round).
+    pub read_without_confirmation: bool,
+    /// A leader serves lease reads for an election timeout longer than its lease: past the
+    /// time its followers stop refusing votes for others.
+    pub read_lease_past_vote_refusal: bool,
 }
 
 impl InjectedBugs {
@@ -67,6 +73,8 @@ impl InjectedBugs {
             || self.vote_without_log_check
             || self.truncate_matching_entries
             || self.keep_ended_deadline
+            || self.read_without_confirmation
+            || self.read_lease_past_vote_refusal
     }
 }
 

@@ -12,6 +12,7 @@ pub mod message;
 pub mod node;
 pub mod quorum;
 mod raft;
+pub mod read;
 pub mod sm;
 pub mod storage;
 pub mod types;

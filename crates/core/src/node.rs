@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::config::{Config, ConfigError};
 use crate::message::Message;
 use crate::raft::Raft;
+use crate::read::{PendingRead, ReadResult, Reads, READS_PENDING_MAX};
 use crate::sm::{
     check_request_id, Command, LeaderChange, RequestId, Response, SessionId, SmError, SmLimits,
     StateMachine,
@@ -147,6 +148,8 @@ pub struct Ready {
     pub leader_changes: Vec<LeaderChange>,
     /// Keepalives acknowledged.
     pub keepalive_acks: Vec<KeepaliveAck>,
+    /// Reads answered (served without a log entry, or refused), see [`Node::read`].
+    pub reads: Vec<ReadResult>,
     /// Every committed entry up to this index has been applied and its result handed out
     /// (in this Ready's `applied` or an earlier one's, or skipped over by an installed
     /// snapshot). A proposal at or below it that got no result here never will.
@@ -163,6 +166,7 @@ impl Ready {
             && self.applied.is_empty()
             && self.leader_changes.is_empty()
             && self.keepalive_acks.is_empty()
+            && self.reads.is_empty()
     }
 }
 
@@ -215,6 +219,7 @@ pub struct Node {
     applied: Vec<Applied>,
     leader_changes: Vec<LeaderChange>,
     acks: Vec<KeepaliveAck>,
+    reads: Reads,
     /// Set between `ready()` and `advance()`; inputs in between are a driver bug.
     awaiting_advance: bool,
     /// `Ready::applied_through` of the last Ready handed out.
@@ -282,6 +287,7 @@ impl Node {
             applied: Vec::new(),
             leader_changes: Vec::new(),
             acks: Vec::new(),
+            reads: Reads::default(),
             awaiting_advance: false,
             applied_handed: 0,
             sm_checked_at: std::cell::Cell::new(None),
@@ -407,6 +413,44 @@ impl Node {
         Ok(())
     }
 
+    /// A linearizable read (`Get` or `Leader`) served without a log entry (leader only); see
+    /// [`crate::read`] for when it is served. Its answer arrives in [`Ready::reads`] under
+    /// `tag`: the response in the state after some applied index, or a definite refusal.
+    /// Refused at once if this node does not lead, is transferring leadership, holds too
+    /// many reads, or the command is not a read or breaks the size limits.
+    pub fn read(&mut self, command: Command, tag: u64) -> Result<(), ProposeError> {
+        self.assert_not_awaiting();
+        if !command.is_read() {
+            return Err(ProposeError::NotARead);
+        }
+        validate_sizes(&self.raft.config.limits, &command).map_err(ProposeError::Invalid)?;
+        if self.raft.role != Role::Leader {
+            return Err(ProposeError::NotLeader {
+                leader_hint: self.raft.leader,
+            });
+        }
+        if self.raft.transferring() {
+            return Err(ProposeError::Transferring);
+        }
+        if self.reads.pending.len() >= READS_PENDING_MAX {
+            return Err(ProposeError::TooManyUncommitted);
+        }
+        if self.reads.pending.is_empty() {
+            self.reads.term = self.raft.term;
+        }
+        self.reads.pending.push_back(PendingRead {
+            tag,
+            command,
+            received_tick: self.raft.now_tick,
+            read_index: self.raft.log.committed,
+        });
+        if !self.raft.lease_valid() {
+            self.raft.heartbeat_at_next_tick();
+        }
+        self.after_input();
+        Ok(())
+    }
+
     /// Hand Raft leadership to `to` (leader only).
     pub fn transfer_leadership(&mut self, to: NodeId) -> Result<(), ProposeError> {
         self.assert_not_awaiting();
@@ -442,6 +486,7 @@ impl Node {
                 || !self.applied.is_empty()
                 || !self.leader_changes.is_empty()
                 || !self.acks.is_empty()
+                || !self.reads.done.is_empty()
                 || self.raft.log.applied != self.applied_handed)
     }
 
@@ -463,6 +508,7 @@ impl Node {
             applied: std::mem::take(&mut self.applied),
             leader_changes: std::mem::take(&mut self.leader_changes),
             keepalive_acks: std::mem::take(&mut self.acks),
+            reads: std::mem::take(&mut self.reads.done),
         }
     }
 
@@ -621,6 +667,23 @@ impl Node {
             self.sm.applied_index(),
             self.raft.log.applied
         );
+        // Every input ends by serving or refusing reads, so reads wait only at a leader of
+        // the term they arrived in, in arrival order.
+        if let (Some(first), Some(last)) = (self.reads.pending.front(), self.reads.pending.back()) {
+            assert!(
+                self.raft.role == Role::Leader && self.raft.term == self.reads.term,
+                "node {}: reads wait at a {:?} of term {} that arrived in term {}",
+                self.raft.id,
+                self.raft.role,
+                self.raft.term,
+                self.reads.term
+            );
+            assert!(
+                first.received_tick <= last.received_tick && first.read_index <= last.read_index,
+                "node {}: reads out of arrival order",
+                self.raft.id
+            );
+        }
         // Sessions start and end only by applying entries, and a deadline appears or
         // goes away with them; a stray insertion or removal in between changes the map's
         // size. So the two key sets need comparing only when either of those moved.
@@ -664,6 +727,7 @@ impl Node {
         }
         self.apply_committed();
         self.leader_duties();
+        self.serve_reads();
     }
 
     fn load_snapshot(&mut self, snapshot: &Snapshot) {
@@ -840,6 +904,57 @@ impl Node {
             self.acknowledge_keepalives(now);
         } else {
             self.acknowledge_newest_keepalive();
+        }
+    }
+
+    /// Answers the reads that can be answered now, oldest first (see [`crate::read`]).
+    fn serve_reads(&mut self) {
+        if self.reads.pending.is_empty() {
+            return;
+        }
+        if self.raft.role != Role::Leader || self.raft.term != self.reads.term {
+            let leader_hint = self.raft.leader;
+            for r in std::mem::take(&mut self.reads.pending) {
+                self.reads.done.push(ReadResult {
+                    tag: r.tag,
+                    outcome: Err(ProposeError::NotLeader { leader_hint }),
+                });
+            }
+            return;
+        }
+        let bugs = self.raft.config.bugs;
+        let now = self.raft.now_tick;
+        let t = self.raft.config.election_timeout_ticks;
+        let lease = if bugs.read_lease_past_vote_refusal {
+            self.raft
+                .lease_until_tick()
+                .is_some_and(|until| now < until + t)
+        } else {
+            self.raft.lease_valid()
+        };
+        let heard = self.raft.quorum_heard_tick();
+        let complete = self.raft.leader_ready();
+        let applied = self.raft.log.applied;
+        while let Some(r) = self.reads.pending.front() {
+            let confirmed = lease
+                || heard.is_some_and(|h| h > r.received_tick)
+                || bugs.read_without_confirmation;
+            if complete && confirmed && applied >= r.read_index {
+                let r = self.reads.pending.pop_front().expect("just looked");
+                let response = self.sm.query(&r.command).expect("only reads are queued");
+                self.reads.done.push(ReadResult {
+                    tag: r.tag,
+                    outcome: Ok((applied, response)),
+                });
+            } else if now >= r.received_tick + 2 * t {
+                let r = self.reads.pending.pop_front().expect("just looked");
+                self.reads.done.push(ReadResult {
+                    tag: r.tag,
+                    outcome: Err(ProposeError::LeadershipUnconfirmed),
+                });
+            } else {
+                break;
+            }
         }
     }
 

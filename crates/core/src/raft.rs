@@ -99,6 +99,13 @@ pub enum ProposeError {
     /// Clients may not propose commands reserved to the leader (`Expire`, `Checkpoint`).
     #[error("this command is reserved to the leader")]
     ClientCommandNotAllowed,
+    /// Only `Get` and `Leader` are served as reads without a log entry.
+    #[error("not a read")]
+    NotARead,
+    /// The leader could not confirm with a quorum, within two election timeouts, that it
+    /// still leads; the read was not served. Retry (at the leader of the moment).
+    #[error("could not confirm leadership with a quorum")]
+    LeadershipUnconfirmed,
 }
 
 /// A message that cannot be processed. The node's state is unchanged.
@@ -276,7 +283,18 @@ impl Raft {
     /// before it, because a quorum heard from it at or after the quorum's acknowledged send
     /// tick and refuses votes for T after that, and the margin covers drift and rounding.
     pub(crate) fn lease_until_tick(&self) -> Option<u64> {
-        if self.role != Role::Leader || self.lease_void || !self.config.check_quorum {
+        if self.lease_void || !self.config.check_quorum {
+            return None;
+        }
+        let base = self.quorum_heard_tick()?;
+        Some(base + self.t() - self.config.lease_margin_ticks())
+    }
+
+    /// While leader: the latest local tick `s` such that a quorum (of each half, while
+    /// joint) acknowledged, in this term, a message this leader sent at tick `s` or later.
+    /// Every member of that quorum was still in this term after `s`.
+    pub(crate) fn quorum_heard_tick(&self) -> Option<u64> {
+        if self.role != Role::Leader {
             return None;
         }
         let acked = |id: NodeId| {
@@ -286,8 +304,20 @@ impl Raft {
                 self.progress.get(&id).and_then(|p| p.acked_sent_tick)
             }
         };
-        let base = joint_quorum_min_by(&self.membership, acked)?;
-        Some(base + self.t() - self.config.lease_margin_ticks())
+        joint_quorum_min_by(&self.membership, acked)
+    }
+
+    /// While leader: send heartbeats at the next tick instead of waiting out the interval
+    /// (a read waits for a quorum to acknowledge a message sent after it arrived).
+    pub(crate) fn heartbeat_at_next_tick(&mut self) {
+        if self.role == Role::Leader {
+            self.heartbeat_elapsed_ticks = self.config.heartbeat_ticks;
+        }
+    }
+
+    /// A leadership transfer is in progress.
+    pub(crate) fn transferring(&self) -> bool {
+        self.transfer.is_some()
     }
 
     pub(crate) fn lease_valid(&self) -> bool {

@@ -37,6 +37,7 @@
 use std::collections::BTreeMap;
 
 use tenure_core::node::{Applied, KeepaliveAck, Node, ProposeError, Ready, Role, Status};
+use tenure_core::read::ReadResult;
 use tenure_core::sm::{Command, RequestId, Response, SessionId, SmError};
 use tenure_core::types::{Index, NodeId, Term};
 
@@ -206,11 +207,12 @@ pub struct ReadyParts<'a> {
     pub leader_changes: usize,
     /// `Ready::keepalive_acks`.
     pub keepalive_acks: &'a [KeepaliveAck],
+    /// `Ready::reads`.
+    pub reads: &'a [ReadResult],
 }
 
 struct PendingProposal<P> {
     request: Option<RequestId>,
-    read: bool,
     proposed_us: Micros,
     reply: P,
 }
@@ -264,6 +266,8 @@ pub struct DriverCore<P, K> {
     proposals: BTreeMap<(Index, Term), PendingProposal<P>>,
     /// Waiting keepalives by the tag given to the node.
     keepalives: BTreeMap<u64, PendingKeepalive<K>>,
+    /// Waiting reads by the tag given to the node.
+    reads: BTreeMap<u64, P>,
     next_tag: u64,
     /// When each session's latest keepalive arrived, for the lease-age metric; forgotten
     /// when the session ends.
@@ -281,6 +285,7 @@ impl<P, K> DriverCore<P, K> {
             bugs,
             proposals: BTreeMap::new(),
             keepalives: BTreeMap::new(),
+            reads: BTreeMap::new(),
             next_tag: 1,
             last_keepalive_us: BTreeMap::new(),
             last_role: status.role,
@@ -300,8 +305,16 @@ impl<P, K> DriverCore<P, K> {
         self.keepalives.len()
     }
 
+    /// Reads waiting for the leader to confirm its leadership or apply their read index.
+    pub fn reads_pending(&self) -> usize {
+        self.reads.len()
+    }
+
     /// Proposes `command` (with its request id, if any) on `node`. A refusal is answered at
     /// once; otherwise the proposal waits for its entry and its position is returned.
+    ///
+    /// A read (`Get`, `Leader`) is not appended: it goes to [`DriverCore::read`] (its
+    /// request id, if any, is not needed: a read changes nothing), and `None` is returned.
     pub fn propose(
         &mut self,
         node: &mut Node,
@@ -310,14 +323,16 @@ impl<P, K> DriverCore<P, K> {
         command: Command,
         reply: P,
     ) -> Option<(Index, Term)> {
-        let read = matches!(command, Command::Get { .. } | Command::Leader { .. });
+        if command.is_read() {
+            self.read(node, now_us, command, reply);
+            return None;
+        }
         match node.propose_request(request, command) {
             Ok(p) => {
                 self.proposals.insert(
                     (p.index, p.term),
                     PendingProposal {
                         request,
-                        read,
                         proposed_us: now_us,
                         reply,
                     },
@@ -333,6 +348,24 @@ impl<P, K> DriverCore<P, K> {
                 None
             }
         }
+    }
+
+    /// A linearizable read served by the leader without a log entry ([`Node::read`]). It is
+    /// answered `Applied` with the index whose state it saw, or a definite failure (a read
+    /// that was not served changed nothing).
+    pub fn read(&mut self, node: &mut Node, now_us: Micros, command: Command, reply: P) {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        match node.read(command, tag) {
+            Ok(()) => {
+                self.reads.insert(tag, reply);
+            }
+            Err(e) => self.out.answers.push(Answer {
+                reply,
+                outcome: Outcome::Failed(Failure::Refused(e)),
+            }),
+        }
+        self.observe(node, now_us);
     }
 
     /// A keepalive for `session` arrived. Acknowledged later from `Ready::keepalive_acks`,
@@ -351,15 +384,16 @@ impl<P, K> DriverCore<P, K> {
         secret_hash: Option<tenure_core::sm::SecretHash>,
         reply: K,
     ) {
-        if let Some(previous) = self.last_keepalive_us.insert(session, now_us) {
-            self.out.events.push(Event::LeaseAgeAtRenewal {
-                age_us: now_us.saturating_sub(previous),
-            });
-        }
         let tag = self.next_tag;
         self.next_tag += 1;
         match node.keepalive_as(session, tag, secret_hash.as_ref()) {
             Ok(()) => {
+                // Only sessions the node knows: an unknown id must not grow this map.
+                if let Some(previous) = self.last_keepalive_us.insert(session, now_us) {
+                    self.out.events.push(Event::LeaseAgeAtRenewal {
+                        age_us: now_us.saturating_sub(previous),
+                    });
+                }
                 if self.keepalives.len() >= KEEPALIVES_PENDING_MAX {
                     if let Some((_, p)) = self.keepalives.pop_first() {
                         self.refuse_keepalive(p, ProposeError::TooManyUncommitted);
@@ -447,6 +481,7 @@ impl<P, K> DriverCore<P, K> {
                 applied: &ready.applied,
                 leader_changes: ready.leader_changes.len(),
                 keepalive_acks: &ready.keepalive_acks,
+                reads: &ready.reads,
             },
         );
     }
@@ -456,6 +491,18 @@ impl<P, K> DriverCore<P, K> {
         for a in ready.applied {
             self.count_applied(a);
             self.decide_index(node, now_us, a.index, Some(a));
+        }
+        for r in ready.reads {
+            if let Some(reply) = self.reads.remove(&r.tag) {
+                let outcome = match &r.outcome {
+                    Ok((index, response)) => Outcome::Applied {
+                        index: *index,
+                        response: response.clone(),
+                    },
+                    Err(e) => Outcome::Failed(Failure::Refused(e.clone())),
+                };
+                self.out.answers.push(Answer { reply, outcome });
+            }
         }
         for _ in 0..ready.leader_changes {
             self.out.events.push(Event::ElectionLeaderChanged);
@@ -559,7 +606,7 @@ impl<P, K> DriverCore<P, K> {
         // forgotten".
         match id {
             RequestId::Session { session, seq }
-                if !p.read && sm.remembers_since(session).is_some_and(|floor| seq > floor) =>
+                if sm.remembers_since(session).is_some_and(|floor| seq > floor) =>
             {
                 Outcome::Failed(Failure::Superseded { leader })
             }
@@ -614,6 +661,15 @@ impl<P, K> DriverCore<P, K> {
         for (_, p) in std::mem::take(&mut self.keepalives) {
             self.refuse_keepalive(p, ProposeError::NotLeader { leader_hint: None });
         }
+        // A read that was not served changed nothing: a definite failure.
+        for (_, reply) in std::mem::take(&mut self.reads) {
+            self.out.answers.push(Answer {
+                reply,
+                outcome: Outcome::Failed(Failure::Refused(ProposeError::NotLeader {
+                    leader_hint: None,
+                })),
+            });
+        }
     }
 
     /// The node crashed: everything in memory is gone, and nobody is answered (the clients'
@@ -621,6 +677,7 @@ impl<P, K> DriverCore<P, K> {
     pub fn crash(&mut self) {
         self.proposals.clear();
         self.keepalives.clear();
+        self.reads.clear();
         self.last_keepalive_us.clear();
         self.out = Output::default();
     }

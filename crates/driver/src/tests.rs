@@ -156,3 +156,74 @@ fn a_keepalive_is_acknowledged_by_a_leader_that_holds_its_lease() {
         KeepaliveOutcome::Acked { ttl_ticks: 100 }
     ));
 }
+
+#[test]
+fn a_read_is_answered_from_the_applied_state_without_a_log_entry() {
+    let (mut node, mut core) = leader();
+    core.drain();
+    let before = node.status();
+    let read = Command::Get { key: "k".into() };
+    assert_eq!(
+        core.propose(&mut node, 1, None, read, 3),
+        None,
+        "a read takes no position"
+    );
+    settle(&mut node, &mut core, 2);
+    let out = core.drain();
+    assert_eq!(out.answers.len(), 1);
+    assert_eq!(out.answers[0].reply, 3);
+    assert_eq!(
+        out.answers[0].outcome,
+        Outcome::Applied {
+            index: before.applied,
+            response: Response::Value(None)
+        }
+    );
+    assert_eq!(node.status().last_index, before.last_index);
+    assert_eq!(core.reads_pending(), 0);
+}
+
+#[test]
+fn reads_refused_or_left_at_a_stop_are_definite_failures() {
+    let mut node = Node::new(Config::new(1, vec![1, 2, 3]), Recovered::default()).expect("valid");
+    let mut core = Core::new(&node.status(), 0, DriverBugs::default());
+    core.propose(&mut node, 0, None, Command::Get { key: "k".into() }, 1);
+    assert!(matches!(
+        core.drain().answers[0].outcome,
+        Outcome::Failed(Failure::Refused(ProposeError::NotLeader { .. }))
+    ));
+
+    // A lone voter without check-quorum has no lease: the read waits for the next tick.
+    let mut cfg = Config::new(1, vec![1]);
+    cfg.check_quorum = false;
+    let mut node = Node::new(cfg, Recovered::default()).expect("valid");
+    let mut core = Core::new(&node.status(), 0, DriverBugs::default());
+    while node.status().role != Role::Leader || node.status().applied == 0 {
+        node.tick();
+        settle(&mut node, &mut core, 0);
+    }
+    core.drain();
+    core.read(&mut node, 0, Command::Get { key: "k".into() }, 2);
+    settle(&mut node, &mut core, 0);
+    assert_eq!(core.reads_pending(), 1);
+    core.stop();
+    let out = core.drain();
+    assert_eq!(out.answers.len(), 1);
+    assert!(matches!(
+        out.answers[0].outcome,
+        Outcome::Failed(Failure::Refused(ProposeError::NotLeader { .. }))
+    ));
+    assert_eq!(core.reads_pending(), 0);
+}
+
+#[test]
+fn a_keepalive_for_an_unknown_session_leaves_nothing_behind() {
+    let (mut node, mut core) = leader();
+    for session in 1_000..2_000 {
+        core.keepalive(&mut node, 0, session, 0);
+    }
+    assert!(
+        core.last_keepalive_us.is_empty(),
+        "unknown sessions were remembered"
+    );
+}

@@ -102,6 +102,10 @@ impl From<ProposeError> for ApiError {
             ProposeError::ClientCommandNotAllowed => {
                 ApiError::Invalid("command reserved to the leader".into())
             }
+            ProposeError::NotARead => ApiError::Invalid("not a read".into()),
+            ProposeError::LeadershipUnconfirmed => ApiError::Unavailable(
+                "the leader could not confirm its leadership with a quorum".into(),
+            ),
         }
     }
 }

@@ -40,6 +40,7 @@ struct AfterFsync {
     applied: Vec<tenure_core::node::Applied>,
     leader_changes: Vec<tenure_core::sm::LeaderChange>,
     keepalive_acks: Vec<tenure_core::node::KeepaliveAck>,
+    reads: Vec<tenure_core::read::ReadResult>,
 }
 
 /// Who a proposal's answer goes to: the driver core's reply handle in the simulator.
@@ -461,6 +462,7 @@ impl NodeSlot {
             applied,
             leader_changes,
             keepalive_acks,
+            reads,
             applied_through,
         } = ready;
         ctx.trace.event(
@@ -520,6 +522,7 @@ impl NodeSlot {
             applied,
             leader_changes,
             keepalive_acks,
+            reads,
         };
         if self.pipelined && wrote_entries {
             let leader_term = self.node.as_ref().and_then(|n| {
@@ -642,6 +645,7 @@ impl NodeSlot {
             applied,
             leader_changes,
             keepalive_acks,
+            reads,
         } = rest;
 
         // 2. Tell the node its Ready is durable.
@@ -672,6 +676,7 @@ impl NodeSlot {
                 applied: &applied,
                 leader_changes: leader_changes.len(),
                 keepalive_acks: &keepalive_acks,
+                reads: &reads,
             };
             in_core(|| core.on_ready_parts(node, ctx.now_us, parts));
         }

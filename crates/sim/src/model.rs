@@ -100,6 +100,19 @@ impl Model {
         (response, changes)
     }
 
+    /// The answer to a read (`Get` or `Leader`) in the current state, as a read served at
+    /// this point of the log must get it. Panics for any other command.
+    pub fn query(&self, read: &Command) -> Response {
+        match read {
+            Command::Get { key } => Response::Value(self.fenced.get(key).cloned()),
+            Command::Leader { election } => match self.elections.get(election) {
+                Some(e) => Response::LeaderIs(e.leader()),
+                None => Response::Rejected(SmError::UnknownElection(election.clone())),
+            },
+            other => panic!("not a read: {other:?}"),
+        }
+    }
+
     fn alive(&self, session: SessionId) -> bool {
         self.sessions.contains(&session)
     }

@@ -170,11 +170,21 @@ pub enum InjectBug {
     /// An ended session's expiry deadline stays on the node (core switch
     /// `keep_ended_deadline`), caught by the node's own invariant check.
     KeepEndedDeadline,
+    /// A leader serves reads without a log entry as soon as it has applied its commit index,
+    /// without confirming that it still leads (core switch `read_without_confirmation`). A
+    /// deposed leader that has not heard of its successor answers from an old state: a read
+    /// misses a write that completed before it started (linearizability's real-time order).
+    ReadWithoutConfirmation,
+    /// A leader serves lease reads for an election timeout past its lease, when its
+    /// followers no longer refuse votes for others (core switch
+    /// `read_lease_past_vote_refusal`). A leader cut off from the others keeps answering
+    /// reads after they elected a successor that completed writes.
+    ReadLeasePastVoteRefusal,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 16] = [
+    pub const ALL: [InjectBug; 18] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
@@ -191,6 +201,8 @@ impl InjectBug {
         InjectBug::VoteWithoutLogCheck,
         InjectBug::TruncateMatchingEntries,
         InjectBug::KeepEndedDeadline,
+        InjectBug::ReadWithoutConfirmation,
+        InjectBug::ReadLeasePastVoteRefusal,
     ];
 
     /// The core's switches for this bug (all off for a simulator-side bug).
@@ -214,6 +226,8 @@ impl InjectBug {
             Some(InjectBug::VoteWithoutLogCheck) => b.vote_without_log_check = true,
             Some(InjectBug::TruncateMatchingEntries) => b.truncate_matching_entries = true,
             Some(InjectBug::KeepEndedDeadline) => b.keep_ended_deadline = true,
+            Some(InjectBug::ReadWithoutConfirmation) => b.read_without_confirmation = true,
+            Some(InjectBug::ReadLeasePastVoteRefusal) => b.read_lease_past_vote_refusal = true,
         }
         b
     }
@@ -237,6 +251,8 @@ impl InjectBug {
             InjectBug::VoteWithoutLogCheck => "vote-without-log-check",
             InjectBug::TruncateMatchingEntries => "truncate-matching-entries",
             InjectBug::KeepEndedDeadline => "keep-ended-deadline",
+            InjectBug::ReadWithoutConfirmation => "read-without-confirmation",
+            InjectBug::ReadLeasePastVoteRefusal => "read-lease-past-vote-refusal",
         }
     }
 
@@ -271,6 +287,8 @@ impl InjectBug {
             InjectBug::VoteWithoutLogCheck => "leader-completeness",
             InjectBug::TruncateMatchingEntries => "leader-completeness",
             InjectBug::KeepEndedDeadline => "node-invariant",
+            InjectBug::ReadWithoutConfirmation => "linearizability",
+            InjectBug::ReadLeasePastVoteRefusal => "linearizability",
         }
     }
 }

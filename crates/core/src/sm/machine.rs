@@ -362,17 +362,31 @@ impl StateMachine {
                 election,
                 token,
             } => self.fenced_put(index, key, value, election, *token),
-            Command::Get { key } => Ok(Response::Value(self.fenced(key).cloned())),
+            Command::Get { .. } | Command::Leader { .. } => {
+                match self.query(command).expect("a read") {
+                    Response::Rejected(e) => Err(e),
+                    r => Ok(r),
+                }
+            }
+        }
+    }
+
+    /// The answer to a read (`Get` or `Leader`) in the current state, changing nothing;
+    /// `None` for any other command. The same answer the read gets through the log.
+    pub fn query(&self, command: &Command) -> Option<Response> {
+        Some(match command {
+            Command::Get { key } => Response::Value(self.fenced(key).cloned()),
             // An election nobody ever campaigned in is an error, not "no leader yet", so that
             // a misspelt name is noticed instead of waited on forever.
             Command::Leader { election } => {
                 if self.state.data.elections.contains_key(election) {
-                    Ok(Response::LeaderIs(self.leader(election)))
+                    Response::LeaderIs(self.leader(election))
                 } else {
-                    Err(SmError::UnknownElection(election.clone()))
+                    Response::Rejected(SmError::UnknownElection(election.clone()))
                 }
             }
-        }
+            _ => return None,
+        })
     }
 
     /// Apply a client's command that carries a request id: the first time, as

@@ -175,6 +175,12 @@ impl Command {
         }
     }
 
+    /// A read (`Get`, `Leader`): it changes nothing, and a leader serves it without a log
+    /// entry ([`crate::node::Node::read`]).
+    pub fn is_read(&self) -> bool {
+        matches!(self, Command::Get { .. } | Command::Leader { .. })
+    }
+
     /// The session this command acts for, whose secret it must present: the session of a
     /// `Revoke`, `Campaign` or `Resign`, the current leader of a `Transfer`. `Expire` acts
     /// for the leader's lease clock, not for a client, and needs none.

@@ -53,6 +53,7 @@ pub struct Cluster {
     pub applied: BTreeMap<NodeId, Vec<Applied>>,
     pub acks: BTreeMap<NodeId, Vec<KeepaliveAck>>,
     pub changes: BTreeMap<NodeId, Vec<LeaderChange>>,
+    pub reads: BTreeMap<NodeId, Vec<tenure_core::read::ReadResult>>,
 }
 
 impl Cluster {
@@ -71,6 +72,7 @@ impl Cluster {
             applied: BTreeMap::new(),
             acks: BTreeMap::new(),
             changes: BTreeMap::new(),
+            reads: BTreeMap::new(),
         };
         for id in &ids {
             let mut cfg = Config::new(*id, ids.clone());
@@ -113,6 +115,7 @@ impl Cluster {
                     .entry(*id)
                     .or_default()
                     .extend(ready.leader_changes);
+                self.reads.entry(*id).or_default().extend(ready.reads);
                 node.check_invariants();
             }
         }

@@ -1,0 +1,66 @@
+//! Linearizable reads without log entries (Raft dissertation §6.4).
+//!
+//! A read (`Get`, `Leader`) changes nothing, so appending it to the log only to learn that
+//! this node still leads costs an fsync on a quorum for nothing. The leader serves it from its
+//! own state instead, once three things hold:
+//!
+//! 1. **Its view is complete.** It has committed and applied an entry of its own term (its
+//!    term-start no-op), so its commit index covers every entry committed by earlier leaders.
+//! 2. **It has applied the read index**: its commit index when the read arrived. Every write
+//!    that completed before the read started was committed by then (by this leader, or by an
+//!    earlier one and covered by 1).
+//! 3. **It still led after the read arrived**, so no later leader can have completed a write
+//!    before the read started. Either:
+//!    - *lease*: its leader lease holds now — a quorum heard from it at tick `s`, and each of
+//!      them refuses votes for `T` after hearing from it, so nobody else can be elected
+//!      before `s + T` on their clocks, which the lease's margin keeps ahead of `now` on
+//!      ours (the same lease that lets it acknowledge keepalives); or
+//!    - *ReadIndex*: a quorum acknowledged, in this term, a message it sent at a tick later
+//!      than the read's arrival. Each of them was still in this term after the read arrived,
+//!      and a later leader needs votes from one of them in a higher term. This needs no
+//!      clock bound, and is what a leader without a lease (just elected, or transferring
+//!      leadership, or with check-quorum off) waits for: it heartbeats at the next tick.
+//!
+//! The read is answered with the state at the leader's applied index (at least the read
+//! index; later committed entries are concurrent writes, which a linearizable read may see).
+//! A leader that steps down refuses the reads it holds (`NotLeader`: nothing was done, so the
+//! failure is definite), and one that cannot confirm its leadership within two election
+//! timeouts refuses them `LeadershipUnconfirmed`.
+
+use std::collections::VecDeque;
+
+use crate::sm::{Command, Response};
+use crate::types::{Index, Term};
+
+/// Most reads a leader holds while it confirms its leadership; more are refused as busy.
+pub const READS_PENDING_MAX: usize = 100_000;
+
+/// A read the node answered, for [`crate::node::Ready::reads`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadResult {
+    /// The driver's tag for the read.
+    pub tag: u64,
+    /// `Ok((index, response))`: the answer in the state after applying `index`. `Err`: the
+    /// read was not served (a definite failure; it changed nothing).
+    pub outcome: Result<(Index, Response), crate::raft::ProposeError>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct PendingRead {
+    pub(crate) tag: u64,
+    pub(crate) command: Command,
+    /// The leader's local tick when the read arrived.
+    pub(crate) received_tick: u64,
+    /// The leader's commit index when the read arrived.
+    pub(crate) read_index: Index,
+}
+
+/// The reads a leader holds, in arrival order (so their arrival ticks and read indexes only
+/// grow), and the answers not yet handed out.
+#[derive(Debug, Default)]
+pub(crate) struct Reads {
+    pub(crate) pending: VecDeque<PendingRead>,
+    /// The term the pending reads arrived in.
+    pub(crate) term: Term,
+    pub(crate) done: Vec<ReadResult>,
+}
