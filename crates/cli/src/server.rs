@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use tenure_server::{Listeners, NodeAddrs, ServerConfig};
 
 /// Run one node of a tenure cluster. Flags override values from `--config`.
@@ -110,6 +110,20 @@ pub struct ServerArgs {
     /// listen beyond loopback.
     #[arg(long)]
     insecure: bool,
+    /// How log lines are written to stderr: `text` for people, `json` for log pipelines
+    /// (one JSON object per line, the event's fields at the top level). Which lines are
+    /// written is set by RUST_LOG (default `info`; e.g. `RUST_LOG=tenure_server=debug`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// The format of the server's log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// `2026-01-01T00:00:00Z  INFO tenure_server::driver: this node leads term 3 event="leader_elected" …`
+    Text,
+    /// `{"timestamp":"…","level":"INFO","message":"this node leads term 3","event":"leader_elected",…}`
+    Json,
 }
 
 fn parse_node(spec: &str) -> Result<(u64, NodeAddrs), String> {
@@ -217,7 +231,7 @@ pub fn run(args: ServerArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging();
+    init_logging(args.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -241,15 +255,37 @@ pub fn run(args: ServerArgs) -> ExitCode {
     }
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+/// The level when RUST_LOG is unset or empty (or does not parse, which is said on stderr).
+const DEFAULT_LOG_FILTER: &str = "info";
+
+fn init_logging(format: LogFormat) {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => tracing_subscriber::EnvFilter::try_new(&spec)
+            .unwrap_or_else(|e| {
+            eprintln!(
+                "tenure server: RUST_LOG={spec:?} does not parse ({e}); logging at {DEFAULT_LOG_FILTER}"
+            );
+            tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)
+        }),
+        _ => tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER),
+    };
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    let _ = match format {
         // Colours only for a person at a terminal, never in log files.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        // The event's fields at the top level, next to timestamp, level and target, so that
+        // a pipeline reads `.event` and `.term` rather than `.fields.event`.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+    };
 }
 
 async fn shutdown_signal() {

@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use tenure_core::node::{Applied, KeepaliveAck, Node, ProposeError, Ready, Role, Status};
 use tenure_core::read::ReadResult;
 use tenure_core::sm::{Command, RequestId, Response, SessionId, SmError};
-use tenure_core::types::{Index, NodeId, Term};
+use tenure_core::types::{Index, Membership, NodeId, Term};
 
 /// Microseconds on the driver's monotonic clock (real or simulated).
 pub type Micros = u64;
@@ -134,7 +134,11 @@ pub struct KeepaliveAnswer<K> {
     pub outcome: KeepaliveOutcome,
 }
 
-/// Something the server counts in its metrics (and the simulator in its trace).
+/// Something the server counts in its metrics and logs (the simulator drains and drops them).
+///
+/// Role, leader, term, membership and transfer events are found by comparing the node's
+/// [`Status`] after each input with the one before (see [`DriverCore::observe`]); expiries
+/// and fenced rejections by looking at applied entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A proposal of this node was applied this long after it was proposed.
@@ -153,24 +157,123 @@ pub enum Event {
         age_us: Micros,
     },
     /// This node stopped leading.
-    StepDown,
+    StepDown {
+        /// The term it led in.
+        term: Term,
+        /// Why, as far as the status change tells.
+        reason: StepDownReason,
+    },
     /// A pre-vote round was lost (pre-candidate back to follower).
-    PreVoteLost,
-    /// This node started an election (became candidate).
-    ElectionStarted,
+    PreVoteLost {
+        /// The node's term (the round asked for votes in the next one).
+        term: Term,
+    },
+    /// This node started an election: a pre-vote round (pre-candidate) or a real one
+    /// (candidate, which is what the elections metric counts).
+    ElectionStarted {
+        /// The term campaigned for (for a pre-vote round, the term it would campaign in).
+        term: Term,
+        /// A pre-vote round, which changes no term and no vote anywhere.
+        pre_vote: bool,
+    },
     /// This node learned of a (new) Raft leader; `leaderless_us` is how long it had none.
     LeaderKnown {
-        /// The leader.
+        /// The leader's term.
+        term: Term,
+        /// The leader (this node itself when it won).
         leader: NodeId,
         /// Time without a known leader before, if there was such a gap.
         leaderless_us: Option<Micros>,
     },
+    /// The node's effective membership changed (a configuration entry was appended,
+    /// committed into its final form, truncated away, or arrived with a snapshot).
+    MembershipChanged {
+        /// The membership before.
+        from: Membership,
+        /// The membership now.
+        to: Membership,
+    },
     /// A session was expired by a committed `Expire`.
-    SessionExpired,
-    /// A fenced write was rejected for its token.
-    FencedRejection,
+    SessionExpired {
+        /// The session.
+        session: SessionId,
+    },
+    /// A fenced write was rejected for its token (or for naming another election).
+    FencedRejection {
+        /// The key written.
+        key: String,
+        /// The election the write named.
+        election: String,
+        /// The token presented.
+        token: u64,
+        /// The token it fell below (the key's highest accepted, or the election's latest),
+        /// when the rejection names one.
+        current: Option<u64>,
+        /// The state machine's refusal.
+        error: SmError,
+    },
     /// An election's leader changed.
     ElectionLeaderChanged,
+}
+
+/// Why a leader stopped leading. The core does not say: the reason is inferred from the
+/// status before and after (a higher term, a transfer under way, the node's own place in
+/// the membership), so it names the likely cause rather than the code path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepDownReason {
+    /// A transfer to `to` was under way and a higher term began: the target campaigned.
+    Transferred {
+        /// The transfer's target.
+        to: NodeId,
+    },
+    /// A transfer to `to` ran out its time without a new term; the leader stepped down so
+    /// that a fresh election can restore a leader with a lease.
+    TransferTimedOut {
+        /// The transfer's target.
+        to: NodeId,
+    },
+    /// The node saw a message of a higher term.
+    HigherTerm {
+        /// The term seen.
+        term: Term,
+    },
+    /// The node is no longer a voter of its membership (its removal committed).
+    Removed,
+    /// Nothing else changed: check-quorum found that a majority had not been heard from
+    /// within an election timeout.
+    LostQuorum,
+}
+
+impl StepDownReason {
+    /// A stable name for logs and metrics labels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StepDownReason::Transferred { .. } => "transferred",
+            StepDownReason::TransferTimedOut { .. } => "transfer-timed-out",
+            StepDownReason::HigherTerm { .. } => "higher-term",
+            StepDownReason::Removed => "removed",
+            StepDownReason::LostQuorum => "lost-quorum",
+        }
+    }
+
+    /// Whether the step-down was asked for (a transfer), not forced on the leader.
+    pub fn is_planned(&self) -> bool {
+        matches!(self, StepDownReason::Transferred { .. })
+    }
+}
+
+impl std::fmt::Display for StepDownReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepDownReason::Transferred { to } => write!(f, "transferred leadership to {to}"),
+            StepDownReason::TransferTimedOut { to } => {
+                write!(f, "the transfer to {to} did not complete in time")
+            }
+            StepDownReason::HigherTerm { term } => write!(f, "saw a higher term {term}"),
+            StepDownReason::Removed => write!(f, "removed from the voters"),
+            StepDownReason::LostQuorum => write!(f, "lost contact with a quorum (check-quorum)"),
+        }
+    }
 }
 
 /// Test-only bug switches in the driver core, to prove that the checkers catch them.
@@ -272,8 +375,12 @@ pub struct DriverCore<P, K> {
     /// When each session's latest keepalive arrived, for the lease-age metric; forgotten
     /// when the session ends.
     last_keepalive_us: BTreeMap<SessionId, Micros>,
-    last_role: Role,
-    last_leader: Option<NodeId>,
+    /// The node's status at the last [`DriverCore::observe`]: events are its differences
+    /// from the next one.
+    last_status: Status,
+    /// Scratch space for the next status, refreshed in place (see `Node::refresh_status`)
+    /// so that observing after every input clones the membership only when it changes.
+    next_status: Status,
     leaderless_since_us: Option<Micros>,
     out: Output<P, K>,
 }
@@ -288,8 +395,8 @@ impl<P, K> DriverCore<P, K> {
             reads: BTreeMap::new(),
             next_tag: 1,
             last_keepalive_us: BTreeMap::new(),
-            last_role: status.role,
-            last_leader: status.leader,
+            last_status: status.clone(),
+            next_status: status.clone(),
             leaderless_since_us: status.leader.is_none().then_some(now_us),
             out: Output::default(),
         }
@@ -425,23 +532,53 @@ impl<P, K> DriverCore<P, K> {
         });
     }
 
-    /// After any input or tick: role and leader transitions become events, and a node that
-    /// no longer leads refuses the keepalives it holds (it will never acknowledge them).
+    /// After any input or tick: changes of role, leader, term and membership become events,
+    /// and a node that no longer leads refuses the keepalives it holds (it will never
+    /// acknowledge them).
+    ///
+    /// The core reports no reasons, so they are inferred here from the status before and
+    /// after the input: a leader whose term rose saw a higher term (or, with a transfer
+    /// under way, handed over); one that is no longer a voter was removed; one whose term
+    /// stayed put with a transfer under way gave up the transfer; anything else is
+    /// check-quorum. A pre-candidate that restarts its round without changing role or term
+    /// looks unchanged and is not reported again.
     pub fn observe(&mut self, node: &Node, now_us: Micros) {
-        let (role, leader) = (node.role(), node.leader());
-        if role != self.last_role {
-            match (self.last_role, role) {
-                (Role::Leader, _) => self.out.events.push(Event::StepDown),
-                (Role::PreCandidate, Role::Follower) => self.out.events.push(Event::PreVoteLost),
-                _ => {}
-            }
-            if role == Role::Candidate {
-                self.out.events.push(Event::ElectionStarted);
-            }
-            self.last_role = role;
+        node.refresh_status(&mut self.next_status);
+        let (was, now) = (&self.last_status, &self.next_status);
+        let events = &mut self.out.events;
+        if was.role == Role::Leader && now.role != Role::Leader {
+            let reason = match was.transferring_to {
+                Some(to) if now.term > was.term => StepDownReason::Transferred { to },
+                _ if now.term > was.term => StepDownReason::HigherTerm { term: now.term },
+                _ if !now.membership.is_voter(now.id) => StepDownReason::Removed,
+                Some(to) => StepDownReason::TransferTimedOut { to },
+                None => StepDownReason::LostQuorum,
+            };
+            events.push(Event::StepDown {
+                term: was.term,
+                reason,
+            });
         }
-        if leader != self.last_leader {
-            match leader {
+        if was.role == Role::PreCandidate && now.role == Role::Follower {
+            events.push(Event::PreVoteLost { term: was.term });
+        }
+        if now.role == Role::PreCandidate && was.role != Role::PreCandidate {
+            events.push(Event::ElectionStarted {
+                term: now.term + 1,
+                pre_vote: true,
+            });
+        }
+        // A candidate whose election timed out campaigns again in the next term without
+        // changing role.
+        if now.role == Role::Candidate && (was.role != Role::Candidate || now.term != was.term) {
+            events.push(Event::ElectionStarted {
+                term: now.term,
+                pre_vote: false,
+            });
+        }
+        // A leader in a new term is news even if it is the same node as before.
+        if (now.leader, now.term) != (was.leader, was.term) {
+            match now.leader {
                 None => {
                     self.leaderless_since_us.get_or_insert(now_us);
                 }
@@ -450,14 +587,22 @@ impl<P, K> DriverCore<P, K> {
                         .leaderless_since_us
                         .take()
                         .map(|since| now_us.saturating_sub(since));
-                    self.out.events.push(Event::LeaderKnown {
+                    events.push(Event::LeaderKnown {
+                        term: now.term,
                         leader,
                         leaderless_us,
                     });
                 }
             }
-            self.last_leader = leader;
         }
+        if now.membership_epoch != was.membership_epoch && now.membership != was.membership {
+            events.push(Event::MembershipChanged {
+                from: was.membership.clone(),
+                to: now.membership.clone(),
+            });
+        }
+        let (role, leader) = (now.role, now.leader);
+        std::mem::swap(&mut self.last_status, &mut self.next_status);
         if role != Role::Leader && !self.keepalives.is_empty() {
             let why = ProposeError::NotLeader {
                 leader_hint: leader,
@@ -618,20 +763,39 @@ impl<P, K> DriverCore<P, K> {
         if let Response::Ended { session } = &a.response {
             self.last_keepalive_us.remove(session);
         }
-        match (&a.command, &a.response) {
-            (Command::Expire { .. }, Response::Ended { .. }) => {
-                self.out.events.push(Event::SessionExpired);
+        match (a.command.unsealed(), &a.response) {
+            (Command::Expire { .. }, Response::Ended { session }) => {
+                self.out
+                    .events
+                    .push(Event::SessionExpired { session: *session });
             }
             (
-                Command::FencedPut { .. },
+                Command::FencedPut {
+                    key,
+                    election,
+                    token,
+                    ..
+                },
                 Response::Rejected(
-                    SmError::StaleToken { .. }
+                    error @ (SmError::StaleToken { .. }
                     | SmError::TokenSuperseded { .. }
                     | SmError::TokenNotIssued { .. }
-                    | SmError::WrongElection { .. },
+                    | SmError::WrongElection { .. }),
                 ),
             ) if a.first_applied.is_none() => {
-                self.out.events.push(Event::FencedRejection);
+                let current = match error {
+                    SmError::StaleToken { current, .. }
+                    | SmError::TokenSuperseded { current, .. } => Some(*current),
+                    SmError::TokenNotIssued { latest, .. } => Some(*latest),
+                    _ => None,
+                };
+                self.out.events.push(Event::FencedRejection {
+                    key: key.clone(),
+                    election: election.clone(),
+                    token: *token,
+                    current,
+                    error: error.clone(),
+                });
             }
             _ => {}
         }

@@ -10,18 +10,19 @@
 //! bookkeeping that the simulator runs too: this file only moves bytes, time and answers
 //! between it, the disk, the transport and the oneshot channels of the API layer.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tenure_core::message::Message;
+use tenure_core::message::{Body, Message};
 use tenure_core::node::{Node, ProposeError, Role, Status};
 use tenure_core::sm::{Command, LeaderChange, RequestId, Response, SessionId, SmError};
 use tenure_core::storage::Storage;
-use tenure_core::types::{Index, NodeId};
+use tenure_core::types::{Index, Membership, NodeId, Term};
 use tenure_driver::{
-    DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Micros, Outcome, Unknown,
+    DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Micros, Outcome, StepDownReason,
+    Unknown,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
@@ -263,6 +264,18 @@ pub struct Driver<S: Storage, O: Outbox> {
     core: DriverCore<ProposalReply, KeepAliveReply>,
     /// Origin of the driver core's microsecond clock.
     start: Instant,
+    /// This node's id, for the log.
+    id: NodeId,
+    /// The last snapshot index logged as sent to each peer: the leader resends a snapshot
+    /// once per election timeout until the peer acknowledges it, and only the first send
+    /// of each is worth an info line.
+    snapshots_sent_logged: BTreeMap<NodeId, Index>,
+    /// A snapshot from a leader that the node accepted and has not yet made durable:
+    /// `(index, term, from)`. Logged as installed once persisted.
+    snapshot_installing: Option<(Index, Term, NodeId)>,
+    /// Pre-vote rounds lost since a leader was last known or an election started: only
+    /// the first of a streak is logged at info.
+    pre_votes_lost_in_a_row: u64,
 }
 
 /// Build a driver and the handle to it.
@@ -284,6 +297,10 @@ pub fn new_driver<S: Storage, O: Outbox>(
     let driver = Driver {
         core: DriverCore::new(&status, 0, bugs),
         start: Instant::now(),
+        id: status.id,
+        snapshots_sent_logged: BTreeMap::new(),
+        snapshot_installing: None,
+        pre_votes_lost_in_a_row: 0,
         node,
         storage,
         outbox,
@@ -372,9 +389,24 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
             Input::Wake => {}
             Input::Shutdown => return true,
             Input::Peer(m) => {
+                // An accepted InstallSnapshot moves the node's snapshot to its index and term
+                // at once; the Ready that persists it says when it is installed for good.
+                let offered = match &m.body {
+                    Body::InstallSnapshot { snapshot, .. } => {
+                        Some((snapshot.index, snapshot.term, m.from))
+                    }
+                    _ => None,
+                };
+                let before = offered.map(|_| self.node.snapshot_meta());
                 if let Err(e) = self.node.step(m) {
                     self.metrics.bad_peer_messages.fetch_add(1, Relaxed);
                     tracing::warn!("refused peer message: {e}");
+                }
+                if let Some((index, term, from)) = offered {
+                    let after = self.node.snapshot_meta();
+                    if after == (index, term) && before != Some(after) {
+                        self.snapshot_installing = Some((index, term, from));
+                    }
                 }
                 let now = self.now_us();
                 self.core.observe(&self.node, now);
@@ -405,6 +437,8 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
             }
             ClientRequest::TransferLeader { to, reply } => {
                 let _ = reply.send(self.node.transfer_leadership(to).map_err(Into::into));
+                // The transfer under way is what tells a step-down's reason later.
+                self.core.observe(&self.node, now);
             }
             ClientRequest::ChangeMembership {
                 voters,
@@ -417,6 +451,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     .map(|_| ())
                     .map_err(Into::into);
                 let _ = reply.send(r);
+                self.core.observe(&self.node, now);
             }
         }
     }
@@ -435,8 +470,19 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     .map_err(|e| StorageFailed(e.to_string()))?;
                 self.metrics.fsync_latency.observe(started.elapsed());
             }
+            if let Some(snapshot) = &ready.snapshot {
+                self.log_snapshot_persisted(snapshot.index, snapshot.term);
+            }
             self.node.advance();
             for m in std::mem::take(&mut ready.messages) {
+                if let Body::InstallSnapshot { snapshot, .. } = &m.body {
+                    self.log_snapshot_sent(
+                        m.to,
+                        snapshot.index,
+                        snapshot.term,
+                        snapshot.data.len(),
+                    );
+                }
                 self.outbox.send(m);
             }
             let now = self.now_us();
@@ -471,36 +517,214 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
         }
         let m = &self.metrics;
         let us = |n: Micros| Duration::from_micros(n);
+        let node = self.id;
+        // One log line per thing that happens, with stable field names (`event` first): an
+        // operator greps for `event=step_down`, a log pipeline reads the JSON fields.
         for event in out.events {
             match event {
                 Event::Committed { latency_us } => m.commit_latency.observe(us(latency_us)),
                 Event::Renewed { latency_us } => m.lease_renewal.observe(us(latency_us)),
                 Event::LeaseAgeAtRenewal { age_us } => m.lease_age_at_renewal.observe(us(age_us)),
-                Event::StepDown => {
+                Event::StepDown { term, reason } => {
                     m.step_downs.fetch_add(1, Relaxed);
+                    log_step_down(node, term, reason);
                 }
-                Event::PreVoteLost => {
+                Event::PreVoteLost { term } => {
                     m.pre_votes_lost.fetch_add(1, Relaxed);
+                    self.pre_votes_lost_in_a_row += 1;
+                    let lost = self.pre_votes_lost_in_a_row;
+                    if lost == 1 {
+                        tracing::info!(
+                            event = "pre_vote_lost",
+                            node,
+                            term,
+                            "lost a pre-vote round for term {}; staying follower (more \
+                             lost rounds before a leader is known are logged at debug)",
+                            term + 1
+                        );
+                    } else {
+                        tracing::debug!(
+                            event = "pre_vote_lost",
+                            node,
+                            term,
+                            lost_in_a_row = lost,
+                            "lost a pre-vote round for term {} again",
+                            term + 1
+                        );
+                    }
                 }
-                Event::ElectionStarted => {
-                    m.elections_started.fetch_add(1, Relaxed);
+                Event::ElectionStarted { term, pre_vote } => {
+                    // A node that cannot win (a removed member, one the others refuse)
+                    // pre-votes every election timeout: the first round of a streak is
+                    // news, the rest are not.
+                    if pre_vote && self.pre_votes_lost_in_a_row == 0 {
+                        tracing::info!(
+                            event = "election_started",
+                            node,
+                            term,
+                            pre_vote,
+                            "pre-vote round for term {term} started (no term changes yet)"
+                        );
+                    } else if pre_vote {
+                        tracing::debug!(
+                            event = "election_started",
+                            node,
+                            term,
+                            pre_vote,
+                            "pre-vote round for term {term} started again"
+                        );
+                    } else {
+                        self.pre_votes_lost_in_a_row = 0;
+                        m.elections_started.fetch_add(1, Relaxed);
+                        tracing::info!(
+                            event = "election_started",
+                            node,
+                            term,
+                            pre_vote,
+                            "election for term {term} started"
+                        );
+                    }
                 }
-                Event::LeaderKnown { leaderless_us, .. } => {
+                Event::LeaderKnown {
+                    term,
+                    leader,
+                    leaderless_us,
+                } => {
                     m.leader_changes.fetch_add(1, Relaxed);
+                    self.pre_votes_lost_in_a_row = 0;
                     if let Some(gap) = leaderless_us {
                         m.failover.observe(us(gap));
                     }
+                    let leaderless_ms = leaderless_us.map(|gap| gap as f64 / 1000.0);
+                    if leader == node {
+                        tracing::info!(
+                            event = "leader_elected",
+                            node,
+                            term,
+                            leader,
+                            leaderless_ms,
+                            "this node leads term {term}"
+                        );
+                    } else {
+                        tracing::info!(
+                            event = "leader_known",
+                            node,
+                            term,
+                            leader,
+                            leaderless_ms,
+                            "node {leader} leads term {term}"
+                        );
+                    }
                 }
-                Event::SessionExpired => {
+                Event::MembershipChanged { from, to } => {
+                    m.membership_changes.fetch_add(1, Relaxed);
+                    let (from, to_text) = (describe(&from), describe(&to));
+                    tracing::info!(
+                        event = "membership_changed",
+                        node,
+                        from = from.as_str(),
+                        to = to_text.as_str(),
+                        voters = ids(&to.voters).as_str(),
+                        voters_outgoing = ids(&to.voters_outgoing).as_str(),
+                        learners = ids(&to.learners).as_str(),
+                        joint = to.is_joint(),
+                        "membership changed from {from} to {to_text}"
+                    );
+                }
+                Event::SessionExpired { session } => {
                     m.session_expiries.fetch_add(1, Relaxed);
+                    tracing::info!(
+                        event = "session_expired",
+                        node,
+                        session,
+                        "session {session} expired"
+                    );
                 }
-                Event::FencedRejection => {
+                Event::FencedRejection {
+                    key,
+                    election,
+                    token,
+                    current,
+                    error,
+                } => {
                     m.fenced_rejections.fetch_add(1, Relaxed);
+                    // Keys and election names are the clients' strings: string fields are
+                    // written quoted and escaped (text) or as JSON strings, so that none can
+                    // forge a line. Values are never logged.
+                    let reason = error.to_string();
+                    tracing::info!(
+                        event = "fenced_write_rejected",
+                        node,
+                        key = key.as_str(),
+                        election = election.as_str(),
+                        token,
+                        current,
+                        reason = reason.as_str(),
+                        "fenced write rejected: {reason}"
+                    );
                 }
                 Event::ElectionLeaderChanged => {
                     m.election_leader_changes.fetch_add(1, Relaxed);
                 }
             }
+        }
+    }
+
+    /// A Ready's snapshot is durable: a leader's that this node accepted is installed now;
+    /// any other is this node's own compaction.
+    fn log_snapshot_persisted(&mut self, index: Index, term: Term) {
+        match self.snapshot_installing.take() {
+            // A later snapshot of this node's own (compaction in the same batch) carries
+            // the installed one's state too.
+            Some((installed, installed_term, leader)) if index >= installed => {
+                self.metrics.snapshots_installed.fetch_add(1, Relaxed);
+                tracing::info!(
+                    event = "snapshot_installed",
+                    node = self.id,
+                    index = installed,
+                    term = installed_term,
+                    leader,
+                    "installed a snapshot from node {leader} up to index {installed}"
+                );
+            }
+            pending => {
+                self.snapshot_installing = pending;
+                tracing::debug!(
+                    event = "snapshot_taken",
+                    node = self.id,
+                    index,
+                    term,
+                    "compacted the log up to index {index}"
+                );
+            }
+        }
+    }
+
+    /// The leader sends a snapshot to a follower whose entries it no longer has, again once
+    /// per election timeout until acknowledged: the first send of each index is logged at
+    /// info, the resends at debug. Every send is counted.
+    fn log_snapshot_sent(&mut self, peer: NodeId, index: Index, term: Term, bytes: usize) {
+        self.metrics.snapshots_sent.fetch_add(1, Relaxed);
+        if self.snapshots_sent_logged.insert(peer, index) != Some(index) {
+            tracing::info!(
+                event = "snapshot_sent",
+                node = self.id,
+                peer,
+                index,
+                term,
+                bytes,
+                "sent a snapshot up to index {index} to node {peer}, which is behind the log"
+            );
+        } else {
+            tracing::debug!(
+                event = "snapshot_resent",
+                node = self.id,
+                peer,
+                index,
+                term,
+                bytes,
+                "sent the snapshot up to index {index} to node {peer} again"
+            );
         }
     }
 
@@ -529,4 +753,61 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
     pub fn node(&self) -> &Node {
         &self.node
     }
+}
+
+/// A step-down is a warning unless it was a transfer someone asked for.
+fn log_step_down(node: NodeId, term: Term, reason: StepDownReason) {
+    let (to, seen_term) = match reason {
+        StepDownReason::Transferred { to } | StepDownReason::TransferTimedOut { to } => {
+            (Some(to), None)
+        }
+        StepDownReason::HigherTerm { term } => (None, Some(term)),
+        StepDownReason::Removed | StepDownReason::LostQuorum => (None, None),
+    };
+    let reason_name = reason.name();
+    if reason.is_planned() {
+        tracing::info!(
+            event = "step_down",
+            node,
+            term,
+            reason = reason_name,
+            to,
+            seen_term,
+            "stopped leading term {term}: {reason}"
+        );
+    } else {
+        tracing::warn!(
+            event = "step_down",
+            node,
+            term,
+            reason = reason_name,
+            to,
+            seen_term,
+            "stopped leading term {term}: {reason}"
+        );
+    }
+}
+
+/// Node ids as `1,2,3` (empty for none).
+fn ids(set: &BTreeSet<NodeId>) -> String {
+    set.iter()
+        .map(NodeId::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A membership for people: `voters 1,2,3`, with the outgoing voters of a joint
+/// configuration and the learners when there are any.
+fn describe(m: &Membership) -> String {
+    let mut text = format!("voters {}", ids(&m.voters));
+    if m.is_joint() {
+        text.push_str(&format!(
+            " (joint with outgoing voters {})",
+            ids(&m.voters_outgoing)
+        ));
+    }
+    if !m.learners.is_empty() {
+        text.push_str(&format!(" learners {}", ids(&m.learners)));
+    }
+    text
 }

@@ -280,6 +280,8 @@ pub async fn run(
         tick,
         bugs,
     );
+    // `/metrics` shows the transport's per-peer counters next to the driver's.
+    let _ = handle.metrics.transport.set(transport.clone());
     let driver_thread = std::thread::Builder::new()
         .name(format!("tenure-driver-{}", config.id))
         .spawn(move || driver.run())?;

@@ -121,7 +121,23 @@ pub struct Metrics {
     pub observe_streams: AtomicU64,
     /// Observe streams refused because the pool was full.
     pub observe_streams_refused: AtomicU64,
+    /// InstallSnapshot messages this node sent (each resend counted).
+    pub snapshots_sent: AtomicU64,
+    /// Snapshots from a leader this node installed (made durable).
+    pub snapshots_installed: AtomicU64,
+    /// Changes of this node's effective membership.
+    pub membership_changes: AtomicU64,
+    /// The peer transport, whose counters `/metrics` shows per peer; set once it has
+    /// started (a node whose transport is not up yet shows none).
+    pub transport: std::sync::OnceLock<tenure_transport::TransportHandle>,
 }
+
+/// The version `tenure_build_info` reports: the crate's.
+pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The commit `tenure_build_info` reports, if the build was given one in
+/// `TENURE_BUILD_COMMIT` (a packager's choice: the build reads no repository).
+pub const BUILD_COMMIT: Option<&str> = option_env!("TENURE_BUILD_COMMIT");
 
 impl Default for Metrics {
     fn default() -> Metrics {
@@ -153,6 +169,10 @@ impl Default for Metrics {
             observe_streams: AtomicU64::new(0),
             observe_streams_refused: AtomicU64::new(0),
             bad_peer_messages: AtomicU64::new(0),
+            snapshots_sent: AtomicU64::new(0),
+            snapshots_installed: AtomicU64::new(0),
+            membership_changes: AtomicU64::new(0),
+            transport: std::sync::OnceLock::new(),
         }
     }
 }
@@ -175,6 +195,7 @@ impl Metrics {
                 v.load(Relaxed)
             );
         };
+        render_build_info(&mut out);
         gauge(&mut out, "tenure_term", "Current Raft term.", &self.term);
         gauge(
             &mut out,
@@ -293,6 +314,27 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "tenure_snapshots_sent_total",
+            "InstallSnapshot messages sent to followers.",
+            &self.snapshots_sent,
+        );
+        counter(
+            &mut out,
+            "tenure_snapshots_installed_total",
+            "Snapshots from a leader installed.",
+            &self.snapshots_installed,
+        );
+        counter(
+            &mut out,
+            "tenure_membership_changes_total",
+            "Changes of this node's effective membership.",
+            &self.membership_changes,
+        );
+        if let Some(transport) = self.transport.get() {
+            render_transport(&mut out, transport);
+        }
+        counter(
+            &mut out,
             "tenure_bad_peer_messages_total",
             "Peer messages refused as malformed.",
             &self.bad_peer_messages,
@@ -341,5 +383,134 @@ impl Metrics {
             "Write-ahead log write plus fsync.",
         );
         out
+    }
+}
+
+/// `tenure_build_info{version, commit} 1`, the Prometheus convention for build facts.
+fn render_build_info(out: &mut String) {
+    let commit = BUILD_COMMIT
+        .map(|c| format!(",commit=\"{}\"", label_value(c)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "# HELP tenure_build_info The version of this server binary.\n\
+         # TYPE tenure_build_info gauge\n\
+         tenure_build_info{{version=\"{}\"{commit}}} 1",
+        label_value(BUILD_VERSION)
+    );
+}
+
+/// A Prometheus label value with `\`, `"` and newlines escaped.
+fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// One per-peer metric: name, Prometheus type, help, and how to read it from a peer's state.
+type PeerMetric = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&tenure_transport::PeerState) -> u64,
+);
+
+/// The transport's counters: per peer with a `peer` label, and its transport-wide refusals.
+fn render_transport(out: &mut String, transport: &tenure_transport::TransportHandle) {
+    let peers = transport.peer_states();
+    let per_peer: [PeerMetric; 9] = [
+        (
+            "tenure_peer_connected",
+            "gauge",
+            "1 while this node's outbound connection to the peer is up.",
+            |p| u64::from(p.outbound_connected),
+        ),
+        (
+            "tenure_peer_frames_sent_total",
+            "counter",
+            "Message frames written to the peer.",
+            |p| p.frames_sent,
+        ),
+        (
+            "tenure_peer_bytes_sent_total",
+            "counter",
+            "Bytes written to the peer, frame headers included.",
+            |p| p.bytes_sent,
+        ),
+        (
+            "tenure_peer_frames_received_total",
+            "counter",
+            "Message frames read from the peer.",
+            |p| p.frames_received,
+        ),
+        (
+            "tenure_peer_bytes_received_total",
+            "counter",
+            "Bytes read from the peer, frame headers included.",
+            |p| p.bytes_received,
+        ),
+        (
+            "tenure_peer_connects_total",
+            "counter",
+            "Outbound connections to the peer established (TLS and hello done).",
+            |p| p.connects,
+        ),
+        (
+            "tenure_peer_connect_failures_total",
+            "counter",
+            "Outbound connection attempts to the peer that failed (dial, TLS or hello).",
+            |p| p.connect_failures,
+        ),
+        (
+            "tenure_peer_reconnects_total",
+            "counter",
+            "Outbound connections to the peer established after the first.",
+            |p| p.reconnects,
+        ),
+        (
+            "tenure_peer_messages_dropped_total",
+            "counter",
+            "Messages to or from the peer dropped (queue full, peer down, blocked, too large).",
+            |p| p.dropped,
+        ),
+    ];
+    for (name, kind, help, value) in per_peer {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (id, p) in &peers {
+            let _ = writeln!(out, "{name}{{peer=\"{id}\"}} {}", value(p));
+        }
+    }
+    let t = transport.metrics();
+    for (name, help, v) in [
+        (
+            "tenure_transport_handshake_failures_total",
+            "Inbound peer connections closed during the handshake (TLS, hello, cluster, node).",
+            t.handshake_failures,
+        ),
+        (
+            "tenure_transport_decode_errors_total",
+            "Inbound peer connections closed for a frame that failed to decode.",
+            t.decode_errors,
+        ),
+        (
+            "tenure_transport_connections_rejected_total",
+            "Inbound peer connections refused because the connection limit was reached.",
+            t.connections_rejected,
+        ),
+        (
+            "tenure_transport_dropped_unknown_peer_total",
+            "Messages addressed to or from a node that is not a configured peer.",
+            t.dropped_unknown_peer,
+        ),
+        (
+            "tenure_transport_dropped_misaddressed_total",
+            "Received messages not addressed to this node or not from the connection's node.",
+            t.dropped_misaddressed,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
     }
 }

@@ -130,6 +130,8 @@ pub(crate) struct PeerShared {
     pub(crate) bytes_received: Counter,
     pub(crate) dropped: Counter,
     pub(crate) reconnects: Counter,
+    pub(crate) connects: Counter,
+    pub(crate) connect_failures: Counter,
     /// Signalled when the peer connects to us: it is up again, so a writer waiting out a
     /// reconnect backoff towards it should dial now rather than leave the link one-way
     /// (a vote request that arrives but whose answer cannot leave) for up to the backoff.
@@ -150,6 +152,8 @@ impl PeerShared {
             bytes_received: Counter::default(),
             dropped: Counter::default(),
             reconnects: Counter::default(),
+            connects: Counter::default(),
+            connect_failures: Counter::default(),
             peer_is_up: tokio::sync::Notify::new(),
         }
     }
@@ -183,6 +187,8 @@ impl PeerShared {
             bytes_received: self.bytes_received.get(),
             dropped: self.dropped.get(),
             reconnects: self.reconnects.get(),
+            connects: self.connects.get(),
+            connect_failures: self.connect_failures.get(),
         }
     }
 }
@@ -220,4 +226,9 @@ pub struct PeerState {
     pub dropped: u64,
     /// Outbound connections to the peer established after the first.
     pub reconnects: u64,
+    /// Outbound connections to the peer established (hello sent), the first included.
+    pub connects: u64,
+    /// Outbound connect attempts to the peer (including the TLS handshake and hello) that
+    /// failed.
+    pub connect_failures: u64,
 }

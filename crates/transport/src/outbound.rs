@@ -65,6 +65,7 @@ pub(crate) async fn run(
                     ctx.peer.reconnects.inc();
                     ctx.shared.counters.reconnects.inc();
                 }
+                ctx.peer.connects.inc();
                 ever_connected = true;
                 failures_in_a_row = 0;
                 ctx.peer.outbound_connected.store(true, Ordering::Release);
@@ -87,6 +88,7 @@ pub(crate) async fn run(
             }
             Err(e) => {
                 ctx.shared.counters.connect_failures.inc();
+                ctx.peer.connect_failures.inc();
                 failures_in_a_row += 1;
                 if failures_in_a_row == 1 {
                     warn!(node = ctx.shared.id, peer = ctx.peer_id, addr = %ctx.peer.addr, error = %e, "cannot connect to peer; retrying with backoff");
