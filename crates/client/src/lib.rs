@@ -129,7 +129,7 @@
 //! | URL | status |
 //! |---|---|
 //! | `memory:` / `memory:NAME` | in-process; one world per name |
-//! | `tenure://h1:p,h2:p,h3:p[?ca=F[&cert=F&key=F]]` | a tenure cluster over gRPC (TLS with `ca`) |
+//! | `tenure://h1:p,h2:p,h3:p[?ca=F[&cert=F&key=F]]` | a tenure cluster over gRPC (TLS with `ca`); hosts by IP or name, one member is enough (the others are learned) |
 //! | `etcd://[user:pw@]h1:p,h2:p`, `etcds://[user:pw@]h1:p,h2:p?ca=F[&cert=F&key=F]` | an etcd (v3 API) cluster, with etcd's election recipe, TLS with `etcds://`; no [`Leadership::transfer`] |
 //! | `postgres://user[:pw]@host:port/db[?sslmode=…&sslrootcert=F]` (or `postgresql://`) | PostgreSQL: a lease row per election, the database clock as arbiter; no [`Leadership::transfer`] |
 //! | `zk://[user:pw@]h1:p,h2:p[/chroot]` (or `zookeeper://`) | ZooKeeper's election recipe, digest authentication and owner-only ACLs with `user:pw`; no [`Leadership::transfer`] |
@@ -323,8 +323,12 @@ impl Client {
                     .trim_end_matches('/')
                     .split(',')
                     .filter(|a| !a.is_empty())
-                    .map(str::to_string)
-                    .collect();
+                    .map(url::node_addr)
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|why| Error::InvalidUrl {
+                        url: crate::redact_url(url),
+                        why,
+                    })?;
                 Backend::Remote(remote::Nodes::new(url, addrs, query)?)
             }
             "etcd" | "etcds" => {

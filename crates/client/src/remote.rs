@@ -3,6 +3,13 @@
 //! One lazily connected channel per node; each request goes to the node believed to lead,
 //! following `not-leader` hints (`tenure-leader-addr`) and moving to the next node when one
 //! does not answer, for a bounded time.
+//!
+//! The URL need name only one member. The set of nodes grows (up to [`NODE_ADDRS_MAX`]) with
+//! every address a hint points at and every member the cluster lists (the `Members` call,
+//! made before the first request and again once a hint names a node the client did not
+//! know or a node stops answering). Host names are resolved by each channel when it
+//! connects, so again on every reconnect; with TLS the server's certificate must carry the
+//! name (or IP address) the client dialed, as `tenure certs --host NAME` issues them.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -11,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_proto::v1;
+use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::elections_client::ElectionsClient;
 use tenure_proto::v1::sessions_client::SessionsClient;
 use tenure_proto::LEADER_ADDR_KEY;
@@ -38,6 +46,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const REQUEST_BUDGET: Duration = Duration::from_secs(5);
 /// Keepalive requests in flight on one stream before sending waits.
 const KEEPALIVES_INFLIGHT_MAX: usize = 16;
+/// Most node addresses one client keeps: the URL's, those hints point at and those member
+/// lists name. A cluster has a handful of members (and a name and an IP address may both
+/// stand for one); the cap stops a confused or hostile server from growing the set without
+/// end. Past it, new addresses are ignored and the client keeps using those it has.
+pub(crate) const NODE_ADDRS_MAX: usize = 64;
+/// Longest wait for a member list: it is a hint, never worth holding a request up long.
+const MEMBERS_TIMEOUT: Duration = Duration::from_secs(1);
+/// Least time between two attempts to learn the member list that both failed to get one.
+const MEMBERS_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 /// A random non-zero nonce for a grant request, so that its retries return the same session.
 fn grant_nonce() -> u64 {
@@ -55,10 +72,15 @@ fn grant_nonce() -> u64 {
 }
 
 /// The cluster's nodes, as seen by one client.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Nodes {
-    addrs: Arc<Vec<String>>,
-    channels: Arc<Vec<AuthChannel>>,
+    /// Every node address known, with its channel. Entries are only ever appended (up to
+    /// [`NODE_ADDRS_MAX`]), so an index stays valid for the client's lifetime.
+    known: Arc<std::sync::RwLock<Known>>,
+    /// How channels to new addresses are made (TLS and bearer token of the URL).
+    dialer: Arc<Dialer>,
+    /// Whether, and when, to ask for the member list.
+    members: Arc<std::sync::Mutex<MembersWanted>>,
     /// Index of the node believed to lead; shared by every clone, so that one task's
     /// redirect helps the others.
     guess: Arc<AtomicUsize>,
@@ -175,8 +197,65 @@ enum Attempted {
     Answer,
 }
 
+/// The node addresses a client knows, each with its lazily connected channel.
+struct Known {
+    addrs: Vec<String>,
+    channels: Vec<AuthChannel>,
+}
+
+/// Makes the channel to one node address.
+struct Dialer {
+    tls: Option<tonic::transport::ClientTlsConfig>,
+    bearer: Bearer,
+}
+
+impl Dialer {
+    /// A channel to `addr` (already checked by `url::node_addr`); nothing connects yet. The
+    /// channel resolves a host name each time it connects, and with TLS checks that the
+    /// server's certificate names the host as written here.
+    fn channel(&self, addr: &str) -> std::result::Result<AuthChannel, String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .map_err(|e| format!("bad node address {addr:?}: {e}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        let endpoint = match &self.tls {
+            Some(tls) => endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| format!("TLS for {addr:?}: {e}"))?,
+            None => endpoint,
+        };
+        Ok(InterceptedService::new(
+            endpoint.connect_lazy(),
+            self.bearer.clone(),
+        ))
+    }
+}
+
+/// When the member list is worth asking for.
+#[derive(Debug)]
+struct MembersWanted {
+    /// The list may name nodes this client does not know: at the start, after a hint named
+    /// an unknown node, after a node stopped answering.
+    stale: bool,
+    /// The cluster does not serve `Members` (an older server): never ask again.
+    unsupported: bool,
+    /// When the last attempt failed, so that an unreachable cluster is not asked in a loop.
+    failed_at: Option<Instant>,
+}
+
+impl std::fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nodes")
+            .field("addrs", &self.addrs())
+            .field("guess", &self.guess())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Nodes {
-    /// Channels to `addrs` (`host:port` of each node's client API); nothing connects yet.
+    /// Channels to `addrs` (`host:port` of each node's client API, checked by
+    /// `url::node_addr`); nothing connects yet.
     /// `query` is the URL's query: `ca=FILE` turns TLS on (the cluster's CA certificate),
     /// `cert=FILE&key=FILE` add a client certificate, `token_file=FILE` a bearer token
     /// (the file's one line) sent with every request.
@@ -188,34 +267,139 @@ impl Nodes {
         if addrs.is_empty() {
             return Err(bad("no node addresses".into()));
         }
+        if addrs.len() > NODE_ADDRS_MAX {
+            return Err(bad(format!(
+                "{} node addresses; at most {NODE_ADDRS_MAX} (one is enough: the client \
+                 learns the others from the cluster)",
+                addrs.len()
+            )));
+        }
         let (tls, bearer) = client_tls(query).map_err(bad)?;
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let channels = addrs
-            .iter()
-            .map(|a| {
-                let endpoint = Endpoint::from_shared(format!("{scheme}://{a}"))
-                    .map_err(|e| bad(format!("bad node address {a:?}: {e}")))?
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .tcp_nodelay(true);
-                let endpoint = match &tls {
-                    Some(tls) => endpoint
-                        .tls_config(tls.clone())
-                        .map_err(|e| bad(format!("TLS for {a:?}: {e}")))?,
-                    None => endpoint,
-                };
-                Ok(InterceptedService::new(
-                    endpoint.connect_lazy(),
-                    bearer.clone(),
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let dialer = Dialer { tls, bearer };
+        let mut known = Known {
+            addrs: Vec::new(),
+            channels: Vec::new(),
+        };
+        for a in addrs {
+            if known.addrs.contains(&a) {
+                continue;
+            }
+            known.channels.push(dialer.channel(&a).map_err(bad)?);
+            known.addrs.push(a);
+        }
         Ok(Nodes {
-            addrs: Arc::new(addrs),
-            channels: Arc::new(channels),
+            known: Arc::new(std::sync::RwLock::new(known)),
+            dialer: Arc::new(dialer),
+            members: Arc::new(std::sync::Mutex::new(MembersWanted {
+                stale: true,
+                unsupported: false,
+                failed_at: None,
+            })),
             guess: Arc::new(AtomicUsize::new(0)),
             next_seq: Arc::new(AtomicU64::new(1)),
             secrets: Arc::default(),
         })
+    }
+
+    fn read_known(&self) -> std::sync::RwLockReadGuard<'_, Known> {
+        self.known
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every node address known, in the order learned.
+    pub(crate) fn addrs(&self) -> Vec<String> {
+        self.read_known().addrs.clone()
+    }
+
+    /// Node `i`'s address and channel.
+    fn node(&self, i: usize) -> (String, AuthChannel) {
+        let known = self.read_known();
+        (known.addrs[i].clone(), known.channels[i].clone())
+    }
+
+    /// The index of `addr`, adding it if it is new, valid and under the cap. `None` when
+    /// it cannot be used.
+    fn index_of(&self, addr: &str) -> Option<usize> {
+        let addr = crate::url::node_addr(addr).ok()?;
+        if let Some(i) = self.read_known().addrs.iter().position(|a| *a == addr) {
+            return Some(i);
+        }
+        let mut known = self
+            .known
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Another task may have added it since the read above.
+        if let Some(i) = known.addrs.iter().position(|a| *a == addr) {
+            return Some(i);
+        }
+        if known.addrs.len() >= NODE_ADDRS_MAX {
+            return None;
+        }
+        let channel = self.dialer.channel(&addr).ok()?;
+        known.addrs.push(addr);
+        known.channels.push(channel);
+        Some(known.addrs.len() - 1)
+    }
+
+    /// Ask for the member list again before the next attempt.
+    fn members_stale(&self) {
+        self.members
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stale = true;
+    }
+
+    /// If the member list may name nodes this client does not know, ask the node believed
+    /// to lead for it (bounded by [`MEMBERS_TIMEOUT`]) and add every client address in it.
+    /// A failure changes nothing but the time of the next attempt: the request at hand goes
+    /// on with the nodes already known. An older server without `Members` is not asked again.
+    async fn learn_members(&self) {
+        {
+            let wanted = self
+                .members
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let recently_failed = wanted
+                .failed_at
+                .is_some_and(|t| t.elapsed() < MEMBERS_RETRY_PAUSE);
+            if !wanted.stale || wanted.unsupported || recently_failed {
+                return;
+            }
+        }
+        let (_, channel) = self.node(self.guess());
+        let answer = tokio::time::timeout(
+            MEMBERS_TIMEOUT,
+            ClusterClient::new(channel).members(v1::MembersRequest {}),
+        )
+        .await;
+        let mut wanted = self
+            .members
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match answer {
+            Ok(Ok(list)) => {
+                wanted.stale = false;
+                wanted.failed_at = None;
+                drop(wanted);
+                for m in list.into_inner().members {
+                    if !m.client_addr.is_empty() {
+                        let _ = self.index_of(&m.client_addr);
+                    }
+                }
+            }
+            Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => wanted.unsupported = true,
+            // Refused for this client: asking again would be refused again.
+            Ok(Err(s))
+                if matches!(
+                    s.code(),
+                    tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+                ) =>
+            {
+                wanted.unsupported = true
+            }
+            Ok(Err(_)) | Err(_) => wanted.failed_at = Some(Instant::now()),
+        }
     }
 
     /// The secret of `session` (empty if this client was not granted it).
@@ -242,11 +426,16 @@ impl Nodes {
     fn note_failure(&self, i: usize, s: &Status) -> Attempted {
         match reason(s) {
             Some("not-leader") => {
+                let known = self.read_known().addrs.len();
                 let hinted = s
                     .metadata()
                     .get(LEADER_ADDR_KEY)
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|a| self.addrs.iter().position(|x| x == a));
+                    .and_then(|a| self.index_of(a));
+                if hinted.is_some_and(|j| j >= known) {
+                    // A leader this client did not know of: the membership may have more.
+                    self.members_stale();
+                }
                 match hinted {
                     Some(j) if j != i => self.guess.store(j, Ordering::Relaxed),
                     _ => self.advance(i),
@@ -262,9 +451,11 @@ impl Nodes {
             }
             Some(_) => Attempted::Answer,
             // Transport errors and timeouts carry no reason: the node is gone or stuck, and
-            // may have taken the request before it went.
+            // may have taken the request before it went. Another node may know of members
+            // this client has not heard of.
             None => {
                 self.advance(i);
+                self.members_stale();
                 Attempted::Unknown
             }
         }
@@ -272,7 +463,7 @@ impl Nodes {
 
     /// Move the guess past `from`, unless another task already moved it.
     fn advance(&self, from: usize) {
-        let next = (from + 1) % self.addrs.len();
+        let next = (from + 1) % self.read_known().addrs.len();
         let _ = self
             .guess
             .compare_exchange(from, next, Ordering::Relaxed, Ordering::Relaxed);
@@ -290,12 +481,13 @@ impl Nodes {
         let deadline = Instant::now() + REQUEST_BUDGET;
         let mut maybe_applied = false;
         loop {
+            self.learn_members().await;
             let i = self.guess();
-            let r = match tokio::time::timeout(ATTEMPT_TIMEOUT, f(self.channels[i].clone())).await {
+            let (addr, channel) = self.node(i);
+            let r = match tokio::time::timeout(ATTEMPT_TIMEOUT, f(channel)).await {
                 Ok(r) => r.map(tonic::Response::into_inner),
                 Err(_) => Err(Status::deadline_exceeded(format!(
-                    "no answer from {} in {ATTEMPT_TIMEOUT:?}",
-                    self.addrs[i]
+                    "no answer from {addr} in {ATTEMPT_TIMEOUT:?}"
                 ))),
             };
             match r {
@@ -385,6 +577,7 @@ impl Nodes {
         let mut unanswered_since: Option<Instant> = None;
         let request_seq = self.seq();
         loop {
+            self.learn_members().await;
             let i = self.guess();
             let req = v1::CampaignRequest {
                 election: election.to_string(),
@@ -393,10 +586,7 @@ impl Nodes {
                 request_seq,
                 session_secret: self.secret(session),
             };
-            match ElectionsClient::new(self.channels[i].clone())
-                .campaign(req)
-                .await
-            {
+            match ElectionsClient::new(self.node(i).1).campaign(req).await {
                 Ok(r) => {
                     crate::note_waiter_wakeup();
                     return Ok(r.into_inner().token);
@@ -572,7 +762,7 @@ pub(crate) async fn keepalive_loop(nodes: Nodes, session: Arc<Session>) {
         });
         let opened = tokio::time::timeout(
             ATTEMPT_TIMEOUT,
-            SessionsClient::new(nodes.channels[i].clone()).keep_alive(ReceiverStream::new(rx)),
+            SessionsClient::new(nodes.node(i).1).keep_alive(ReceiverStream::new(rx)),
         )
         .await;
         let mut stream = match opened {
@@ -639,5 +829,72 @@ pub(crate) async fn keepalive_loop(nodes: Nodes, session: Arc<Session>) {
             }
         }
         tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a follower answers: `not-leader`, naming the leader's client address.
+    fn not_leader(hint: &str) -> Status {
+        let mut s = Status::failed_precondition("not the cluster leader");
+        s.metadata_mut().insert(
+            tenure_proto::ERROR_KEY,
+            "not-leader".parse().expect("ascii"),
+        );
+        s.metadata_mut()
+            .insert(LEADER_ADDR_KEY, hint.parse().expect("ascii"));
+        s
+    }
+
+    fn nodes(addrs: &[&str]) -> Nodes {
+        let addrs = addrs.iter().map(|a| a.to_string()).collect();
+        Nodes::new("tenure://test", addrs, "").expect("valid nodes")
+    }
+
+    // Channels are lazy, but making one needs a runtime.
+    #[tokio::test]
+    async fn a_hint_to_an_address_not_in_the_url_is_followed() {
+        let n = nodes(&["127.0.0.1:8001"]);
+        assert_eq!(
+            n.note_failure(0, &not_leader("localhost:8002")),
+            Attempted::Retry
+        );
+        assert_eq!(n.addrs(), ["127.0.0.1:8001", "localhost:8002"]);
+        assert_eq!(n.guess(), 1, "the next attempt goes to the hinted leader");
+        // Known addresses are found again, not added twice.
+        assert_eq!(
+            n.note_failure(1, &not_leader("127.0.0.1:8001")),
+            Attempted::Retry
+        );
+        assert_eq!(n.guess(), 0);
+        assert_eq!(
+            n.note_failure(0, &not_leader("LOCALHOST:8002")),
+            Attempted::Retry
+        );
+        assert_eq!((n.addrs().len(), n.guess()), (2, 1));
+    }
+
+    #[tokio::test]
+    async fn malformed_hints_are_ignored_and_the_set_stops_growing_at_its_cap() {
+        let n = nodes(&["127.0.0.1:8001", "127.0.0.1:8002"]);
+        for bad in ["", "no-port", "a b:1", "127.0.0.1:0"] {
+            n.note_failure(0, &not_leader(bad));
+            assert_eq!(n.addrs().len(), 2, "{bad:?} was added");
+        }
+        for port in 0..2 * NODE_ADDRS_MAX {
+            n.note_failure(n.guess(), &not_leader(&format!("10.0.0.1:{}", 9000 + port)));
+        }
+        let addrs = n.addrs();
+        assert_eq!(addrs.len(), NODE_ADDRS_MAX);
+        assert_eq!(&addrs[..2], ["127.0.0.1:8001", "127.0.0.1:8002"]);
+        assert!(n.guess() < NODE_ADDRS_MAX);
+
+        let many: Vec<String> = (0..=NODE_ADDRS_MAX)
+            .map(|p| format!("127.0.0.1:{}", 9000 + p))
+            .collect();
+        let e = Nodes::new("tenure://many", many, "").expect_err("over the cap");
+        assert!(e.to_string().contains("at most 64"), "{e}");
     }
 }

@@ -137,6 +137,50 @@ impl HostsUrl {
     }
 }
 
+/// Check one node address of a `tenure://` URL (or one a server named in a `not-leader`
+/// hint or its member list): `HOST:PORT`, the host an IP address (`[…]` around IPv6) or a
+/// DNS name. A name is not resolved here: the connection resolves it each time it connects,
+/// so a node that comes back at a new IP address under its name is found there. Returns the
+/// address as it will be dialed (a name lowercased), or what is wrong with it.
+pub(crate) fn node_addr(addr: &str) -> std::result::Result<String, String> {
+    if let Ok(a) = addr.parse::<std::net::SocketAddr>() {
+        if a.port() == 0 {
+            return Err(format!("{addr:?} has port 0"));
+        }
+        return Ok(addr.to_string());
+    }
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{addr:?} is not HOST:PORT (no port)"))?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => {}
+        _ => return Err(format!("{addr:?} has no valid port (1 to 65535)")),
+    }
+    if host.contains(':') || host.starts_with('[') {
+        return Err(format!(
+            "{addr:?} is not HOST:PORT (an IPv6 address goes in brackets: [ADDR]:PORT)"
+        ));
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(format!(
+            "{addr:?}: the host must be an IP address or a name of letters, digits, '-', '_' \
+             and '.'"
+        ));
+    }
+    if name.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(format!("{addr:?}: {host:?} is not a valid IP address"));
+    }
+    Ok(format!("{}:{port}", name.to_ascii_lowercase()))
+}
+
 /// Percent-decode `s`; the result must be UTF-8.
 pub(crate) fn decode(s: &str) -> std::result::Result<String, &'static str> {
     let bytes = s.as_bytes();
@@ -212,6 +256,32 @@ mod tests {
             .refuse_the_rest(&[])
             .expect_err("x")
             .contains("takes none"));
+    }
+
+    #[test]
+    fn node_addresses_may_be_names_or_ips_and_must_have_a_port() {
+        for (addr, dialed) in [
+            ("127.0.0.1:8001", "127.0.0.1:8001"),
+            ("[::1]:8001", "[::1]:8001"),
+            ("localhost:8001", "localhost:8001"),
+            ("Node-2.Example.com.:8002", "node-2.example.com:8002"),
+        ] {
+            assert_eq!(node_addr(addr).as_deref(), Ok(dialed), "{addr}");
+        }
+        for (addr, why) in [
+            ("localhost", "no port"),
+            ("localhost:0", "no valid port"),
+            ("localhost:+80", "no valid port"),
+            ("localhost:99999", "no valid port"),
+            ("::1:8001", "brackets"),
+            (":8001", "the host must be"),
+            ("a..b:1", "the host must be"),
+            ("a b:1", "the host must be"),
+            ("300.1.1.1:1", "not a valid IP address"),
+        ] {
+            let e = node_addr(addr).expect_err(addr);
+            assert!(e.contains(why), "{addr}: {e}");
+        }
     }
 
     #[test]

@@ -758,6 +758,32 @@ impl v1::cluster_server::Cluster for Api {
             .map_err(|e| self.status(e))?;
         Ok(tonic::Response::new(v1::TransferLeadershipResponse {}))
     }
+
+    async fn members(
+        &self,
+        req: Request<v1::MembersRequest>,
+    ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
+        self.authorize(&req, Action::Members)?;
+        // This node's current membership, as last published by the driver: no log write and
+        // no quorum round. A client uses it only to learn where else to knock; every request
+        // it then sends is still answered (or redirected) by whoever leads.
+        let membership = self.driver.published.borrow().status.membership.clone();
+        let members = membership
+            .all_nodes()
+            .into_iter()
+            .map(|id| v1::Member {
+                id,
+                peer_addr: String::new(),
+                client_addr: self
+                    .nodes
+                    .get(&id)
+                    .map(|a| a.client.to_string())
+                    .unwrap_or_default(),
+                voter: membership.is_voter(id),
+            })
+            .collect();
+        Ok(tonic::Response::new(v1::MembersResponse { members }))
+    }
 }
 
 impl Api {

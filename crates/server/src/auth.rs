@@ -112,6 +112,7 @@ impl Rights {
         match *action {
             Action::Admin => false,
             Action::Status => true,
+            Action::Members => true,
             Action::Metrics => observer,
             Action::Session => self.grants.iter().any(|g| {
                 g.allow.contains(&Permission::Campaign) || g.allow.contains(&Permission::Write)
@@ -139,6 +140,9 @@ pub enum Action<'a> {
     Write(&'a str),
     /// The cluster's status (every authenticated principal).
     Status,
+    /// The cluster's member list with client addresses (every authenticated principal:
+    /// a client given one node's address needs it to find the others).
+    Members,
     /// `/metrics` and `/status` on the HTTP port (observers and admins).
     Metrics,
     /// Membership changes, leadership transfer.
@@ -155,6 +159,7 @@ impl Action<'_> {
             Action::Read(k) => format!("read key {k:?}"),
             Action::Write(k) => format!("write key {k:?}"),
             Action::Status => "the cluster's status".into(),
+            Action::Members => "the cluster's member list".into(),
             Action::Metrics => "metrics and status (the observer role)".into(),
             Action::Admin => "membership and leadership changes (the admin role)".into(),
         }
@@ -527,6 +532,7 @@ grafana = "sha256:REPLACE"
             .is_ok());
         assert!(p.check(None, billing, &Action::Session).is_ok());
         assert!(p.check(None, billing, &Action::Status).is_ok());
+        assert!(p.check(None, billing, &Action::Members).is_ok());
         for denied in [
             Action::Campaign("shipping/close"),
             Action::Campaign("billing"),
@@ -554,6 +560,7 @@ grafana = "sha256:REPLACE"
             Action::Observe("any"),
             Action::Read("any/key"),
             Action::Status,
+            Action::Members,
             Action::Metrics,
         ] {
             assert_eq!(
@@ -585,10 +592,12 @@ grafana = "sha256:REPLACE"
                 "{header:?}: a bad token is not rescued by a certificate"
             );
         }
-        assert!(matches!(
-            p.check(None, None, &Action::Status),
-            Err(Denied::Unauthenticated(_))
-        ));
+        for action in [Action::Status, Action::Members] {
+            assert!(matches!(
+                p.check(None, None, &action),
+                Err(Denied::Unauthenticated(_))
+            ));
+        }
         // A certificate naming a principal the file does not list has no rights.
         assert!(matches!(
             p.check(None, Some("stranger"), &Action::Status),

@@ -1,39 +1,65 @@
 //! Server configuration: from a TOML file and/or flags, validated before anything starts.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use tenure_core::config::Config;
 use tenure_core::sm::SmLimits;
 use tenure_core::types::NodeId;
+pub use tenure_transport::HostPort;
 
-/// The addresses one node listens on.
+/// The addresses one node listens on. Each is `HOST:PORT`, the host an IP address or a
+/// name; a name is resolved when the node binds it (its own addresses) or dials it (its
+/// peers', on every connection attempt). The client address is also what clients are
+/// told when they ask a follower (`not-leader`) or for the member list, so it must be
+/// one that clients can reach.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeAddrs {
     /// Raft traffic between nodes.
-    pub peer: SocketAddr,
+    #[serde(with = "host_port")]
+    pub peer: HostPort,
     /// The gRPC client API.
-    pub client: SocketAddr,
+    #[serde(with = "host_port")]
+    pub client: HostPort,
     /// HTTP: `/metrics`, `/health`, `/status`.
-    pub http: SocketAddr,
+    #[serde(with = "host_port")]
+    pub http: HostPort,
+}
+
+/// `HOST:PORT` strings in the TOML file.
+mod host_port {
+    use super::HostPort;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(a: &HostPort, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(a)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HostPort, D::Error> {
+        let text = String::deserialize(d)?;
+        text.trim().parse().map_err(serde::de::Error::custom)
+    }
 }
 
 impl std::str::FromStr for NodeAddrs {
     type Err = String;
 
-    /// `PEER,CLIENT,HTTP`, e.g. `127.0.0.1:7001,127.0.0.1:8001,127.0.0.1:9001`.
+    /// `PEER,CLIENT,HTTP`, e.g. `127.0.0.1:7001,127.0.0.1:8001,127.0.0.1:9001` or
+    /// `node-1.example:7001,node-1.example:8001,node-1.example:9001`.
     fn from_str(s: &str) -> Result<NodeAddrs, String> {
         let parts: Vec<&str> = s.split(',').collect();
         let [peer, client, http] = parts.as_slice() else {
             return Err(format!("expected PEER,CLIENT,HTTP addresses, got {s:?}"));
         };
         let parse = |what: &str, a: &str| {
-            a.trim()
-                .parse::<SocketAddr>()
-                .map_err(|e| format!("bad {what} address {a:?}: {e}"))
+            a.trim().parse::<HostPort>().map_err(|e| {
+                format!(
+                    "bad {what} address {:?}: {} (expected HOST:PORT)",
+                    e.addr, e.why
+                )
+            })
         };
         Ok(NodeAddrs {
             peer: parse("peer", peer)?,
@@ -260,9 +286,10 @@ pub enum ConfigError {
     /// Node id 0 is reserved.
     #[error("node id 0 is reserved; ids start at 1")]
     ZeroId,
-    /// Two nodes share an address.
+    /// Two nodes share an address (as written: two names for one machine are not caught
+    /// here, but binding or dialing then fails with the address named).
     #[error("address {0} is used twice")]
-    DuplicateAddr(SocketAddr),
+    DuplicateAddr(HostPort),
     /// A duration or limit is out of range.
     #[error("{what}: {why}")]
     Range {
@@ -276,8 +303,8 @@ pub enum ConfigError {
     PlaintextNotLoopback {
         /// Which port.
         what: &'static str,
-        /// The address.
-        addr: SocketAddr,
+        /// The address (a name other than `localhost` counts as reachable from elsewhere).
+        addr: HostPort,
     },
     /// The cluster id cannot stand in a certificate name.
     #[error("cluster_id {0:?} cannot be used with TLS: it must be 1 to 63 lowercase letters, digits and inner hyphens")]
@@ -315,9 +342,9 @@ impl ServerConfig {
         }
         let mut seen = std::collections::BTreeSet::new();
         for a in self.nodes.values() {
-            for addr in [a.peer, a.client, a.http] {
+            for addr in [&a.peer, &a.client, &a.http] {
                 if !seen.insert(addr) {
-                    return Err(ConfigError::DuplicateAddr(addr));
+                    return Err(ConfigError::DuplicateAddr(addr.clone()));
                 }
             }
         }
@@ -447,9 +474,16 @@ impl ServerConfig {
         )?;
         if self.tls.is_none() && !self.insecure {
             let me = self.me();
-            for (what, addr) in [("peer", me.peer), ("client", me.client), ("http", me.http)] {
-                if !addr.ip().is_loopback() {
-                    return Err(ConfigError::PlaintextNotLoopback { what, addr });
+            for (what, addr) in [
+                ("peer", &me.peer),
+                ("client", &me.client),
+                ("http", &me.http),
+            ] {
+                if !addr.is_loopback() {
+                    return Err(ConfigError::PlaintextNotLoopback {
+                        what,
+                        addr: addr.clone(),
+                    });
                 }
             }
         }
@@ -465,9 +499,9 @@ impl ServerConfig {
     pub fn plaintext_exposed(&self) -> bool {
         let me = self.me();
         self.tls.is_none()
-            && [me.peer, me.client, me.http]
+            && [&me.peer, &me.client, &me.http]
                 .iter()
-                .any(|a| !a.ip().is_loopback())
+                .any(|a| !a.is_loopback())
     }
 
     /// Milliseconds to ticks, rounding up (a TTL never shrinks by conversion).
@@ -637,5 +671,46 @@ mod tests {
             .parse::<NodeAddrs>()
             .unwrap_err()
             .contains("bad client address"));
+    }
+
+    #[test]
+    fn host_names_are_addresses_too_and_only_localhost_counts_as_loopback() {
+        let a: NodeAddrs = "localhost:7001,node-1.example:8001,[::1]:9001"
+            .parse()
+            .expect("names and IPs");
+        assert_eq!(a.peer.to_string(), "localhost:7001");
+        assert_eq!(a.client.host(), "node-1.example");
+        assert_eq!(a.http.to_string(), "[::1]:9001");
+        let e = "localhost:7001,local host:8001,localhost:9001"
+            .parse::<NodeAddrs>()
+            .unwrap_err();
+        assert!(e.contains("bad client address \"local host:8001\""), "{e}");
+
+        let names = GOOD.replace("127.0.0.1", "localhost");
+        let c = parse(&names).expect("names in the TOML file");
+        c.validate()
+            .expect("localhost is loopback: plaintext is allowed");
+        assert_eq!(c.me().client.to_string(), "localhost:8002");
+        let twice = parse(&names.replace("localhost:9003", "LOCALHOST:9002")).expect("parses");
+        let e = twice.validate().expect_err("same address").to_string();
+        assert!(e.contains("address localhost:9002 is used twice"), "{e}");
+
+        let elsewhere =
+            parse(&GOOD.replace("127.0.0.1:8002", "node-2.example:8002")).expect("parses");
+        let e = elsewhere
+            .validate()
+            .expect_err("a name without TLS")
+            .to_string();
+        assert!(
+            e.contains("client address node-2.example:8002 is not loopback"),
+            "{e}"
+        );
+        let mut tls = elsewhere;
+        tls.tls = Some(TlsPaths::in_dir(std::path::Path::new("/certs"), 2));
+        tls.validate().expect("a name with TLS");
+        let text = serde_json::to_string(&tls).expect("serializes");
+        assert!(text.contains(r#""client":"node-2.example:8002""#), "{text}");
+        let back: ServerConfig = serde_json::from_str(&text).expect("round trip");
+        assert_eq!(back, tls);
     }
 }

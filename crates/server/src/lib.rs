@@ -52,6 +52,21 @@ pub enum ServerError {
     /// A listener failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// One of this node's addresses cannot be listened on.
+    #[error(
+        "cannot listen on {addr}, the {what} address of node {id} (--node {id}=PEER,CLIENT,HTTP, \
+         or nodes.{id}.{what} in the config file): {why}"
+    )]
+    Bind {
+        /// This node's id.
+        id: u64,
+        /// Which port: `peer`, `client` or `http`.
+        what: &'static str,
+        /// The address as configured.
+        addr: String,
+        /// What went wrong (unresolvable, in use, not loopback without TLS, …).
+        why: String,
+    },
     /// The driver stopped with an error.
     #[error("{0}")]
     Driver(String),
@@ -156,15 +171,54 @@ pub struct Listeners {
 }
 
 impl Listeners {
-    /// Bind the addresses of this node in `config`.
-    pub async fn bind(config: &ServerConfig) -> std::io::Result<Listeners> {
+    /// Bind the addresses of this node in `config`. A name is resolved now, and the first
+    /// of its addresses that can be bound is used; with TLS off (and no `insecure`) only
+    /// loopback addresses are bound, whatever a name resolves to. A failure names the
+    /// address, the port it is for and the flag that gave it.
+    pub async fn bind(config: &ServerConfig) -> Result<Listeners, ServerError> {
         let me = config.me();
+        let loopback_only = config.tls.is_none() && !config.insecure;
+        let bind = |what, addr| bind_one(config.id, what, addr, loopback_only);
         Ok(Listeners {
-            peer: TcpListener::bind(me.peer).await?,
-            client: TcpListener::bind(me.client).await?,
-            http: TcpListener::bind(me.http).await?,
+            peer: bind("peer", &me.peer).await?,
+            client: bind("client", &me.client).await?,
+            http: bind("http", &me.http).await?,
         })
     }
+}
+
+async fn bind_one(
+    id: u64,
+    what: &'static str,
+    addr: &config::HostPort,
+    loopback_only: bool,
+) -> Result<TcpListener, ServerError> {
+    let fail = |why: String| ServerError::Bind {
+        id,
+        what,
+        addr: addr.to_string(),
+        why,
+    };
+    let found = addr.resolve().await.map_err(|e| fail(e.to_string()))?;
+    let mut why = String::new();
+    for a in found {
+        if loopback_only && !a.ip().is_loopback() {
+            why = format!(
+                "it resolves to {a}, which is not loopback, and TLS is off (give --tls-dir, or \
+                 --insecure to serve plaintext there anyway)"
+            );
+            continue;
+        }
+        match TcpListener::bind(a).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                why =
+                    format!("{a} is already in use (is another node or program listening there?)");
+            }
+            Err(e) => why = format!("{a}: {e}"),
+        }
+    }
+    Err(fail(why))
 }
 
 struct TransportOutbox(TransportHandle);
@@ -262,7 +316,7 @@ pub async fn run(
         .nodes
         .iter()
         .filter(|(id, _)| **id != config.id)
-        .map(|(id, a)| (*id, a.peer))
+        .map(|(id, a)| (*id, a.peer.clone()))
         .collect();
     let mut tcfg =
         TransportConfig::new(config.id, config.cluster_id.clone(), listeners.peer, peers);

@@ -395,6 +395,8 @@ pub struct Options {
     pub extra_args: Vec<String>,
     /// More environment variables for every node.
     pub env: Vec<(String, String)>,
+    /// The host the `--node` flags name instead of `127.0.0.1` (see [`Options::node_host`]).
+    pub node_host: Option<String>,
 }
 
 impl Options {
@@ -409,7 +411,16 @@ impl Options {
             tick_ms: TICK_MS,
             extra_args: Vec::new(),
             env: Vec::new(),
+            node_host: None,
         }
+    }
+
+    /// Name every node's addresses in `--node` by `host` (a name such as `localhost` that
+    /// resolves to 127.0.0.1) instead of by IP. The harness itself still reaches the nodes
+    /// at 127.0.0.1 ([`Cluster::addrs`]).
+    pub fn node_host(mut self, host: &str) -> Options {
+        self.node_host = Some(host.to_string());
+        self
     }
 
     /// An environment variable for every node.
@@ -630,8 +641,14 @@ impl Cluster {
             .args(&self.opts.extra_args)
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         for (n, a) in &self.addrs {
-            cmd.arg("--node")
-                .arg(format!("{n}={},{},{}", a.peer, a.client, a.http));
+            let spec = match &self.opts.node_host {
+                None => format!("{n}={},{},{}", a.peer, a.client, a.http),
+                Some(h) => {
+                    let (p, c, w) = (a.peer.port(), a.client.port(), a.http.port());
+                    format!("{n}={h}:{p},{h}:{c},{h}:{w}")
+                }
+            };
+            cmd.arg("--node").arg(spec);
         }
         if self.opts.fault_injection {
             cmd.arg("--fault-injection");
@@ -841,6 +858,40 @@ impl Cluster {
         for id in ids {
             self.wait_status(*id, within, &format!("applying up to {target}"), |s| {
                 s.applied_index >= target && s.leader == leader
+            })
+            .await;
+        }
+    }
+
+    /// Move Raft leadership to node `to` (the admin's TransferLeadership at the current
+    /// leader, repeated until it takes) and wait until every running node agrees that `to`
+    /// leads; returns the term.
+    pub async fn move_leadership(&mut self, to: u64, within: Duration) -> u64 {
+        let deadline = Instant::now() + within;
+        let running: Vec<u64> = self
+            .ids()
+            .into_iter()
+            .filter(|id| self.is_running(*id))
+            .collect();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (leader, term) = self.wait_for_leader(&running, left.max(secs(1))).await;
+            if leader == to {
+                return term;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leadership did not move from node {leader} to node {to} within {within:?}"
+            );
+            let ch = self.channel(leader);
+            let _ = v1::cluster_client::ClusterClient::new(ch)
+                .transfer_leadership(v1::TransferLeadershipRequest { to })
+                .await;
+            // The transfer takes about one round trip; the status poll above waits for it.
+            let _ = tokio::time::timeout(secs(2), async {
+                while !self.status(to).await.is_some_and(|s| s.is_leader()) {
+                    tokio::time::sleep(ms(20)).await;
+                }
             })
             .await;
         }

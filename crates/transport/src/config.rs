@@ -1,12 +1,12 @@
 //! Transport configuration, validated before anything starts.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use tenure_core::types::NodeId;
 use tokio::net::TcpListener;
 
+use crate::addr::HostPort;
 use crate::codec::{
     CLUSTER_ID_BYTES_MAX, FRAME_BYTES_MAX_DEFAULT, FRAME_BYTES_MAX_LIMIT, HELLO_FRAME_BYTES_MAX,
 };
@@ -47,8 +47,10 @@ pub struct TransportConfig {
     /// `--listen :0`) can bind port 0 and learn the port before peers are configured.
     pub listener: TcpListener,
     /// Every other node and where it listens. Only these ids may connect, and only these
-    /// ids can be sent to. Must not contain [`TransportConfig::id`].
-    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// ids can be sent to. Must not contain [`TransportConfig::id`]. A host name is
+    /// resolved on every dial, so a peer that moves to a new IP address under its name is
+    /// found again at its next reconnect.
+    pub peers: BTreeMap<NodeId, HostPort>,
     /// Cap on one frame, header included, in both directions. Bounds the memory a peer can
     /// make this node buffer per connection; must fit the largest snapshot sent whole.
     pub frame_bytes_max: usize,
@@ -85,18 +87,19 @@ pub struct TransportConfig {
 }
 
 impl TransportConfig {
-    /// A configuration with every limit at its default.
-    pub fn new(
+    /// A configuration with every limit at its default. `peers` may be socket addresses or
+    /// [`HostPort`]s (names resolved on every dial).
+    pub fn new<A: Into<HostPort>>(
         id: NodeId,
         cluster_id: impl Into<String>,
         listener: TcpListener,
-        peers: BTreeMap<NodeId, SocketAddr>,
+        peers: BTreeMap<NodeId, A>,
     ) -> TransportConfig {
         TransportConfig {
             id,
             cluster_id: cluster_id.into(),
             listener,
-            peers,
+            peers: peers.into_iter().map(|(id, a)| (id, a.into())).collect(),
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
             outbound_queue_max: OUTBOUND_QUEUE_MAX_DEFAULT,
             inbound_queue_max: INBOUND_QUEUE_MAX_DEFAULT,

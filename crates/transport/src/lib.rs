@@ -70,6 +70,7 @@
 //! [`TransportHandle::peer_states`] expose counters for the server to export.
 #![deny(missing_docs)]
 
+pub mod addr;
 mod backoff;
 #[cfg(feature = "certs")]
 pub mod certs;
@@ -87,6 +88,7 @@ pub use codec::{
     FLAG_HELLO, FRAME_BYTES_MAX_DEFAULT, HEADER_BYTES, HELLO_FRAME_BYTES_MAX, MAGIC,
     PROTOCOL_VERSION,
 };
+pub use addr::{AddrError, HostPort};
 pub use config::TransportConfig;
 pub use error::{ConfigError, Result, SendError, TransportError};
 pub use metrics::{PeerState, TransportMetrics};

@@ -1,7 +1,8 @@
 //! Counters the server exports: plain atomics inside, plain snapshots outside.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use crate::addr::HostPort;
 
 /// A monotonically increasing counter. Relaxed ordering: counters are read for reporting,
 /// never to synchronize anything.
@@ -117,7 +118,7 @@ impl TransportMetrics {
 /// Per-peer live state and counters.
 #[derive(Debug)]
 pub(crate) struct PeerShared {
-    pub(crate) addr: SocketAddr,
+    pub(crate) addr: HostPort,
     pub(crate) outbound_connected: AtomicBool,
     pub(crate) inbound_connections: AtomicUsize,
     /// Messages to the peer are dropped (test hook).
@@ -139,7 +140,7 @@ pub(crate) struct PeerShared {
 }
 
 impl PeerShared {
-    pub(crate) fn new(addr: SocketAddr) -> PeerShared {
+    pub(crate) fn new(addr: HostPort) -> PeerShared {
         PeerShared {
             addr,
             outbound_connected: AtomicBool::new(false),
@@ -174,7 +175,7 @@ impl PeerShared {
 
     pub(crate) fn snapshot(&self, queue_len: usize) -> PeerState {
         PeerState {
-            addr: self.addr,
+            addr: self.addr.clone(),
             outbound_connected: self.is_connected(),
             inbound_connections: self.inbound_connections.load(Ordering::Relaxed),
             blocked: self.is_blocked_out() && self.is_blocked_in(),
@@ -196,8 +197,8 @@ impl PeerShared {
 /// A snapshot of one peer's connection state and counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerState {
-    /// Where this node dials the peer.
-    pub addr: SocketAddr,
+    /// Where this node dials the peer (a name is resolved on every dial).
+    pub addr: HostPort,
     /// Whether this node's connection to the peer is up (hello sent, not yet failed).
     /// Messages sent while it is down are dropped.
     pub outbound_connected: bool,

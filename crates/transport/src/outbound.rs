@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{timeout, Instant};
 use tracing::{debug, info, warn};
 
+use crate::addr::HostPort;
 use crate::backoff::Backoff;
 use crate::codec::{encode_hello, encode_message_into, Hello, PROTOCOL_VERSION};
 use crate::metrics::PeerShared;
@@ -112,12 +113,9 @@ pub(crate) async fn run(
 /// Dials the peer, runs the TLS handshake if TLS is on (checking that the peer's
 /// certificate names it), and sends the hello, within the connect and write timeouts.
 async fn connect(ctx: &OutboundCtx) -> io::Result<Box<dyn PeerIo>> {
-    let stream = timeout(
-        ctx.limits.connect_timeout,
-        TcpStream::connect(ctx.peer.addr),
-    )
-    .await
-    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    let stream = timeout(ctx.limits.connect_timeout, dial(&ctx.peer.addr))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     // Raft messages are latency-sensitive and this writer batches on its own.
     stream.set_nodelay(true)?;
     let mut stream: Box<dyn PeerIo> = match &ctx.shared.tls {
@@ -148,6 +146,25 @@ async fn connect(ctx: &OutboundCtx) -> io::Result<Box<dyn PeerIo>> {
     .await
     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "hello write timed out"))??;
     Ok(stream)
+}
+
+/// Resolves `addr` now (a name is looked up on every dial, so a peer that moved to a new IP
+/// address under its name is found again) and connects to the first of its addresses that
+/// accepts, in the resolver's order.
+async fn dial(addr: &HostPort) -> io::Result<TcpStream> {
+    let mut last = None;
+    for a in addr.resolve().await? {
+        match TcpStream::connect(a).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(io::Error::new(e.kind(), format!("{a}: {e}"))),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{addr} resolves to no address"),
+        )
+    }))
 }
 
 /// Writes queued messages until the connection fails or the writer must stop.

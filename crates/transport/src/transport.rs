@@ -130,7 +130,7 @@ impl Transport {
             peers: config
                 .peers
                 .iter()
-                .map(|(&id, &addr)| (id, Arc::new(PeerShared::new(addr))))
+                .map(|(&id, addr)| (id, Arc::new(PeerShared::new(addr.clone()))))
                 .collect(),
             tls: config.tls,
         });

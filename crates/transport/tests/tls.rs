@@ -251,8 +251,12 @@ fn tls_needs_a_cluster_id_that_fits_a_certificate_name() {
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
         issue_into(dir.path(), "c", vec![1]);
-        let mut cfg =
-            tenure_transport::TransportConfig::new(1, "Not A Label", bind().await, BTreeMap::new());
+        let mut cfg = tenure_transport::TransportConfig::new(
+            1,
+            "Not A Label",
+            bind().await,
+            BTreeMap::<u64, std::net::SocketAddr>::new(),
+        );
         cfg.tls = Some(PeerTls::new(&material(dir.path(), 1)).expect("tls"));
         let err = Transport::start(cfg).expect_err("refused");
         assert!(err.to_string().contains("cannot be used with TLS"), "{err}");
