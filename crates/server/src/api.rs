@@ -209,7 +209,7 @@ impl Api {
         }
     }
 
-    /// `session`'s token if it leads `election` now (a read through the log).
+    /// `session`'s token if it leads `election` now (a linearizable read).
     async fn token_if_leading(
         &self,
         election: &str,

@@ -1336,7 +1336,7 @@ impl Client {
         .map(|(_, r)| r.index)
     }
 
-    /// A linearizable Get through the leader's log.
+    /// A linearizable Get at the leader.
     pub async fn get(&mut self, key: &str) -> Result<Option<v1::FencedValue>, Status> {
         let key = key.to_string();
         self.on_leader(secs(10), |ch| {
@@ -1352,9 +1352,8 @@ impl Client {
     }
 }
 
-/// Check that every `(key, value)` is stored, with many Gets in flight (each Get is a log
-/// entry, so concurrency lets them share fsyncs). Returns the keys that are missing or hold
-/// another value.
+/// Check that every `(key, value)` is stored, with many Gets in flight. Returns the keys
+/// that are missing or hold another value.
 pub async fn missing_keys(client: &Client, expected: &[(String, Vec<u8>)]) -> Vec<String> {
     const IN_FLIGHT: usize = 16;
     let mut missing = Vec::new();
