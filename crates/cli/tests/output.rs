@@ -14,34 +14,38 @@
 //! The cluster cases run against one real cluster of the workspace's harness (TLS and
 //! client authentication on).
 
+mod common;
+
 use std::ffi::OsStr;
-use std::io::{BufRead as _, BufReader};
 use std::os::unix::ffi::OsStrExt as _;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tenure");
+use common::{next_line, run_sh, stderr, stdout, tenure, Campaign, Cluster, Spawned, BIN};
 
 /// An address where nothing listens: a backend that would fail if it were contacted.
 const NOWHERE: &str = "tenure://127.0.0.1:1";
 
-fn tenure(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tenure")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// `tenure args` must exit `code` before contacting the backend, with a message that says
+/// each of `says` and never `never`.
+fn fails_without_contacting_the_backend(args: &[&str], code: i32, says: &[&str], never: &str) {
+    let started = Instant::now();
+    let out = tenure(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    for s in says {
+        assert!(err.contains(s), "{args:?} should say {s:?}: {err}");
+    }
+    assert!(!err.contains(never), "{args:?}: {err}");
+    // Nothing was contacted: an unreachable backend takes seconds of retries to fail.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{args:?}: the backend was contacted (took {:?}): {err}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -132,40 +136,19 @@ fn every_bad_argument_exits_2_naming_it_without_contacting_the_backend() {
         if args[0] == "run" && !args.contains(&"--") {
             args.extend(["--", "true"]);
         }
-        let started = Instant::now();
-        let out = tenure(&args);
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        for s in says {
-            assert!(err.contains(s), "{args:?} should say {s:?}: {err}");
-        }
-        assert!(!err.contains("Some("), "{args:?}: {err}");
-        // Nothing was contacted: an unreachable backend takes seconds of retries to fail.
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "{args:?} took {:?}: {err}",
-            started.elapsed()
-        );
+        fails_without_contacting_the_backend(&args, 2, &says, "Some(");
     }
 }
 
 #[test]
 fn durations_such_as_1m30s_are_accepted() {
-    let out = tenure(&[
-        "run",
-        "--election",
-        "e",
-        "--backend",
-        "memory:",
-        "--ttl",
-        "2m30s",
-        "--grace",
-        "1m",
-        "--",
-        "sh",
-        "-c",
-        "exit 3",
-    ]);
+    let run = |ttl: &str, grace: &str, command: &[&str]| {
+        let mut args = vec!["run", "--election", "e", "--backend", "memory:"];
+        args.extend(["--ttl", ttl, "--grace", grace, "--"]);
+        args.extend(command);
+        tenure(&args)
+    };
+    let out = run("2m30s", "1m", &["sh", "-c", "exit 3"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("ttl 150s, grace 60s"),
@@ -173,19 +156,7 @@ fn durations_such_as_1m30s_are_accepted() {
         stderr(&out)
     );
     // And the grace rule still applies to them: 45 s is half of 1m30s.
-    let out = tenure(&[
-        "run",
-        "--election",
-        "e",
-        "--backend",
-        "memory:",
-        "--ttl",
-        "1m30s",
-        "--grace",
-        "45s",
-        "--",
-        "true",
-    ]);
+    let out = run("1m30s", "45s", &["true"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--grace"), "{}", stderr(&out));
 }
@@ -202,31 +173,26 @@ fn run_refuses_a_command_that_cannot_start_before_contacting_the_backend() {
         (not_executable, 126, "not executable"),
         ("/", 126, "directory"),
     ] {
-        let started = Instant::now();
-        let out = tenure(&[
-            "run",
-            "--election",
-            "e",
-            "--backend",
-            NOWHERE,
-            "--",
-            command,
-        ]);
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(code), "{command}: {err}");
-        assert!(err.contains(says), "{command}: {err}");
-        assert!(!err.contains("campaigning"), "{command}: {err}");
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "{command}: the backend was contacted ({:?}): {err}",
-            started.elapsed()
+        fails_without_contacting_the_backend(
+            &[
+                "run",
+                "--election",
+                "e",
+                "--backend",
+                NOWHERE,
+                "--",
+                command,
+            ],
+            code,
+            &[says],
+            "campaigning",
         );
     }
 }
 
 #[test]
 fn scripts_read_one_line_per_leader_and_exact_values_from_a_cluster() {
-    let cluster = Cluster::start();
+    let cluster = Cluster::start(3);
     let url = cluster.url();
     let dir = tempfile::tempdir().expect("a temporary directory");
 
@@ -264,7 +230,7 @@ fn a_forged_newline_stays_on_its_line(url: &str) {
         serde_json::json!({"election": election, "leader": null})
     );
 
-    let (holder, token, session) = campaign(url, election, OsStr::new(value), true);
+    let (holder, token, session) = Campaign::new(url, election, value).json().start();
 
     let out = tenure(&["leader", "--election", election, "--backend", url]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -296,7 +262,9 @@ fn a_forged_newline_stays_on_its_line(url: &str) {
 fn values_that_are_not_utf8_round_trip_in_json(url: &str) {
     let election = "bytes";
     let value: &[u8] = b"\xff\xfe\n\\ end";
-    let (_holder, token, _) = campaign(url, election, OsStr::from_bytes(value), true);
+    let (_holder, token, _) = Campaign::new(url, election, OsStr::from_bytes(value))
+        .json()
+        .start();
     let out = tenure(&["leader", "--election", election, "--backend", url]);
     assert_eq!(
         stdout(&out).trim_end_matches('\n'),
@@ -327,7 +295,7 @@ fn session_of(url: &str, election: &str) -> u64 {
 /// The first token of an election is the same whether or not `tenure run` was first asked
 /// to run a command that does not exist there.
 fn a_command_that_cannot_start_spends_no_token(url: &str) {
-    let (holder, untouched, _) = campaign(url, "fresh-untouched", OsStr::new("a"), false);
+    let (holder, untouched, _) = Campaign::new(url, "fresh-untouched", "a").start();
     drop(holder);
     let out = tenure(&[
         "run",
@@ -339,7 +307,7 @@ fn a_command_that_cannot_start_spends_no_token(url: &str) {
         "/nonexistent",
     ]);
     assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
-    let (holder, tried, _) = campaign(url, "fresh-tried", OsStr::new("a"), false);
+    let (holder, tried, _) = Campaign::new(url, "fresh-tried", "a").start();
     drop(holder);
     assert_eq!(
         tried, untouched,
@@ -356,21 +324,7 @@ fn the_session_id_variable_holds_the_session(url: &str, dir: &std::path::Path) {
          echo \"$TENURE_SESSION_ID $TENURE_LEADER_ID\" > {file}",
         file = file.display()
     );
-    let out = tenure(&[
-        "run",
-        "--election",
-        election,
-        "--backend",
-        url,
-        "--ttl",
-        "2s",
-        "--grace",
-        "500ms",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let out = run_sh(url, election, &script);
     assert!(out.status.success(), "{}", stderr(&out));
     let env = std::fs::read_to_string(&file).expect("the command wrote its environment");
     let ids: Vec<&str> = env.split_whitespace().collect();
@@ -387,9 +341,9 @@ fn the_session_id_variable_holds_the_session(url: &str, dir: &std::path::Path) {
 
 fn the_http_port_is_named_as_such(cluster: &Cluster) {
     let leader = cluster.leader();
-    let client = cluster.inner.addrs(leader).client;
-    for id in cluster.inner.ids() {
-        let http = cluster.inner.addrs(id).http;
+    let client = cluster.addrs(leader).client;
+    for id in cluster.ids() {
+        let http = cluster.addrs(id).http;
         let url = format!("tenure://{http}{}", cluster.query());
         let out = tenure(&["leader", "--election", "e", "--backend", &url]);
         let err = stderr(&out);
@@ -403,154 +357,5 @@ fn the_http_port_is_named_as_such(cluster: &Cluster) {
             err.contains(&format!("the cluster's leader serves clients on {client}")),
             "{err}"
         );
-    }
-}
-
-// ------------------------------------------------------------------------------------------
-// Helpers.
-
-/// `tenure campaign` until it leads: the process (resigns when dropped), its token and
-/// session. With `json`, the token line is read as JSON and checked against `value`.
-fn campaign(url: &str, election: &str, value: &OsStr, json: bool) -> (Spawned, u64, u64) {
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "campaign",
-        "--election",
-        election,
-        "--backend",
-        url,
-        "--ttl",
-        "2s",
-    ])
-    .arg("--value")
-    .arg(value)
-    .stdout(Stdio::piped());
-    if json {
-        cmd.arg("--json");
-    }
-    let mut holder = Spawned::new(&mut cmd);
-    let lines = holder.lines();
-    let line = next_line(&lines, "the token line");
-    if !json {
-        let token = line.parse().expect("a numeric token");
-        return (holder, token, 0);
-    }
-    let o: Value = serde_json::from_str(&line).expect("a JSON line");
-    assert_eq!(o["election"], election);
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(o["value_base64"].as_str().expect("base64 text"))
-        .expect("base64");
-    assert_eq!(bytes, value.as_bytes(), "{line}");
-    (
-        holder,
-        o["token"].as_u64().expect("a token"),
-        o["session"].as_u64().expect("a session"),
-    )
-}
-
-fn next_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
-    lines
-        .recv_timeout(Duration::from_secs(15))
-        .unwrap_or_else(|_| panic!("no line for {what} in 15 s"))
-}
-
-/// A child process, SIGTERMed (and waited for) when dropped, also when a case fails.
-struct Spawned(Child);
-
-impl Spawned {
-    fn new(cmd: &mut Command) -> Spawned {
-        Spawned(
-            cmd.stdin(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("start tenure"),
-        )
-    }
-
-    /// Its stdout, line by line.
-    fn lines(&mut self) -> std::sync::mpsc::Receiver<String> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let out = self.0.stdout.take().expect("piped");
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        rx
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The harness's cluster, driven from this synchronous test through a small runtime.
-struct Cluster {
-    inner: tenure_testkit::Cluster,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let inner = tenure_testkit::Cluster::start(tenure_testkit::Options::nodes(3));
-        let cluster = Cluster { inner, runtime };
-        cluster.wait_ready();
-        cluster
-    }
-
-    fn url(&self) -> String {
-        self.inner.url()
-    }
-
-    /// The URL's query (the TLS files), for a URL to other addresses.
-    fn query(&self) -> String {
-        self.url()
-            .split_once('?')
-            .map(|(_, q)| format!("?{q}"))
-            .unwrap_or_default()
-    }
-
-    fn leader(&self) -> u64 {
-        let ids = self.inner.ids();
-        self.runtime
-            .block_on(self.inner.wait_for_leader(&ids, Duration::from_secs(20)))
-            .0
-    }
-
-    /// Wait until `tenure leader` gets an answer.
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let out = tenure(&["leader", "--election", "warm-up", "--backend", &self.url()]);
-            if out.status.success() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "cluster not ready: {}",
-                stderr(&out)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }
 }

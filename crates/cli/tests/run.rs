@@ -16,17 +16,21 @@
 //! A frozen host (runner and command both SIGSTOPped) is not tested: nothing on that host can
 //! act, which is what fencing tokens are for.
 
+mod common;
+
 use std::fs::File;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tenure");
+use tenure_testkit::ms;
+
+use common::{leader, next_line, run_sh, stderr, stdout, tenure, Campaign, Cluster, Spawned, BIN};
 
 /// The same, with the ticking done by a grandchild (a background subshell), which only the
 /// runner's guard can kill when the runner is SIGKILLed.
@@ -43,19 +47,23 @@ trap 'echo "stop $1 $(date +%s%N)" >> "$2"; exit 0' TERM
 while :; do echo "tick $1 $(date +%s%N)" >> "$2"; sleep 0.05; done
 "#;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
 #[test]
 fn grace_of_half_the_ttl_or_more_is_rejected() {
-    let out = Command::new(BIN)
-        .args(["run", "--election", "e", "--backend", "memory:"])
-        .args(["--ttl", "2s", "--grace", "1s", "--", "true"])
-        .output()
-        .expect("run tenure");
+    let out = tenure(&[
+        "run",
+        "--election",
+        "e",
+        "--backend",
+        "memory:",
+        "--ttl",
+        "2s",
+        "--grace",
+        "1s",
+        "--",
+        "true",
+    ]);
     assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr(&out);
     assert!(err.contains("--grace") && err.contains("half"), "{err}");
 }
 
@@ -79,17 +87,13 @@ fn a_backend_password_never_appears_in_the_output() {
             &malformed,
         ),
     ] {
-        let out = Command::new(BIN)
-            .args(&args)
-            .arg(url)
-            .args(["--", "true"].iter().filter(|_| args[0] == "run"))
-            .output()
-            .expect("run tenure");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut argv = args.clone();
+        argv.push(url);
+        if args[0] == "run" {
+            argv.extend(["--", "true"]);
+        }
+        let out = tenure(&argv);
+        let text = format!("{}{}", stdout(&out), stderr(&out));
         assert!(!out.status.success(), "{args:?} {url}: {text}");
         assert!(
             !text.contains(secret),
@@ -105,7 +109,6 @@ fn a_backend_password_never_appears_in_the_output() {
 #[test]
 fn run_against_a_cluster() {
     let mut cluster = Cluster::start(3);
-    cluster.wait_ready();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let _sweep = Sweep(dir.path().to_path_buf());
     let started = Instant::now();
@@ -131,19 +134,9 @@ fn exit_status_and_environment(cluster: &Cluster, dir: &Path) {
         "echo \"$TENURE_FENCING_TOKEN $TENURE_ELECTION $TENURE_LEADER_ID\" > {}; exit 7",
         file.display()
     );
-    let out = Command::new(BIN)
-        .args([
-            "run",
-            "--election",
-            "env-and-status",
-            "--backend",
-            &cluster.url(),
-        ])
-        .args(["--ttl", "2s", "--grace", "500ms", "--", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tenure");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let url = cluster.url();
+    let out = run_sh(&url, "env-and-status", &script);
+    let err = stderr(&out);
     assert_eq!(out.status.code(), Some(7), "{err}");
     let env = std::fs::read_to_string(&file).expect("the command wrote its environment");
     let fields: Vec<&str> = env.split_whitespace().collect();
@@ -202,25 +195,10 @@ fn network_cut_stops_the_command_before_the_next_starts(cluster: &Cluster, dir: 
 fn killed_runner_takes_its_command_along(cluster: &Cluster, dir: &Path) {
     let file = dir.join("kill.log");
     let election = "killed-runner";
-    let mut a = Runner::start_script(
-        &cluster.url(),
-        election,
-        "A",
-        &file,
-        dir,
-        SCRIPT_WITH_GRANDCHILD,
-    );
-    wait_for(&file, "tick A", ms(15_000));
-    let mut b = Runner::start(&cluster.url(), election, "B", &file, dir);
-    std::thread::sleep(ms(500));
+    let (mut a, mut b) = a_ticking_b_waiting(cluster, dir, election, &file);
     a.signal(libc::SIGKILL);
     a.wait(ms(5000));
-    wait_for(&file, "start B", ms(15_000));
-    // Give a surviving A several tick periods to show itself.
-    std::thread::sleep(ms(300));
-    let log = read(&file);
-    let a_last = last_time(&log, "A");
-    let b_start = time_of(&log, "start B");
+    let (log, a_last, b_start) = when_b_started(&file);
     assert!(
         a_last < b_start,
         "A's command ran until {a_last}, after B's started at {b_start}\n{log}"
@@ -237,27 +215,46 @@ fn killed_runner_takes_its_command_along(cluster: &Cluster, dir: &Path) {
     assert_eq!(status.code(), Some(128 + libc::SIGINT), "{}", b.stderr());
 }
 
+/// Runner A (its command ticking from a grandchild) leading `election`, and runner B
+/// started after it, waiting.
+fn a_ticking_b_waiting(
+    cluster: &Cluster,
+    dir: &Path,
+    election: &str,
+    file: &Path,
+) -> (Runner, Runner) {
+    let a = Runner::start_script(
+        &cluster.url(),
+        election,
+        "A",
+        file,
+        dir,
+        SCRIPT_WITH_GRANDCHILD,
+    );
+    wait_for(file, "tick A", ms(15_000));
+    let b = Runner::start(&cluster.url(), election, "B", file, dir);
+    std::thread::sleep(ms(500));
+    (a, b)
+}
+
+/// Once B's command has started: the log, the latest time A's command wrote, and B's start.
+fn when_b_started(file: &Path) -> (String, u128, u128) {
+    wait_for(file, "start B", ms(15_000));
+    // Give a surviving A several tick periods to show itself.
+    std::thread::sleep(ms(300));
+    let log = read(file);
+    let a_last = last_time(&log, "A");
+    let b_start = time_of(&log, "start B");
+    (log, a_last, b_start)
+}
+
 /// SIGSTOP of the runner alone: its guard kills the command at `valid_until`.
 fn frozen_runner_cannot_outlive_its_lease(cluster: &Cluster, dir: &Path) {
     let file = dir.join("frozen.log");
     let election = "frozen-runner";
-    let mut a = Runner::start_script(
-        &cluster.url(),
-        election,
-        "A",
-        &file,
-        dir,
-        SCRIPT_WITH_GRANDCHILD,
-    );
-    wait_for(&file, "tick A", ms(15_000));
-    let mut b = Runner::start(&cluster.url(), election, "B", &file, dir);
-    std::thread::sleep(ms(500));
+    let (mut a, mut b) = a_ticking_b_waiting(cluster, dir, election, &file);
     a.signal(libc::SIGSTOP);
-    wait_for(&file, "start B", ms(15_000));
-    std::thread::sleep(ms(300));
-    let log = read(&file);
-    let a_last = last_time(&log, "A");
-    let b_start = time_of(&log, "start B");
+    let (log, a_last, b_start) = when_b_started(&file);
     a.signal(libc::SIGCONT);
     assert!(
         a_last < b_start,
@@ -273,31 +270,12 @@ fn frozen_runner_cannot_outlive_its_lease(cluster: &Cluster, dir: &Path) {
 fn script_commands(cluster: &Cluster, dir: &Path) {
     let url = cluster.url();
     let election = "scripts";
-    let leader = || {
-        let out = Command::new(BIN)
-            .args(["leader", "--election", election, "--backend", &url])
-            .output()
-            .expect("run tenure leader");
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    assert_eq!(leader(), "none");
+    assert_eq!(leader(&url, election), "none");
     let pid_file = dir.join("campaign.pid");
-    let mut campaign = Command::new(BIN)
-        .args(["campaign", "--election", election, "--backend", &url])
-        .args(["--ttl", "2s", "--value", "holder-1", "--pid-file"])
-        .arg(&pid_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start tenure campaign");
-    let mut line = String::new();
-    BufReader::new(campaign.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("the token");
-    let token: u64 = line.trim().parse().expect("a numeric token");
-    let now = leader();
+    let (mut campaign, token, _) = Campaign::new(&url, election, "holder-1")
+        .pid_file(&pid_file)
+        .start();
+    let now = leader(&url, election);
     assert!(now.starts_with(&format!("token={token} ")), "{now}");
     assert!(now.ends_with("value=holder-1"), "{now}");
 
@@ -308,39 +286,31 @@ fn script_commands(cluster: &Cluster, dir: &Path) {
         .arg(format!("touch {}", dir.join("once-ran").display()))
         .output()
         .expect("run tenure run --once");
-    assert_eq!(
-        out.status.code(),
-        Some(76),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
     assert!(!dir.join("once-ran").exists());
 
     // `tenure resign` makes the holder resign at once and waits for it to exit.
-    let out = Command::new(BIN)
-        .args(["resign", "--pid-file"])
-        .arg(&pid_file)
-        .output()
-        .expect("run tenure resign");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status = wait_timeout(&mut campaign, ms(5000));
+    let out = resign(&pid_file);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = campaign.wait(ms(5000));
     assert!(status.success(), "campaign exits 0 after resigning");
-    assert_eq!(leader(), "none");
+    assert_eq!(leader(&url, election), "none");
     assert!(
         !pid_file.exists(),
         "the pid file is removed with the holder"
     );
     // With nobody holding, resign says so.
-    let out = Command::new(BIN)
-        .args(["resign", "--pid-file"])
-        .arg(&pid_file)
-        .output()
-        .expect("run tenure resign");
+    let out = resign(&pid_file);
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// `tenure resign --pid-file pid_file`.
+fn resign(pid_file: &Path) -> std::process::Output {
+    Command::new(BIN)
+        .args(["resign", "--pid-file"])
+        .arg(pid_file)
+        .output()
+        .expect("run tenure resign")
 }
 
 /// `tenure observe` prints the leader at start (`none`), then each change once, and keeps
@@ -348,59 +318,24 @@ fn script_commands(cluster: &Cluster, dir: &Path) {
 fn observe_prints_every_change(cluster: &mut Cluster, dir: &Path) {
     let url = cluster.url();
     let election = "observed";
-    let mut observer = Command::new(BIN)
-        .args(["observe", "--election", election, "--backend", &url])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tenure observe");
-    let guard = KillOnDrop(observer.id() as i32);
-    let (tx, lines) = std::sync::mpsc::channel::<String>();
-    let stdout = observer.stdout.take().expect("piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let next = |what: &str| -> String {
-        lines
-            .recv_timeout(ms(15_000))
-            .unwrap_or_else(|_| panic!("tenure observe printed no line for {what} in 15 s"))
-    };
+    let mut observer = Spawned::new(
+        Command::new(BIN)
+            .args(["observe", "--election", election, "--backend", &url])
+            .stdout(Stdio::piped()),
+    );
+    let lines = observer.lines();
+    let next = |what: &str| next_line(&lines, what);
     assert_eq!(next("the initial leader"), "none");
 
     let campaign = |value: &str, pid_file: &Path| {
-        let mut child = Command::new(BIN)
-            .args(["campaign", "--election", election, "--backend", &url])
-            .args(["--ttl", "2s", "--value", value, "--pid-file"])
-            .arg(pid_file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tenure campaign");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .expect("the token");
-        let token: u64 = line.trim().parse().expect("a numeric token");
-        (child, token)
+        let (holder, token, _) = Campaign::new(&url, election, value)
+            .pid_file(pid_file)
+            .start();
+        (holder, token)
     };
     let resign = |pid_file: &Path| {
-        let out = Command::new(BIN)
-            .args(["resign", "--pid-file"])
-            .arg(pid_file)
-            .output()
-            .expect("run tenure resign");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = resign(pid_file);
+        assert!(out.status.success(), "{}", stderr(&out));
     };
 
     let first_pid = dir.join("observed-1.pid");
@@ -421,7 +356,7 @@ fn observe_prints_every_change(cluster: &mut Cluster, dir: &Path) {
         std::thread::sleep(ms(100));
     }
     resign(&first_pid);
-    wait_timeout(&mut first, ms(5000));
+    first.wait(ms(5000));
     assert_eq!(next("the resignation"), "none");
 
     let second_pid = dir.join("observed-2.pid");
@@ -433,27 +368,14 @@ fn observe_prints_every_change(cluster: &mut Cluster, dir: &Path) {
         "{line}"
     );
     resign(&second_pid);
-    wait_timeout(&mut second, ms(5000));
+    second.wait(ms(5000));
     assert_eq!(next("the second resignation"), "none");
     // No line was printed twice.
     assert!(lines.recv_timeout(ms(500)).is_err(), "an extra line");
 
     // SIGTERM ends it with status 0.
-    drop(guard);
-    let status = wait_timeout(&mut observer, ms(5000));
+    let status = observer.stop(ms(5000));
     assert!(status.success(), "observe exits 0 on SIGTERM: {status:?}");
-}
-
-/// SIGTERM a process when dropped (also when a case fails).
-struct KillOnDrop(i32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on a child's pid.
-        unsafe {
-            libc::kill(self.0, libc::SIGTERM);
-        }
-    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -538,24 +460,10 @@ fn last_time(log: &str, who: &str) -> u128 {
         .unwrap_or_else(|| panic!("no line from {who}\n{log}"))
 }
 
-fn wait_timeout(child: &mut Child, within: Duration) -> ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("process {} did not exit within {within:?}", child.id());
-        }
-        std::thread::sleep(ms(20));
-    }
-}
-
-/// A `tenure run` process with the recording script; stderr goes to a file.
+/// A `tenure run` process with the recording script; stderr goes to a file. Dropped, it is
+/// SIGTERMed first, so that it stops its command.
 struct Runner {
-    child: Child,
+    child: Spawned,
     stderr: PathBuf,
 }
 
@@ -578,7 +486,6 @@ impl Runner {
             .args(["--ttl", "2s", "--grace", "500ms", "--value", name])
             .args(["--", "sh", "-c", script, "sh", name])
             .arg(file)
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&stderr).expect("a stderr file"));
         // SAFETY: prctl is async-signal-safe: runners die with the test.
@@ -589,38 +496,21 @@ impl Runner {
             });
         }
         Runner {
-            child: cmd.spawn().expect("start tenure run"),
+            child: Spawned::new(&mut cmd),
             stderr,
         }
     }
 
     fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
+        self.child.signal(sig);
     }
 
     fn wait(&mut self, within: Duration) -> ExitStatus {
-        wait_timeout(&mut self.child, within)
+        self.child.wait(within)
     }
 
     fn stderr(&self) -> String {
         read(&self.stderr)
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        // SIGTERM first, so that the runner stops its command.
-        self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + ms(3000);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(ms(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -711,91 +601,4 @@ fn pipe(from: &TcpStream, to: &TcpStream) {
         let _ = to.shutdown(std::net::Shutdown::Both);
         let _ = from.shutdown(std::net::Shutdown::Both);
     });
-}
-
-// ------------------------------------------------------------------------------------------
-// The cluster: the workspace's one harness (TLS and client authentication on), driven from
-// this synchronous test through a small runtime.
-
-struct Cluster {
-    inner: tenure_testkit::Cluster,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl Cluster {
-    fn start(n: usize) -> Cluster {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let inner = tenure_testkit::Cluster::start(tenure_testkit::Options::nodes(n));
-        Cluster { inner, runtime }
-    }
-
-    /// The cluster's URL, with its CA and the harness's client certificate.
-    fn url(&self) -> String {
-        self.inner.url()
-    }
-
-    /// The URL's query (the TLS files), for a URL to other addresses.
-    fn query(&self) -> String {
-        self.url()
-            .split_once('?')
-            .map(|(_, q)| format!("?{q}"))
-            .unwrap_or_default()
-    }
-
-    /// Every node's client address.
-    fn clients(&self) -> Vec<SocketAddr> {
-        self.inner
-            .ids()
-            .into_iter()
-            .map(|id| self.inner.addrs(id).client)
-            .collect()
-    }
-
-    /// SIGKILL node `id`.
-    fn kill(&mut self, id: u64) {
-        self.inner.kill(id);
-    }
-
-    /// The running node that says it leads.
-    fn leader_among_live(&self) -> Option<u64> {
-        self.inner.ids().into_iter().find(|&id| {
-            self.inner.is_running(id)
-                && self
-                    .runtime
-                    .block_on(self.inner.status(id))
-                    .is_some_and(|s| s.is_leader())
-        })
-    }
-
-    /// The leading node, waiting up to 20 s for one.
-    fn leader(&self) -> u64 {
-        let ids = self.inner.ids();
-        self.runtime
-            .block_on(self.inner.wait_for_leader(&ids, Duration::from_secs(20)))
-            .0
-    }
-
-    /// Wait until `tenure leader` gets an answer.
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let out = Command::new(BIN)
-                .args(["leader", "--election", "warm-up", "--backend", &self.url()])
-                .output()
-                .expect("run tenure leader");
-            if out.status.success() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "cluster not ready: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::thread::sleep(ms(100));
-        }
-    }
 }
