@@ -563,9 +563,13 @@ impl Proxy {
         }
     }
 
+    /// The proxy's addresses, with `discover=false`: a runner behind it reaches the cluster
+    /// only through it (as a client behind a load balancer does), never at the members' own
+    /// addresses, so the cut isolates it.
     fn url(&self) -> String {
         let a: Vec<String> = self.addrs.iter().map(|a| a.to_string()).collect();
-        format!("tenure://{}{}", a.join(","), self.query)
+        let sep = if self.query.is_empty() { "?" } else { "&" };
+        format!("tenure://{}{}{sep}discover=false", a.join(","), self.query)
     }
 
     fn cut(&self) {

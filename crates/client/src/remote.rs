@@ -10,6 +10,11 @@
 //! know or a node stops answering). Host names are resolved by each channel when it
 //! connects, so again on every reconnect; with TLS the server's certificate must carry the
 //! name (or IP address) the client dialed, as `tenure certs --host NAME` issues them.
+//!
+//! `discover=false` in the URL's query keeps the client to the addresses the URL names (a
+//! client that reaches the cluster through a proxy or load balancer, where the members'
+//! own addresses are not reachable): no `Members` call, and hints are followed only to
+//! those addresses.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -81,6 +86,8 @@ pub(crate) struct Nodes {
     dialer: Arc<Dialer>,
     /// Whether, and when, to ask for the member list.
     members: Arc<std::sync::Mutex<MembersWanted>>,
+    /// `discover=false`: only the URL's addresses are ever used.
+    fixed: bool,
     /// Index of the node believed to lead; shared by every clone, so that one task's
     /// redirect helps the others.
     guess: Arc<AtomicUsize>,
@@ -148,7 +155,7 @@ fn client_tls(
             "token_file" => &mut token_file,
             _ => {
                 return Err(format!(
-                    "unknown query parameter {name:?} (known: ca, cert, key, token_file)"
+                    "unknown query parameter {name:?} (known: ca, cert, key, token_file, discover)"
                 ))
             }
         };
@@ -274,7 +281,21 @@ impl Nodes {
                 addrs.len()
             )));
         }
-        let (tls, bearer) = client_tls(query).map_err(bad)?;
+        let mut fixed = false;
+        let mut rest = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("discover", "true")) => fixed = false,
+                Some(("discover", "false")) => fixed = true,
+                Some(("discover", other)) => {
+                    return Err(bad(format!(
+                        "query parameter \"discover\" is {other:?}; it is true or false"
+                    )))
+                }
+                _ => rest.push(pair),
+            }
+        }
+        let (tls, bearer) = client_tls(&rest.join("&")).map_err(bad)?;
         let dialer = Dialer { tls, bearer };
         let mut known = Known {
             addrs: Vec::new(),
@@ -291,10 +312,11 @@ impl Nodes {
             known: Arc::new(std::sync::RwLock::new(known)),
             dialer: Arc::new(dialer),
             members: Arc::new(std::sync::Mutex::new(MembersWanted {
-                stale: true,
-                unsupported: false,
+                stale: !fixed,
+                unsupported: fixed,
                 failed_at: None,
             })),
+            fixed,
             guess: Arc::new(AtomicUsize::new(0)),
             next_seq: Arc::new(AtomicU64::new(1)),
             secrets: Arc::default(),
@@ -333,7 +355,7 @@ impl Nodes {
         if let Some(i) = known.addrs.iter().position(|a| *a == addr) {
             return Some(i);
         }
-        if known.addrs.len() >= NODE_ADDRS_MAX {
+        if known.addrs.len() >= NODE_ADDRS_MAX || self.fixed {
             return None;
         }
         let channel = self.dialer.channel(&addr).ok()?;
@@ -851,6 +873,25 @@ mod tests {
     fn nodes(addrs: &[&str]) -> Nodes {
         let addrs = addrs.iter().map(|a| a.to_string()).collect();
         Nodes::new("tenure://test", addrs, "").expect("valid nodes")
+    }
+
+    /// Behind a proxy: `discover=false` keeps the client to the URL's addresses.
+    #[tokio::test]
+    async fn without_discovery_only_the_urls_addresses_are_used() {
+        let addrs = vec!["127.0.0.1:8001".to_string(), "127.0.0.1:8002".to_string()];
+        let n = Nodes::new("tenure://test", addrs.clone(), "discover=false").expect("valid");
+        n.note_failure(0, &not_leader("10.0.0.9:8003"));
+        assert_eq!(n.addrs(), addrs, "a hint outside the URL was added");
+        n.note_failure(0, &not_leader("127.0.0.1:8002"));
+        assert_eq!(n.guess(), 1, "a hint inside the URL is followed");
+        assert!(
+            n.members.lock().unwrap().unsupported,
+            "members would be asked"
+        );
+        assert!(matches!(
+            Nodes::new("tenure://test", addrs, "discover=no"),
+            Err(Error::InvalidUrl { .. })
+        ));
     }
 
     // Channels are lazy, but making one needs a runtime.
