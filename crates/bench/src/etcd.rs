@@ -28,8 +28,8 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::system::{
-    client_tls, free_ports, issue_certs, poll, which, Cluster, Env, Proc, Profile, System, Writer,
-    TLS_CLIENT,
+    client_tls, free_ports, issue_certs, poll, which, Cluster, Env, Proc, Profile, ReadKind,
+    Reader, System, Writer, READ_VALUE_BYTES, TLS_CLIENT,
 };
 
 /// Members in a cluster.
@@ -53,6 +53,8 @@ const SESSION_RENEW_EVERY: Duration = Duration::from_secs(3);
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Where `hold_elections` puts its candidacies (the election recipe's key layout).
 const ELECTIONS_PREFIX: &str = "/tenure-bench/elections/";
+/// The key that every reader reads.
+const READ_KEY: &str = "/tenure-bench/read";
 
 /// A 3-member etcd cluster of local processes. Dropping it kills every member (each [`Proc`]
 /// does on drop) and then deletes its directory.
@@ -70,6 +72,8 @@ pub struct EtcdCluster {
     members: Vec<Arc<LazyClient>>,
     /// With TLS on: where the certificates are, and what every client presents.
     tls: Option<(PathBuf, TlsOptions)>,
+    /// Set once [`READ_KEY`] holds its value (written by the first reader).
+    read_key: tokio::sync::OnceCell<()>,
 }
 
 impl EtcdCluster {
@@ -108,6 +112,7 @@ impl EtcdCluster {
             ids: vec![0; MEMBERS],
             members,
             tls,
+            read_key: tokio::sync::OnceCell::new(),
         };
         for i in 0..MEMBERS {
             cluster.spawn(i)?;
@@ -446,6 +451,60 @@ impl Cluster for EtcdCluster {
             return Err(e);
         }
         Ok(Box::new(guard))
+    }
+
+    /// Both kinds are the same read: a linearizable `Range` of [`READ_KEY`] on a client of
+    /// its own connected to member `at` only.
+    async fn reader(&self, _kind: ReadKind, at: usize) -> anyhow::Result<Box<dyn Reader>> {
+        let member = self
+            .members
+            .get(at)
+            .ok_or_else(|| anyhow!("no etcd member {at}"))?;
+        self.read_key
+            .get_or_try_init(|| put(member, READ_KEY, &[7; READ_VALUE_BYTES], CALL_TIMEOUT))
+            .await?;
+        let conn = LazyClient::new(self.endpoints(&[at])?);
+        conn.get().await?;
+        Ok(Box::new(EtcdReader { conn }))
+    }
+}
+
+/// A reader whose client talks to one member.
+struct EtcdReader {
+    conn: LazyClient,
+}
+
+#[async_trait]
+impl Reader for EtcdReader {
+    async fn read(&self, timeout: Duration) -> anyhow::Result<()> {
+        let attempt = async {
+            let mut kv = self.conn.get().await?.kv_client();
+            // No options: `serializable` stays false, so etcd answers only after a ReadIndex
+            // round (the leader confirms with a quorum that it still leads), never from a
+            // member's local state alone.
+            let r = kv
+                .get(READ_KEY, None)
+                .await
+                .with_context(|| format!("etcd range {READ_KEY}"))?;
+            match r.kvs().first() {
+                Some(kv) if kv.value().len() == READ_VALUE_BYTES => Ok(()),
+                Some(kv) => bail!(
+                    "etcd range {READ_KEY}: {} bytes, not {READ_VALUE_BYTES}",
+                    kv.value().len()
+                ),
+                None => bail!("etcd range {READ_KEY}: no such key"),
+            }
+        };
+        let result = match tokio::time::timeout(timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow!(
+                "etcd range {READ_KEY}: no answer within {timeout:?}"
+            )),
+        };
+        if result.is_err() {
+            self.conn.reset().await;
+        }
+        result
     }
 }
 

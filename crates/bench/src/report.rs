@@ -1,4 +1,5 @@
-//! Results of one `tenure bench` invocation: raw samples, the markdown table (p50 / p99 / max
+//! Results of one `tenure bench` invocation: raw samples, the markdown table (p50 / p99 /
+//! p999 / max
 //! and the ratio of tenure to each peer), TLS's cost (each system with TLS on next to the
 //! same with TLS off), a CSV of every sample, and SVG plots of the failover distributions.
 
@@ -284,8 +285,8 @@ impl Report {
             return String::new();
         }
         let mut out = String::from(
-            "| metric | profile | system | n | p50 | p99 | max | vs etcd | vs zookeeper |\n\
-             |---|---|---|--:|--:|--:|--:|--:|--:|\n",
+            "| metric | profile | system | n | p50 | p99 | p999 | max | vs etcd | vs zookeeper |\n\
+             |---|---|---|--:|--:|--:|--:|--:|--:|--:|\n",
         );
         for row in rows {
             out.push_str(&row);
@@ -417,6 +418,7 @@ impl Report {
                     summary.n.to_string(),
                     format_cell(summary.p50, metric.unit),
                     format_cell(summary.p99, metric.unit),
+                    format_cell(summary.p999, metric.unit),
                     format_cell(summary.max, metric.unit),
                     vs_etcd,
                     vs_zookeeper,
@@ -519,14 +521,19 @@ impl MetricInfo<'_> {
 }
 
 /// The statistics of one cell. `p99` and `max` are absent for a single sample: they would
-/// only repeat the p50 and suggest a distribution that was not measured.
+/// only repeat the p50 and suggest a distribution that was not measured. `p999` is absent
+/// below [`MIN_P999_SAMPLES`] samples, where it would be the maximum under another name.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Summary {
     n: usize,
     p50: Option<f64>,
     p99: Option<f64>,
+    p999: Option<f64>,
     max: Option<f64>,
 }
+
+/// A cell shows its p999 from this many samples up (at 1,000 it is the second largest).
+const MIN_P999_SAMPLES: usize = 1_000;
 
 impl Summary {
     /// `sorted` must be ascending.
@@ -542,6 +549,11 @@ impl Summary {
             n: sorted.len(),
             p50: nearest_rank(sorted, 50.0),
             p99: tail(99.0),
+            p999: if sorted.len() >= MIN_P999_SAMPLES {
+                nearest_rank(sorted, 99.9)
+            } else {
+                None
+            },
             max: tail(100.0),
         }
     }
@@ -549,11 +561,15 @@ impl Summary {
 
 /// The nearest-rank percentile of ascending `sorted`: always one of the measured values,
 /// never an interpolation between two trials.
-fn nearest_rank(sorted: &[f64], pct: f64) -> Option<f64> {
+pub(crate) fn nearest_rank(sorted: &[f64], pct: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
     }
-    let rank = (pct / 100.0 * sorted.len() as f64).ceil() as usize;
+    // The rank is a whole number whenever pct × n / 100 is one in exact arithmetic; the
+    // float product can land just above it (0.999 × 1000 = 999.0000000000001), which `ceil`
+    // would take one rank too high, so a rounding error's worth is taken off first.
+    let exact = pct / 100.0 * sorted.len() as f64;
+    let rank = (exact - exact.abs() * 1e-12).ceil() as usize;
     let index = rank.clamp(1, sorted.len()) - 1;
     Some(sorted[index])
 }
@@ -731,16 +747,25 @@ fn system_colour(system: System) -> RGBColor {
 }
 
 /// The step function of the empirical CDF of ascending `sorted`: the fraction of trials at or
-/// below x, rising by 1/n at each trial.
+/// below x, rising by 1/n at each trial. Above [`CDF_STEPS_MAX`] trials only every k-th step
+/// is drawn (and always the last), so that a curve of 10,000 reads has the points the plot's
+/// pixels can show rather than a file of megabytes; a skipped step is less than a pixel.
 fn cdf_steps(sorted: &[f64]) -> Vec<(f64, f64)> {
     let n = sorted.len() as f64;
-    let mut points = Vec::with_capacity(sorted.len() * 2);
+    let every = sorted.len().div_ceil(CDF_STEPS_MAX).max(1);
+    let mut points = Vec::with_capacity(2 * sorted.len().min(CDF_STEPS_MAX + 1));
     for (i, &x) in sorted.iter().enumerate() {
+        if i % every != 0 && i + 1 != sorted.len() {
+            continue;
+        }
         points.push((x, i as f64 / n));
         points.push((x, (i + 1) as f64 / n));
     }
     points
 }
+
+/// Most steps drawn of one CDF curve (the plot is 480 pixels high).
+const CDF_STEPS_MAX: usize = 2_000;
 
 /// Tick labels with as many decimals as the axis range needs.
 fn format_ms_tick(value: &f64, x_end: f64) -> String {
@@ -957,8 +982,86 @@ mod tests {
         assert_eq!(nearest_rank(&[], 50.0), None);
         let one = Summary::of(&[7.0]);
         assert_eq!(
-            (one.n, one.p50, one.p99, one.max),
-            (1, Some(7.0), None, None)
+            (one.n, one.p50, one.p99, one.p999, one.max),
+            (1, Some(7.0), None, None, None)
+        );
+        // A p999 from 1,000 samples up, and then never the maximum of more than 1,000.
+        let below: Vec<f64> = (1..=999).map(f64::from).collect();
+        assert_eq!(Summary::of(&below).p999, None);
+        let thousand: Vec<f64> = (1..=1000).map(f64::from).collect();
+        assert_eq!(Summary::of(&thousand).p999, Some(999.0));
+        let many: Vec<f64> = (1..=10_000).map(f64::from).collect();
+        let s = Summary::of(&many);
+        assert_eq!(
+            (s.p50, s.p99, s.p999, s.max),
+            (Some(5000.0), Some(9900.0), Some(9990.0), Some(10_000.0))
+        );
+    }
+
+    /// The read scenario's shape: 1,000 latencies of each kind per system, and a rate.
+    #[test]
+    fn p999_column_and_read_rows() {
+        let mut report = Report::default();
+        for (system, scale) in [
+            (System::Tenure, 1.0),
+            (System::Etcd, 4.0),
+            (System::Zookeeper, 2.0),
+        ] {
+            for kind in ["leader read", "key read"] {
+                let latencies: Vec<f64> =
+                    (1..=1000).map(|v| f64::from(v) * scale / 100.0).collect();
+                for s in sample(
+                    "read",
+                    &format!("{kind}: one client, latency"),
+                    "ms",
+                    Better::Lower,
+                    system,
+                    Profile::Defaults,
+                    &latencies,
+                ) {
+                    report.add(s);
+                }
+                for s in sample(
+                    "read",
+                    &format!("{kind}: throughput, 16 clients"),
+                    "reads/s",
+                    Better::Higher,
+                    system,
+                    Profile::Defaults,
+                    &[10_000.0 / scale],
+                ) {
+                    report.add(s);
+                }
+            }
+        }
+        let md = report.markdown();
+        assert!(
+            md.contains("| metric | profile | system | n | p50 | p99 | p999 | max | vs etcd | vs zookeeper |"),
+            "{md}"
+        );
+        assert_eq!(
+            row(&md, "leader read: one client, latency (ms)", "tenure"),
+            [
+                "leader read: one client, latency (ms)",
+                "defaults",
+                "tenure",
+                "1000",
+                "5.0",
+                "9.9",
+                "10.0",
+                "10.0",
+                "4.00× better",
+                "2.00× better"
+            ]
+        );
+        assert_eq!(
+            &row(&md, "key read: one client, latency (ms)", "etcd")[3..],
+            ["1000", "20.0", "39.6", "40.0", "40.0", "", ""]
+        );
+        // One rate per cell: no tail, and more is better.
+        assert_eq!(
+            &row(&md, "key read: throughput, 16 clients (reads/s)", "tenure")[3..],
+            ["1", "10 000", "–", "–", "–", "4.00× better", "2.00× better"]
         );
     }
 
@@ -995,22 +1098,29 @@ mod tests {
                 "10",
                 "14.0",
                 "19.0",
+                "–",
                 "19.0",
                 "2.00× better",
                 "214.29× better"
             ]
         );
         let zk = row(&md, metric, "zookeeper");
-        assert_eq!(&zk[3..], ["1", "3 000.0", "–", "–", "", ""]);
+        assert_eq!(&zk[3..], ["1", "3 000.0", "–", "–", "–", "", ""]);
         let etcd_row = md.lines().position(|l| l.contains("| etcd |")).unwrap();
         let tenure_row = md.lines().position(|l| l.contains("| tenure |")).unwrap();
         assert!(tenure_row < etcd_row, "tenure first:\n{md}");
 
         let metric = "throughput, 16 clients (writes/s)";
         let tenure = row(&md, metric, "tenure");
-        assert_eq!(&tenure[3..], ["1", "1 000", "–", "–", "0.25× (worse)", "–"]);
+        assert_eq!(
+            &tenure[3..],
+            ["1", "1 000", "–", "–", "–", "0.25× (worse)", "–"]
+        );
         // ZooKeeper took part only through its note: a row with no samples.
-        assert_eq!(&row(&md, metric, "zookeeper")[3..7], ["0", "–", "–", "–"]);
+        assert_eq!(
+            &row(&md, metric, "zookeeper")[3..8],
+            ["0", "–", "–", "–", "–"]
+        );
         assert!(md.contains("\n- zookeeper, defaults: not run\n"), "{md}");
     }
 
@@ -1091,9 +1201,9 @@ mod tests {
         assert!(!section.contains("throughput, 1 clients (writes/s), p99"));
         // The main table compares tenure-tls with etcd-tls, and tenure with etcd.
         let tls = row(&md, "one client, latency (ms)", "tenure-tls");
-        assert_eq!(&tls[7..], ["2.73× better", "–"]);
+        assert_eq!(&tls[8..], ["2.73× better", "–"]);
         let plain = row(&md, "one client, latency (ms)", "tenure");
-        assert_eq!(&plain[7..], ["2.00× better", "–"]);
+        assert_eq!(&plain[8..], ["2.00× better", "–"]);
         assert!(md.contains("tenure-tls is compared with etcd-tls"));
         // Without a TLS variant there is no such section.
         assert!(!small_report().markdown().contains("TLS's cost"));
@@ -1158,6 +1268,30 @@ mod tests {
         );
         assert!(csv.contains("\nwrite,\"throughput, 16 clients\",writes/s,etcd,defaults,0,4000\n"));
         assert_eq!(csv.lines().count(), 1 + 10 + 10 + 1 + 2);
+    }
+
+    #[test]
+    fn cdf_steps_thin_long_curves() {
+        let short: Vec<f64> = (1..=4).map(f64::from).collect();
+        assert_eq!(
+            cdf_steps(&short),
+            [
+                (1.0, 0.0),
+                (1.0, 0.25),
+                (2.0, 0.25),
+                (2.0, 0.5),
+                (3.0, 0.5),
+                (3.0, 0.75),
+                (4.0, 0.75),
+                (4.0, 1.0)
+            ]
+        );
+        let long: Vec<f64> = (1..=10_001).map(f64::from).collect();
+        let steps = cdf_steps(&long);
+        assert!(steps.len() <= 2 * (CDF_STEPS_MAX + 1), "{}", steps.len());
+        assert_eq!(steps.first(), Some(&(1.0, 0.0)));
+        // The slowest trial and the curve's end at 1 are always drawn.
+        assert_eq!(steps.last(), Some(&(10_001.0, 1.0)));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The scenarios: what is timed, and how.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use anyhow::anyhow;
 use tenure::{CampaignOptions, Client};
 
 use crate::report::{Better, Report, Sample};
-use crate::system::{self, Cluster, Env, Profile, System, Unsupported, Writer};
+use crate::system::{self, Cluster, Env, Profile, ReadKind, Reader, System, Unsupported, Writer};
 use crate::{as_ms, BenchArgs};
 
 /// A benchmark scenario.
@@ -31,6 +32,9 @@ pub enum Scenario {
     Takeover,
     /// One client's durable write latency; throughput with 1, 16 and 256 clients.
     Write,
+    /// Linearizable reads at the leader (tenure `Leader` and `Get`, etcd `Range`, ZooKeeper
+    /// `sync` + `getData`): one client's latency; throughput with 1, 16 and 256 clients.
+    Read,
     /// Lease renewals per second with 10k leases.
     Keepalives,
     /// 10k and 100k elections held on one cluster: memory per node, idle CPU.
@@ -230,6 +234,12 @@ struct Sizes {
     takeover_trials: (usize, usize),
     /// Single-client latency: writes timed.
     write_count: usize,
+    /// Single-client latency: reads timed, of each kind (enough for a p999 at full size).
+    read_count: usize,
+    /// Untimed reads before them, for at least this long (ZooKeeper's JVM compiles its read
+    /// path only after some thousands of requests; 50 reads left the kind measured first
+    /// twice as slow as the same read measured second).
+    read_warmup: Duration,
     /// Throughput: how long each client count writes.
     throughput_window: Duration,
     throughput_clients: Vec<usize>,
@@ -248,6 +258,8 @@ impl Sizes {
                 failover_trials: trials.unwrap_or(1),
                 takeover_trials: (1, 0),
                 write_count: 20,
+                read_count: 20,
+                read_warmup: Duration::from_millis(100),
                 throughput_window: Duration::from_millis(500),
                 throughput_clients: vec![1, 16],
                 keepalive_leases: 100,
@@ -261,6 +273,8 @@ impl Sizes {
                 failover_trials: trials.unwrap_or(5),
                 takeover_trials: (trials.unwrap_or(3), 1),
                 write_count: 200,
+                read_count: 1_000,
+                read_warmup: Duration::from_secs(2),
                 throughput_window: Duration::from_secs(2),
                 throughput_clients: vec![1, 16, 256],
                 keepalive_leases: 1_000,
@@ -274,6 +288,8 @@ impl Sizes {
                 failover_trials: trials.unwrap_or(50),
                 takeover_trials: (trials.unwrap_or(50).min(20), 5),
                 write_count: 2_000,
+                read_count: 10_000,
+                read_warmup: Duration::from_secs(3),
                 throughput_window: Duration::from_secs(5),
                 throughput_clients: vec![1, 16, 256],
                 keepalive_leases: 10_000,
@@ -372,6 +388,7 @@ async fn measure_system(
     }
     if has(Scenario::Takeover)
         || has(Scenario::Write)
+        || has(Scenario::Read)
         || has(Scenario::Keepalives)
         || has(Scenario::Herd)
     {
@@ -379,6 +396,9 @@ async fn measure_system(
         c.wait_stable(STABLE_WITHIN).await?;
         if has(Scenario::Write) {
             write(&*c, sizes, report).await.context("write")?;
+        }
+        if has(Scenario::Read) {
+            read(&*c, sizes, report).await.context("read")?;
         }
         if has(Scenario::Keepalives) {
             keepalives(&*c, sizes, report).await.context("keepalives")?;
@@ -411,6 +431,7 @@ fn scenario_name(s: Scenario) -> &'static str {
         Scenario::Handover => "handover",
         Scenario::Takeover => "takeover",
         Scenario::Write => "write",
+        Scenario::Read => "read",
         Scenario::Keepalives => "keepalives",
         Scenario::Elections => "elections",
         Scenario::Herd => "herd",
@@ -541,73 +562,275 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
         );
     }
     for &clients in &sizes.throughput_clients {
-        let mut writers: Vec<Arc<dyn Writer>> = Vec::new();
-        for _ in 0..clients {
+        let mut ops = Vec::with_capacity(clients);
+        for i in 0..clients {
             let w: Arc<dyn Writer> = Arc::from(c.writer(&all).await?);
             w.put("warm", &[0; 64], Duration::from_secs(5)).await?;
-            writers.push(w);
+            let key = format!("client-{i}");
+            ops.push(move || {
+                let (w, key) = (w.clone(), key.clone());
+                async move { w.put(&key, &[1; 64], Duration::from_secs(5)).await }
+            });
         }
-        let done = Arc::new(AtomicU64::new(0));
-        let failed = Arc::new(AtomicU64::new(0));
-        let start = Instant::now();
-        let end = start + sizes.throughput_window;
-        let mut set = tokio::task::JoinSet::new();
-        for (i, w) in writers.into_iter().enumerate() {
-            let (done, failed) = (done.clone(), failed.clone());
-            set.spawn(async move {
-                let key = format!("client-{i}");
-                // Latency of every acknowledged write in the window, in microseconds.
-                let mut hist = latency_histogram();
-                while Instant::now() < end {
-                    let t = Instant::now();
-                    match w.put(&key, &[1; 64], Duration::from_secs(5)).await {
-                        Ok(()) if Instant::now() <= end => {
-                            done.fetch_add(1, Ordering::Relaxed);
-                            hist.saturating_record(t.elapsed().as_micros() as u64);
-                        }
-                        Ok(()) => {}
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
+        let load = run_load(ops, sizes.throughput_window).await?;
+        let what = Throughput {
+            scenario: "write",
+            metric_prefix: "",
+            noun: "write",
+            clients,
+        };
+        what.record(&load, sizes.throughput_window, system, profile, report);
+    }
+    Ok(())
+}
+
+/// Linearizable reads at the leader, each kind in turn: one client's latency over
+/// `read_count` sequential reads, then throughput with 1, 16 and 256 clients, each client a
+/// reader of its own (connection, session). tenure reads with `Leader` and `Get`; etcd and
+/// ZooKeeper do their one linearizable read for both kinds, measured anew for each, so that
+/// every row of the table has its comparison.
+async fn read(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let timeout = Duration::from_secs(5);
+    // Once per system and profile, not once per round.
+    let method = read_method(system);
+    if !report
+        .notes
+        .iter()
+        .any(|n| n.0 == "read" && n.1 == system && n.2 == profile && n.3 == method)
+    {
+        report.note("read", system, profile, method.to_string());
+    }
+    for kind in ReadKind::ALL {
+        let name = kind.name();
+        // Every read goes to the leader of the moment, as every write does.
+        let mut leader = c.wait_stable(STABLE_WITHIN).await?;
+        let r = c.reader(kind, leader).await?;
+        let warm_until = Instant::now() + sizes.read_warmup;
+        let mut warm = 0;
+        while warm < 50 || Instant::now() < warm_until {
+            r.read(timeout).await.with_context(|| format!("a {name}"))?;
+            warm += 1;
+        }
+        let mut lat = Vec::with_capacity(sizes.read_count);
+        for _ in 0..sizes.read_count {
+            let t = Instant::now();
+            r.read(timeout)
+                .await
+                .with_context(|| format!("a timed {name}"))?;
+            lat.push(t.elapsed());
+        }
+        drop(r);
+        leader = still_leads(c, leader, &format!("{name}: one client"), report).await?;
+        lat.sort();
+        let sorted_ms: Vec<f64> = lat.iter().map(|d| as_ms(*d)).collect();
+        let at = |q: f64| crate::report::nearest_rank(&sorted_ms, q * 100.0).unwrap_or(f64::NAN);
+        eprintln!(
+            "[{system} {profile}] {name} latency: p50 {:.3} ms, p99 {:.3} ms, p999 {:.3} ms over {}",
+            at(0.5),
+            at(0.99),
+            at(0.999),
+            lat.len()
+        );
+        for (trial, d) in lat.iter().enumerate() {
+            sample(
+                report,
+                "read",
+                &format!("{name}: one client, latency"),
+                "ms",
+                Better::Lower,
+                system,
+                profile,
+                trial,
+                as_ms(*d),
+            );
+        }
+        for &clients in &sizes.throughput_clients {
+            let mut ops = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                let r: Arc<dyn Reader> = Arc::from(c.reader(kind, leader).await?);
+                r.read(timeout)
+                    .await
+                    .with_context(|| format!("a {name} of a new client"))?;
+                ops.push(move || {
+                    let r = r.clone();
+                    async move { r.read(timeout).await }
+                });
+            }
+            let load = run_load(ops, sizes.throughput_window).await?;
+            leader = still_leads(c, leader, &format!("{name}: {clients} clients"), report).await?;
+            let metric_prefix = format!("{name}: ");
+            let what = Throughput {
+                scenario: "read",
+                metric_prefix: &metric_prefix,
+                noun: "read",
+                clients,
+            };
+            what.record(&load, sizes.throughput_window, system, profile, report);
+        }
+    }
+    Ok(())
+}
+
+/// Whether node `leader` still leads after a part of the read scenario; if not, a note says
+/// so (the part's figures then include a leader change), and the leader of a stable cluster
+/// is returned for the next part.
+async fn still_leads(
+    c: &dyn Cluster,
+    leader: usize,
+    part: &str,
+    report: &mut Report,
+) -> anyhow::Result<usize> {
+    let now = c.leader().await;
+    if now == Some(leader) {
+        return Ok(leader);
+    }
+    let next = c.wait_stable(STABLE_WITHIN).await?;
+    let (system, profile) = (c.system(), c.profile());
+    let line =
+        format!("{part}: node {leader} led at the start, node {next} after (the leader moved)");
+    eprintln!("[{system} {profile}] {line}");
+    report.note("read", system, profile, line);
+    Ok(next)
+}
+
+/// What a system's reads are, for the notes under the read table.
+fn read_method(system: System) -> &'static str {
+    match system {
+        System::Tenure | System::TenureTls => {
+            "leader read: Leader of an election that has a leader; key read: Get of a fenced key \
+             holding 64 bytes; both sent to the Raft leader"
+        }
+        System::Etcd | System::EtcdTls => {
+            "both reads: a linearizable Range (serializable=false) of one key holding 64 bytes, \
+             sent to the Raft leader"
+        }
+        System::Zookeeper => {
+            "both reads: sync then getData of one znode holding 64 bytes, on a session \
+             connected to the leader"
+        }
+    }
+}
+
+/// What every client of a throughput window counted: answers within the window, failures,
+/// and the latency of every answer within it.
+struct Load {
+    done: u64,
+    failed: u64,
+    /// Why the first failed operation failed, for the note that counts them.
+    first_error: Option<String>,
+    /// Microseconds.
+    hist: hdrhistogram::Histogram<u64>,
+}
+
+/// Run every client's operation (`ops`, one per client) back to back, all at once, for
+/// `window`: an answer counts if it arrives within the window.
+async fn run_load<F, Fut>(ops: Vec<F>, window: Duration) -> anyhow::Result<Load>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
+    let start = Instant::now();
+    let end = start + window;
+    let mut set = tokio::task::JoinSet::new();
+    for mut op in ops {
+        let (done, failed, first_error) = (done.clone(), failed.clone(), first_error.clone());
+        set.spawn(async move {
+            // Latency of every operation answered in the window, in microseconds.
+            let mut hist = latency_histogram();
+            while Instant::now() < end {
+                let t = Instant::now();
+                match op().await {
+                    Ok(()) if Instant::now() <= end => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                        hist.saturating_record(t.elapsed().as_micros() as u64);
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        let mut first = first_error.lock().expect("never poisoned");
+                        if first.is_none() {
+                            *first = Some(format!("{e:#}"));
                         }
                     }
                 }
-                hist
-            });
-        }
-        let mut hist = latency_histogram();
-        while let Some(h) = set.join_next().await {
-            hist.add(h.context("a writer task panicked")?)
-                .context("merge latency histograms")?;
-        }
+            }
+            hist
+        });
+    }
+    let mut hist = latency_histogram();
+    while let Some(h) = set.join_next().await {
+        hist.add(h.context("a client task panicked")?)
+            .context("merge latency histograms")?;
+    }
+    let first_error = first_error.lock().expect("never poisoned").take();
+    Ok(Load {
+        done: done.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+        first_error,
+        hist,
+    })
+}
+
+/// How a throughput window is named in the report.
+struct Throughput<'a> {
+    scenario: &'a str,
+    /// Before every metric's name (the read scenario's kind of read).
+    metric_prefix: &'a str,
+    /// `write`, `read`: what one operation is called.
+    noun: &'a str,
+    clients: usize,
+}
+
+impl Throughput<'_> {
+    /// The latency p50 and p99 under the load, and the rate; a note when some failed.
+    fn record(
+        &self,
+        load: &Load,
+        window: Duration,
+        system: System,
+        profile: Profile,
+        report: &mut Report,
+    ) {
+        let (prefix, noun, clients) = (self.metric_prefix, self.noun, self.clients);
         for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
             sample(
                 report,
-                "write",
-                &format!("{clients} clients: write latency {name} (HDR)"),
+                self.scenario,
+                &format!("{prefix}{clients} clients: {noun} latency {name} (HDR)"),
                 "ms",
                 Better::Lower,
                 system,
                 profile,
                 0,
-                hist.value_at_quantile(q) as f64 / 1000.0,
+                load.hist.value_at_quantile(q) as f64 / 1000.0,
             );
         }
-        let rate = done.load(Ordering::Relaxed) as f64 / sizes.throughput_window.as_secs_f64();
-        let failed = failed.load(Ordering::Relaxed);
-        eprintln!("[{system} {profile}] throughput with {clients} clients: {rate:.0} writes/s ({failed} failed)");
+        let rate = load.done as f64 / window.as_secs_f64();
+        let failed = load.failed;
+        eprintln!(
+            "[{system} {profile}] {prefix}throughput with {clients} clients: {rate:.0} {noun}s/s ({failed} failed)"
+        );
         if failed > 0 {
+            let why = load.first_error.as_deref().unwrap_or("no reason given");
+            eprintln!("[{system} {profile}] {prefix}the first failed {noun}: {why}");
             report.note(
-                "write",
+                self.scenario,
                 system,
                 profile,
-                format!("{failed} writes failed with {clients} clients"),
+                format!(
+                    "{prefix}{failed} {noun}s failed with {clients} clients (the first: {why})"
+                ),
             );
         }
         sample(
             report,
-            "write",
-            &format!("throughput, {clients} clients"),
-            "writes/s",
+            self.scenario,
+            &format!("{prefix}throughput, {clients} clients"),
+            &format!("{noun}s/s"),
             Better::Higher,
             system,
             profile,
@@ -615,7 +838,6 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
             rate,
         );
     }
-    Ok(())
 }
 
 /// An HDR histogram of latencies in microseconds, 1 µs to 1 min, 3 significant digits.
@@ -991,6 +1213,18 @@ async fn probe(system: System, profile: Profile, env: &Env) -> anyhow::Result<()
         w.put("probe", format!("v{i}").as_bytes(), Duration::from_secs(5))
             .await?;
         println!("[{system} {profile}] put {:.2} ms", as_ms(t.elapsed()));
+    }
+    for kind in ReadKind::ALL {
+        let r = c.reader(kind, leader).await?;
+        for _ in 0..3 {
+            let t = Instant::now();
+            r.read(Duration::from_secs(5)).await?;
+            println!(
+                "[{system} {profile}] {} at node {leader}: {:.2} ms",
+                kind.name(),
+                as_ms(t.elapsed())
+            );
+        }
     }
     let to = (leader + 1) % c.len();
     let t = Instant::now();

@@ -1,6 +1,7 @@
 //! What every measured system offers the scenarios: a local 3-node cluster of real server
 //! processes, and the operations the scenarios time. One implementation per system
-//! (`tenure.rs`, `etcd.rs`, `zk.rs`); the scenarios only see [`Cluster`] and [`Writer`].
+//! (`tenure.rs`, `etcd.rs`, `zk.rs`); the scenarios only see [`Cluster`], [`Writer`] and
+//! [`Reader`].
 
 use std::fmt;
 use std::net::TcpListener;
@@ -166,6 +167,50 @@ pub trait Cluster: Send + Sync {
         n: usize,
         sessions: usize,
     ) -> anyhow::Result<Box<dyn Send + Sync>>;
+    /// A client of its own (its own connection, and for ZooKeeper its own session) that
+    /// reads `kind` linearizably at node `at` (the scenarios pass the leader). etcd's and
+    /// ZooKeeper's readers talk to that member only (every member serves their reads, leader
+    /// or not); tenure's follows the leader from there, as its writers do, because only
+    /// tenure's leader serves reads. The first call creates what every reader of the cluster
+    /// reads: for tenure an election with a leader and a fenced key holding
+    /// [`READ_VALUE_BYTES`] bytes, for etcd a key and for ZooKeeper a znode holding as many.
+    async fn reader(&self, kind: ReadKind, at: usize) -> anyhow::Result<Box<dyn Reader>>;
+}
+
+/// What a reader reads. tenure has a read RPC of each kind; etcd and ZooKeeper serve both
+/// with their one linearizable read of a key (etcd's `Range`, ZooKeeper's `sync` then
+/// `getData`), so their readers do the same for either kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadKind {
+    /// Who leads an election that has a leader (tenure's `Leader`).
+    Leader,
+    /// The value of a key that holds one (tenure's `Get` of a fenced key).
+    Key,
+}
+
+impl ReadKind {
+    /// Both kinds, in the order the read scenario measures them.
+    pub const ALL: [ReadKind; 2] = [ReadKind::Leader, ReadKind::Key];
+
+    /// The kind as the report's metrics name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadKind::Leader => "leader read",
+            ReadKind::Key => "key read",
+        }
+    }
+}
+
+/// The size of the value that readers read (the size the write scenario writes).
+pub const READ_VALUE_BYTES: usize = 64;
+
+/// One client of a cluster that reads linearizably.
+#[async_trait]
+pub trait Reader: Send + Sync {
+    /// One linearizable read; `Ok` only once the cluster answered it with what was there to
+    /// read (an election's leader, a key's [`READ_VALUE_BYTES`] bytes): an empty answer is an
+    /// error, so that a broken read is never timed as a fast one. Gives up after `timeout`.
+    async fn read(&self, timeout: Duration) -> anyhow::Result<()>;
 }
 
 /// One client of a cluster that writes a small value durably.

@@ -27,8 +27,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::system::{
-    client_tls, free_ports, issue_certs, poll, Cluster, Env, Proc, Profile, System, Writer,
-    TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
+    client_tls, free_ports, issue_certs, poll, Cluster, Env, Proc, Profile, ReadKind, Reader,
+    System, Writer, READ_VALUE_BYTES, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
 };
 
 /// Requests in flight while granting sessions or campaigning in bulk.
@@ -47,6 +47,20 @@ pub struct TenureCluster {
     writers: AtomicU64,
     /// With TLS on: the certificates and the clients' TLS.
     tls: Option<Tls>,
+    /// What every reader reads, created by the first one.
+    read_target: tokio::sync::OnceCell<ReadTarget>,
+}
+
+/// The election and the fenced key that the read scenario reads.
+#[derive(Clone, Debug)]
+struct ReadTarget {
+    /// An election led by a session of an hour that nobody renews: it outlives the scenario
+    /// without keepalives that would compete with the reads.
+    election: String,
+    /// The leader's fencing token, which every `Leader` answer must carry.
+    token: u64,
+    /// A fenced key of that election, holding [`READ_VALUE_BYTES`] bytes.
+    key: String,
 }
 
 /// The TLS of a `tenure-tls` cluster.
@@ -90,6 +104,7 @@ impl TenureCluster {
             procs: (0..3).map(|_| None).collect(),
             writers: AtomicU64::new(0),
             tls,
+            read_target: tokio::sync::OnceCell::new(),
         };
         for i in 0..3 {
             c.spawn(i)?;
@@ -199,6 +214,36 @@ impl TenureCluster {
         let election = format!("tenure-bench-writer-{n}");
         let token = campaign(&nodes, &election, session).await?;
         Ok((session, election, token))
+    }
+
+    /// The election and key that readers read, created on first use: a session and a
+    /// campaign as for a writer, then a fenced Put of the key.
+    async fn read_target(&self) -> anyhow::Result<&ReadTarget> {
+        self.read_target
+            .get_or_try_init(|| async {
+                let (_, election, token) =
+                    self.session_and_token(Duration::from_secs(3600)).await?;
+                let key = format!("{election}/read");
+                self.all()
+                    .call(BULK_BUDGET, |ch| {
+                        let req = v1::PutRequest {
+                            key: key.clone(),
+                            value: vec![7; READ_VALUE_BYTES],
+                            election: election.clone(),
+                            token,
+                            ..Default::default()
+                        };
+                        async move { FencedKeysClient::new(ch).put(req).await }
+                    })
+                    .await
+                    .context("put the key that readers read")?;
+                Ok(ReadTarget {
+                    election,
+                    token,
+                    key,
+                })
+            })
+            .await
     }
 
     /// Grant `n` sessions of `ttl`, `BULK_INFLIGHT` at a time; also returns the leader of
@@ -464,6 +509,23 @@ impl Cluster for TenureCluster {
             ids,
         }))
     }
+
+    async fn reader(&self, kind: ReadKind, at: usize) -> anyhow::Result<Box<dyn Reader>> {
+        if at >= self.addrs.len() {
+            bail!("no tenure node {at}");
+        }
+        let target = self.read_target().await?.clone();
+        // Every node, as for a writer, but asked first at `at`: should leadership move during
+        // the scenario, the reader follows the hint to the new leader rather than retrying
+        // at a follower that refuses it until each read's timeout.
+        let nodes = self.all();
+        nodes.guess.store(at, Ordering::Relaxed);
+        Ok(Box::new(TenureReader {
+            nodes,
+            kind,
+            target,
+        }))
+    }
 }
 
 /// Elections held by sessions kept alive by `keep`; dropping it stops the keepalives and
@@ -643,6 +705,64 @@ impl Nodes {
             // No leader yet: ask again soon, without spinning.
             if hinted.is_none() {
                 tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+}
+
+/// `Leader` or `Get` requests on channels of its own, sent to the leader (tenure serves reads
+/// at its leader only; a follower refuses them with a hint, which `Nodes` follows).
+struct TenureReader {
+    nodes: Nodes,
+    kind: ReadKind,
+    target: ReadTarget,
+}
+
+#[async_trait]
+impl Reader for TenureReader {
+    async fn read(&self, timeout: Duration) -> anyhow::Result<()> {
+        let t = &self.target;
+        match self.kind {
+            ReadKind::Leader => {
+                let r = self
+                    .nodes
+                    .call(timeout, |ch| {
+                        let req = v1::LeaderRequest {
+                            election: t.election.clone(),
+                        };
+                        async move { ElectionsClient::new(ch).leader(req).await }
+                    })
+                    .await
+                    .with_context(|| format!("Leader of {}", t.election))?;
+                match r.leader {
+                    Some(l) if l.token == t.token => Ok(()),
+                    Some(l) => bail!(
+                        "Leader of {}: token {}, not the leader's {}",
+                        t.election,
+                        l.token,
+                        t.token
+                    ),
+                    None => bail!("Leader of {}: nobody leads", t.election),
+                }
+            }
+            ReadKind::Key => {
+                let r = self
+                    .nodes
+                    .call(timeout, |ch| {
+                        let req = v1::GetRequest { key: t.key.clone() };
+                        async move { FencedKeysClient::new(ch).get(req).await }
+                    })
+                    .await
+                    .with_context(|| format!("Get {}", t.key))?;
+                match r.value {
+                    Some(v) if v.value.len() == READ_VALUE_BYTES => Ok(()),
+                    Some(v) => bail!(
+                        "Get {}: {} bytes, not {READ_VALUE_BYTES}",
+                        t.key,
+                        v.value.len()
+                    ),
+                    None => bail!("Get {}: no value", t.key),
+                }
             }
         }
     }

@@ -24,7 +24,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use zookeeper_client as zkc;
 
-use crate::system::{poll, which, Cluster, Env, Proc, Profile, System, Unsupported, Writer};
+use crate::system::{
+    poll, which, Cluster, Env, Proc, Profile, ReadKind, Reader, System, Unsupported, Writer,
+    READ_VALUE_BYTES,
+};
 
 /// The servers of an ensemble.
 const NODES: usize = 3;
@@ -51,6 +54,8 @@ const MAX_SESSIONS: usize = 15_000;
 const ELECTIONS: &str = "/tenure-bench-elections";
 /// The znode `wait_stable` writes to.
 const STABLE_KEY: &str = "stable";
+/// The znode every reader reads (as [`ZkWriter`] names the key `read`).
+const READ_PATH: &str = "/tenure-bench-read";
 
 /// ZooKeeper's timing settings of a profile.
 struct Timing {
@@ -101,6 +106,8 @@ pub struct ZkCluster {
     classpath: String,
     /// Declared before `_dir` so that the servers are killed before their directory goes.
     nodes: Vec<Node>,
+    /// Set once [`READ_PATH`] holds its value (written by the first reader).
+    read_znode: tokio::sync::OnceCell<()>,
     /// Held only to be removed when the cluster is dropped.
     _dir: tempfile::TempDir,
 }
@@ -122,6 +129,7 @@ impl ZkCluster {
             java,
             classpath,
             nodes,
+            read_znode: tokio::sync::OnceCell::new(),
             _dir: dir,
         };
         for i in 0..NODES {
@@ -380,6 +388,68 @@ impl Cluster for ZkCluster {
         })
         .await?;
         Ok(Box::new(HeldElections { _clients: clients }))
+    }
+
+    /// Both kinds are the same read: `sync` then `getData` of [`READ_PATH`], on a session of
+    /// its own connected to server `at` only.
+    async fn reader(&self, _kind: ReadKind, at: usize) -> anyhow::Result<Box<dyn Reader>> {
+        if at >= NODES {
+            bail!("no zookeeper server {at}");
+        }
+        let hosts = self.hosts(&[at]);
+        self.read_znode
+            .get_or_try_init(|| async {
+                ZkWriter::new(hosts.clone())
+                    .put("read", &[7; READ_VALUE_BYTES], Duration::from_secs(10))
+                    .await
+                    .context("create the znode that readers read")
+            })
+            .await?;
+        let client = connector(WRITER_SESSION)
+            .connect(&hosts)
+            .await
+            .with_context(|| format!("open a zookeeper session on {hosts}"))?;
+        Ok(Box::new(ZkReader { client }))
+    }
+}
+
+/// A reader on one session.
+struct ZkReader {
+    client: zkc::Client,
+}
+
+#[async_trait]
+impl Reader for ZkReader {
+    /// ZooKeeper's linearizable read as its documentation gives it: `sync`, then `getData`
+    /// answered by the same server after the sync (a session's requests are answered in
+    /// order). At a follower the sync is a round trip to the leader, which answers once what
+    /// it had proposed before is committed, so the follower has caught up. At the leader
+    /// itself the sync waits for nothing but the session's own earlier requests: the
+    /// leader's commit processor matches syncs only on followers. Neither asks a quorum
+    /// whether the leader still leads (ZOOKEEPER-1675).
+    async fn read(&self, timeout: Duration) -> anyhow::Result<()> {
+        let attempt = async {
+            self.client
+                .sync(READ_PATH)
+                .await
+                .with_context(|| format!("sync {READ_PATH}"))?;
+            let (data, _) = self
+                .client
+                .get_data(READ_PATH)
+                .await
+                .with_context(|| format!("getData {READ_PATH}"))?;
+            if data.len() != READ_VALUE_BYTES {
+                bail!(
+                    "getData {READ_PATH}: {} bytes, not {READ_VALUE_BYTES}",
+                    data.len()
+                );
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => bail!("sync + getData {READ_PATH}: no answer within {timeout:?}"),
+        }
     }
 }
 

@@ -40,6 +40,7 @@ fn every_scenario_runs_once_against_tenure() {
         "handover",
         "takeover",
         "write",
+        "read",
         "keepalives",
         "elections",
         "herd",
@@ -59,10 +60,22 @@ fn every_scenario_runs_once_against_tenure() {
     let csv = std::fs::read_to_string(out_dir.path().join("samples.csv")).expect("samples.csv");
     assert!(csv.starts_with("scenario,metric,unit,system,profile,trial,value\n"));
     assert!(csv.lines().count() > 30, "{csv}");
-    // Distributions are plotted from 5 samples up: here only the write latencies have that.
-    let plot = std::fs::read_to_string(out_dir.path().join("write-equalized.svg"))
-        .expect("a latency plot");
-    assert!(plot.contains("<svg") && plot.contains("tenure"));
+    // Distributions are plotted from 5 samples up: here only the write and read latencies
+    // have that.
+    for file in ["write-equalized.svg", "read-equalized.svg"] {
+        let plot = std::fs::read_to_string(out_dir.path().join(file))
+            .unwrap_or_else(|e| panic!("a latency plot {file}: {e}"));
+        assert!(plot.contains("<svg") && plot.contains("tenure"), "{file}");
+    }
+    // Both of tenure's reads were measured, latency and throughput.
+    for metric in [
+        "| leader read: one client, latency (ms) | equalized | tenure | 20 |",
+        "| key read: one client, latency (ms) | equalized | tenure | 20 |",
+        "| leader read: throughput, 16 clients (reads/s) | equalized | tenure | 1 |",
+        "| key read: throughput, 16 clients (reads/s) | equalized | tenure | 1 |",
+    ] {
+        assert!(table.contains(metric), "no {metric} in\n{table}");
+    }
     // Every cluster's directory was removed.
     let left: Vec<_> = std::fs::read_dir(out_dir.path())
         .expect("list the directory")
