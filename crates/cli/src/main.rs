@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 mod certs;
 mod demo;
@@ -76,12 +76,55 @@ enum Cmd {
     /// The value is escaped (`\n`, `\\`, `\xNN`, …): one leader is always one line. With
     /// --json, one JSON object. Exit codes: 0; 69 backend failure; 2 bad arguments.
     Leader(elect::LeaderArgs),
+    /// Print a shell completion script: `tenure completion bash > /etc/bash_completion.d/tenure`,
+    /// `tenure completion zsh > "${fpath[1]}/_tenure"`, `tenure completion fish >
+    /// ~/.config/fish/completions/tenure.fish`.
+    Completion {
+        /// The shell.
+        shell: CompletionShell,
+    },
     /// The guard of a `tenure run` command's process group (started by `tenure run`).
     #[command(hide = true)]
     RunGuard(run::GuardArgs),
     /// One replica of `tenure demo`'s job (started by `tenure demo`).
     #[command(hide = true)]
     DemoWorker(demo::worker::WorkerArgs),
+}
+
+/// The shells `tenure completion` writes scripts for.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Writes the completion script for `shell` to stdout (hidden subcommands left out).
+fn completion(shell: CompletionShell) -> ExitCode {
+    let shell = match shell {
+        CompletionShell::Bash => clap_complete::Shell::Bash,
+        CompletionShell::Zsh => clap_complete::Shell::Zsh,
+        CompletionShell::Fish => clap_complete::Shell::Fish,
+    };
+    // The generators list hidden subcommands too; the internal ones are left out here.
+    let full = Cli::command();
+    let mut visible = clap::Command::new("tenure")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(full.get_about().cloned().unwrap_or_default())
+        .subcommand_required(true)
+        .subcommands(full.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut visible, "tenure", &mut script);
+    use std::io::Write as _;
+    match std::io::stdout().write_all(&script) {
+        // A reader that stopped early (`| head`) is not an error of ours.
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tenure completion: cannot write the script: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// mimalloc instead of the system allocator: the simulator and the server allocate many
@@ -113,5 +156,6 @@ fn main() -> ExitCode {
         Cmd::Resign(args) => elect::resign(args),
         Cmd::Observe(args) => elect::observe(args),
         Cmd::Leader(args) => elect::leader(args),
+        Cmd::Completion { shell } => completion(shell),
     }
 }
