@@ -83,12 +83,12 @@ mod outbound;
 pub mod tls;
 mod transport;
 
+pub use addr::{AddrError, HostPort};
 pub use codec::{
     encode_frame, encode_hello, encode_message_into, CodecError, Frame, FrameDecoder, Hello,
     FLAG_HELLO, FRAME_BYTES_MAX_DEFAULT, HEADER_BYTES, HELLO_FRAME_BYTES_MAX, MAGIC,
     PROTOCOL_VERSION,
 };
-pub use addr::{AddrError, HostPort};
 pub use config::TransportConfig;
 pub use error::{ConfigError, Result, SendError, TransportError};
 pub use metrics::{PeerState, TransportMetrics};
