@@ -199,6 +199,24 @@ impl v1::cluster_server::Cluster for OldCluster {
     ) -> Result<Response<v1::TransferLeadershipResponse>, Status> {
         gone()
     }
+    async fn promote_member(
+        &self,
+        _: Request<v1::PromoteMemberRequest>,
+    ) -> Result<Response<v1::MembersResponse>, Status> {
+        gone()
+    }
+    async fn list_elections(
+        &self,
+        _: Request<v1::ListElectionsRequest>,
+    ) -> Result<Response<v1::ListElectionsResponse>, Status> {
+        gone()
+    }
+    async fn list_sessions(
+        &self,
+        _: Request<v1::ListSessionsRequest>,
+    ) -> Result<Response<v1::ListSessionsResponse>, Status> {
+        gone()
+    }
     async fn members(
         &self,
         _: Request<v1::MembersRequest>,

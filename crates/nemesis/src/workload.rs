@@ -330,7 +330,11 @@ impl Client {
                 &self.name,
                 Kind::AddMember { id, voter },
                 OP_TIMEOUT,
-                c.add_member(v1::MemberRequest { id, voter }),
+                c.add_member(v1::MemberRequest {
+                    id,
+                    voter,
+                    ..Default::default()
+                }),
                 |_| Value::Unit,
             )
             .await;
@@ -347,7 +351,11 @@ impl Client {
                 &self.name,
                 Kind::RemoveMember { id },
                 OP_TIMEOUT,
-                c.remove_member(v1::MemberRequest { id, voter: false }),
+                c.remove_member(v1::MemberRequest {
+                    id,
+                    voter: false,
+                    ..Default::default()
+                }),
                 |_| Value::Unit,
             )
             .await;

@@ -780,9 +780,44 @@ impl v1::cluster_server::Cluster for Api {
                     .map(|a| a.client.to_string())
                     .unwrap_or_default(),
                 voter: membership.is_voter(id),
+                http_addr: String::new(),
             })
             .collect();
         Ok(tonic::Response::new(v1::MembersResponse { members }))
+    }
+
+    async fn promote_member(
+        &self,
+        req: Request<v1::PromoteMemberRequest>,
+    ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
+        self.authorize(&req, Action::Admin)?;
+        let id = req.into_inner().id;
+        let m = self.driver.published.borrow().status.membership.clone();
+        if !m.learners.contains(&id) {
+            return Err(self.status(ApiError::Invalid(format!(
+                "node {id} is not a learner of the current membership; add it first (`tenure members add`)"
+            ))));
+        }
+        let (mut voters, mut learners) = (m.voters, m.learners);
+        learners.remove(&id);
+        voters.insert(id);
+        self.change_members(voters, learners).await
+    }
+
+    async fn list_elections(
+        &self,
+        req: Request<v1::ListElectionsRequest>,
+    ) -> Result<tonic::Response<v1::ListElectionsResponse>, Status> {
+        self.authorize(&req, Action::Metrics)?;
+        Err(Status::unimplemented("ListElections is not served yet"))
+    }
+
+    async fn list_sessions(
+        &self,
+        req: Request<v1::ListSessionsRequest>,
+    ) -> Result<tonic::Response<v1::ListSessionsResponse>, Status> {
+        self.authorize(&req, Action::Metrics)?;
+        Err(Status::unimplemented("ListSessions is not served yet"))
     }
 }
 
@@ -821,6 +856,7 @@ impl Api {
                     peer_addr: addrs.map(|a| a.peer.to_string()).unwrap_or_default(),
                     client_addr: addrs.map(|a| a.client.to_string()).unwrap_or_default(),
                     voter: s.membership.is_voter(id),
+                    http_addr: addrs.map(|a| a.http.to_string()).unwrap_or_default(),
                 }
             })
             .collect();

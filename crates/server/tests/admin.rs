@@ -46,6 +46,7 @@ async fn only_an_admin_changes_membership_or_moves_leadership() {
                 .remove_member(v1::MemberRequest {
                     id: follower,
                     voter: false,
+                    ..Default::default()
                 })
                 .await,
             code,
@@ -57,6 +58,7 @@ async fn only_an_admin_changes_membership_or_moves_leadership() {
                 .add_member(v1::MemberRequest {
                     id: follower,
                     voter: true,
+                    ..Default::default()
                 })
                 .await,
             code,

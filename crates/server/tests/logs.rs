@@ -333,6 +333,7 @@ async fn snapshots_and_membership_changes_are_logged_in_text_by_default() {
         .remove_member(v1::MemberRequest {
             id: behind,
             voter: false,
+            ..Default::default()
         })
         .await
         .expect("remove a member");
