@@ -83,6 +83,15 @@
 # 400 ms and the contract's ~1 s TTLs are granted as asked, and maxSessionTimeout 60 s, and
 # without fsync. ZK_JAR=/path/to/zookeeper.jar overrides the jar (default: the Debian
 # package's /usr/share/java/zookeeper.jar, whose manifest names its dependencies).
+#
+#   scripts/services.sh install-browser              # apt-get `chromium` unless /usr/bin/chromium
+#                                                    # is there; `npm ci` in tests/browser unless
+#                                                    # its node_modules is there and up to date
+#
+# The browser tests (tests/browser/*.mjs, run by Rust integration tests) drive Debian's
+# headless chromium with the npm package playwright-core, pinned in tests/browser/package.json
+# and package-lock.json. node_modules counts as stale when package-lock.json is newer than
+# the copy npm keeps in node_modules/.package-lock.json.
 set -euo pipefail
 
 die() {
@@ -536,6 +545,35 @@ stop_zookeeper() {
   rm -f "$dir/zookeeper.pid"
 }
 
+install_browser() {
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  local start=$SECONDS
+  if [[ -x /usr/bin/chromium ]]; then
+    echo "chromium already installed: $(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"
+  else
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+      chromium >/dev/null
+    [[ -x /usr/bin/chromium ]] || die "installed chromium but found no /usr/bin/chromium"
+    echo "installed chromium in $((SECONDS - start))s"
+  fi
+  command -v npm >/dev/null || {
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+      nodejs npm >/dev/null
+  }
+  local dir
+  dir="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
+  if [[ -e $dir/node_modules/.package-lock.json &&
+    ! $dir/package-lock.json -nt $dir/node_modules/.package-lock.json ]]; then
+    echo "tests/browser/node_modules up to date"
+  else
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) || die "npm ci failed in $dir"
+    echo "installed tests/browser/node_modules (npm ci)"
+  fi
+}
+
 cmd=${1:-}
 shift || true
 case $cmd in
@@ -549,5 +587,6 @@ case $cmd in
   install-zookeeper) install_zookeeper "$@" ;;
   start-zookeeper) start_zookeeper "$@" ;;
   stop-zookeeper) stop_zookeeper "$@" ;;
-  *) die "usage: $0 install-build-deps | install-postgres | start-postgres DIR [PID] | stop-postgres DIR | install-etcd | start-etcd DIR [PID] | stop-etcd DIR | install-zookeeper | start-zookeeper DIR [PID] | stop-zookeeper DIR" ;;
+  install-browser) install_browser "$@" ;;
+  *) die "usage: $0 install-build-deps | install-postgres | start-postgres DIR [PID] | stop-postgres DIR | install-etcd | start-etcd DIR [PID] | stop-etcd DIR | install-zookeeper | start-zookeeper DIR [PID] | stop-zookeeper DIR | install-browser" ;;
 esac

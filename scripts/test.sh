@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 scripts/services.sh install-postgres
 scripts/services.sh install-etcd
 scripts/services.sh install-zookeeper
+# Headless chromium and playwright-core for the browser tests (tests/browser).
+scripts/services.sh install-browser
 # The real-process tests start `tenure` itself; build it once up front so that they do not
 # each wait for (or race) that build.
 cargo build -p tenure-cli
