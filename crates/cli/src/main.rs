@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
+mod ballot;
 mod certs;
 mod demo;
 mod diagnose;
@@ -83,6 +84,9 @@ enum Cmd {
         /// The shell.
         shell: CompletionShell,
     },
+    /// Serve the ballot page: a hand-stepped cluster of real nodes, votes, split votes,
+    /// partitions and the fence, with the bully algorithm beside it (docs/BALLOT.md).
+    Ballot(ballot::BallotArgs),
     /// The guard of a `tenure run` command's process group (started by `tenure run`).
     #[command(hide = true)]
     RunGuard(run::GuardArgs),
@@ -157,5 +161,6 @@ fn main() -> ExitCode {
         Cmd::Observe(args) => elect::observe(args),
         Cmd::Leader(args) => elect::leader(args),
         Cmd::Completion { shell } => completion(shell),
+        Cmd::Ballot(args) => ballot::run(args),
     }
 }

@@ -1,0 +1,26 @@
+//! tenure-ballot: the ballot on a page.
+//!
+//! A 3- or 5-node cluster of the real [`tenure_core::node::Node`], stepped by a person:
+//! which node's clock ticks, which message is delivered or dropped, who is paused, crashed
+//! or cut off. Each step reports terms, roles and votes, the quorum needed and a ballot log
+//! in words ([`engine`]). Beside it, a model of the bully algorithm ([`bully`]) replays the
+//! same steps, to show what a partition does to an algorithm without terms and majorities.
+//! A scenario is a seed and a step list ([`step`]), small enough for a URL, and replays
+//! exactly. [`serve`] puts it all on one page.
+//!
+//! ```
+//! use tenure_ballot::engine::Engine;
+//! // Let 40 ticks pass: whoever times out first collects a majority and leads term 1.
+//! let engine = Engine::replay(3, 7, "wait-40").unwrap();
+//! let view = engine.view();
+//! assert_eq!(view.nodes.iter().filter(|n| n.role == "leader").count(), 1);
+//! ```
+#![deny(missing_docs)]
+
+pub mod bully;
+pub mod engine;
+pub mod scenarios;
+pub mod serve;
+pub mod step;
+
+pub use step::{Result, Step, StepError};
