@@ -84,6 +84,11 @@
 # without fsync. ZK_JAR=/path/to/zookeeper.jar overrides the jar (default: the Debian
 # package's /usr/share/java/zookeeper.jar, whose manifest names its dependencies).
 #
+#   scripts/services.sh install-promtool             # promtool (Prometheus' rule checker) out of
+#                                                    # Debian's `prometheus` package, unpacked into
+#                                                    # ~/.cache/tenure/promtool (nothing installed,
+#                                                    # no service started), unless on PATH already
+#
 #   scripts/services.sh install-browser              # apt-get `chromium` unless /usr/bin/chromium
 #                                                    # is there; `npm ci` in tests/browser unless
 #                                                    # its node_modules is there and up to date
@@ -545,6 +550,27 @@ stop_zookeeper() {
   rm -f "$dir/zookeeper.pid"
 }
 
+install_promtool() {
+  if command -v promtool >/dev/null; then
+    echo "promtool already installed: $(command -v promtool)"
+    return 0
+  fi
+  local dir="${HOME:-/root}/.cache/tenure/promtool"
+  if [[ -x $dir/usr/bin/promtool ]]; then
+    echo "promtool already unpacked: $dir/usr/bin/promtool"
+    return 0
+  fi
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  mkdir -p "$dir"
+  # Only the package's files, not the package: installing it would start a Prometheus server.
+  (cd "$dir" && apt-get download prometheus >/dev/null 2>&1 && dpkg-deb -x prometheus_*.deb . &&
+    rm -f prometheus_*.deb) || die "cannot download and unpack Debian's prometheus package"
+  [[ -x $dir/usr/bin/promtool ]] || die "unpacked prometheus but found no $dir/usr/bin/promtool"
+  echo "unpacked promtool into $dir/usr/bin"
+}
+
 install_browser() {
   local sudo=()
   [[ $(id -u) -eq 0 ]] || sudo=(sudo)
@@ -588,5 +614,6 @@ case $cmd in
   start-zookeeper) start_zookeeper "$@" ;;
   stop-zookeeper) stop_zookeeper "$@" ;;
   install-browser) install_browser "$@" ;;
-  *) die "usage: $0 install-build-deps | install-postgres | start-postgres DIR [PID] | stop-postgres DIR | install-etcd | start-etcd DIR [PID] | stop-etcd DIR | install-zookeeper | start-zookeeper DIR [PID] | stop-zookeeper DIR | install-browser" ;;
+  install-promtool) install_promtool "$@" ;;
+  *) die "usage: $0 install-build-deps | install-postgres | start-postgres DIR [PID] | stop-postgres DIR | install-etcd | start-etcd DIR [PID] | stop-etcd DIR | install-zookeeper | start-zookeeper DIR [PID] | stop-zookeeper DIR | install-browser | install-promtool" ;;
 esac

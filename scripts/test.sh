@@ -12,6 +12,8 @@ scripts/services.sh install-etcd
 scripts/services.sh install-zookeeper
 # Headless chromium and playwright-core for the browser tests (tests/browser).
 scripts/services.sh install-browser
+# promtool, which checks and unit-tests the Prometheus alert rules in deploy/.
+scripts/services.sh install-promtool
 # The real-process tests start `tenure` itself; build it once up front so that they do not
 # each wait for (or race) that build.
 cargo build -p tenure-cli

@@ -11,9 +11,13 @@
 //!   it, agrees with the file names `tenure certs` writes and with the systemd unit, and its
 //!   auth file (`deploy/auth.toml`) loads and grants what its comments say.
 //!
-//! What is *not* checked here: that the PromQL parses (`promtool check rules` does that for
-//! the alerts), and that the TLS files the sample names exist (validation does not open them;
-//! a node reads them when it starts).
+//! - `promtool` (Prometheus' own checker: `scripts/services.sh install-promtool`) accepts the
+//!   alert rules, every dashboard query and the scrape job, and the alerts' unit tests
+//!   (`deploy/prometheus/alerts_test.yml`: each alert fires on its shape, not on the healthy
+//!   one beside it) pass.
+//!
+//! What is *not* checked here: that the TLS files the sample names exist (validation does not
+//! open them; a node reads them when it starts).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -666,4 +670,92 @@ fn the_sample_scrape_job_scrapes_every_node_of_the_sample_over_tls_with_a_token(
         .expect("the sample parses");
     let http: BTreeSet<String> = config.nodes.values().map(|n| n.http.to_string()).collect();
     assert_eq!(targets, http, "the job scrapes every node's HTTP address");
+}
+
+/// Prometheus' `promtool`: `$PROMTOOL`, on `PATH`, or where `scripts/services.sh
+/// install-promtool` unpacks it.
+fn promtool() -> PathBuf {
+    if let Some(p) = std::env::var_os("PROMTOOL") {
+        return PathBuf::from(p);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("promtool"))
+        .find(|p| p.is_file());
+    let unpacked = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".cache/tenure/promtool/usr/bin/promtool"))
+        .filter(|p| p.is_file());
+    on_path.or(unpacked).unwrap_or_else(|| {
+        panic!("promtool not found: run scripts/services.sh install-promtool (or set PROMTOOL)")
+    })
+}
+
+fn run_promtool(args: &[&std::ffi::OsStr]) {
+    let out = std::process::Command::new(promtool())
+        .args(args)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn promtool_accepts_the_rules_the_dashboard_queries_and_the_scrape_job_and_the_alert_tests_pass() {
+    let deploy = repo().join("deploy/prometheus");
+    run_promtool(&[
+        "check".as_ref(),
+        "rules".as_ref(),
+        deploy.join("alerts.yml").as_os_str(),
+    ]);
+    // The unit tests read alerts.yml relative to their own file.
+    run_promtool(&[
+        "test".as_ref(),
+        "rules".as_ref(),
+        deploy.join("alerts_test.yml").as_os_str(),
+    ]);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Every dashboard query as a recording rule, with the variables Grafana fills in given
+    // values, so that promtool parses each one.
+    let rules: Vec<serde_json::Value> = dashboard_queries(&dashboard())
+        .into_iter()
+        .filter(|(where_, _)| where_.starts_with("panel"))
+        .enumerate()
+        .map(|(i, (_, expr))| {
+            let expr = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$job", "tenure")
+                .replace("$instance", ".*");
+            serde_json::json!({ "record": format!("dashboard:query{i}"), "expr": expr })
+        })
+        .collect();
+    let file = serde_json::json!({ "groups": [{ "name": "dashboard", "rules": rules }] });
+    let queries = dir.path().join("dashboard-queries.yml");
+    std::fs::write(&queries, file.to_string()).expect("write");
+    run_promtool(&["check".as_ref(), "rules".as_ref(), queries.as_os_str()]);
+
+    // The scrape job, with the files it names made to exist here.
+    let (ca, token) = (dir.path().join("ca.pem"), dir.path().join("token"));
+    std::fs::write(&ca, "").expect("write");
+    std::fs::write(&token, "t").expect("write");
+    let mut job = read("deploy/prometheus/prometheus.yml");
+    for (from, to) in [
+        (
+            "/etc/prometheus/tenure-alerts.yml",
+            deploy.join("alerts.yml"),
+        ),
+        ("/etc/tenure/certs/ca.pem", ca),
+        ("/etc/prometheus/tenure-token", token),
+    ] {
+        assert!(job.contains(from), "the scrape job names {from}");
+        job = job.replace(from, to.to_str().expect("UTF-8"));
+    }
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(&config, job).expect("write");
+    run_promtool(&["check".as_ref(), "config".as_ref(), config.as_os_str()]);
 }
