@@ -15,6 +15,7 @@ mod elect;
 mod measure;
 mod nemesis;
 mod output;
+mod plan;
 mod run;
 mod server;
 mod sim;
@@ -49,6 +50,12 @@ enum Cmd {
     Nemesis(nemesis::NemesisArgs),
     /// Measure failover (leader crash or pause) and durable write latency on a local cluster.
     Measure(measure::MeasureArgs),
+    /// Check timing against the rules; estimate failover, renewal traffic, false-failover risk.
+    ///
+    /// Inputs from flags, a TOML file (--config) or a running node (--from URL of its HTTP
+    /// port); flags override the file, which overrides measurements. Exit codes: 0 every
+    /// rule holds; 1 a rule is violated; 2 bad arguments; 69 --from failed.
+    Plan(Box<plan::PlanArgs>),
     /// Run a command only while leading an election; stop it before the lease could pass.
     ///
     /// The command gets TENURE_FENCING_TOKEN, TENURE_ELECTION and TENURE_SESSION_ID
@@ -145,6 +152,7 @@ fn main() -> ExitCode {
         Cmd::Token(args) => certs::token(args),
         Cmd::Demo(args) => demo::run(args),
         Cmd::Measure(args) => measure::run(args),
+        Cmd::Plan(args) => plan::run(*args),
         Cmd::Nemesis(args) => nemesis::run(args),
         Cmd::Bench(args) => match std::env::current_exe() {
             Ok(bin) => tenure_bench::run(args, bin),

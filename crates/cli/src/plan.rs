@@ -1,0 +1,655 @@
+//! `tenure plan`: check a deployment's timing against the rules and estimate failover,
+//! renewal traffic and false-failover risk (the arithmetic is `tenure-plan`'s).
+//!
+//! Inputs come from flags, from a TOML file (`--config FILE`, the flags' names with
+//! underscores: `missed_beats = 5`, `ttl = "10s"`) and from a running node (`--from URL`, its
+//! HTTP port: `/metrics` and `/status`). Flags override the file, which overrides what was
+//! measured; what nobody gave is a default that says why. The report says where each
+//! number came from.
+//!
+//! Exit codes: 0 every rule holds; 1 a rule is violated (the report says which input to
+//! change); 2 a bad argument, naming the flag or the file's key; 69 `--from` failed (nothing
+//! answers, TLS fails, the node refuses the credentials).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use tenure_plan::{Given, Input, Inputs, Plan, Source, Value};
+
+use crate::run::parse_duration;
+
+/// Exit status when a rule is violated.
+const EXIT_VIOLATED: u8 = 1;
+/// Exit status for a bad argument.
+const EXIT_USAGE: u8 = 2;
+/// Exit status when `--from` cannot be measured.
+const EXIT_UNAVAILABLE: u8 = 69;
+/// The most a node's `/metrics` or `/status` may send (a node sends a few tens of KiB).
+const BODY_BYTES_MAX: usize = 16 << 20;
+/// How long one HTTP exchange with `--from` may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `tenure plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// How often the Raft leader sends heartbeats (the server's `--heartbeat-ms`).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    heartbeat: Option<Duration>,
+    /// How many heartbeat intervals a follower waits before it campaigns; without
+    /// --election-timeout, the election timeout is missed beats × heartbeat.
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    missed_beats: Option<u64>,
+    /// The shortest election timeout T (each is drawn from [T, 2T)).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    election_timeout: Option<Duration>,
+    /// From a follower's timeout to a new leader (pre-vote, vote, durable vote).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    campaign: Option<Duration>,
+    /// What the new leader (your application) needs before it does useful work.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    warm_up: Option<Duration>,
+    /// The lease (session) TTL.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    ttl: Option<Duration>,
+    /// How often a holder renews its lease (the tenure client: TTL/4).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    renew_interval: Option<Duration>,
+    /// A message's delay at the 99th percentile.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    network_p99: Option<Duration>,
+    /// The longest pause a process may take (GC, VM stall, swapping).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pause_budget: Option<Duration>,
+    /// How late a timer may fire on a busy machine.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    scheduling_jitter: Option<Duration>,
+    /// How far the holder's and the server's clocks may disagree over one TTL.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    clock_skew: Option<Duration>,
+    /// How many lease holders renew at once.
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    holders: Option<u64>,
+    /// Voting members of the cluster.
+    #[arg(long, value_parser = parse_count, value_name = "N")]
+    cluster_size: Option<u64>,
+    /// A TOML file of inputs (keys as the flags, with underscores; durations as strings).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Measure from a running node: the URL of its HTTP port (`http://HOST:PORT`, or
+    /// `https://HOST:PORT` with --ca).
+    #[arg(long, value_name = "URL")]
+    from: Option<String>,
+    /// For an https --from URL: the cluster's CA certificate (PEM). Default `$TENURE_CA`.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// A client certificate (PEM) to present, with --key. Default `$TENURE_CERT`.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM). Default `$TENURE_KEY`.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
+    /// A file holding a bearer token (what `tenure token NAME` printed) for the node's
+    /// /metrics and /status. Default `$TENURE_TOKEN_FILE`.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Print one JSON object instead of the text report.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A count flag: a whole number (range checks are the library's, which name the input).
+fn parse_count(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number"))
+}
+
+/// Why `tenure plan` stops early: its exit status and what to say.
+struct Stop(u8, String);
+
+fn usage(msg: impl Into<String>) -> Stop {
+    Stop(EXIT_USAGE, msg.into())
+}
+
+/// `tenure plan`.
+pub fn run(args: PlanArgs) -> ExitCode {
+    match plan(&args) {
+        Ok((plan, measured)) => {
+            print(&plan, measured.as_ref(), args.json);
+            if plan.rules_hold() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_VIOLATED)
+            }
+        }
+        Err(Stop(code, msg)) => {
+            eprintln!("tenure plan: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// What `--from` measured: where, and the notes to show.
+struct MeasuredFrom {
+    url: String,
+    notes: Vec<String>,
+}
+
+fn plan(args: &PlanArgs) -> Result<(Plan, Option<MeasuredFrom>), Stop> {
+    // Every argument is checked before anything is contacted.
+    let flags = flag_values(args);
+    let mut check = Given::default();
+    for (input, value) in &flags {
+        check
+            .set(*input, *value, Source::Flag)
+            .map_err(|e| usage(flag_error(*input, &e)))?;
+    }
+    let file = match &args.config {
+        Some(path) => Some(read_config(path)?),
+        None => None,
+    };
+    let target = match &args.from {
+        Some(url) => Some(Target::new(url, args)?),
+        None => None,
+    };
+
+    let mut given = Given::default();
+    let mut measured = None;
+    if let Some(target) = target {
+        let m = measure(&target)?;
+        for (input, value, how) in m.values {
+            given
+                .set(input, value, Source::Measured(how))
+                .map_err(|e| Stop(EXIT_UNAVAILABLE, format!("--from {}: {e}", target.url)))?;
+        }
+        measured = Some(MeasuredFrom {
+            url: target.url.clone(),
+            notes: m.notes,
+        });
+    }
+    if let (Some(path), Some(values)) = (&args.config, file) {
+        let name = path.display().to_string();
+        for (input, value) in values {
+            given
+                .set(input, value, Source::File(name.clone()))
+                .map_err(|e| usage(format!("{name}: {e}")))?;
+        }
+    }
+    for (input, value) in flags {
+        given
+            .set(input, value, Source::Flag)
+            .map_err(|e| usage(flag_error(input, &e)))?;
+    }
+    let inputs = Inputs::resolve(&given).map_err(|e| {
+        let where_ = match &e {
+            tenure_plan::Error::Invalid { input, .. } => match given.get(*input) {
+                Some((_, Source::Flag)) => input.flag(),
+                Some((_, source)) => source.to_string(),
+                None => input.flag(),
+            },
+            _ => String::new(),
+        };
+        usage(format!("{where_}: {e}"))
+    })?;
+    Ok((Plan::new(inputs), measured))
+}
+
+fn flag_error(input: Input, e: &tenure_plan::Error) -> String {
+    match e {
+        tenure_plan::Error::Invalid { why, .. } => format!("{}: {why}", input.flag()),
+        other => format!("{}: {other}", input.flag()),
+    }
+}
+
+fn flag_values(a: &PlanArgs) -> Vec<(Input, Value)> {
+    let d = |i: Input, v: Option<Duration>| v.map(|v| (i, Value::Duration(v)));
+    let c = |i: Input, v: Option<u64>| v.map(|v| (i, Value::Count(v)));
+    [
+        d(Input::Heartbeat, a.heartbeat),
+        c(Input::MissedBeats, a.missed_beats),
+        d(Input::ElectionTimeout, a.election_timeout),
+        d(Input::Campaign, a.campaign),
+        d(Input::WarmUp, a.warm_up),
+        d(Input::Ttl, a.ttl),
+        d(Input::RenewInterval, a.renew_interval),
+        d(Input::NetworkP99, a.network_p99),
+        d(Input::PauseBudget, a.pause_budget),
+        d(Input::SchedulingJitter, a.scheduling_jitter),
+        d(Input::ClockSkew, a.clock_skew),
+        c(Input::Holders, a.holders),
+        c(Input::ClusterSize, a.cluster_size),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The inputs of a TOML file: every key must be an input, durations strings in the flags'
+/// syntax (`"1.5s"`), counts positive integers. Nothing is used unless all of it is good.
+fn read_config(path: &std::path::Path) -> Result<Vec<(Input, Value)>, Stop> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("--config {name}: cannot read it: {e}")))?;
+    parse_config(&text).map_err(|why| usage(format!("--config {name}: {why}")))
+}
+
+fn parse_config(text: &str) -> Result<Vec<(Input, Value)>, String> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| format!("not valid TOML: {}", e.message()))?;
+    let mut out = Vec::new();
+    for (key, value) in &table {
+        let input = Input::ALL
+            .into_iter()
+            .find(|i| i.key() == key)
+            .ok_or_else(|| {
+                format!(
+                    "unknown key {key:?} (known: {})",
+                    Input::ALL.map(Input::key).join(", ")
+                )
+            })?;
+        let value = match (input.kind(), value) {
+            (tenure_plan::Kind::Duration, toml::Value::String(s)) => {
+                Value::Duration(parse_duration(s).map_err(|e| format!("{key}: {e}"))?)
+            }
+            (tenure_plan::Kind::Duration, other) => {
+                return Err(format!(
+                    "{key}: a duration is a string such as \"500ms\" or \"1.5s\", not {}",
+                    other.type_str()
+                ))
+            }
+            (tenure_plan::Kind::Count, toml::Value::Integer(n)) => {
+                Value::Count(u64::try_from(*n).map_err(|_| format!("{key}: {n} is negative"))?)
+            }
+            (tenure_plan::Kind::Count, other) => {
+                return Err(format!(
+                    "{key}: a count is a whole number, not {}",
+                    other.type_str()
+                ))
+            }
+        };
+        // The library's range checks, so that the message names the key.
+        Given::default()
+            .set(input, value, Source::Flag)
+            .map_err(|e| match e {
+                tenure_plan::Error::Invalid { why, .. } => format!("{key}: {why}"),
+                other => other.to_string(),
+            })?;
+        out.push((input, value));
+    }
+    Ok(out)
+}
+
+// ------------------------------------------------------------------------------------------
+// --from: the node's HTTP port.
+
+/// A node's HTTP port, and how to talk to it.
+struct Target {
+    url: String,
+    host: String,
+    port: u16,
+    tls: Option<tokio_rustls::TlsConnector>,
+    authorization: Option<String>,
+}
+
+fn env_path(flag: &Option<PathBuf>, var: &str) -> Option<PathBuf> {
+    flag.clone().or_else(|| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+impl Target {
+    /// Checks the URL and loads the TLS files and the token, contacting nothing.
+    fn new(url: &str, args: &PlanArgs) -> Result<Target, Stop> {
+        let bad = |why: &str| usage(format!("--from {url:?}: {why}"));
+        let (tls_on, rest) = if let Some(rest) = url.strip_prefix("https://") {
+            (true, rest)
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            (false, rest)
+        } else {
+            return Err(bad(
+                "give the node's HTTP port as http://HOST:PORT or https://HOST:PORT",
+            ));
+        };
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#', '@']) {
+            return Err(bad(
+                "give only the scheme, host and port (tenure plan asks for /metrics and /status itself)",
+            ));
+        }
+        let (host, port) = authority
+            .rsplit_once(':')
+            .ok_or_else(|| bad("the port is missing (HOST:PORT)"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?;
+        if host.is_empty() {
+            return Err(bad("the host is missing"));
+        }
+        let ca = env_path(&args.ca, "TENURE_CA");
+        let cert = env_path(&args.cert, "TENURE_CERT");
+        let key = env_path(&args.key, "TENURE_KEY");
+        let token_file = env_path(&args.token_file, "TENURE_TOKEN_FILE");
+        let tls = if tls_on {
+            let ca = ca.ok_or_else(|| {
+                bad("an https URL needs the cluster's CA certificate: --ca FILE (or $TENURE_CA)")
+            })?;
+            Some(connector(&ca, cert.as_deref(), key.as_deref())?)
+        } else {
+            if cert.is_some() && args.cert.is_some() {
+                return Err(bad("--cert needs an https URL"));
+            }
+            None
+        };
+        let authorization = match token_file {
+            Some(path) => Some(read_token(&path)?),
+            None => None,
+        };
+        Ok(Target {
+            url: url.to_string(),
+            host: host.to_string(),
+            port,
+            tls,
+            authorization,
+        })
+    }
+}
+
+fn connector(
+    ca: &std::path::Path,
+    cert: Option<&std::path::Path>,
+    key: Option<&std::path::Path>,
+) -> Result<tokio_rustls::TlsConnector, Stop> {
+    let config = match (cert, key) {
+        (Some(cert), Some(key)) => {
+            tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+                ca: ca.to_path_buf(),
+                cert: cert.to_path_buf(),
+                key: key.to_path_buf(),
+            })
+            .and_then(|m| m.client_config())
+            .map_err(|e| usage(format!("TLS files: {e}")))?
+        }
+        (None, None) => {
+            use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+            use tokio_rustls::rustls::pki_types::CertificateDer;
+            let pem = std::fs::read(ca)
+                .map_err(|e| usage(format!("--ca {}: cannot read it: {e}", ca.display())))?;
+            let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+            for der in CertificateDer::pem_slice_iter(&pem) {
+                let der = der.map_err(|e| usage(format!("--ca {}: bad PEM: {e}", ca.display())))?;
+                roots.add(der).map_err(|e| {
+                    usage(format!(
+                        "--ca {}: not a usable CA certificate: {e}",
+                        ca.display()
+                    ))
+                })?;
+            }
+            if roots.is_empty() {
+                return Err(usage(format!(
+                    "--ca {}: no CA certificate in the file",
+                    ca.display()
+                )));
+            }
+            tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
+                tokio_rustls::rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| usage(format!("TLS: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth()
+        }
+        _ => return Err(usage("--cert and --key go together")),
+    };
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// `Bearer TOKEN` from a token file: one token, nothing else.
+fn read_token(path: &std::path::Path) -> Result<String, Stop> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        usage(format!(
+            "--token-file {}: cannot read it: {e}",
+            path.display()
+        ))
+    })?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) || !token.is_ascii() {
+        return Err(usage(format!(
+            "--token-file {}: must hold one token (what `tenure token NAME` printed)",
+            path.display()
+        )));
+    }
+    Ok(format!("Bearer {token}"))
+}
+
+fn measure(target: &Target) -> Result<tenure_plan::metrics::Measured, Stop> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Stop(EXIT_UNAVAILABLE, format!("cannot start the runtime: {e}")))?;
+    rt.block_on(async {
+        let unavailable = |what: &str, e: String| {
+            Stop(
+                EXIT_UNAVAILABLE,
+                format!("--from {}: GET {what}: {e}", target.url),
+            )
+        };
+        let metrics = get(target, "/metrics")
+            .await
+            .map_err(|e| unavailable("/metrics", e))?;
+        // The voter count is a bonus: a node that does not serve /status still has metrics.
+        let voters = get(target, "/status").await.ok().and_then(|body| {
+            let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+            Some(v.get("voters")?.as_array()?.len() as u64)
+        });
+        tenure_plan::metrics::measure(&metrics, voters)
+            .map_err(|e| Stop(EXIT_UNAVAILABLE, format!("--from {}: {e}", target.url)))
+    })
+}
+
+/// One HTTP/1.1 GET; the body of a 200 answer, or why not.
+async fn get(target: &Target, path: &str) -> Result<String, String> {
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        match &target.tls {
+            None => exchange(tcp, target, path).await,
+            Some(tls) => {
+                let name =
+                    tokio_rustls::rustls::pki_types::ServerName::try_from(target.host.clone())
+                        .map_err(|e| {
+                            format!(
+                                "{:?} cannot be checked against a certificate: {e}",
+                                target.host
+                            )
+                        })?;
+                let stream = tls
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| format!("TLS: {e}"))?;
+                exchange(stream, target, path).await
+            }
+        }
+    };
+    let raw = tokio::time::timeout(HTTP_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {HTTP_TIMEOUT:?}"))??;
+    let (code, body) = parse_response(&raw)?;
+    match code {
+        200 => Ok(body),
+        401 | 403 => Err(format!(
+            "refused ({code}): {}; give a token (--token-file) or a client certificate \
+             (--cert/--key) of a principal with the observer or admin role",
+            body.trim()
+        )),
+        _ => Err(format!("answered {code}: {}", body.trim())),
+    }
+}
+
+async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    target: &Target,
+    path: &str,
+) -> Result<Vec<u8>, String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let auth = target
+        .authorization
+        .as_ref()
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let host = if target.host.contains(':') {
+        format!("[{}]:{}", target.host, target.port)
+    } else {
+        format!("{}:{}", target.host, target.port)
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("cannot send the request: {e}"))?;
+    let mut raw = Vec::new();
+    let mut limited = (&mut stream).take(BODY_BYTES_MAX as u64 + 1);
+    match limited.read_to_end(&mut raw).await {
+        Ok(_) => {}
+        // A TLS peer may close without close_notify after the whole response.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(format!("cannot read the answer: {e}")),
+    }
+    if raw.len() > BODY_BYTES_MAX {
+        return Err(format!("the answer is larger than {BODY_BYTES_MAX} bytes"));
+    }
+    Ok(raw)
+}
+
+/// Status code and body (de-chunked) of a whole HTTP/1.1 response.
+fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or("not an HTTP answer (is this the node's HTTP port?)")?;
+    let code: u16 = head
+        .strip_prefix("HTTP/1.")
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or("not an HTTP answer (is this the node's HTTP port?)")?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    if !chunked {
+        return Ok((code, body.to_string()));
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n").ok_or("a malformed chunk")?;
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| "a malformed chunk size")?;
+        if size == 0 {
+            return Ok((code, out));
+        }
+        out.push_str(after.get(..size).ok_or("a short chunk")?);
+        rest = after[size..]
+            .strip_prefix("\r\n")
+            .ok_or("a chunk without its end")?;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Output.
+
+fn print(plan: &Plan, measured: Option<&MeasuredFrom>, json: bool) {
+    use std::io::Write as _;
+    let mut out = String::new();
+    if json {
+        let mut j = plan.json();
+        if let (Some(m), Some(o)) = (measured, j.as_object_mut()) {
+            o.insert(
+                "measured".into(),
+                serde_json::json!({"from": m.url, "notes": m.notes}),
+            );
+        }
+        out.push_str(&j.to_string());
+        out.push('\n');
+    } else {
+        if let Some(m) = measured {
+            out.push_str(&format!("Measured from {}\n", m.url));
+            for n in &m.notes {
+                out.push_str(&format!("  - {n}\n"));
+            }
+            out.push('\n');
+        }
+        out.push_str(&plan.text());
+    }
+    // A reader that stopped early (`| head`) is not an error of ours.
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_toml_file_gives_durations_as_strings_and_counts_as_integers() {
+        let v = parse_config("heartbeat = \"1s\"\nmissed_beats = 5\nwarm_up = \"2s\"\n")
+            .expect("valid");
+        assert_eq!(
+            v,
+            vec![
+                (Input::Heartbeat, Value::Duration(Duration::from_secs(1))),
+                (Input::MissedBeats, Value::Count(5)),
+                (Input::WarmUp, Value::Duration(Duration::from_secs(2))),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_toml_file_names_the_key() {
+        let e = parse_config("heartbeats = \"1s\"\n").unwrap_err();
+        assert!(
+            e.starts_with("unknown key \"heartbeats\" (known: heartbeat, missed_beats"),
+            "{e}"
+        );
+        assert_eq!(
+            parse_config("ttl = 10\n").unwrap_err(),
+            "ttl: a duration is a string such as \"500ms\" or \"1.5s\", not integer"
+        );
+        assert_eq!(
+            parse_config("holders = -3\n").unwrap_err(),
+            "holders: -3 is negative"
+        );
+        assert_eq!(
+            parse_config("holders = 0\n").unwrap_err(),
+            "holders: must be at least 1"
+        );
+        assert_eq!(
+            parse_config("ttl = \"0s\"\n").unwrap_err(),
+            "ttl: must be longer than zero"
+        );
+        assert!(parse_config("ttl = \"-1s\"\n")
+            .unwrap_err()
+            .starts_with("ttl: "));
+        assert!(parse_config("ttl = \n")
+            .unwrap_err()
+            .starts_with("not valid TOML"));
+    }
+
+    #[test]
+    fn http_answers_are_read_whole_and_dechunked() {
+        let raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        assert_eq!(parse_response(raw), Ok((200, "abcde".to_string())));
+        let raw = b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 3\r\n\r\nno\n";
+        assert_eq!(parse_response(raw), Ok((401, "no\n".to_string())));
+        assert!(parse_response(b"\x16\x03\x01garbage").is_err());
+    }
+}

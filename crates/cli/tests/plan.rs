@@ -1,0 +1,263 @@
+//! `tenure plan` as a user runs it: the worked examples from flags, a TOML file,
+//! bad input (exit 2, the flag or key named), a violated rule (exit 1), and `--from` a real
+//! 3-node cluster (TLS and client authentication on) whose measured numbers the report
+//! uses and names.
+
+mod common;
+
+use std::path::Path;
+
+use serde_json::Value;
+use tenure_testkit::{secs, Cluster, Options, ADMIN_CLIENT};
+
+use common::{stderr, stdout, tenure};
+
+fn json_of(out: &std::process::Output) -> Value {
+    serde_json::from_str(stdout(out).trim()).unwrap_or_else(|e| {
+        panic!(
+            "tenure plan --json printed no JSON ({e}): {}\n{}",
+            stdout(out),
+            stderr(out)
+        )
+    })
+}
+
+#[test]
+fn the_7_3_s_example_from_flags_holds_and_exits_0() {
+    let out = tenure(&[
+        "plan",
+        "--heartbeat",
+        "1s",
+        "--missed-beats",
+        "5",
+        "--campaign",
+        "300ms",
+        "--warm-up",
+        "2s",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("rule of thumb  missed beats × heartbeat + campaign + warm-up = 5 × 1 s + 300 ms + 2 s = 7.3 s"),
+        "{text}"
+    );
+    assert!(text.contains("Verdict: every rule holds."), "{text}");
+}
+
+#[test]
+fn a_2s_ttl_one_2_5s_pause_from_a_false_failover_violates_the_lease_rule_and_exits_1() {
+    let out = tenure(&[
+        "plan",
+        "--ttl",
+        "2s",
+        "--renew-interval",
+        "600ms",
+        "--pause-budget",
+        "2.5s",
+        "--election-timeout",
+        "6s",
+        "--heartbeat",
+        "1s",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let j = json_of(&out);
+    assert_eq!(j["ok"], false);
+    let failing: Vec<&str> = j["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["holds"] == false)
+        .map(|r| r["rule"].as_str().expect("name"))
+        .collect();
+    assert_eq!(failing, ["lease-pause"]);
+    assert_eq!(j["pause"]["false_failover_permille"], 1000);
+    assert_eq!(j["traffic"]["renewals_per_holder_milli_per_s"], 1667);
+}
+
+#[test]
+fn a_toml_file_is_read_and_flags_override_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("plan.toml");
+    std::fs::write(
+        &file,
+        "heartbeat = \"1s\"\nmissed_beats = 5\ncampaign = \"300ms\"\nwarm_up = \"2s\"\nttl = \"10s\"\nrenew_interval = \"3s\"\n",
+    )
+    .expect("write");
+    let path = file.to_str().expect("UTF-8 path");
+    let out = tenure(&["plan", "--config", path, "--ttl", "12s", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j = json_of(&out);
+    assert_eq!(j["raft_crash"]["rule_of_thumb_us"], 7_300_000);
+    assert_eq!(j["inputs"]["heartbeat"]["source"], "file");
+    assert_eq!(j["inputs"]["heartbeat"]["from"], format!("file {path}"));
+    assert_eq!(j["inputs"]["renew_interval"]["value_us"], 3_000_000);
+    assert_eq!(j["inputs"]["ttl"]["source"], "flag");
+    assert_eq!(j["inputs"]["ttl"]["value_us"], 12_000_000);
+}
+
+fn assert_usage(args: &[&str], names: &str) {
+    let out = tenure(args);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).is_empty(), "{args:?} printed a report");
+    assert!(
+        stderr(&out).contains(names),
+        "{args:?}: the message does not name {names:?}: {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_input_exits_2_and_names_the_flag_or_key() {
+    assert_usage(&["plan", "--ttl", "0s"], "--ttl: must be longer than zero");
+    assert_usage(&["plan", "--ttl=-1s"], "--ttl");
+    assert_usage(&["plan", "--heartbeat", "10x"], "--heartbeat");
+    assert_usage(&["plan", "--holders", "0"], "--holders: must be at least 1");
+    assert_usage(&["plan", "--missed-beats=-2"], "--missed-beats");
+    assert_usage(&["plan", "--cluster-size", "three"], "--cluster-size");
+    assert_usage(&["plan", "--heartbeats", "1s"], "--heartbeats");
+    assert_usage(&["plan", "--from", "127.0.0.1:9001"], "--from");
+    assert_usage(&["plan", "--from", "https://127.0.0.1:9001"], "--ca");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p.to_str().expect("UTF-8").to_string()
+    };
+    let unknown = write("unknown.toml", "ttl = \"10s\"\nrenew = \"3s\"\n");
+    assert_usage(&["plan", "--config", &unknown], "unknown key \"renew\"");
+    let zero = write("zero.toml", "heartbeat = \"0ms\"\n");
+    assert_usage(
+        &["plan", "--config", &zero],
+        "heartbeat: must be longer than zero",
+    );
+    let negative = write("negative.toml", "holders = -1\n");
+    assert_usage(&["plan", "--config", &negative], "holders: -1 is negative");
+    let missing = dir.path().join("missing.toml");
+    assert_usage(
+        &["plan", "--config", missing.to_str().expect("UTF-8")],
+        "cannot read it",
+    );
+}
+
+fn tls_files(dir: &Path) -> [String; 3] {
+    use tenure_transport::certs::files;
+    [
+        files::CA.to_string(),
+        files::client(ADMIN_CLIENT),
+        files::client_key(ADMIN_CLIENT),
+    ]
+    .map(|f| dir.join(f).to_str().expect("UTF-8").to_string())
+}
+
+/// `--from` the leader's HTTP port: the network p99 and the campaign come from its commit
+/// latency histogram (after some grants were committed), the cluster size from /status;
+/// a flag still overrides a measurement; without credentials the node refuses (exit 69).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_a_running_cluster_measures_its_numbers_and_says_so() {
+    let mut c = Cluster::start(Options::nodes(3));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(20)).await;
+    let mut client = c.client();
+    for _ in 0..20 {
+        client.grant(5_000).await.expect("grant");
+    }
+    let url = format!("https://{}", c.addrs(leader).http);
+    let [ca, cert, key] = tls_files(&c.tls().expect("TLS on").dir);
+
+    let (url2, ca2, cert2, key2) = (url.clone(), ca.clone(), cert.clone(), key.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        tenure(&[
+            "plan",
+            "--from",
+            &url2,
+            "--ca",
+            &ca2,
+            "--cert",
+            &cert2,
+            "--key",
+            &key2,
+            "--scheduling-jitter",
+            "5ms",
+            "--json",
+        ])
+    })
+    .await
+    .expect("ran");
+    let j = json_of(&out);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+    let inputs = &j["inputs"];
+    assert_eq!(inputs["network_p99"]["source"], "measured", "{j}");
+    let how = inputs["network_p99"]["from"].as_str().expect("text");
+    assert!(
+        how.contains("tenure_commit_latency_seconds")
+            && how.contains("upper bound from its buckets"),
+        "{how}"
+    );
+    assert!(inputs["network_p99"]["value_us"].as_u64().expect("us") > 0);
+    assert_eq!(inputs["campaign"]["source"], "measured");
+    assert_eq!(
+        inputs["campaign"]["value_us"].as_u64(),
+        inputs["network_p99"]["value_us"].as_u64().map(|n| 2 * n),
+        "commit p99 is the network p99 here (no keepalives yet): campaign is twice it"
+    );
+    assert_eq!(inputs["cluster_size"]["value"], 3);
+    assert_eq!(inputs["cluster_size"]["source"], "measured");
+    assert_eq!(inputs["scheduling_jitter"]["source"], "flag");
+    assert_eq!(j["measured"]["from"], url.as_str());
+
+    // The text report says where the numbers came from, and a flag beats a measurement.
+    let (url2, ca2, cert2, key2) = (url.clone(), ca.clone(), cert.clone(), key.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        tenure(&[
+            "plan",
+            "--from",
+            &url2,
+            "--ca",
+            &ca2,
+            "--cert",
+            &cert2,
+            "--key",
+            &key2,
+            "--network-p99",
+            "7ms",
+        ])
+    })
+    .await
+    .expect("ran");
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!("Measured from {url}\n")),
+        "{text}"
+    );
+    assert!(text.contains("network p99        7 ms      flag"), "{text}");
+    assert!(
+        text.contains("cluster size       3         measured: the voters in /status"),
+        "{text}"
+    );
+
+    // No client certificate and no token: the node's HTTP port refuses.
+    let (url2, ca2) = (url.clone(), ca.clone());
+    let out = tokio::task::spawn_blocking(move || tenure(&["plan", "--from", &url2, "--ca", &ca2]))
+        .await
+        .expect("ran");
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stdout(&out).is_empty());
+    assert!(
+        stderr(&out).contains("refused (401)") && stderr(&out).contains("--token-file"),
+        "{}",
+        stderr(&out)
+    );
+}
