@@ -261,3 +261,74 @@ async fn from_a_running_cluster_measures_its_numbers_and_says_so() {
         stderr(&out)
     );
 }
+
+/// `--from` with a bearer token instead of a client certificate (`--token-file`, then
+/// `$TENURE_TOKEN_FILE`): an observer's token is let in, a token of a principal without the
+/// observer or admin role is refused (403, exit 69), and no node logs either token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_a_running_cluster_with_a_bearer_token() {
+    let observer = tenure_server::auth::new_token().expect("token");
+    let writer = tenure_server::auth::new_token().expect("token");
+    let files = tempfile::tempdir().expect("temp dir");
+    let auth_file = files.path().join("auth.toml");
+    std::fs::write(
+        &auth_file,
+        format!(
+            "[principals.admin]\nroles = [\"admin\"]\n\n[principals.ops]\nroles = [\"observer\"]\n\n\
+             [principals.writer]\ngrants = [{{ prefix = \"w/\", allow = [\"write\"] }}]\n\n\
+             [tokens]\nops = {:?}\nwriter = {:?}\n",
+            tenure_server::auth::token_hash_line(&observer),
+            tenure_server::auth::token_hash_line(&writer)
+        ),
+    )
+    .expect("write the auth file");
+    let observer_file = files.path().join("ops.token");
+    std::fs::write(&observer_file, format!("{observer}\n")).expect("write");
+    let writer_file = files.path().join("writer.token");
+    std::fs::write(&writer_file, &writer).expect("write");
+    let path = auth_file.display().to_string();
+    let mut c = Cluster::start(Options::nodes(3).args(&["--auth-file", &path]));
+    c.forbid_in_logs(&observer);
+    c.forbid_in_logs(&writer);
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(20)).await;
+    let url = format!("https://{}", c.addrs(leader).http);
+    let [ca, _, _] = tls_files(&c.tls().expect("TLS on").dir);
+
+    let run = |env_token: Option<String>, flag_token: Option<String>| {
+        let (url, ca) = (url.clone(), ca.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = std::process::Command::new(common::BIN);
+            cmd.args(["plan", "--from", &url, "--ca", &ca, "--json"])
+                .env_remove("TENURE_TOKEN_FILE")
+                .stdin(std::process::Stdio::null());
+            if let Some(t) = &flag_token {
+                cmd.args(["--token-file", t]);
+            }
+            if let Some(t) = &env_token {
+                cmd.env("TENURE_TOKEN_FILE", t);
+            }
+            cmd.output().expect("run tenure")
+        })
+    };
+    let observer_path = observer_file.display().to_string();
+    let writer_path = writer_file.display().to_string();
+
+    let out = run(None, Some(observer_path.clone())).await.expect("ran");
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+    let j = json_of(&out);
+    assert_eq!(j["inputs"]["cluster_size"]["source"], "measured", "{j}");
+
+    let out = run(Some(observer_path), None).await.expect("ran");
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+
+    let out = run(None, Some(writer_path)).await.expect("ran");
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("refused (403)"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(&writer), "the token is not printed");
+}
