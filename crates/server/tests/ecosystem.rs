@@ -484,25 +484,17 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_exported_by_every_nod
                 .await
         })
     };
-    // The standby's campaign is queued behind the holder; the holder resigns and the standby
-    // leads with a higher token.
-    let resign = tokio::time::timeout(secs(10), async {
-        loop {
-            let r = elections
-                .resign(tenure_proto::v1::ResignRequest {
-                    election: "billing/close".into(),
-                    session_id: old_session,
-                    session_secret: secret(),
-                    ..Default::default()
-                })
-                .await;
-            if r.is_ok() {
-                break;
-            }
-            tokio::time::sleep(ms(20)).await;
-        }
-    });
-    resign.await.expect("the holder resigns");
+    // The holder resigns; the standby leads with a higher token, whether its campaign was
+    // queued behind the holder by then or arrives after.
+    elections
+        .resign(tenure_proto::v1::ResignRequest {
+            election: "billing/close".into(),
+            session_id: old_session,
+            session_secret: secret(),
+            ..Default::default()
+        })
+        .await
+        .expect("the holder resigns");
     let new_token = tokio::time::timeout(secs(10), queued)
         .await
         .expect("the standby is elected in time")
@@ -546,7 +538,10 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_exported_by_every_nod
             missing.join("\n  ")
         );
         let rejected = metric_value(&page, "tenure_fenced_write_rejections_total");
-        assert_eq!(rejected, Some(1.0), "node {id} counted the late write");
+        assert!(
+            rejected.is_some_and(|n| n >= 1.0),
+            "node {id} counted the late write: {rejected:?}"
+        );
     }
 }
 
