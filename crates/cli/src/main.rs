@@ -14,6 +14,7 @@ mod diagnose;
 mod elect;
 mod measure;
 mod nemesis;
+mod ops;
 mod output;
 mod plan;
 mod run;
@@ -84,6 +85,28 @@ enum Cmd {
     /// The value is escaped (`\n`, `\\`, `\xNN`, …): one leader is always one line. With
     /// --json, one JSON object. Exit codes: 0; 69 backend failure; 2 bad arguments.
     Leader(elect::LeaderArgs),
+    /// One row per member: role, term, leader, commit/applied index, lag, last contact,
+    /// health, version; warnings for an even voter count, unreachable or lagging members.
+    ///
+    /// Exit codes: 0 all well; 1 printed a warning; 69 no member answered; 2 bad arguments;
+    /// 77 not allowed.
+    Status(ops::StatusArgs),
+    /// List the cluster's members, or add, promote or remove one (no restart needed).
+    Members(ops::MembersArgs),
+    /// Hand Raft leadership to another voter (`--to ID`, or the most caught-up one).
+    TransferLeadership(ops::TransferArgs),
+    /// List elections: token, leader session, queued candidates, since which log index.
+    Elections(ops::ListArgs),
+    /// List sessions: id, TTL, remaining time on the answering node, elections.
+    Sessions(ops::ListArgs),
+    /// Read a fenced key: `token=… election=… index=… value=…`, or `none`.
+    Get(ops::GetArgs),
+    /// Write a fenced key with an election's token (default `$TENURE_FENCING_TOKEN`).
+    ///
+    /// Exit codes: 0 written; 78 refused by its token (stale, superseded, never issued, or
+    /// the key belongs to another election): nothing was written; 69 unreachable or outcome
+    /// unknown; 2 bad arguments; 77 not allowed.
+    Put(ops::PutArgs),
     /// Print a shell completion script: `tenure completion bash > /etc/bash_completion.d/tenure`,
     /// `tenure completion zsh > "${fpath[1]}/_tenure"`, `tenure completion fish >
     /// ~/.config/fish/completions/tenure.fish`.
@@ -170,5 +193,12 @@ fn main() -> ExitCode {
         Cmd::Leader(args) => elect::leader(args),
         Cmd::Completion { shell } => completion(shell),
         Cmd::Ballot(args) => ballot::run(args),
+        Cmd::Status(args) => ops::status(args),
+        Cmd::Members(args) => ops::members(args),
+        Cmd::TransferLeadership(args) => ops::transfer(args),
+        Cmd::Elections(args) => ops::elections(args),
+        Cmd::Sessions(args) => ops::sessions(args),
+        Cmd::Get(args) => ops::get(args),
+        Cmd::Put(args) => ops::put(args),
     }
 }

@@ -83,6 +83,17 @@ pub struct Status {
     pub now_tick: u64,
 }
 
+/// The leader's view of one peer (Raft Figure 2's `matchIndex`, and when it last answered),
+/// for status pages: see [`Node::progress`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerProgress {
+    /// Highest log index known to be stored on the peer.
+    pub match_index: Index,
+    /// Local tick of the peer's last answer in the leader's current term; `None` if it has
+    /// not answered since this node became leader.
+    pub heard_tick: Option<u64>,
+}
+
 /// Where a proposal landed in the log. Its result arrives in [`Ready::applied`] at `index`;
 /// if the entry there has another term, the proposal was lost and may be retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -642,6 +653,31 @@ impl Node {
             self.raft.log.snapshot_index(),
             self.raft.log.snapshot_term(),
         )
+    }
+
+    /// As leader: every other member's progress (match index, tick last heard), by id.
+    /// Empty on a node that does not lead. Read-only; for status pages.
+    pub fn progress(&self) -> BTreeMap<NodeId, PeerProgress> {
+        self.raft
+            .progress
+            .iter()
+            .map(|(id, p)| {
+                let progress = PeerProgress {
+                    match_index: p.match_index,
+                    heard_tick: p.heard_tick,
+                };
+                (*id, progress)
+            })
+            .collect()
+    }
+
+    /// The local tick before which this node will not expire `session`: its lease clock's
+    /// lower bound on the session's life (`None` for a session it does not hold). On the
+    /// leader it moves forward with each keepalive; on a follower, with each applied grant
+    /// and checkpoint (padded for clock drift), which is how long it would keep the session
+    /// if it became leader now.
+    pub fn session_deadline_tick(&self, session: SessionId) -> Option<u64> {
+        self.lease.deadline_tick.get(&session).copied()
     }
 
     /// Panics with context if any invariant of the node is broken. Cheap enough to run after

@@ -47,6 +47,9 @@ pub(crate) struct Progress {
     pub(crate) recent_active: bool,
     /// Local tick when a snapshot was last sent, to avoid sending one every heartbeat.
     pub(crate) snapshot_sent_tick: Option<u64>,
+    /// Local tick of the last answer heard from the peer in this term, for status pages
+    /// ("last contact"); nothing in consensus reads it.
+    pub(crate) heard_tick: Option<u64>,
 }
 
 impl Progress {
@@ -58,6 +61,7 @@ impl Progress {
             acked_sent_tick: None,
             recent_active: false,
             snapshot_sent_tick: None,
+            heard_tick: None,
         }
     }
 }
@@ -910,6 +914,7 @@ impl Raft {
             return;
         };
         p.recent_active = true;
+        p.heard_tick = Some(self.now_tick);
         if sent_tick <= self.now_tick {
             p.acked_sent_tick = Some(p.acked_sent_tick.map_or(sent_tick, |t| t.max(sent_tick)));
         }

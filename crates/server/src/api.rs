@@ -22,7 +22,7 @@ use tonic::{Request, Status};
 
 use crate::auth::{Action, Denied, Policy};
 use crate::config::{NodeAddrs, ServerConfig};
-use crate::driver::{ApiError, ClientRequest, DriverHandle};
+use crate::driver::{ApiError, ClientRequest, DriverHandle, ListRequest, Listing};
 use crate::metrics::Metrics;
 
 use tenure_proto::SESSION_SECRET_BYTES;
@@ -703,7 +703,20 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Result<tonic::Response<v1::StatusResponse>, Status> {
         self.authorize(&req, Action::Status)?;
         let p = self.driver.published.borrow().clone();
-        Ok(tonic::Response::new(self.status_response(&p.status)))
+        let mut response = self.status_response(&p.status);
+        let now = p.status.now_tick;
+        response.peers = p
+            .progress
+            .iter()
+            .map(|(id, progress)| v1::PeerProgress {
+                id: *id,
+                match_index: progress.match_index,
+                last_contact_ms: progress
+                    .heard_tick
+                    .map(|t| now.saturating_sub(t).saturating_mul(self.tick_ms)),
+            })
+            .collect();
+        Ok(tonic::Response::new(response))
     }
 
     async fn add_member(
@@ -809,7 +822,34 @@ impl v1::cluster_server::Cluster for Api {
         req: Request<v1::ListElectionsRequest>,
     ) -> Result<tonic::Response<v1::ListElectionsResponse>, Status> {
         self.authorize(&req, Action::Metrics)?;
-        Err(Status::unimplemented("ListElections is not served yet"))
+        let r = req.into_inner();
+        let request = ListRequest::Elections {
+            after: r.after,
+            limit: r.limit as usize,
+        };
+        match self.driver.list(request, self.timeout).await {
+            Ok(Listing::Elections {
+                page,
+                applied_index,
+            }) => Ok(tonic::Response::new(v1::ListElectionsResponse {
+                elections: page
+                    .items
+                    .into_iter()
+                    .map(|(e, since_index)| v1::ElectionSummary {
+                        name: e.name,
+                        leader: e.leader.map(leader_to_proto),
+                        candidates: e.candidates,
+                        since_index,
+                    })
+                    .collect(),
+                more: page.more,
+                applied_index,
+            })),
+            Ok(other) => Err(Status::internal(format!(
+                "the driver answered an election listing with {other:?}"
+            ))),
+            Err(e) => Err(self.status(e)),
+        }
     }
 
     async fn list_sessions(
@@ -817,7 +857,34 @@ impl v1::cluster_server::Cluster for Api {
         req: Request<v1::ListSessionsRequest>,
     ) -> Result<tonic::Response<v1::ListSessionsResponse>, Status> {
         self.authorize(&req, Action::Metrics)?;
-        Err(Status::unimplemented("ListSessions is not served yet"))
+        let r = req.into_inner();
+        let request = ListRequest::Sessions {
+            after: r.after,
+            limit: r.limit as usize,
+        };
+        match self.driver.list(request, self.timeout).await {
+            Ok(Listing::Sessions {
+                page,
+                applied_index,
+            }) => Ok(tonic::Response::new(v1::ListSessionsResponse {
+                sessions: page
+                    .items
+                    .into_iter()
+                    .map(|(s, remaining_ms)| v1::SessionSummary {
+                        id: s.id,
+                        ttl_ms: s.info.ttl_ticks.saturating_mul(self.tick_ms),
+                        remaining_ms,
+                        elections: s.elections,
+                    })
+                    .collect(),
+                more: page.more,
+                applied_index,
+            })),
+            Ok(other) => Err(Status::internal(format!(
+                "the driver answered a session listing with {other:?}"
+            ))),
+            Err(e) => Err(self.status(e)),
+        }
     }
 }
 
@@ -874,6 +941,10 @@ impl Api {
             commit_index: s.commit,
             applied_index: s.applied,
             members,
+            version: crate::metrics::BUILD_VERSION.to_string(),
+            // The leader's view of the others is in `Published::progress`; `status` adds it.
+            peers: Vec::new(),
+            last_index: s.last_index,
         }
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_core::message::{Body, Message};
-use tenure_core::node::{Node, ProposeError, Role, Status};
+use tenure_core::node::{Node, PeerProgress, ProposeError, Role, Status};
 use tenure_core::sm::{Command, LeaderChange, RequestId, Response, SessionId, SmError};
 use tenure_core::storage::Storage;
 use tenure_core::types::{Index, Membership, NodeId, Term};
@@ -148,6 +148,57 @@ pub enum ClientRequest {
         /// Where the answer goes (once the change is appended).
         reply: oneshot::Sender<Result<(), ApiError>>,
     },
+    /// Read one page of elections or sessions from the applied state (no log write); see
+    /// [`DriverHandle::list`].
+    List {
+        /// What to list, from where.
+        request: ListRequest,
+        /// Where the page goes.
+        reply: oneshot::Sender<Result<Listing, ApiError>>,
+    },
+}
+
+/// What a [`ClientRequest::List`] reads: one page, starting strictly after `after` (a
+/// position; it need not exist), of at most `limit` entries (0: the default page size;
+/// capped, see [`tenure_core::sm::list`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListRequest {
+    /// Elections by name ("" = from the first).
+    Elections {
+        /// Start after this name.
+        after: String,
+        /// Page size asked for.
+        limit: usize,
+    },
+    /// Sessions by id (0 = from the first).
+    Sessions {
+        /// Start after this id.
+        after: SessionId,
+        /// Page size asked for.
+        limit: usize,
+    },
+}
+
+/// One page read on the driver thread, as of `applied_index`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// A page of elections.
+    Elections {
+        /// Each election with the log index where its current leader (or, with none, its
+        /// last change) took effect; 0 when that change is older than what this node has
+        /// replayed since it started (it restored a snapshot taken after it).
+        page: tenure_core::sm::list::Page<(tenure_core::sm::list::ElectionSummary, Index)>,
+        /// The applied index the page was read at.
+        applied_index: Index,
+    },
+    /// A page of sessions.
+    Sessions {
+        /// Each session with how long this node will keep it without a renewal, in
+        /// milliseconds: its own lease clock's lower bound (`Node::session_deadline_tick`).
+        page: tenure_core::sm::list::Page<(tenure_core::sm::list::SessionSummary, u64)>,
+        /// The applied index the page was read at.
+        applied_index: Index,
+    },
 }
 
 /// One input to the driver.
@@ -176,6 +227,9 @@ pub struct Published {
     pub status: Status,
     /// Live sessions.
     pub sessions: usize,
+    /// While this node leads: every other member's match index and the tick it was last
+    /// heard from (`status.now_tick` is the same clock). Empty otherwise.
+    pub progress: BTreeMap<NodeId, PeerProgress>,
 }
 
 /// Handles for talking to a running driver.
@@ -213,6 +267,14 @@ impl DriverHandle {
             Ok(Err(_)) => Err(Unknown::Stopped.into()),
             Err(_) => Err(ApiError::Unavailable(CALL_TIMED_OUT.into())),
         }
+    }
+
+    /// One page of elections or sessions as this node has applied them (no log write, so
+    /// a follower may lag; any node answers), waiting at most `timeout`. For the list RPCs
+    /// and the dashboard.
+    pub async fn list(&self, request: ListRequest, timeout: Duration) -> Result<Listing, ApiError> {
+        self.call(|reply| ClientRequest::List { request, reply }, timeout)
+            .await
     }
 
     /// Propose a command and wait for its result. Once the request has reached the driver,
@@ -276,6 +338,9 @@ pub struct Driver<S: Storage, O: Outbox> {
     /// Pre-vote rounds lost since a leader was last known or an election started: only
     /// the first of a streak is logged at info.
     pre_votes_lost_in_a_row: u64,
+    /// The log index of each election's latest leader change this node applied since it
+    /// started, for listings (`since`).
+    election_since: BTreeMap<String, Index>,
 }
 
 /// Build a driver and the handle to it.
@@ -292,6 +357,7 @@ pub fn new_driver<S: Storage, O: Outbox>(
     let (pub_tx, pub_rx) = watch::channel(Published {
         status: status.clone(),
         sessions: 0,
+        progress: BTreeMap::new(),
     });
     let metrics = Arc::new(Metrics::default());
     let driver = Driver {
@@ -301,6 +367,7 @@ pub fn new_driver<S: Storage, O: Outbox>(
         snapshots_sent_logged: BTreeMap::new(),
         snapshot_installing: None,
         pre_votes_lost_in_a_row: 0,
+        election_since: BTreeMap::new(),
         node,
         storage,
         outbox,
@@ -436,6 +503,20 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     .keepalive_as(&mut self.node, now, session, secret_hash, reply);
             }
             ClientRequest::TransferLeader { to, reply } => {
+                // 0 names no node: the leader picks the voter that is most caught up.
+                let to = match to {
+                    0 if self.node.role() == Role::Leader => {
+                        match most_caught_up_voter(&self.node.status(), &self.node.progress()) {
+                            Some(id) => id,
+                            None => {
+                                let why = "there is no other voter to hand leadership to";
+                                let _ = reply.send(Err(ApiError::Invalid(why.into())));
+                                return;
+                            }
+                        }
+                    }
+                    to => to,
+                };
                 let _ = reply.send(self.node.transfer_leadership(to).map_err(Into::into));
                 // The transfer under way is what tells a step-down's reason later.
                 self.core.observe(&self.node, now);
@@ -452,6 +533,56 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     .map_err(Into::into);
                 let _ = reply.send(r);
                 self.core.observe(&self.node, now);
+            }
+            ClientRequest::List { request, reply } => {
+                let _ = reply.send(Ok(self.list(request)));
+            }
+        }
+    }
+
+    /// One page of the applied state (see [`ListRequest`]).
+    fn list(&self, request: ListRequest) -> Listing {
+        let sm = self.node.state_machine();
+        let applied_index = sm.applied_index();
+        match request {
+            ListRequest::Elections { after, limit } => {
+                let page = sm.elections_page(&after, limit);
+                let items = page
+                    .items
+                    .into_iter()
+                    .map(|e| {
+                        let since = self.election_since.get(&e.name).copied().unwrap_or(0);
+                        (e, since)
+                    })
+                    .collect();
+                Listing::Elections {
+                    page: tenure_core::sm::list::Page {
+                        items,
+                        more: page.more,
+                    },
+                    applied_index,
+                }
+            }
+            ListRequest::Sessions { after, limit } => {
+                let now = self.node.status().now_tick;
+                let tick_ms = self.tick.as_millis() as u64;
+                let page = sm.sessions_page(after, limit);
+                let items = page
+                    .items
+                    .into_iter()
+                    .map(|s| {
+                        let deadline = self.node.session_deadline_tick(s.id).unwrap_or(now);
+                        let remaining_ms = deadline.saturating_sub(now).saturating_mul(tick_ms);
+                        (s, remaining_ms)
+                    })
+                    .collect();
+                Listing::Sessions {
+                    page: tenure_core::sm::list::Page {
+                        items,
+                        more: page.more,
+                    },
+                    applied_index,
+                }
             }
         }
     }
@@ -488,6 +619,8 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
             let now = self.now_us();
             self.core.on_ready(&self.node, now, &ready);
             for change in ready.leader_changes {
+                self.election_since
+                    .insert(change.election.clone(), change.index);
                 let _ = self.leader_changes.send(change);
             }
         }
@@ -739,12 +872,29 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
         m.applied_index.store(status.applied, Relaxed);
         let sessions = self.node.state_machine().session_count();
         m.sessions.store(sessions as u64, Relaxed);
-        let changed = {
+        let progress = self.node.progress();
+        let (changed, members) = {
             let current = self.published.borrow();
-            current.status != status || current.sessions != sessions
+            let directory = self.node.state_machine().members();
+            // The directory is cloned only on the rare batch that changed it.
+            let members = if *current.members == *directory {
+                Arc::clone(&current.members)
+            } else {
+                Arc::new(directory.clone())
+            };
+            let changed = current.status != status
+                || current.sessions != sessions
+                || current.progress != progress
+                || !Arc::ptr_eq(&current.members, &members);
+            (changed, members)
         };
         if changed {
-            let _ = self.published.send(Published { status, sessions });
+            let _ = self.published.send(Published {
+                status,
+                sessions,
+                progress,
+                members,
+            });
         }
     }
 
@@ -753,6 +903,25 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
     pub fn node(&self) -> &Node {
         &self.node
     }
+}
+
+/// The voter other than the leader itself whose log is furthest along (the highest match
+/// index; among equals the one heard from last, then the lowest id): where a transfer that
+/// names no target goes, because it can take over with the shortest catch-up. `None` when
+/// the leader is the only voter.
+pub fn most_caught_up_voter(
+    status: &Status,
+    progress: &BTreeMap<NodeId, PeerProgress>,
+) -> Option<NodeId> {
+    progress
+        .iter()
+        .filter(|(id, _)| **id != status.id && status.membership.is_voter(**id))
+        .max_by(|(a_id, a), (b_id, b)| {
+            (a.match_index, a.heard_tick)
+                .cmp(&(b.match_index, b.heard_tick))
+                .then(b_id.cmp(a_id))
+        })
+        .map(|(id, _)| *id)
 }
 
 /// A step-down is a warning unless it was a transfer someone asked for.
@@ -810,4 +979,57 @@ fn describe(m: &Membership) -> String {
         text.push_str(&format!(" learners {}", ids(&m.learners)));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(membership: Membership) -> Status {
+        Status {
+            id: 1,
+            role: Role::Leader,
+            term: 3,
+            vote: Some(1),
+            leader: Some(1),
+            commit: 10,
+            applied: 10,
+            last_index: 10,
+            persisted_index: 10,
+            membership,
+            membership_epoch: 1,
+            transferring_to: None,
+            lease_until_tick: None,
+            now_tick: 100,
+        }
+    }
+
+    fn peer(match_index: Index, heard_tick: Option<u64>) -> PeerProgress {
+        PeerProgress {
+            match_index,
+            heard_tick,
+        }
+    }
+
+    #[test]
+    fn a_transfer_without_target_picks_the_most_caught_up_voter() {
+        let mut m = Membership::new([1, 2, 3]);
+        m.learners.insert(4);
+        let s = status(m);
+        // The learner is furthest along but cannot lead; 3 beats 2 on its log.
+        let progress = BTreeMap::from([
+            (2, peer(7, Some(99))),
+            (3, peer(9, Some(90))),
+            (4, peer(10, Some(100))),
+        ]);
+        assert_eq!(most_caught_up_voter(&s, &progress), Some(3));
+        // Equal logs: the one heard from last, then the lowest id.
+        let progress = BTreeMap::from([(2, peer(9, Some(90))), (3, peer(9, Some(95)))]);
+        assert_eq!(most_caught_up_voter(&s, &progress), Some(3));
+        let progress = BTreeMap::from([(2, peer(9, Some(95))), (3, peer(9, Some(95)))]);
+        assert_eq!(most_caught_up_voter(&s, &progress), Some(2));
+        // A leader alone among the voters has nobody to hand over to.
+        let alone = status(Membership::new([1]));
+        assert_eq!(most_caught_up_voter(&alone, &BTreeMap::new()), None);
+    }
 }

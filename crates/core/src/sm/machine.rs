@@ -58,21 +58,21 @@ pub enum SmDecodeError {
 
 /// One queued candidate of an election.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-struct Candidate {
+pub(super) struct Candidate {
     /// The candidacy ends with this session.
-    session: SessionId,
+    pub(super) session: SessionId,
     /// Published as the leader's value while this candidate leads.
     value: Vec<u8>,
 }
 
 /// One election: its FIFO queue of candidates and the latest token it issued.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-struct Election {
+pub(super) struct Election {
     /// Latest fencing token ever issued; never decreases and survives an empty queue, so
     /// that a later leader always gets a higher token than every earlier one.
-    token: u64,
+    pub(super) token: u64,
     /// Candidates in queue order; the head leads.
-    queue: VecDeque<Candidate>,
+    pub(super) queue: VecDeque<Candidate>,
 }
 
 impl Election {
@@ -84,7 +84,7 @@ impl Election {
         self.queue.iter().position(|c| c.session == session)
     }
 
-    fn leader(&self) -> Option<LeaderInfo> {
+    pub(super) fn leader(&self) -> Option<LeaderInfo> {
         self.queue.front().map(|c| LeaderInfo {
             session: c.session,
             value: c.value.clone(),
@@ -95,11 +95,11 @@ impl Election {
 
 /// One live session.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-struct Session {
+pub(super) struct Session {
     /// Lease bookkeeping exposed through [`StateMachine::session`].
-    info: SessionInfo,
+    pub(super) info: SessionInfo,
     /// Elections this session is queued in, so that ending it does not scan every election.
-    elections: BTreeSet<String>,
+    pub(super) elections: BTreeSet<String>,
     /// Results of the latest requests made on this session, by sequence number, with the
     /// index that applied each: a retry gets these back instead of applying again (Raft
     /// dissertation §6.3). At most `results_per_session_max`; the oldest go first.
@@ -116,10 +116,10 @@ struct Session {
 
 /// The replicated contents: what the digest covers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-struct Data {
-    sessions: BTreeMap<SessionId, Session>,
+pub(super) struct Data {
+    pub(super) sessions: BTreeMap<SessionId, Session>,
     /// Created on first campaign and never removed, because their tokens must never reset.
-    elections: BTreeMap<String, Election>,
+    pub(super) elections: BTreeMap<String, Election>,
     fenced: BTreeMap<String, FencedValue>,
     /// Nonce of each live session's `Grant` request → the session it created, so that a
     /// retried grant returns the same session. Dropped with the session.
@@ -128,9 +128,9 @@ struct Data {
 
 /// Everything a snapshot carries.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-struct State {
+pub(super) struct State {
     applied_index: Index,
-    data: Data,
+    pub(super) data: Data,
 }
 
 /// The replicated state machine: sessions, elections with fencing tokens, and fenced keys.
@@ -141,7 +141,7 @@ struct State {
 pub struct StateMachine {
     limits: SmLimits,
     bugs: InjectedBugs,
-    state: State,
+    pub(super) state: State,
     /// Leader changes not yet collected by [`StateMachine::take_leader_changes`]. Not part of
     /// the snapshot: they are effects for the local node, not replicated state.
     leader_changes: Vec<LeaderChange>,

@@ -378,5 +378,6 @@ pub struct LeaderChange {
     pub index: Index,
 }
 
+pub mod list;
 mod machine;
 pub use machine::{check_request_id, SessionInfo, SmDecodeError, StateMachine};
