@@ -1,8 +1,9 @@
 // Browser test of the ballot page (`tenure ballot`): run as `node tests/browser/ballot.mjs URL`
-// by crates/cli/tests/ballot_browser.rs. Plays the split vote and checks "no leader in term
-// 2" then a leader in term 3; turns the bully toggle on under a partition and checks two
-// coordinators next to Raft's one leader per term; reloads the share link in a fresh page
-// and checks that it shows the same state; takes a step by hand and sees it refused or taken.
+// by crates/cli/tests/ballot_browser.rs. Takes a step by hand (a bad one is refused); plays
+// the split vote and checks "no leader in term 2" then a leader in term 3; plays the paused
+// leader's late write, rejected by the fence; turns the bully toggle on under a partition and
+// checks two coordinators next to Raft's one leader per term; opens the share link in a
+// fresh page and checks that it shows the same state. Screenshots: ballot-*.png.
 
 import { run, screenshot, check } from './lib.mjs';
 
@@ -40,6 +41,13 @@ await run(async (browser) => {
   check(log.includes('no leader in term 2: split vote'), 'the ballot log says there was no leader in term 2');
   check(log.includes('node 3 voted for node 1 in term 2'), 'the ballot log names the votes');
   await screenshot(page, 'ballot-split-vote');
+
+  // The leader paused past its lease: its late write with the old token meets the fence.
+  await page.click('button[data-scenario="fence"]');
+  await page.waitForFunction(() => document.getElementById('fence').textContent.includes('highest token accepted: 2'));
+  const fenceLog = await text(page, '#log');
+  check(fenceLog.includes("the fence REJECTS node 5's late write with old token 1"), 'the late write with token 1 is rejected');
+  await screenshot(page, 'ballot-fence');
 
   // Bully under the partition.
   await page.click('button[data-scenario="partition"]');

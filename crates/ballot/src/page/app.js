@@ -68,7 +68,7 @@ function nodeCard(node) {
   );
   if (node.app.doing) card.append(el('div', { class: 'app' }, `app: ${node.app.doing}`));
   const log = el('ul', {});
-  for (const e of node.log.slice(-8)) log.append(el('li', {}, e));
+  for (const e of node.log.slice(-6)) log.append(el('li', {}, e));
   card.append(log);
   const actions = el('div', { class: 'actions' });
   const add = (label, s, enabled = true) => {
