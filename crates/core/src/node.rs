@@ -1185,6 +1185,12 @@ fn validate_sizes(limits: &SmLimits, command: &Command) -> Result<(), SmError> {
             )?;
         }
         Command::Get { key } => check("key", key.len(), 1, limits.key_bytes_max)?,
+        Command::SetMember { addresses, .. } => {
+            let max = crate::sm::MemberAddresses::BYTES_MAX;
+            check("peer address", addresses.peer.len(), 1, max)?;
+            check("client address", addresses.client.len(), 1, max)?;
+            check("HTTP address", addresses.http.len(), 0, max)?;
+        }
         Command::Revoke { .. } | Command::Expire { .. } | Command::Checkpoint { .. } => {}
         Command::Sealed { command, .. } => validate_sizes(limits, command)?,
     }

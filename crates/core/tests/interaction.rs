@@ -1104,6 +1104,10 @@ fn fmt_command(c: &Command) -> String {
         ),
         Command::Get { key } => format!("Get({key})"),
         Command::Leader { election } => format!("Leader({election})"),
+        Command::SetMember { node, addresses } => format!(
+            "SetMember({node} peer={} client={} http={})",
+            addresses.peer, addresses.client, addresses.http
+        ),
     }
 }
 

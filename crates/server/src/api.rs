@@ -110,7 +110,7 @@ impl Api {
             if let Ok(v) = id.to_string().parse() {
                 md.insert(LEADER_ID_KEY, v);
             }
-            if let Some(addrs) = self.nodes.get(id) {
+            if let Some(addrs) = self.addrs(*id) {
                 if let Ok(v) = addrs.client.to_string().parse() {
                     md.insert(LEADER_ADDR_KEY, v);
                 }
@@ -725,10 +725,30 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
         self.authorize(&req, Action::Admin)?;
         let r = req.into_inner();
-        if !self.nodes.contains_key(&r.id) {
+        if r.id == 0 {
+            return Err(self.status(ApiError::Invalid("node id 0 is not a node".into())));
+        }
+        let given = [&r.peer_addr, &r.client_addr, &r.http_addr]
+            .iter()
+            .any(|a| !a.is_empty());
+        if given {
+            // The addresses go into the replicated directory first, so that every node
+            // (and every later leader) can reach the member before it is one.
+            let addresses = member_addresses(&r).map_err(|e| self.status(e))?;
+            if self.addrs(r.id).is_some_and(|known| known == addresses.1) {
+                // Already recorded: adding it again changes nothing there.
+            } else {
+                self.run(Command::SetMember {
+                    node: r.id,
+                    addresses: addresses.0,
+                })
+                .await?;
+            }
+        } else if self.addrs(r.id).is_none() {
             return Err(self.status(ApiError::Invalid(format!(
-                "node {} has no addresses in this server's `nodes` configuration",
-                r.id
+                "node {} has no known addresses: give them (peer, client, HTTP), as in \
+                 `tenure members add {}=PEER,CLIENT,HTTP`",
+                r.id, r.id
             ))));
         }
         let m = self.driver.published.borrow().status.membership.clone();
@@ -788,8 +808,7 @@ impl v1::cluster_server::Cluster for Api {
                 id,
                 peer_addr: String::new(),
                 client_addr: self
-                    .nodes
-                    .get(&id)
+                    .addrs(id)
                     .map(|a| a.client.to_string())
                     .unwrap_or_default(),
                 voter: membership.is_voter(id),
@@ -895,14 +914,7 @@ impl Api {
         learners: std::collections::BTreeSet<NodeId>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
         self.driver
-            .call(
-                |reply| ClientRequest::ChangeMembership {
-                    voters,
-                    learners,
-                    reply,
-                },
-                self.timeout,
-            )
+            .change_membership(voters, learners, self.timeout)
             .await
             .map_err(|e| self.status(e))?;
         let p = self.driver.published.borrow().clone();
@@ -911,13 +923,32 @@ impl Api {
         }))
     }
 
+    /// Where node `id` is reached: the replicated member directory (members added at run
+    /// time, or moved) first, then this server's static `--node` configuration.
+    pub(crate) fn addrs(&self, id: NodeId) -> Option<NodeAddrs> {
+        let from_directory = {
+            let published = self.driver.published.borrow();
+            // Entries were parsed before they were proposed (`member_addresses`); one that
+            // does not parse (written by a newer build?) is passed over.
+            published.members.get(&id).and_then(|a| {
+                Some(NodeAddrs {
+                    peer: a.peer.parse().ok()?,
+                    client: a.client.parse().ok()?,
+                    http: a.http.parse().ok()?,
+                })
+            })
+        };
+        from_directory.or_else(|| self.nodes.get(&id).cloned())
+    }
+
     fn status_response(&self, s: &tenure_core::node::Status) -> v1::StatusResponse {
         let members = s
             .membership
             .all_nodes()
             .into_iter()
             .map(|id| {
-                let addrs = self.nodes.get(&id);
+                let addrs = self.addrs(id);
+                let addrs = addrs.as_ref();
                 v1::Member {
                     id,
                     peer_addr: addrs.map(|a| a.peer.to_string()).unwrap_or_default(),
@@ -934,8 +965,7 @@ impl Api {
             term: s.term,
             leader_id: leader,
             leader_addr: self
-                .nodes
-                .get(&leader)
+                .addrs(leader)
                 .map(|a| a.client.to_string())
                 .unwrap_or_default(),
             commit_index: s.commit,
@@ -947,4 +977,51 @@ impl Api {
             last_index: s.last_index,
         }
     }
+}
+
+/// The addresses of an `AddMember` request, parsed: what goes into the directory, and the
+/// same as the server's address type. All three are required.
+fn member_addresses(
+    r: &v1::MemberRequest,
+) -> Result<(tenure_core::sm::MemberAddresses, NodeAddrs), ApiError> {
+    let parse = |what: &str, text: &str| -> Result<tenure_transport::HostPort, ApiError> {
+        if text.is_empty() {
+            return Err(ApiError::Invalid(format!(
+                "node {}: the {what} address is missing (give peer, client and HTTP addresses)",
+                r.id
+            )));
+        }
+        if text.len() > tenure_core::sm::MemberAddresses::BYTES_MAX {
+            return Err(ApiError::Invalid(format!(
+                "node {}: the {what} address is {} bytes; at most {} are allowed",
+                r.id,
+                text.len(),
+                tenure_core::sm::MemberAddresses::BYTES_MAX
+            )));
+        }
+        text.parse()
+            .map_err(|e| ApiError::Invalid(format!("node {}: {what} address: {e}", r.id)))
+    };
+    let addrs = NodeAddrs {
+        peer: parse("peer", &r.peer_addr)?,
+        client: parse("client", &r.client_addr)?,
+        http: parse("HTTP", &r.http_addr)?,
+    };
+    let distinct: std::collections::BTreeSet<_> = [&addrs.peer, &addrs.client, &addrs.http]
+        .into_iter()
+        .collect();
+    if distinct.len() < 3 {
+        return Err(ApiError::Invalid(format!(
+            "node {}: the peer, client and HTTP addresses must differ",
+            r.id
+        )));
+    }
+    Ok((
+        tenure_core::sm::MemberAddresses {
+            peer: addrs.peer.to_string(),
+            client: addrs.client.to_string(),
+            http: addrs.http.to_string(),
+        },
+        addrs,
+    ))
 }

@@ -145,8 +145,9 @@ pub enum ClientRequest {
         voters: BTreeSet<NodeId>,
         /// New learners.
         learners: BTreeSet<NodeId>,
-        /// Where the answer goes (once the change is appended).
-        reply: oneshot::Sender<Result<(), ApiError>>,
+        /// Where the answer goes: where the change was appended (see
+        /// [`DriverHandle::change_membership`], which waits for it to take effect).
+        reply: oneshot::Sender<Result<tenure_core::node::Proposed, ApiError>>,
     },
     /// Read one page of elections or sessions from the applied state (no log write); see
     /// [`DriverHandle::list`].
@@ -230,6 +231,9 @@ pub struct Published {
     /// While this node leads: every other member's match index and the tick it was last
     /// heard from (`status.now_tick` is the same clock). Empty otherwise.
     pub progress: BTreeMap<NodeId, PeerProgress>,
+    /// The replicated member directory (addresses of members added at run time), as
+    /// applied here. Shared: it changes only when a `SetMember` entry is applied.
+    pub members: Arc<BTreeMap<NodeId, tenure_core::sm::MemberAddresses>>,
 }
 
 /// Handles for talking to a running driver.
@@ -246,6 +250,57 @@ pub struct DriverHandle {
 }
 
 impl DriverHandle {
+    /// Changes the voters and learners (joint consensus when voters change) and answers once
+    /// the change is in effect: this node has seen the entry committed and holds the asked-for
+    /// membership, no longer joint. A refusal before the log is definite (nothing changed);
+    /// after `timeout` the answer is `Indeterminate` (the change may still complete, or have
+    /// been superseded by a new leader).
+    pub async fn change_membership(
+        &self,
+        voters: BTreeSet<NodeId>,
+        learners: BTreeSet<NodeId>,
+        timeout: Duration,
+    ) -> Result<Membership, ApiError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let (want_voters, want_learners) = (voters.clone(), learners.clone());
+        let mut published = self.published.clone();
+        let proposed = self
+            .call(
+                |reply| ClientRequest::ChangeMembership {
+                    voters,
+                    learners,
+                    reply,
+                },
+                timeout,
+            )
+            .await?;
+        let in_effect = |p: &Published| {
+            let m = &p.status.membership;
+            p.status.commit >= proposed.index
+                && !m.is_joint()
+                && m.voters == want_voters
+                && m.learners == want_learners
+        };
+        let waited = tokio::time::timeout_at(deadline, async {
+            published
+                .wait_for(in_effect)
+                .await
+                .map(|p| p.status.membership.clone())
+        })
+        .await;
+        match waited {
+            Ok(Ok(membership)) => Ok(membership),
+            Ok(Err(_)) => Err(ApiError::Indeterminate(
+                "the node stopped before the membership change took effect".into(),
+            )),
+            Err(_) => Err(ApiError::Indeterminate(format!(
+                "the membership change (log index {}) did not take effect within {timeout:?}; \
+                 it may still, or a new leader may have superseded it: check the membership",
+                proposed.index
+            ))),
+        }
+    }
+
     /// Send a request and wait for the answer, at most `timeout`.
     pub async fn call<T>(
         &self,
@@ -358,6 +413,7 @@ pub fn new_driver<S: Storage, O: Outbox>(
         status: status.clone(),
         sessions: 0,
         progress: BTreeMap::new(),
+        members: Arc::new(node.state_machine().members().clone()),
     });
     let metrics = Arc::new(Metrics::default());
     let driver = Driver {
@@ -529,7 +585,6 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 let r = self
                     .node
                     .change_membership(voters, learners)
-                    .map(|_| ())
                     .map_err(Into::into);
                 let _ = reply.send(r);
                 self.core.observe(&self.node, now);

@@ -340,6 +340,14 @@ pub async fn run(
         .name(format!("tenure-driver-{}", config.id))
         .spawn(move || driver.run())?;
 
+    // Members added at run time: dial them once their addresses (the replicated directory)
+    // and their membership are applied here; forget those removed since.
+    let peers_follow = tokio::spawn(follow_members(
+        config.id,
+        config.nodes.keys().copied().collect(),
+        handle.published.clone(),
+        transport.clone(),
+    ));
     // Peer messages into the driver. If the driver is saturated, wait: TCP then pushes back
     // on the senders, whose queues drop, which Raft tolerates.
     let inputs = handle.inputs.clone();
@@ -474,6 +482,7 @@ pub async fn run(
     let _ = handle.inputs.send(Input::Shutdown).await;
     waker.abort();
     forward.abort();
+    peers_follow.abort();
     step_down.abort();
     // Graceful shutdown waits for clients to finish, and a client holding a stream (or one
     // that ignores GOAWAY) would hold the node forever: give them a deadline, then drop them.
@@ -520,4 +529,47 @@ fn label_decoder_errors<B>(
         );
     }
     response
+}
+
+/// Keeps the transport's peers in step with the membership: a member whose addresses are in
+/// the replicated directory is dialed (and admitted) from the moment this node has applied
+/// that entry and holds a membership naming it, at the directory's address even if the
+/// static configuration names another (the member moved). A peer that came from the
+/// directory and left the membership is forgotten; statically configured peers stay, as
+/// before membership changes existed.
+async fn follow_members(
+    me: tenure_core::types::NodeId,
+    configured: std::collections::BTreeSet<tenure_core::types::NodeId>,
+    mut published: tokio::sync::watch::Receiver<driver::Published>,
+    transport: tenure_transport::TransportHandle,
+) {
+    let mut dynamic = std::collections::BTreeSet::new();
+    loop {
+        let wanted: BTreeMap<tenure_core::types::NodeId, tenure_transport::HostPort> = {
+            let p = published.borrow_and_update();
+            let members = p.status.membership.all_nodes();
+            p.members
+                .iter()
+                .filter(|(id, _)| **id != me && members.contains(id))
+                .filter_map(|(id, a)| Some((*id, a.peer.parse().ok()?)))
+                .collect()
+        };
+        for (id, addr) in &wanted {
+            if let Err(e) = transport.set_peer(*id, addr.clone()) {
+                tracing::warn!(node = me, peer = id, %addr, error = %e, "cannot add peer");
+            }
+            dynamic.insert(*id);
+        }
+        for id in dynamic.clone() {
+            if !wanted.contains_key(&id) {
+                dynamic.remove(&id);
+                if !configured.contains(&id) {
+                    transport.remove_peer(id);
+                }
+            }
+        }
+        if published.changed().await.is_err() {
+            return;
+        }
+    }
 }

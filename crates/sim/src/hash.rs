@@ -138,6 +138,13 @@ pub fn command(h: &mut Fnv64, command: &Command) {
             h.bytes(secret_hash);
             self::command(h, inner);
         }
+        Command::SetMember { node, addresses } => {
+            h.u64(12);
+            h.u64(*node);
+            h.str(&addresses.peer);
+            h.str(&addresses.client);
+            h.str(&addresses.http);
+        }
         #[allow(unreachable_patterns)]
         other => {
             // A variant added to the core after this file was written: fall back to its
@@ -252,6 +259,7 @@ pub fn response(h: &mut Fnv64, response: &Response) {
             h.u64(10);
             sm_error(h, e);
         }
+        Response::MemberSet => h.u64(11),
         #[allow(unreachable_patterns)]
         other => {
             h.u64(99);

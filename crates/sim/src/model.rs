@@ -152,6 +152,8 @@ impl Model {
             // The simulated clients never seal commands (session secrets are checked by the
             // core's own tests and the server's); the model applies what is inside.
             Command::Sealed { command, .. } => self.apply_inner(index, command, changes),
+            // The member directory does not touch sessions, elections or keys.
+            Command::SetMember { .. } => Ok(Response::MemberSet),
             Command::Grant { ttl_ticks } => {
                 self.sessions.push(index);
                 Ok(Response::Granted {

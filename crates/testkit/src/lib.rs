@@ -468,6 +468,9 @@ pub struct Cluster {
     tls: Option<ClientTls>,
     /// More credentials no log may hold (see [`Cluster::forbid_in_logs`]).
     forbidden: Vec<String>,
+    /// Nodes added with [`Cluster::add_joining_node`]: started with `--join`, and knowing
+    /// only the nodes that existed when they were added (as an operator would start them).
+    joining: BTreeMap<u64, Vec<u64>>,
     _lock: FileLock,
 }
 
@@ -572,6 +575,7 @@ impl Cluster {
             channels: BTreeMap::new(),
             started: Instant::now(),
             forbidden: Vec::new(),
+            joining: BTreeMap::new(),
             _lock: lock,
         };
         for id in cluster.ids() {
@@ -640,7 +644,14 @@ impl Cluster {
             .arg(self.opts.tick_ms.to_string())
             .args(&self.opts.extra_args)
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)));
-        for (n, a) in &self.addrs {
+        let knows = |n: &u64| match self.joining.get(&id) {
+            Some(known) => *n == id || known.contains(n),
+            None => !self.joining.contains_key(n),
+        };
+        if self.joining.contains_key(&id) {
+            cmd.arg("--join");
+        }
+        for (n, a) in self.addrs.iter().filter(|(n, _)| knows(n)) {
             let spec = match &self.opts.node_host {
                 None => format!("{n}={},{},{}", a.peer, a.client, a.http),
                 Some(h) => {
@@ -677,6 +688,30 @@ impl Cluster {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", tenure_binary().display()));
         self.children.insert(id, child);
+    }
+
+    /// Start a new node `id` (certificates exist for ids up to 9) on fresh ports with
+    /// `--join`: it bootstraps nothing and waits to be added (`AddMember` with the returned
+    /// addresses). Its `--node` flags name the nodes that exist now and itself; the running
+    /// nodes are not told about it (no restarts): they learn its addresses from the log.
+    pub fn add_joining_node(&mut self, id: u64) -> Addrs {
+        assert!(!self.addrs.contains_key(&id), "node {id} exists");
+        assert!(
+            id <= CERTIFIED_NODES,
+            "certificates exist for nodes 1..={CERTIFIED_NODES}"
+        );
+        let ports = free_ports(3);
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let addrs = Addrs {
+            peer: addr(ports[0]),
+            client: addr(ports[1]),
+            http: addr(ports[2]),
+        };
+        let known = self.ids();
+        self.addrs.insert(id, addrs);
+        self.joining.insert(id, known);
+        self.start_node(id);
+        addrs
     }
 
     /// Whether node `id` has a running (or stopped) process.
@@ -1378,4 +1413,93 @@ pub async fn missing_keys(client: &Client, expected: &[(String, Vec<u8>)]) -> Ve
         missing.extend(r.expect("a Get task panicked"));
     }
     missing
+}
+
+// ------------------------------------------------------------------------------------------
+// A write workload.
+
+/// A key and the value written to it.
+pub type KeyValue = (String, Vec<u8>);
+
+/// Writers, each leading its own election and putting one new key after another with its
+/// token, through a [`Client`] that follows the leader — the load under which operations
+/// (membership changes, transfers) must not make a client see an error. Every write it was
+/// told succeeded is kept, to be read back at the end ([`missing_keys`]).
+pub struct Writers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    acked: std::sync::Arc<std::sync::Mutex<Vec<KeyValue>>>,
+    errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Writers {
+    /// Starts `writers` writers that reach the cluster through the nodes `through`.
+    pub async fn start(c: &mut Cluster, through: &[u64], writers: usize) -> Writers {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for w in 0..writers {
+            let mut client = c.client_for(through);
+            let election = format!("writer-{w}");
+            let (_, token) = client.writer_token(&election).await;
+            let (stop, acked, errors) = (stop.clone(), acked.clone(), errors.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("w{w}-{i}");
+                    let value = format!("{w}:{i}").into_bytes();
+                    match client.put(&key, &value, &election, token, secs(10)).await {
+                        Ok(_) => lock(&acked).push((key, value)),
+                        Err(e) => lock(&errors).push(format!("{key}: {e:?}")),
+                    }
+                    i += 1;
+                    tokio::time::sleep(ms(5)).await;
+                }
+            }));
+        }
+        Writers {
+            stop,
+            acked,
+            errors,
+            tasks,
+        }
+    }
+
+    /// How many writes were acknowledged so far.
+    pub fn acked(&self) -> usize {
+        lock(&self.acked).len()
+    }
+
+    /// Waits (at most 10 s) until 20 more writes than now are acknowledged: the cluster
+    /// still makes progress.
+    pub async fn go_on(&self, what: &str) {
+        let before = self.acked();
+        let deadline = Instant::now() + secs(10);
+        while self.acked() < before + 20 {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {} writes acknowledged, errors {:?}",
+                self.acked(),
+                lock(&self.errors)
+            );
+            tokio::time::sleep(ms(10)).await;
+        }
+    }
+
+    /// Stops the writers: the acknowledged writes and every error a writer saw.
+    pub async fn stop(self) -> (Vec<KeyValue>, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.expect("writer task");
+        }
+        let acked = lock(&self.acked).clone();
+        let errors = lock(&self.errors).clone();
+        (acked, errors)
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

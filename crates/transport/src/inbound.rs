@@ -90,7 +90,7 @@ impl InboundCtx {
         // Our own id is never in `peers` (the config forbids it), so a node that dials
         // itself is refused here too.
         self.shared
-            .peers
+            .peers()
             .get(&hello.node_id)
             .cloned()
             .ok_or(HandshakeError::UnknownPeer {

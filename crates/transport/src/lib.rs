@@ -93,4 +93,4 @@ pub use config::TransportConfig;
 pub use error::{ConfigError, Result, SendError, TransportError};
 pub use metrics::{PeerState, TransportMetrics};
 pub use tls::{node_name, ClientAuth, PeerTls, TlsError, TlsFiles, TlsMaterial};
-pub use transport::{Transport, TransportHandle};
+pub use transport::{PeerChange, Transport, TransportHandle};

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use rand_chacha::rand_core::SeedableRng;
@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::addr::HostPort;
 use crate::config::TransportConfig;
 use crate::error::{Result, SendError, TransportError};
 use crate::inbound::{self, InboundCtx};
@@ -30,8 +31,10 @@ pub(crate) struct Shared {
     pub(crate) cluster_id: String,
     /// Transport-wide counters.
     pub(crate) counters: Counters,
-    /// The configured peers; the set never changes after start.
-    pub(crate) peers: BTreeMap<NodeId, Arc<PeerShared>>,
+    /// The peers: those configured at start, plus those added since with
+    /// [`TransportHandle::set_peer`], minus those removed with
+    /// [`TransportHandle::remove_peer`]. The acceptor admits only these.
+    pub(crate) peers: RwLock<BTreeMap<NodeId, Arc<PeerShared>>>,
     /// Mutual TLS, if on.
     pub(crate) tls: Option<crate::tls::PeerTls>,
 }
@@ -127,32 +130,24 @@ impl Transport {
             id: config.id,
             cluster_id: config.cluster_id,
             counters: Counters::default(),
-            peers: config
-                .peers
-                .iter()
-                .map(|(&id, addr)| (id, Arc::new(PeerShared::new(addr.clone()))))
-                .collect(),
+            peers: RwLock::new(BTreeMap::new()),
             tls: config.tls,
         });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue_max);
 
-        let mut tasks = Vec::with_capacity(shared.peers.len() + 1);
-        let mut outbound_queues = BTreeMap::new();
-        for (&peer_id, peer) in &shared.peers {
-            let (tx, rx) = mpsc::channel(config.outbound_queue_max);
-            outbound_queues.insert(peer_id, tx);
-            let ctx = OutboundCtx {
-                shared: Arc::clone(&shared),
-                peer_id,
-                peer: Arc::clone(peer),
-                limits,
-                // Mixing in the peer id gives each writer its own jitter sequence.
-                rng: ChaCha8Rng::seed_from_u64(
-                    config.rng_seed ^ peer_id.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                ),
-            };
-            tasks.push(runtime.spawn(outbound::run(ctx, rx, shutdown_rx.clone())));
+        let mut tasks = Vec::with_capacity(config.peers.len() + 1);
+        let spawner = Spawner {
+            runtime: runtime.clone(),
+            limits,
+            rng_seed: config.rng_seed,
+            outbound_queue_max: config.outbound_queue_max,
+        };
+        let mut writers = BTreeMap::new();
+        for (&peer_id, addr) in &config.peers {
+            let (writer, task) = spawner.spawn(&shared, peer_id, addr.clone());
+            writers.insert(peer_id, writer);
+            tasks.push(task);
         }
         let ctx = InboundCtx::new(
             Arc::clone(&shared),
@@ -164,7 +159,7 @@ impl Transport {
         info!(
             node = shared.id,
             %local_addr,
-            peers = shared.peers.len(),
+            peers = config.peers.len(),
             tls = shared.tls.is_some(),
             "transport started"
         );
@@ -172,7 +167,8 @@ impl Transport {
             inner: Arc::new(HandleInner {
                 shared,
                 local_addr,
-                outbound_queues,
+                writers: RwLock::new(writers),
+                spawner,
                 shutdown_tx,
                 tasks: Mutex::new(tasks),
             }),
@@ -194,11 +190,13 @@ pub struct TransportHandle {
 struct HandleInner {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
-    /// One bounded queue per peer, read by that peer's writer task.
-    outbound_queues: BTreeMap<NodeId, mpsc::Sender<Message>>,
+    /// One writer per peer: its bounded queue and its stop signal.
+    writers: RwLock<BTreeMap<NodeId, Writer>>,
+    /// What starting a writer for a peer added at run time needs.
+    spawner: Spawner,
     /// Set to `true` to stop every task; dropping it (with the last handle) does the same.
     shutdown_tx: watch::Sender<bool>,
-    /// The acceptor and the writers, awaited by `shutdown`.
+    /// The acceptor and the writers (of removed peers too), awaited by `shutdown`.
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -233,9 +231,8 @@ impl TransportHandle {
             });
         }
         let to = message.to;
-        let (Some(peer), Some(queue)) =
-            (shared.peers.get(&to), self.inner.outbound_queues.get(&to))
-        else {
+        let writers = self.inner.writers.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(Writer { peer, queue, .. }) = writers.get(&to) else {
             counters.dropped_unknown_peer.inc();
             return Err(SendError::UnknownPeer { to });
         };
@@ -278,7 +275,7 @@ impl TransportHandle {
     /// one set sees a one-way link: this node hears it but cannot answer, or the reverse.
     /// Both sets replace any previous ones.
     pub fn set_blocked_directed(&self, inbound: BTreeSet<NodeId>, outbound: BTreeSet<NodeId>) {
-        for (id, peer) in &self.inner.shared.peers {
+        for (id, peer) in self.inner.shared.peers().iter() {
             peer.blocked_in
                 .store(inbound.contains(id), Ordering::Relaxed);
             peer.blocked_out
@@ -293,7 +290,7 @@ impl TransportHandle {
     pub fn blocked(&self) -> BTreeSet<NodeId> {
         self.inner
             .shared
-            .peers
+            .peers()
             .iter()
             .filter(|(_, peer)| peer.is_blocked_in() && peer.is_blocked_out())
             .map(|(&id, _)| id)
@@ -309,14 +306,16 @@ impl TransportHandle {
     pub fn peer_states(&self) -> BTreeMap<NodeId, PeerState> {
         self.inner
             .shared
-            .peers
+            .peers()
             .iter()
             .map(|(&id, peer)| {
                 let queue_len = self
                     .inner
-                    .outbound_queues
+                    .writers
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
                     .get(&id)
-                    .map_or(0, |queue| queue.max_capacity() - queue.capacity());
+                    .map_or(0, |w| w.queue.max_capacity() - w.queue.capacity());
                 (id, peer.snapshot(queue_len))
             })
             .collect()
@@ -328,6 +327,15 @@ impl TransportHandle {
     /// Calling it again, or from another clone, returns at once.
     pub async fn shutdown(&self) {
         self.inner.shutdown_tx.send_replace(true);
+        for writer in self
+            .inner
+            .writers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            writer.stop.send_replace(true);
+        }
         let tasks = std::mem::take(
             &mut *self
                 .inner
@@ -341,5 +349,138 @@ impl TransportHandle {
             }
         }
         info!(node = self.inner.shared.id, "transport shut down");
+    }
+}
+
+impl Shared {
+    /// The current peers (read-locked).
+    pub(crate) fn peers(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<NodeId, Arc<PeerShared>>> {
+        self.peers.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One peer's writer, as the handle holds it.
+#[derive(Debug)]
+struct Writer {
+    peer: Arc<PeerShared>,
+    /// Read by the writer task.
+    queue: mpsc::Sender<Message>,
+    /// Set (or dropped) to stop the writer: on shutdown, and when the peer is removed.
+    stop: watch::Sender<bool>,
+}
+
+/// Starts writers, at start and for peers added later.
+#[derive(Debug)]
+struct Spawner {
+    runtime: tokio::runtime::Handle,
+    limits: Limits,
+    rng_seed: u64,
+    outbound_queue_max: usize,
+}
+
+impl Spawner {
+    /// Registers `peer_id` at `addr` with the acceptor and starts its writer.
+    fn spawn(&self, shared: &Arc<Shared>, peer_id: NodeId, addr: HostPort) -> (Writer, JoinHandle<()>) {
+        let peer = Arc::new(PeerShared::new(addr));
+        let (queue, rx) = mpsc::channel(self.outbound_queue_max);
+        let (stop, stop_rx) = watch::channel(false);
+        let ctx = OutboundCtx {
+            shared: Arc::clone(shared),
+            peer_id,
+            peer: Arc::clone(&peer),
+            limits: self.limits,
+            // Mixing in the peer id gives each writer its own jitter sequence.
+            rng: ChaCha8Rng::seed_from_u64(
+                self.rng_seed ^ peer_id.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
+        };
+        let task = self.runtime.spawn(outbound::run(ctx, rx, stop_rx));
+        shared
+            .peers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(peer_id, Arc::clone(&peer));
+        (Writer { peer, queue, stop }, task)
+    }
+}
+
+/// What [`TransportHandle::set_peer`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerChange {
+    /// The peer was new: its writer started dialing.
+    Added,
+    /// The peer was known at another address: its connection was dropped and the new
+    /// address is dialed.
+    Moved,
+    /// The peer was known at this address: nothing changed.
+    Unchanged,
+}
+
+impl TransportHandle {
+    /// Makes `id` a peer reachable at `addr` (a member added at run time): the acceptor
+    /// admits its connections from now on and a writer dials it. A peer already known at
+    /// `addr` is left alone; one known at another address is redialed there.
+    ///
+    /// Refuses this node's own id, and works only while the transport runs.
+    pub fn set_peer(&self, id: NodeId, addr: HostPort) -> std::result::Result<PeerChange, SendError> {
+        if id == self.inner.shared.id {
+            return Err(SendError::NotFromThisNode { from: id, id });
+        }
+        if *self.inner.shutdown_tx.borrow() {
+            return Err(SendError::ShutDown);
+        }
+        let mut writers = self.inner.writers.write().unwrap_or_else(PoisonError::into_inner);
+        let change = match writers.get(&id) {
+            Some(w) if w.peer.addr == addr => return Ok(PeerChange::Unchanged),
+            Some(_) => PeerChange::Moved,
+            None => PeerChange::Added,
+        };
+        let (writer, task) = self.inner.spawner.spawn(&self.inner.shared, id, addr.clone());
+        if let Some(old) = writers.insert(id, writer) {
+            old.stop.send_replace(true);
+        }
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
+        info!(node = self.inner.shared.id, peer = id, %addr, ?change, "peer set");
+        Ok(change)
+    }
+
+    /// Forgets peer `id` (a member removed at run time): its writer stops and its
+    /// connections are no longer admitted. Connections it already has stay until they
+    /// close. Returns whether it was a peer.
+    pub fn remove_peer(&self, id: NodeId) -> bool {
+        let removed = self
+            .inner
+            .writers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        self.inner
+            .shared
+            .peers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        match removed {
+            Some(writer) => {
+                writer.stop.send_replace(true);
+                info!(node = self.inner.shared.id, peer = id, "peer removed");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The current peers and the addresses they are dialed at.
+    pub fn peers(&self) -> BTreeMap<NodeId, HostPort> {
+        self.inner
+            .shared
+            .peers()
+            .iter()
+            .map(|(&id, p)| (id, p.addr.clone()))
+            .collect()
     }
 }

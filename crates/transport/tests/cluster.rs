@@ -530,3 +530,61 @@ async fn directed_blocks_make_one_way_links() {
     nodes[0].handle.send(message(1, 2, 6)).expect("healed");
     assert_eq!(recv(&mut nodes[1].inbound).await.term, 6);
 }
+
+/// A member added at run time: neither transport knew the other's id at start. Until
+/// `set_peer`, node 1 refuses node 3's handshakes and has nowhere to send to it; after, the
+/// two exchange messages both ways. `remove_peer` stops the writer and the acceptor admits
+/// the peer no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_added_at_run_time_is_dialed_and_admitted_and_a_removed_one_is_not() {
+    let (l1, l3) = (bind().await, bind().await);
+    let (a1, a3) = (l1.local_addr().unwrap(), l3.local_addr().unwrap());
+    let (one, mut in1) = Transport::start(config(1, l1, BTreeMap::new())).expect("start 1");
+    let (three, mut in3) = Transport::start(config(3, l3, BTreeMap::new())).expect("start 3");
+    assert_eq!(
+        one.send(message(1, 3, 7)),
+        Err(SendError::UnknownPeer { to: 3 })
+    );
+    assert_eq!(
+        three.set_peer(1, a1.into()).expect("set"),
+        tenure_transport::PeerChange::Added
+    );
+    // Node 3 dials node 1, which does not admit it yet: the handshake is refused.
+    let o = one.clone();
+    wait_until("node 1 to refuse node 3's handshake", move || {
+        o.metrics().handshake_failures > 0
+    })
+    .await;
+    assert_eq!(
+        one.set_peer(3, a3.into()).expect("set"),
+        tenure_transport::PeerChange::Added
+    );
+    assert_eq!(
+        one.set_peer(3, a3.into()).expect("set again"),
+        tenure_transport::PeerChange::Unchanged
+    );
+    wait_connected(&one, &[3]).await;
+    wait_connected(&three, &[1]).await;
+    one.send(message(1, 3, 11)).expect("queued to 3");
+    let m = recv(&mut in3).await;
+    assert_eq!((m.from, m.term), (1, 11));
+    // Node 3's writer may still be waiting out its backoff: it redials when 1 connects.
+    let t = three.clone();
+    wait_until("node 3 to send to node 1", move || {
+        t.send(message(3, 1, 12)).is_ok()
+    })
+    .await;
+    let m = recv(&mut in1).await;
+    assert_eq!((m.from, m.term), (3, 12));
+    assert_eq!(one.peers().keys().copied().collect::<Vec<_>>(), vec![3]);
+
+    assert!(one.remove_peer(3));
+    assert!(!one.remove_peer(3));
+    assert_eq!(
+        one.send(message(1, 3, 13)),
+        Err(SendError::UnknownPeer { to: 3 })
+    );
+    assert!(one.peers().is_empty());
+    one.shutdown().await;
+    three.shutdown().await;
+}

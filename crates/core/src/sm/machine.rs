@@ -12,17 +12,20 @@ use bincode::Options;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Command, FencedValue, LeaderChange, LeaderInfo, RequestId, Response, SecretHash, SessionId,
-    SmError, SmLimits,
+    Command, FencedValue, LeaderChange, LeaderInfo, MemberAddresses, RequestId, Response,
+    SecretHash, SessionId, SmError, SmLimits,
 };
 use crate::config::InjectedBugs;
-use crate::types::Index;
+use crate::types::{Index, NodeId};
 
 /// Version of the snapshot encoding, written first so that a future format is refused
 /// with a clear error instead of being misread.
 ///
 /// 2: sessions remember the results of their clients' requests, and grants their nonce.
-const SNAPSHOT_FORMAT: u32 = 2;
+const SNAPSHOT_FORMAT: u32 = 3;
+/// The format before the member directory: `State` without `members`. Still read, so that
+/// a data directory written by the previous version restores (with an empty directory).
+const SNAPSHOT_FORMAT_WITHOUT_MEMBERS: u32 = 2;
 
 /// What the replicated state knows about one session's lease.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -131,6 +134,15 @@ pub(super) struct Data {
 pub(super) struct State {
     applied_index: Index,
     pub(super) data: Data,
+    /// Addresses of nodes, from [`Command::SetMember`] (the member directory).
+    members: BTreeMap<NodeId, MemberAddresses>,
+}
+
+/// `State` as snapshot format 2 wrote it.
+#[derive(Deserialize)]
+struct StateWithoutMembers {
+    applied_index: Index,
+    data: Data,
 }
 
 /// The replicated state machine: sessions, elections with fencing tokens, and fenced keys.
@@ -362,6 +374,10 @@ impl StateMachine {
                 election,
                 token,
             } => self.fenced_put(index, key, value, election, *token),
+            Command::SetMember { node, addresses } => {
+                self.state.members.insert(*node, addresses.clone());
+                Ok(Response::MemberSet)
+            }
             Command::Get { .. } | Command::Leader { .. } => {
                 match self.query(command).expect("a read") {
                     Response::Rejected(e) => Err(e),
@@ -798,13 +814,24 @@ impl StateMachine {
             .allow_trailing_bytes()
             .deserialize(data)
             .map_err(malformed)?;
-        if found != SNAPSHOT_FORMAT {
-            return Err(SmDecodeError::UnsupportedFormat {
-                found,
-                expected: SNAPSHOT_FORMAT,
-            });
-        }
-        let (_, state): (u32, State) = codec().deserialize(data).map_err(malformed)?;
+        let state = match found {
+            SNAPSHOT_FORMAT => codec().deserialize::<(u32, State)>(data).map_err(malformed)?.1,
+            SNAPSHOT_FORMAT_WITHOUT_MEMBERS => {
+                let (_, old): (u32, StateWithoutMembers) =
+                    codec().deserialize(data).map_err(malformed)?;
+                State {
+                    applied_index: old.applied_index,
+                    data: old.data,
+                    members: BTreeMap::new(),
+                }
+            }
+            found => {
+                return Err(SmDecodeError::UnsupportedFormat {
+                    found,
+                    expected: SNAPSHOT_FORMAT,
+                })
+            }
+        };
         let machine = StateMachine {
             limits,
             bugs,
@@ -814,6 +841,13 @@ impl StateMachine {
         machine
             .violation()
             .map_or(Ok(machine), |v| Err(SmDecodeError::Inconsistent(v)))
+    }
+
+    /// The member directory: every node's addresses as last recorded by
+    /// [`Command::SetMember`], by node id. Nodes that were only ever configured statically
+    /// are not in it.
+    pub fn members(&self) -> &BTreeMap<NodeId, MemberAddresses> {
+        &self.state.members
     }
 
     /// The lease bookkeeping of a live session.
@@ -873,6 +907,7 @@ impl StateMachine {
     pub fn digest(&self) -> u64 {
         let mut hasher = DigestHasher::new();
         self.state.data.hash(&mut hasher);
+        self.state.members.hash(&mut hasher);
         hasher.finish()
     }
 
@@ -974,5 +1009,83 @@ impl StateMachine {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addresses(n: u16) -> MemberAddresses {
+        MemberAddresses {
+            peer: format!("10.0.0.{n}:7000"),
+            client: format!("10.0.0.{n}:7001"),
+            http: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_member_directory_is_replicated_state_and_survives_a_snapshot() {
+        let mut a = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        assert_eq!(
+            a.apply(
+                1,
+                &Command::SetMember {
+                    node: 4,
+                    addresses: addresses(4)
+                }
+            ),
+            Response::MemberSet
+        );
+        // A later entry for the same node replaces the earlier one.
+        a.apply(
+            2,
+            &Command::SetMember {
+                node: 4,
+                addresses: addresses(5),
+            },
+        );
+        assert_eq!(a.members().get(&4), Some(&addresses(5)));
+        let b = StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &a.snapshot())
+            .expect("restores");
+        assert_eq!(b.members(), a.members());
+        assert_eq!(b.digest(), a.digest());
+        // The digest covers the directory: replicas that disagree on it are told apart.
+        let mut c = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        c.apply(
+            1,
+            &Command::SetMember {
+                node: 4,
+                addresses: addresses(4),
+            },
+        );
+        c.apply(2, &Command::Get { key: "k".into() });
+        assert_ne!(c.digest(), a.digest());
+    }
+
+    #[test]
+    fn a_snapshot_of_the_format_before_the_directory_restores_with_an_empty_one() {
+        let mut a = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        a.apply(1, &Command::Grant { ttl_ticks: 10 });
+        let old = codec()
+            .serialize(&(
+                SNAPSHOT_FORMAT_WITHOUT_MEMBERS,
+                &a.state.applied_index,
+                &a.state.data,
+            ))
+            .expect("encodes");
+        let b = StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &old)
+            .expect("the previous format restores");
+        assert!(b.members().is_empty());
+        assert_eq!(b.session_count(), 1);
+        assert_eq!(b.applied_index(), 1);
+        // A format this build does not know is still refused by name.
+        let newer = codec()
+            .serialize(&(SNAPSHOT_FORMAT + 1, &a.state))
+            .expect("encodes");
+        assert!(matches!(
+            StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &newer),
+            Err(SmDecodeError::UnsupportedFormat { found, .. }) if found == SNAPSHOT_FORMAT + 1
+        ));
     }
 }

@@ -160,6 +160,35 @@ pub enum Command {
         /// The command.
         command: Box<Command>,
     },
+    // Appended last, so that the encoding of the variants above is unchanged.
+    /// Record where node `node` can be reached, so that every replica learns the addresses
+    /// of a member added at run time from the log (and from snapshots) instead of from its
+    /// static configuration. The core never interprets the strings; a later entry for the
+    /// same node replaces the earlier one.
+    SetMember {
+        /// The node.
+        node: crate::types::NodeId,
+        /// Its contact points (peer, client and HTTP addresses, as the server defines them).
+        addresses: MemberAddresses,
+    },
+}
+
+/// Where a node can be reached, as recorded by [`Command::SetMember`]. Opaque to the core:
+/// the server stores `host:port` strings. Each is at most
+/// [`MemberAddresses::BYTES_MAX`] bytes; `peer` and `client` are never empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MemberAddresses {
+    /// Where peers dial it (Raft traffic).
+    pub peer: String,
+    /// Where clients reach it (the client API).
+    pub client: String,
+    /// Its HTTP endpoint (metrics, health, dashboard); empty for none.
+    pub http: String,
+}
+
+impl MemberAddresses {
+    /// The longest address string accepted.
+    pub const BYTES_MAX: usize = 255;
 }
 
 /// The hash of a session secret as the state machine stores and compares it (the API edge
@@ -258,6 +287,9 @@ pub enum Response {
     LeaderIs(Option<LeaderInfo>),
     /// The command was rejected; nothing changed.
     Rejected(SmError),
+    // Appended last, so that the encoding of the variants above is unchanged.
+    /// `SetMember` recorded the node's addresses.
+    MemberSet,
 }
 
 /// Why a command was rejected. Every variant leaves the state unchanged.

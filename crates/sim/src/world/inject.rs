@@ -246,12 +246,28 @@ impl World {
             self.pending_join = Some(id);
             return;
         }
+        let joining = self.pending_join;
         let result = self
             .nodes
             .get_mut(&leader)
             .and_then(|s| s.node_mut())
             .map(|n| {
-                crate::core_call::in_core(|| n.change_membership(voters.clone(), learners.clone()))
+                crate::core_call::in_core(|| {
+                    // As the server does: the new node's addresses go into the replicated
+                    // member directory first (replicas' digests cover it, so a directory that
+                    // diverges between replicas, or is lost by a snapshot, is caught).
+                    if let Some(id) = joining {
+                        let _ = n.propose(tenure_core::sm::Command::SetMember {
+                            node: id,
+                            addresses: tenure_core::sm::MemberAddresses {
+                                peer: format!("node-{id}:7000"),
+                                client: format!("node-{id}:7001"),
+                                http: format!("node-{id}:7002"),
+                            },
+                        });
+                    }
+                    n.change_membership(voters.clone(), learners.clone())
+                })
             });
         match result {
             Some(Ok(_)) => {
