@@ -231,7 +231,11 @@ impl TransportHandle {
             });
         }
         let to = message.to;
-        let writers = self.inner.writers.read().unwrap_or_else(PoisonError::into_inner);
+        let writers = self
+            .inner
+            .writers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         let Some(Writer { peer, queue, .. }) = writers.get(&to) else {
             counters.dropped_unknown_peer.inc();
             return Err(SendError::UnknownPeer { to });
@@ -354,7 +358,9 @@ impl TransportHandle {
 
 impl Shared {
     /// The current peers (read-locked).
-    pub(crate) fn peers(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<NodeId, Arc<PeerShared>>> {
+    pub(crate) fn peers(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, BTreeMap<NodeId, Arc<PeerShared>>> {
         self.peers.read().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -380,7 +386,12 @@ struct Spawner {
 
 impl Spawner {
     /// Registers `peer_id` at `addr` with the acceptor and starts its writer.
-    fn spawn(&self, shared: &Arc<Shared>, peer_id: NodeId, addr: HostPort) -> (Writer, JoinHandle<()>) {
+    fn spawn(
+        &self,
+        shared: &Arc<Shared>,
+        peer_id: NodeId,
+        addr: HostPort,
+    ) -> (Writer, JoinHandle<()>) {
         let peer = Arc::new(PeerShared::new(addr));
         let (queue, rx) = mpsc::channel(self.outbound_queue_max);
         let (stop, stop_rx) = watch::channel(false);
@@ -422,20 +433,31 @@ impl TransportHandle {
     /// `addr` is left alone; one known at another address is redialed there.
     ///
     /// Refuses this node's own id, and works only while the transport runs.
-    pub fn set_peer(&self, id: NodeId, addr: HostPort) -> std::result::Result<PeerChange, SendError> {
+    pub fn set_peer(
+        &self,
+        id: NodeId,
+        addr: HostPort,
+    ) -> std::result::Result<PeerChange, SendError> {
         if id == self.inner.shared.id {
             return Err(SendError::NotFromThisNode { from: id, id });
         }
         if *self.inner.shutdown_tx.borrow() {
             return Err(SendError::ShutDown);
         }
-        let mut writers = self.inner.writers.write().unwrap_or_else(PoisonError::into_inner);
+        let mut writers = self
+            .inner
+            .writers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         let change = match writers.get(&id) {
             Some(w) if w.peer.addr == addr => return Ok(PeerChange::Unchanged),
             Some(_) => PeerChange::Moved,
             None => PeerChange::Added,
         };
-        let (writer, task) = self.inner.spawner.spawn(&self.inner.shared, id, addr.clone());
+        let (writer, task) = self
+            .inner
+            .spawner
+            .spawn(&self.inner.shared, id, addr.clone());
         if let Some(old) = writers.insert(id, writer) {
             old.stop.send_replace(true);
         }

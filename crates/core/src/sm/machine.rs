@@ -815,7 +815,12 @@ impl StateMachine {
             .deserialize(data)
             .map_err(malformed)?;
         let state = match found {
-            SNAPSHOT_FORMAT => codec().deserialize::<(u32, State)>(data).map_err(malformed)?.1,
+            SNAPSHOT_FORMAT => {
+                codec()
+                    .deserialize::<(u32, State)>(data)
+                    .map_err(malformed)?
+                    .1
+            }
             SNAPSHOT_FORMAT_WITHOUT_MEMBERS => {
                 let (_, old): (u32, StateWithoutMembers) =
                     codec().deserialize(data).map_err(malformed)?;
