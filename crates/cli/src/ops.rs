@@ -103,7 +103,7 @@ enum MembersCmd {
     List(MembersList),
     /// Add a node (as a voter through joint consensus, or with --learner as a learner).
     ///
-    /// `ID=PEER,CLIENT[,HTTP]` gives the new node's addresses (host:port each), which travel
+    /// `ID=PEER,CLIENT,HTTP` gives the new node's addresses (host:port each), which travel
     /// in the replicated membership; `ID` alone adds a node of the servers' static `--node`
     /// configuration.
     Add(MembersAdd),
@@ -125,7 +125,7 @@ struct MembersList {
 struct MembersAdd {
     #[command(flatten)]
     target: Target,
-    /// `ID=PEER,CLIENT[,HTTP]`, or `ID` for a node the servers' `--node` flags name.
+    /// `ID=PEER,CLIENT,HTTP`, or `ID` for a node the servers' `--node` flags name.
     spec: String,
     /// Add it as a learner (it receives the log but does not vote); `members promote` later.
     #[arg(long)]
@@ -939,7 +939,7 @@ pub fn members(args: MembersArgs) -> ExitCode {
     })
 }
 
-/// Parses `ID=PEER,CLIENT[,HTTP]` or `ID` into an `AddMember` request.
+/// Parses `ID=PEER,CLIENT,HTTP` or `ID` into an `AddMember` request.
 fn parse_member_spec(spec: &str, voter: bool) -> Result<v1::MemberRequest, String> {
     let (id, addrs) = match spec.split_once('=') {
         Some((id, addrs)) => (id, Some(addrs)),
@@ -949,7 +949,7 @@ fn parse_member_spec(spec: &str, voter: bool) -> Result<v1::MemberRequest, Strin
         Ok(n) if n > 0 => n,
         _ => {
             return Err(format!(
-                "{spec:?}: the node id must be a positive integer (ID=PEER,CLIENT[,HTTP] or ID)"
+                "{spec:?}: the node id must be a positive integer (ID=PEER,CLIENT,HTTP or ID)"
             ))
         }
     };
@@ -960,9 +960,9 @@ fn parse_member_spec(spec: &str, voter: bool) -> Result<v1::MemberRequest, Strin
     };
     if let Some(addrs) = addrs {
         let parts: Vec<&str> = addrs.split(',').collect();
-        if !(2..=3).contains(&parts.len()) {
+        if parts.len() != 3 {
             return Err(format!(
-                "{spec:?}: give PEER,CLIENT or PEER,CLIENT,HTTP after {id}="
+                "{spec:?}: give PEER,CLIENT,HTTP (three host:port addresses) after {id}="
             ));
         }
         for (name, a) in ["PEER", "CLIENT", "HTTP"].iter().zip(&parts) {
@@ -973,7 +973,7 @@ fn parse_member_spec(spec: &str, voter: bool) -> Result<v1::MemberRequest, Strin
         }
         request.peer_addr = parts[0].to_string();
         request.client_addr = parts[1].to_string();
-        request.http_addr = parts.get(2).map_or_else(String::new, |h| h.to_string());
+        request.http_addr = parts[2].to_string();
     }
     Ok(request)
 }
@@ -1577,18 +1577,19 @@ mod tests {
             ),
             (4, true, "10.0.0.4:7001", "10.0.0.4:8001", "10.0.0.4:9001")
         );
-        let r = parse_member_spec("5=n5:7001,n5:8001", false).expect("no HTTP is fine");
-        assert_eq!((r.voter, r.http_addr.as_str()), (false, ""));
+        let r = parse_member_spec("5=n5:7001,n5:8001,n5:9001", false).expect("a learner");
+        assert_eq!((r.voter, r.http_addr.as_str()), (false, "n5:9001"));
         let r = parse_member_spec("3", true).expect("a static node");
         assert_eq!((r.id, r.peer_addr.as_str()), (3, ""));
         for (bad, why) in [
             ("0", "positive"),
             ("x=a:1,b:2", "positive"),
             ("4=a:1", "PEER,CLIENT"),
+            ("4=a:1,b:2", "PEER,CLIENT,HTTP"),
             ("4=a:1,b:2,c:3,d:4", "PEER,CLIENT"),
             ("4=a:1,b", "CLIENT"),
             ("4=a:1,b:2,:3", "HTTP"),
-            ("4=a:0,b:2", "PEER"),
+            ("4=a:0,b:2,c:3", "PEER"),
         ] {
             let e = parse_member_spec(bad, true).expect_err(bad);
             assert!(e.contains(why), "{bad}: {e}");
