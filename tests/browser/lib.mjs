@@ -48,9 +48,10 @@ const FLAGS = [
 /**
  * Starts headless chromium and returns playwright's Browser. Each launch has a fresh,
  * empty profile: playwright's launch() makes a new user-data-dir for every browser it starts
- * (and removes it on close), so no state leaks from one test to the next.
+ * (and removes it on close), so no state leaks from one test to the next. `extraArgs` are
+ * more chromium flags (the dashboard's test pins the test cluster's certificates with one).
  */
-export async function launch() {
+export async function launch(extraArgs = []) {
   if (!existsSync(CHROMIUM)) missing(`chromium (${CHROMIUM})`);
   let chromium;
   try {
@@ -58,7 +59,7 @@ export async function launch() {
   } catch (e) {
     missing(`the npm package playwright-core (tests/browser/node_modules: ${e.code || e.message})`);
   }
-  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: FLAGS });
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: [...FLAGS, ...extraArgs] });
 }
 
 /**
@@ -91,8 +92,8 @@ export function check(ok, message) {
  * Runs `body(browser)` with a launched browser, closes it, and sets the exit status: 0 when
  * body returned, 1 with the error printed when it threw. A test script's whole main.
  */
-export async function run(body) {
-  const browser = await launch();
+export async function run(body, extraArgs = []) {
+  const browser = await launch(extraArgs);
   try {
     await body(browser);
     console.log('browser test passed');

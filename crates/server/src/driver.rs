@@ -247,6 +247,9 @@ pub struct DriverHandle {
     pub published: watch::Receiver<Published>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// What happened on this node, for the dashboard's event log (a bounded ring and a
+    /// bounded broadcast: the driver never waits for a page).
+    pub journal: Arc<crate::dashboard::Journal>,
 }
 
 impl DriverHandle {
@@ -396,6 +399,8 @@ pub struct Driver<S: Storage, O: Outbox> {
     /// The log index of each election's latest leader change this node applied since it
     /// started, for listings (`since`).
     election_since: BTreeMap<String, Index>,
+    /// The dashboard's event log, fed with every event next to its log line.
+    journal: Arc<crate::dashboard::Journal>,
 }
 
 /// Build a driver and the handle to it.
@@ -416,7 +421,9 @@ pub fn new_driver<S: Storage, O: Outbox>(
         members: Arc::new(node.state_machine().members().clone()),
     });
     let metrics = Arc::new(Metrics::default());
+    let journal = Arc::new(crate::dashboard::Journal::default());
     let driver = Driver {
+        journal: journal.clone(),
         core: DriverCore::new(&status, 0, bugs),
         start: Instant::now(),
         id: status.id,
@@ -438,6 +445,7 @@ pub fn new_driver<S: Storage, O: Outbox>(
         leader_changes: changes,
         published: pub_rx,
         metrics,
+        journal,
     };
     (driver, handle)
 }
@@ -709,6 +717,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
         // One log line per thing that happens, with stable field names (`event` first): an
         // operator greps for `event=step_down`, a log pipeline reads the JSON fields.
         for event in out.events {
+            self.journal.note(node, &event);
             match event {
                 Event::Committed { latency_us } => m.commit_latency.observe(us(latency_us)),
                 Event::Renewed { latency_us } => m.lease_renewal.observe(us(latency_us)),

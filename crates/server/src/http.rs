@@ -1,8 +1,11 @@
-//! HTTP: `/metrics` (Prometheus text), `/health`, `/status` (JSON).
+//! HTTP: `/metrics` (Prometheus text), `/health`, `/status` (JSON), and the dashboard at
+//! `/` ([`crate::dashboard`]).
 //!
 //! `/health` is open to all (load balancers ask it). With a policy (TLS on, or an auth
-//! file), `/metrics` and `/status` need the observer or admin role: a client certificate
-//! (over TLS) or `authorization: Bearer <token>`.
+//! file), `/metrics`, `/status` and the dashboard need the observer or admin role: a client
+//! certificate (over TLS) or `authorization: Bearer <token>`. `/status` also answers the
+//! cluster's own nodes (a node certificate of a member, over TLS): a dashboard shows every
+//! member's status by asking each one.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,13 +25,16 @@ use crate::config::ServerConfig;
 use crate::conn::Gate;
 use crate::driver::DriverHandle;
 
+/// What the HTTP handlers share.
 #[derive(Clone)]
-struct HttpState {
-    driver: DriverHandle,
-    config: Arc<ServerConfig>,
-    policy: Option<Arc<Policy>>,
+pub struct HttpState {
+    pub(crate) driver: DriverHandle,
+    pub(crate) config: Arc<ServerConfig>,
+    pub(crate) policy: Option<Arc<Policy>>,
     /// The gRPC port's gate: a node that cannot take clients is not healthy.
     client_gate: Gate,
+    /// The dashboard's samples and its client for the other members' `/status`.
+    pub(crate) dashboard: Arc<crate::dashboard::Dashboard>,
 }
 
 /// Who is at the other end of an HTTP connection: the certificate it presented, if any.
@@ -47,7 +53,7 @@ impl Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for Htt
 impl HttpState {
     /// Lets a request through if its client may do `action`; otherwise the refusal, worded
     /// and counted as on the gRPC port.
-    fn authorize(
+    pub(crate) fn authorize(
         &self,
         peer: &HttpPeer,
         headers: &HeaderMap,
@@ -69,6 +75,23 @@ impl HttpState {
             Box::new((code, format!("{denied}\n")).into_response())
         })
     }
+
+    /// Whether the client presented the certificate of a node of this cluster (one this
+    /// node is configured with or has as a member): a member's dashboard asking for this
+    /// node's `/status`. Nodes already trust each other with the whole log.
+    fn is_cluster_node(&self, peer: &HttpPeer) -> bool {
+        let Some(leaf) = peer.leaf.as_ref() else {
+            return false;
+        };
+        let members = self.driver.published.borrow().status.membership.all_nodes();
+        members
+            .into_iter()
+            .chain(self.config.nodes.keys().copied())
+            .any(|id| {
+                let name = tenure_transport::tls::node_name(&self.config.cluster_id, id);
+                tenure_transport::tls::cert_names(leaf, &name).is_ok()
+            })
+    }
 }
 
 /// The JSON served at `/status`.
@@ -80,6 +103,8 @@ pub struct StatusJson {
     pub role: String,
     /// Raft term.
     pub term: u64,
+    /// The node this one voted for in `term`, if any.
+    pub vote: Option<u64>,
     /// Known leader (0 if none).
     pub leader: u64,
     /// The leader's client address, if known.
@@ -88,6 +113,8 @@ pub struct StatusJson {
     pub commit_index: u64,
     /// Applied index.
     pub applied_index: u64,
+    /// Last log index (durable or not yet).
+    pub last_index: u64,
     /// Voters.
     pub voters: Vec<u64>,
     /// Voters of the outgoing configuration while joint.
@@ -96,6 +123,8 @@ pub struct StatusJson {
     pub learners: Vec<u64>,
     /// Live sessions.
     pub sessions: usize,
+    /// This node's version.
+    pub version: &'static str,
 }
 
 /// The router for the HTTP endpoint.
@@ -105,16 +134,19 @@ pub fn router(
     policy: Option<Arc<Policy>>,
     client_gate: Gate,
 ) -> Router {
+    let dashboard = Arc::new(crate::dashboard::Dashboard::start(config, &driver));
     let state = HttpState {
         driver,
         config: Arc::new(config.clone()),
         policy,
         client_gate,
+        dashboard,
     };
     Router::new()
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/status", get(status))
+        .merge(crate::dashboard::routes())
         .with_state(state)
 }
 
@@ -162,26 +194,38 @@ async fn status(
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
-        return *refused;
+    if !s.is_cluster_node(&peer) {
+        if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
+            return *refused;
+        }
     }
     let p = s.driver.published.borrow().clone();
-    let st = p.status;
+    axum::Json(status_json(&s, &p.status, p.sessions)).into_response()
+}
+
+/// `/status` of a node with status `st` and `sessions` live sessions.
+pub(crate) fn status_json(
+    s: &HttpState,
+    st: &tenure_core::node::Status,
+    sessions: usize,
+) -> StatusJson {
     let leader = st.leader.unwrap_or(0);
-    axum::Json(StatusJson {
+    StatusJson {
         id: st.id,
         role: format!("{:?}", st.role).to_lowercase(),
         term: st.term,
+        vote: st.vote,
         leader,
         leader_addr: s.config.nodes.get(&leader).map(|a| a.client.to_string()),
         commit_index: st.commit,
         applied_index: st.applied,
+        last_index: st.last_index,
         voters: st.membership.voters.iter().copied().collect(),
         voters_outgoing: st.membership.voters_outgoing.iter().copied().collect(),
         learners: st.membership.learners.iter().copied().collect(),
-        sessions: p.sessions,
-    })
-    .into_response()
+        sessions,
+        version: crate::metrics::BUILD_VERSION,
+    }
 }
 
 /// Test-only fault injection: `POST /debug/block` with a body of comma-separated node ids

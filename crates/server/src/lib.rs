@@ -7,13 +7,15 @@
 //!   thread and handles each `Ready` as persist (fsync) → advance → send → answer;
 //! - the **peer transport** (crate `tenure-transport`) carries Raft messages over TCP;
 //! - the **client API** ([`api`]) serves `tenure.v1` over gRPC;
-//! - **HTTP** ([`http`]) serves `/metrics`, `/health` and `/status`.
+//! - **HTTP** ([`http`]) serves `/metrics`, `/health` and `/status`, and the live
+//!   [`dashboard`] at `/`.
 #![deny(missing_docs)]
 
 pub mod api;
 pub mod auth;
 pub mod config;
 pub mod conn;
+pub mod dashboard;
 pub mod driver;
 pub mod http;
 pub mod metrics;

@@ -46,6 +46,11 @@ impl Histogram {
         self.count.load(Relaxed)
     }
 
+    /// Sum of all samples (the dashboard charts the mean between two readings).
+    pub fn sum(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.sum_us.load(Relaxed))
+    }
+
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} histogram");

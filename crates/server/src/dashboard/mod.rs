@@ -1,0 +1,576 @@
+//! The live dashboard at `/` on every node's HTTP port.
+//!
+//! One page (`index.html`, `dashboard.js`, `dashboard.css`, embedded in the binary: no
+//! external asset, no CDN, no font from the net) and the JSON it reads:
+//!
+//! - `GET /api/cluster`: every member with role, term, vote, commit and applied index and
+//!   lag (this node's own status, and the other members' own `/status`, fetched
+//!   concurrently with a short timeout: a member that does not answer is shown as
+//!   unreachable, with why), and who the viewer is;
+//! - `GET /api/events`: server-sent events (`text/event-stream`), first the last records
+//!   of this node's [`journal`] (after `Last-Event-ID` or `?after=N` when given), then live
+//!   ones;
+//! - `GET /api/series`: one sample a second of leader changes, commit and fsync latency and
+//!   keepalive rate, the last ten minutes ([`series`]);
+//! - `POST /api/transfer-leadership` (`{"to": ID}`) and `POST /api/remove-member`
+//!   (`{"id": ID}`): admin actions.
+//!
+//! Access is `/status`'s: with a policy (TLS on, or an auth file) the page and its data need
+//! the observer or admin role, from a client certificate or a bearer token. The two actions
+//! need the admin role, and, against cross-site requests, the header
+//! `X-Tenure-Dashboard: 1` (a cross-origin page cannot send it without a CORS preflight,
+//! which this server never grants) and an `Origin`, if sent, naming this very host. The
+//! page shows the buttons to admins only; the server refuses everyone else anyway.
+
+pub mod journal;
+pub mod peers;
+pub mod series;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use tenure_core::types::NodeId;
+use tokio_stream::StreamExt as _;
+
+use crate::auth::Action;
+use crate::config::NodeAddrs;
+use crate::driver::{ApiError, ClientRequest};
+use crate::http::{HttpPeer, HttpState};
+
+pub use journal::{EventRecord, Journal};
+
+const INDEX_HTML: &str = include_str!("index.html");
+const DASHBOARD_JS: &str = include_str!("dashboard.js");
+const DASHBOARD_CSS: &str = include_str!("dashboard.css");
+
+/// The header the admin actions require (see the module docs).
+pub const ACTION_HEADER: &str = "x-tenure-dashboard";
+
+/// Everything embedded is served from here and nowhere else; no inline script or style.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
+/// The dashboard's own state next to the HTTP port's.
+pub struct Dashboard {
+    /// Samples for the charts.
+    pub series: series::Series,
+    /// Fetches the other members' `/status`; `None` if this node's TLS material could not
+    /// be loaded for it (then the other members show why).
+    peers: Result<peers::PeerClient, String>,
+}
+
+impl Dashboard {
+    /// The dashboard of a node with `config`, its sampler started on the current tokio
+    /// runtime (it ends when the driver stops).
+    pub fn start(config: &crate::ServerConfig, driver: &crate::driver::DriverHandle) -> Dashboard {
+        let series = series::Series::default();
+        let inputs = driver.inputs.clone();
+        tokio::spawn(
+            series
+                .clone()
+                .run(Arc::clone(&driver.metrics), move || inputs.is_closed()),
+        );
+        let peers = peers::PeerClient::new(config).map_err(|e| {
+            tracing::warn!(
+                node = config.id,
+                "the dashboard cannot reach the other members' /status: {e}"
+            );
+            format!("this node's TLS material is unusable: {e}")
+        });
+        Dashboard { series, peers }
+    }
+}
+
+/// The dashboard's routes, served on the HTTP port with its state.
+pub fn routes() -> Router<HttpState> {
+    Router::new()
+        .route("/", get(index))
+        .route("/dashboard.js", get(script))
+        .route("/dashboard.css", get(style))
+        .route("/api/cluster", get(cluster))
+        .route("/api/events", get(events))
+        .route("/api/series", get(series_json))
+        .route("/api/transfer-leadership", post(transfer_leadership))
+        .route("/api/remove-member", post(remove_member))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            ("content-type", content_type),
+            ("content-security-policy", CONTENT_SECURITY_POLICY),
+            ("x-content-type-options", "nosniff"),
+            ("cache-control", "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn index(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+) -> Response {
+    match s.authorize(&peer, &headers, Action::Metrics) {
+        Ok(()) => asset("text/html; charset=utf-8", INDEX_HTML),
+        Err(refused) => *refused,
+    }
+}
+
+async fn script(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+) -> Response {
+    match s.authorize(&peer, &headers, Action::Metrics) {
+        Ok(()) => asset("text/javascript; charset=utf-8", DASHBOARD_JS),
+        Err(refused) => *refused,
+    }
+}
+
+async fn style(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+) -> Response {
+    match s.authorize(&peer, &headers, Action::Metrics) {
+        Ok(()) => asset("text/css; charset=utf-8", DASHBOARD_CSS),
+        Err(refused) => *refused,
+    }
+}
+
+/// Who is looking at the page.
+#[derive(Debug, Serialize)]
+pub struct Viewer {
+    /// The principal, when authentication is on.
+    pub principal: Option<String>,
+    /// Whether the admin actions are open to the viewer.
+    pub admin: bool,
+}
+
+/// One member's row.
+#[derive(Debug, Serialize)]
+pub struct MemberRow {
+    /// Node id.
+    pub id: NodeId,
+    /// A voter of the current (or incoming) configuration.
+    pub voter: bool,
+    /// A voter of the outgoing configuration while joint.
+    pub outgoing: bool,
+    /// A learner.
+    pub learner: bool,
+    /// The node serving this page.
+    pub this_node: bool,
+    /// Its HTTP address (its own dashboard), when known.
+    pub http_addr: Option<String>,
+    /// Its client address, when known.
+    pub client_addr: Option<String>,
+    /// Whether its status could be had.
+    pub reachable: bool,
+    /// Why not.
+    pub error: Option<String>,
+    /// Its status, when reachable.
+    pub status: Option<peers::MemberStatus>,
+    /// Entries it has yet to apply of what the leader committed (leader's commit index
+    /// minus its applied index), when both are known.
+    pub lag: Option<u64>,
+}
+
+/// What `/api/cluster` answers.
+#[derive(Debug, Serialize)]
+pub struct ClusterJson {
+    /// The node serving the page.
+    pub node: NodeId,
+    /// The cluster.
+    pub cluster_id: String,
+    /// This node's version.
+    pub version: &'static str,
+    /// This node's term.
+    pub term: u64,
+    /// The leader this node knows (0: none).
+    pub leader: NodeId,
+    /// Voters.
+    pub voters: Vec<NodeId>,
+    /// Outgoing voters while joint.
+    pub voters_outgoing: Vec<NodeId>,
+    /// Learners.
+    pub learners: Vec<NodeId>,
+    /// One row per member, in id order.
+    pub members: Vec<MemberRow>,
+    /// Who asks.
+    pub viewer: Viewer,
+}
+
+/// The addresses of member `id`: from this node's `nodes` configuration, the one place the
+/// API's status and member list look them up too.
+fn member_addrs(s: &HttpState, id: NodeId) -> Option<NodeAddrs> {
+    s.config.nodes.get(&id).cloned()
+}
+
+async fn cluster(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
+        return *refused;
+    }
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let published = s.driver.published.borrow().clone();
+    let st = published.status;
+    let membership = st.membership.clone();
+    let me = crate::http::status_json(&s, &st, published.sessions);
+    let own = peers::MemberStatus {
+        id: me.id,
+        role: me.role,
+        term: me.term,
+        vote: me.vote,
+        leader: me.leader,
+        commit_index: me.commit_index,
+        applied_index: me.applied_index,
+        last_index: me.last_index,
+        version: me.version.to_string(),
+    };
+    let fetches = membership.all_nodes().into_iter().map(|id| {
+        let addrs = member_addrs(&s, id);
+        let (s, own, authorization) = (&s, &own, authorization.as_deref());
+        async move {
+            let answer = if id == st.id {
+                Ok(own.clone())
+            } else {
+                match (&s.dashboard.peers, &addrs) {
+                    (Err(why), _) => Err(why.clone()),
+                    (Ok(_), None) => Err("no HTTP address known for this member".to_string()),
+                    (Ok(client), Some(a)) => client.status(id, &a.http, authorization).await,
+                }
+            };
+            (id, addrs, answer)
+        }
+    });
+    let answers = join_all(fetches).await;
+    let leader_commit = answers.iter().find_map(|(_, _, a)| {
+        a.as_ref()
+            .ok()
+            .filter(|m| m.role == "leader" && m.term >= st.term)
+            .map(|m| m.commit_index)
+    });
+    let members = answers
+        .into_iter()
+        .map(|(id, addrs, answer)| {
+            let (status, error) = match answer {
+                Ok(m) => (Some(m), None),
+                Err(e) => (None, Some(e)),
+            };
+            MemberRow {
+                id,
+                voter: membership.voters.contains(&id),
+                outgoing: membership.voters_outgoing.contains(&id),
+                learner: membership.learners.contains(&id),
+                this_node: id == st.id,
+                http_addr: addrs.as_ref().map(|a| a.http.to_string()),
+                client_addr: addrs.as_ref().map(|a| a.client.to_string()),
+                reachable: status.is_some(),
+                error,
+                lag: leader_commit
+                    .zip(status.as_ref())
+                    .map(|(commit, m)| commit.saturating_sub(m.applied_index)),
+                status,
+            }
+        })
+        .collect();
+    axum::Json(ClusterJson {
+        node: st.id,
+        cluster_id: s.config.cluster_id.clone(),
+        version: crate::metrics::BUILD_VERSION,
+        term: st.term,
+        leader: st.leader.unwrap_or(0),
+        voters: membership.voters.iter().copied().collect(),
+        voters_outgoing: membership.voters_outgoing.iter().copied().collect(),
+        learners: membership.learners.iter().copied().collect(),
+        members,
+        viewer: viewer(&s, &peer, &headers),
+    })
+    .into_response()
+}
+
+/// Runs every future at once on this task and collects their outputs in order.
+async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (fut, slot) in pinned.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none() {
+                match fut.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *slot = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter()
+        .map(|v| v.expect("every future finished"))
+        .collect()
+}
+
+/// Who the viewer is and whether the admin actions are open to them; asking does not
+/// count as a refusal in the metrics.
+fn viewer(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Viewer {
+    let Some(policy) = s.policy.as_deref() else {
+        return Viewer {
+            principal: None,
+            admin: true,
+        };
+    };
+    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let certificate = peer
+        .leaf
+        .as_ref()
+        .and_then(|leaf| tenure_transport::tls::client_principal(leaf, &s.config.cluster_id));
+    match policy.check(authorization, certificate.as_deref(), &Action::Admin) {
+        Ok(crate::auth::Principal::Named(name)) => Viewer {
+            principal: Some(name),
+            admin: true,
+        },
+        Ok(crate::auth::Principal::Anyone) => Viewer {
+            principal: None,
+            admin: true,
+        },
+        Err(crate::auth::Denied::Forbidden { principal, .. }) => Viewer {
+            principal: Some(principal),
+            admin: false,
+        },
+        Err(crate::auth::Denied::Unauthenticated(_)) => Viewer {
+            principal: None,
+            admin: false,
+        },
+    }
+}
+
+async fn events(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
+        return *refused;
+    }
+    // A browser that reconnects says what it saw last; a page may also ask by query.
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .or_else(|| {
+            uri.query()?
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("after="))?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    let sub = s.driver.journal.subscribe(after);
+    let seen = sub.backlog.last().map_or(after, |r| r.seq);
+    let backlog = tokio_stream::iter(sub.backlog).map(|r| Ok(record_event(&r)));
+    let live = tokio_stream::wrappers::BroadcastStream::new(sub.live).filter_map(move |r| {
+        match r {
+            Ok(r) if r.seq <= seen => None,
+            Ok(r) => Some(Ok::<_, Infallible>(record_event(&r))),
+            // The page fell behind; it is told how many records it missed.
+            Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
+                Some(Ok(SseEvent::default().event("lagged").data(n.to_string())))
+            }
+        }
+    });
+    Sse::new(backlog.chain(live))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+fn record_event(r: &EventRecord) -> SseEvent {
+    let data = serde_json::to_string(r).expect("an event record serializes");
+    SseEvent::default().id(r.seq.to_string()).data(data)
+}
+
+#[derive(Serialize)]
+struct SeriesJson {
+    interval_ms: u64,
+    samples: Vec<series::Sample>,
+}
+
+async fn series_json(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
+        return *refused;
+    }
+    axum::Json(SeriesJson {
+        interval_ms: series::SAMPLE_INTERVAL.as_millis() as u64,
+        samples: s.dashboard.series.samples(),
+    })
+    .into_response()
+}
+
+/// An action's answer: `{"ok": …}` or `{"error": …}` with a status code.
+fn answer(code: StatusCode, key: &str, text: String) -> Response {
+    let mut body = BTreeMap::new();
+    body.insert(key.to_string(), text);
+    (code, axum::Json(body)).into_response()
+}
+
+/// Admin, from this page's own origin, with a body of the expected shape.
+fn admit_action<T: for<'de> Deserialize<'de>>(
+    s: &HttpState,
+    peer: &HttpPeer,
+    headers: &HeaderMap,
+    body: &str,
+) -> Result<T, Box<Response>> {
+    s.authorize(peer, headers, Action::Admin)?;
+    if headers.get(ACTION_HEADER).map(|v| v.as_bytes()) != Some(b"1") {
+        return Err(Box::new(answer(
+            StatusCode::FORBIDDEN,
+            "error",
+            format!("refused: an action needs the header {ACTION_HEADER}: 1 (sent by the dashboard itself)"),
+        )));
+    }
+    if let Some(origin) = headers.get("origin") {
+        let host = headers
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let origin = origin.to_str().unwrap_or("");
+        let same = ["https://", "http://"]
+            .iter()
+            .any(|scheme| origin.strip_prefix(scheme) == Some(host));
+        if !same {
+            return Err(Box::new(answer(
+                StatusCode::FORBIDDEN,
+                "error",
+                format!("refused: a request from origin {origin:?} to host {host:?} (cross-site)"),
+            )));
+        }
+    }
+    serde_json::from_str(body).map_err(|e| {
+        Box::new(answer(
+            StatusCode::BAD_REQUEST,
+            "error",
+            format!("bad request body: {e}"),
+        ))
+    })
+}
+
+fn refusal(s: &HttpState, e: ApiError) -> Response {
+    let code = match &e {
+        ApiError::NotLeader { .. } => StatusCode::CONFLICT,
+        ApiError::Invalid(_) | ApiError::Rejected(_) | ApiError::UnknownSession(_) => {
+            StatusCode::BAD_REQUEST
+        }
+        ApiError::Unavailable(_) | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        ApiError::Indeterminate(_) => StatusCode::GATEWAY_TIMEOUT,
+    };
+    let text = match &e {
+        ApiError::NotLeader { leader: Some(l) } => {
+            let page = member_addrs(s, *l)
+                .map(|a| format!(" (its dashboard is on {})", a.http))
+                .unwrap_or_default();
+            format!("this node does not lead: node {l} does{page}; act there")
+        }
+        ApiError::NotLeader { leader: None } => {
+            "this node does not lead and knows no leader; try again shortly".to_string()
+        }
+        e => e.to_string(),
+    };
+    answer(code, "error", text)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransferBody {
+    to: NodeId,
+}
+
+async fn transfer_leadership(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let to = match admit_action::<TransferBody>(&s, &peer, &headers, &body) {
+        Ok(b) => b.to,
+        Err(refused) => return *refused,
+    };
+    let timeout = Duration::from_millis(s.config.request_timeout_ms);
+    match s
+        .driver
+        .call(|reply| ClientRequest::TransferLeader { to, reply }, timeout)
+        .await
+    {
+        Ok(()) => answer(
+            StatusCode::OK,
+            "ok",
+            format!("leadership transfer to node {to} started"),
+        ),
+        Err(e) => refusal(&s, e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveBody {
+    id: NodeId,
+}
+
+async fn remove_member(
+    State(s): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let id = match admit_action::<RemoveBody>(&s, &peer, &headers, &body) {
+        Ok(b) => b.id,
+        Err(refused) => return *refused,
+    };
+    let m = s.driver.published.borrow().status.membership.clone();
+    if !m.all_nodes().contains(&id) {
+        return answer(
+            StatusCode::BAD_REQUEST,
+            "error",
+            format!("node {id} is not a member"),
+        );
+    }
+    let (mut voters, mut learners) = (m.voters, m.learners);
+    voters.remove(&id);
+    learners.remove(&id);
+    let timeout = Duration::from_millis(s.config.request_timeout_ms);
+    match s.driver.change_membership(voters, learners, timeout).await {
+        Ok(_) => answer(
+            StatusCode::OK,
+            "ok",
+            format!("node {id} was removed (the membership change is committed)"),
+        ),
+        Err(e) => refusal(&s, e),
+    }
+}

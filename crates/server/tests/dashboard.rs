@@ -1,0 +1,542 @@
+//! The live dashboard on a real 3-node cluster with TLS and client authentication on: the
+//! page and its JSON for observers and admins (anonymous clients refused), every member's
+//! row filled from that member's own `/status` (which the cluster's nodes may read with
+//! their certificates, and nothing else), the event stream showing a new leader after the
+//! leader is killed, and the admin actions refused to observers, to requests without the
+//! dashboard's header or from another origin, and for bad input, with nothing changed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tenure_testkit::*;
+use tenure_transport::certs::files;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::pki_types::ServerName;
+
+/// Whose certificate a request presents.
+#[derive(Clone, Copy)]
+enum As<'a> {
+    /// A client principal's.
+    Client(&'a str),
+    /// A node's (what a member's dashboard presents when it asks for `/status`).
+    Node(u64),
+    /// None.
+    Nobody,
+}
+
+async fn connect(c: &Cluster, id: u64, who: As<'_>) -> TlsStream<tokio::net::TcpStream> {
+    let dir = &c.tls().expect("TLS is on").dir;
+    let ca = dir.join(files::CA);
+    let material = |cert: String, key: String| {
+        tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+            ca: ca.clone(),
+            cert: dir.join(cert),
+            key: dir.join(key),
+        })
+        .expect("load a certificate")
+        .client_config()
+        .expect("a client TLS config")
+    };
+    let config = match who {
+        As::Client(name) => material(files::client(name), files::client_key(name)),
+        As::Node(n) => material(files::node(n), files::node_key(n)),
+        As::Nobody => {
+            use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+            let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+            let pem = std::fs::read(&ca).expect("read the CA");
+            for cert in tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+                roots
+                    .add(cert.expect("a CA certificate"))
+                    .expect("add the CA");
+            }
+            tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
+                tokio_rustls::rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth()
+        }
+    };
+    let addr = c.addrs(id).http;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the HTTP port");
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::from(addr.ip()), tcp)
+        .await
+        .expect("TLS handshake")
+}
+
+/// One request with `headers` (name, value), answered as (status, body).
+async fn request(
+    c: &Cluster,
+    id: u64,
+    who: As<'_>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let exchange = async {
+        let mut stream = connect(c, id, who).await;
+        let extra: String = headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect();
+        let text = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            c.addrs(id).http,
+            body.len()
+        );
+        stream.write_all(text.as_bytes()).await.expect("write");
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw).await;
+        raw
+    };
+    let raw = tokio::time::timeout(secs(10), exchange)
+        .await
+        .expect("an answer within 10 s");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_string())
+}
+
+async fn get_json(c: &Cluster, id: u64, who: As<'_>, path: &str) -> Value {
+    let (code, body) = request(c, id, who, "GET", path, &[], "").await;
+    assert_eq!(code, 200, "GET {path} on node {id}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {body}"))
+}
+
+/// The `text/event-stream` of `/api/events`, read as it comes (HTTP/1.1 chunked).
+struct EventStream {
+    stream: TlsStream<tokio::net::TcpStream>,
+    raw: Vec<u8>,
+    body: String,
+    headers_done: bool,
+}
+
+impl EventStream {
+    async fn open(c: &Cluster, id: u64, who: As<'_>) -> EventStream {
+        let mut stream = connect(c, id, who).await;
+        let text = format!(
+            "GET /api/events HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
+            c.addrs(id).http
+        );
+        stream.write_all(text.as_bytes()).await.expect("write");
+        EventStream {
+            stream,
+            raw: Vec::new(),
+            body: String::new(),
+            headers_done: false,
+        }
+    }
+
+    /// Moves whole chunks from `raw` to `body`.
+    fn decode(&mut self) {
+        if !self.headers_done {
+            let Some(end) = self.raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+                return;
+            };
+            let head = String::from_utf8_lossy(&self.raw[..end]).to_lowercase();
+            assert!(
+                head.starts_with("http/1.1 200"),
+                "event stream refused: {head}"
+            );
+            assert!(head.contains("content-type: text/event-stream"), "{head}");
+            self.raw.drain(..end + 4);
+            self.headers_done = true;
+        }
+        loop {
+            let Some(line_end) = self.raw.windows(2).position(|w| w == b"\r\n") else {
+                return;
+            };
+            let size =
+                usize::from_str_radix(String::from_utf8_lossy(&self.raw[..line_end]).trim(), 16)
+                    .expect("a chunk size");
+            if self.raw.len() < line_end + 2 + size + 2 {
+                return;
+            }
+            let chunk = &self.raw[line_end + 2..line_end + 2 + size];
+            self.body.push_str(&String::from_utf8_lossy(chunk));
+            self.raw.drain(..line_end + 2 + size + 2);
+        }
+    }
+
+    /// The next event record (the `data:` of a message), waiting at most until `deadline`.
+    async fn next(&mut self, deadline: Instant) -> Option<Value> {
+        loop {
+            while let Some(end) = self.body.find("\n\n") {
+                let event: String = self.body.drain(..end + 2).collect();
+                let data: Vec<&str> = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                let is_message = !event.lines().any(|l| l.starts_with("event:"));
+                if is_message && !data.is_empty() {
+                    return Some(serde_json::from_str(&data.join("\n")).expect("a JSON record"));
+                }
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let mut buf = [0u8; 8192];
+            match tokio::time::timeout(left, self.stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Err(_) => return None,
+                Ok(Ok(n)) => {
+                    self.raw.extend_from_slice(&buf[..n]);
+                    self.decode();
+                }
+                Ok(Err(e)) => panic!("the event stream failed: {e}"),
+            }
+        }
+    }
+
+    /// Reads records until one satisfies `want`, returning it and every record before it.
+    async fn until(
+        &mut self,
+        within: Duration,
+        want: impl Fn(&Value) -> bool,
+    ) -> (Value, Vec<Value>) {
+        let deadline = Instant::now() + within;
+        let mut seen = Vec::new();
+        while let Some(r) = self.next(deadline).await {
+            if want(&r) {
+                return (r, seen);
+            }
+            seen.push(r);
+        }
+        panic!("no such event within {within:?}; saw {seen:#?}");
+    }
+}
+
+fn is_leader_news(r: &Value) -> bool {
+    matches!(r["kind"].as_str(), Some("leader_elected" | "leader_known"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_and_its_data_are_for_observers_and_admins_and_fill_every_member_row() {
+    let c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+
+    // The page and its assets: embedded, for observers (the default policy makes every
+    // client certificate of the cluster one) and admins; nobody else.
+    let (code, page) = request(&c, follower, As::Client(APP_CLIENT), "GET", "/", &[], "").await;
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("<title>tenure dashboard</title>"), "{page}");
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "the page names no external asset"
+    );
+    for asset in ["/dashboard.js", "/dashboard.css"] {
+        let (code, body) = request(
+            &c,
+            follower,
+            As::Client(ADMIN_CLIENT),
+            "GET",
+            asset,
+            &[],
+            "",
+        )
+        .await;
+        assert_eq!(code, 200, "{asset}: {body}");
+        assert!(body.len() > 500, "{asset} is served whole");
+    }
+    for path in [
+        "/",
+        "/dashboard.js",
+        "/api/cluster",
+        "/api/events",
+        "/api/series",
+    ] {
+        let (code, body) = request(&c, follower, As::Nobody, "GET", path, &[], "").await;
+        assert_eq!(code, 401, "{path} without credentials: {body}");
+        // A node certificate opens `/status` only.
+        let (code, body) = request(&c, follower, As::Node(leader), "GET", path, &[], "").await;
+        assert_eq!(code, 401, "{path} with a node's certificate: {body}");
+    }
+    let (code, _) = request(&c, follower, As::Node(leader), "GET", "/metrics", &[], "").await;
+    assert_eq!(code, 401, "a node's certificate does not open /metrics");
+
+    // `/status` tells vote, last index and version, to the cluster's nodes too.
+    let status = get_json(&c, follower, As::Node(leader), "/status").await;
+    assert_eq!(status["id"], follower);
+    assert_eq!(
+        status["vote"].as_u64().map(|v| v == leader || v != 0),
+        Some(true),
+        "{status}"
+    );
+    assert!(
+        status["last_index"].as_u64() >= status["commit_index"].as_u64(),
+        "{status}"
+    );
+    assert_eq!(status["version"], tenure_server::metrics::BUILD_VERSION);
+
+    // Every member's row, from each member's own status, fetched by the serving node.
+    let cluster = get_json(&c, follower, As::Client(APP_CLIENT), "/api/cluster").await;
+    assert_eq!(cluster["node"], follower);
+    assert_eq!(cluster["leader"], leader);
+    assert_eq!(cluster["viewer"]["principal"], APP_CLIENT);
+    assert_eq!(
+        cluster["viewer"]["admin"], false,
+        "an observer's page is read-only"
+    );
+    let members = cluster["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3, "{cluster:#}");
+    for m in members {
+        let id = m["id"].as_u64().expect("an id");
+        assert_eq!(m["reachable"], true, "member {id}: {m:#}");
+        assert_eq!(
+            m["status"]["id"], id,
+            "each row is that member's own answer"
+        );
+        assert_eq!(m["this_node"], id == follower);
+        assert_eq!(m["voter"], true);
+        assert!(m["lag"].as_u64().is_some(), "member {id} has a lag: {m:#}");
+        let role = m["status"]["role"].as_str().expect("a role");
+        assert_eq!(role == "leader", id == leader, "member {id} is {role}");
+        assert!(m["status"]["term"].as_u64() >= Some(term));
+    }
+    let admin = get_json(&c, leader, As::Client(ADMIN_CLIENT), "/api/cluster").await;
+    assert_eq!(admin["viewer"]["admin"], true);
+
+    // The charts' samples: one a second, kept whether or not a page is open.
+    let deadline = Instant::now() + secs(10);
+    loop {
+        let series = get_json(&c, leader, As::Client(APP_CLIENT), "/api/series").await;
+        assert_eq!(series["interval_ms"], 1000);
+        let samples = series["samples"].as_array().expect("samples");
+        if let Some(s) = samples.last() {
+            for key in [
+                "time_ms",
+                "leader_changes",
+                "commit_ms",
+                "fsync_ms",
+                "keepalives_per_s",
+            ] {
+                assert!(s.get(key).is_some(), "a sample has {key}: {s}");
+            }
+            break;
+        }
+        assert!(Instant::now() < deadline, "no sample after 10 s");
+        tokio::time::sleep(ms(200)).await;
+    }
+
+    // A member that is down is shown as unreachable, and the page still answers.
+    let mut c = c;
+    let down = c.others(&[leader, follower])[0];
+    c.kill(down);
+    let cluster = get_json(&c, follower, As::Client(APP_CLIENT), "/api/cluster").await;
+    let row = cluster["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .find(|m| m["id"] == down)
+        .expect("the killed member's row")
+        .clone();
+    assert_eq!(row["reachable"], false, "{row:#}");
+    assert!(
+        row["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{row:#}"
+    );
+    c.assert_logs_hold_no_credentials();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_shows_the_new_leader_after_the_leader_is_killed() {
+    let mut c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+
+    let mut events = EventStream::open(&c, follower, As::Client(APP_CLIENT)).await;
+    // On connect, the ring's records: this node learned who leads.
+    let (known, backlog) = events
+        .until(secs(5), |r| {
+            is_leader_news(r) && r["fields"]["leader"] == leader
+        })
+        .await;
+    assert_eq!(known["node"], follower);
+    assert_eq!(known["fields"]["term"], term);
+    let text = known["text"].as_str().expect("words");
+    assert!(
+        text.contains(&format!("node {leader} leads term {term}")),
+        "{text}"
+    );
+
+    c.kill(leader);
+    let (elected, before) = events
+        .until(secs(15), |r| {
+            is_leader_news(r)
+                && r["fields"]["leader"] != leader
+                && r["fields"]["term"].as_u64() > Some(term)
+        })
+        .await;
+    let new_leader = elected["fields"]["leader"].as_u64().expect("a leader");
+    let (agreed, _) = c.wait_for_leader(&c.others(&[leader]), secs(10)).await;
+    assert_eq!(
+        agreed, new_leader,
+        "the stream names the leader the cluster has"
+    );
+    let seqs: Vec<u64> = backlog
+        .iter()
+        .chain([&known])
+        .chain(&before)
+        .chain([&elected])
+        .map(|r| r["seq"].as_u64().expect("a seq"))
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "records arrive once each, in order: {seqs:?}"
+    );
+    c.assert_logs_hold_no_credentials();
+}
+
+/// A POST of `body` to `path` on node `id`.
+async fn post(
+    c: &Cluster,
+    who: As<'_>,
+    id: u64,
+    headers: &[(&str, &str)],
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    request(c, id, who, "POST", path, headers, body).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_actions_need_an_admin_the_dashboard_header_and_this_origin() {
+    let c = Cluster::start(Options::nodes(3));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let target = c.others(&[leader])[0];
+    let header = ("x-tenure-dashboard", "1");
+    let json = ("content-type", "application/json");
+    let to = format!("{{\"to\": {target}}}");
+
+    // Observers and anonymous clients may not act, even with the header.
+    let (code, body) = post(
+        &c,
+        As::Client(APP_CLIENT),
+        leader,
+        &[header, json],
+        "/api/transfer-leadership",
+        &to,
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("admin"), "{body}");
+    let (code, _) = post(
+        &c,
+        As::Nobody,
+        leader,
+        &[header, json],
+        "/api/transfer-leadership",
+        &to,
+    )
+    .await;
+    assert_eq!(code, 401);
+    let (code, body) = post(
+        &c,
+        As::Node(target),
+        leader,
+        &[header, json],
+        "/api/remove-member",
+        &format!("{{\"id\": {target}}}"),
+    )
+    .await;
+    assert_eq!(code, 401, "a node's certificate cannot act: {body}");
+
+    // An admin without the header (a cross-site form could send this much) or from
+    // another origin is refused.
+    let (code, body) = post(
+        &c,
+        As::Client(ADMIN_CLIENT),
+        leader,
+        &[json],
+        "/api/transfer-leadership",
+        &to,
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("x-tenure-dashboard"), "{body}");
+    let (code, body) = post(
+        &c,
+        As::Client(ADMIN_CLIENT),
+        leader,
+        &[header, json, ("origin", "https://evil.example")],
+        "/api/transfer-leadership",
+        &to,
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("cross-site"), "{body}");
+
+    // Bad input: a clear error, and nothing changes.
+    for bad in [
+        "",
+        "{}",
+        "{\"to\": \"two\"}",
+        "{\"to\": 2, \"why\": 1}",
+        "not json",
+    ] {
+        let (code, body) = post(
+            &c,
+            As::Client(ADMIN_CLIENT),
+            leader,
+            &[header, json],
+            "/api/transfer-leadership",
+            bad,
+        )
+        .await;
+        assert_eq!(code, 400, "{bad:?}: {body}");
+        assert!(body.contains("bad request body"), "{body}");
+    }
+    let (code, body) = post(
+        &c,
+        As::Client(ADMIN_CLIENT),
+        leader,
+        &[header, json],
+        "/api/remove-member",
+        "{\"id\": 42}",
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("node 42 is not a member"), "{body}");
+    // On a follower: it says who leads.
+    let (code, body) = post(
+        &c,
+        As::Client(ADMIN_CLIENT),
+        target,
+        &[header, json],
+        "/api/transfer-leadership",
+        &to,
+    )
+    .await;
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains(&format!("node {leader} does")), "{body}");
+    let status = c.status_of(leader).await;
+    assert!(status.is_leader(), "nothing moved: {status:?}");
+    assert_eq!(status.voters, &[1, 2, 3], "nobody was removed");
+
+    // An admin with the header, on the leader, from the page's own origin: done.
+    let origin = format!("https://{}", c.addrs(leader).http);
+    let (code, body) = post(
+        &c,
+        As::Client(ADMIN_CLIENT),
+        leader,
+        &[header, json, ("origin", origin.as_str())],
+        "/api/transfer-leadership",
+        &to,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (now, _) = c.wait_for_leader(&[target], secs(10)).await;
+    assert_eq!(now, target);
+    c.assert_logs_hold_no_credentials();
+}

@@ -1,0 +1,135 @@
+//! The dashboard in a real browser (headless Debian chromium driven by playwright-core, see
+//! tests/browser/lib.mjs): a live 3-node cluster with TLS and an auth file; the page, opened
+//! on a follower with an observer's bearer token, shows the leader; this test kills the
+//! leader's process; the page shows the new leader and the election in its event log.
+//! Screenshots are written to the browser harness's artifact directory and their paths
+//! printed. Needs `scripts/services.sh install-browser` (chromium and the npm package).
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use tenure_testkit::*;
+
+const AUTH_FILE: &str = r#"
+# The harness's own client certificate.
+[principals.admin]
+roles = ["admin"]
+
+# The browser: an observer, and an operator who may act.
+[principals.viewer]
+roles = ["observer"]
+
+[principals.operator]
+roles = ["admin"]
+
+[tokens]
+viewer = "VIEWER"
+operator = "OPERATOR"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_leader_then_after_it_is_killed_the_new_leader_and_the_election() {
+    let viewer = tenure_server::auth::new_token().expect("token");
+    let operator = tenure_server::auth::new_token().expect("token");
+    let files = tempfile::tempdir().expect("tempdir");
+    let auth_file = files.path().join("auth.toml");
+    let hash = |t: &str| format!("{:?}", tenure_server::auth::token_hash_line(t));
+    std::fs::write(
+        &auth_file,
+        AUTH_FILE
+            .replace("\"VIEWER\"", &hash(&viewer))
+            .replace("\"OPERATOR\"", &hash(&operator)),
+    )
+    .expect("write the auth file");
+    let path = auth_file.display().to_string();
+    let mut c = Cluster::start(Options::nodes(3).args(&["--auth-file", &path]));
+    c.forbid_in_logs(&viewer);
+    c.forbid_in_logs(&operator);
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = workspace.join("tests/browser/dashboard.mjs");
+    let nodes: Vec<String> = c.ids().iter().map(u64::to_string).collect();
+    let mut browser = Command::new("node")
+        .arg(&script)
+        .arg(format!("https://{}/", c.addrs(follower).http))
+        .env("TENURE_TEST_CERTS", &c.tls().expect("TLS is on").dir)
+        .env("TENURE_TEST_NODES", nodes.join(","))
+        .env("TENURE_VIEWER_TOKEN", &viewer)
+        .env("TENURE_ADMIN_TOKEN", &operator)
+        .env("TENURE_EXPECT_LEADER", leader.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node (install it with scripts/services.sh install-browser)");
+    let (lines_tx, lines) = mpsc::channel::<String>();
+    let stdout = browser.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("browser: {line}");
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let stderr = browser.stderr.take().expect("piped stderr");
+    let errors = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("browser: {line}");
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let wait_line = |prefix: &str, within: Duration| -> Option<String> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.checked_duration_since(std::time::Instant::now())?;
+            let line = lines.recv_timeout(left).ok()?;
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return Some(rest.trim().to_string());
+            }
+        }
+    };
+
+    let shown = wait_line("leader: ", secs(90));
+    let Some(shown) = shown else {
+        let _ = browser.kill();
+        let status = browser.wait().expect("wait for node");
+        panic!(
+            "the page never showed a leader (node exited {status}); stderr:\n{}",
+            errors.join().unwrap_or_default()
+        );
+    };
+    assert_eq!(
+        shown,
+        leader.to_string(),
+        "the page shows the cluster's leader"
+    );
+    c.kill(leader);
+    writeln!(browser.stdin.as_mut().expect("piped stdin"), "killed").expect("tell the browser");
+
+    let new_leader = wait_line("new leader: ", secs(90));
+    let status = browser.wait().expect("wait for node");
+    let stderr = errors.join().unwrap_or_default();
+    assert!(
+        status.success(),
+        "the browser test failed ({status}):\n{stderr}"
+    );
+    let new_leader: u64 = new_leader
+        .expect("the page named the new leader")
+        .parse()
+        .expect("a node id");
+    let (agreed, _) = c.wait_for_leader(&c.others(&[leader]), secs(10)).await;
+    assert_eq!(
+        agreed, new_leader,
+        "the page shows the leader the cluster has"
+    );
+    c.assert_logs_hold_no_credentials();
+}
