@@ -27,7 +27,9 @@ pub struct ServerArgs {
     /// Cluster name; nodes refuse peers of another cluster.
     #[arg(long)]
     cluster_id: Option<String>,
-    /// Join an existing cluster instead of bootstrapping one.
+    /// Join an existing cluster instead of bootstrapping one: the node waits until an admin
+    /// adds it (`tenure members add ID=PEER,CLIENT,HTTP`). Its --node flags name the current
+    /// members and itself.
     #[arg(long)]
     join: bool,
     /// Core tick length in milliseconds.

@@ -159,7 +159,8 @@ pub struct ServerConfig {
     /// Where the write-ahead log and snapshots live.
     pub data_dir: PathBuf,
     /// Start as a node joining an existing cluster: it waits to be added with
-    /// `add-member` instead of bootstrapping with `nodes` as the voters.
+    /// `tenure members add` (the `AddMember` RPC) instead of bootstrapping with `nodes` as
+    /// the voters.
     #[serde(default)]
     pub join: bool,
     /// Length of one core tick.
