@@ -95,6 +95,10 @@ await run(async (browser) => {
   await page.waitForSelector('#events li[data-kind]', { timeout: WAIT_MS });
   await page.waitForSelector('#charts svg[data-chart="fsync_ms"]', { timeout: WAIT_MS });
   check(true, 'the event stream is live and the charts are drawn');
+  await page.waitForSelector('#elections tr[data-election="billing/nightly"]', { timeout: WAIT_MS });
+  check((await page.locator('#elections tr[data-election="billing/nightly"]').innerText()).includes('session'),
+    'the election is listed with its holder');
+  check(await page.locator('#sessions tbody tr[data-session]').count() === 1, 'its session is listed');
   await screenshot(page, 'dashboard-leader');
 
   console.log(`leader: ${leader}`);

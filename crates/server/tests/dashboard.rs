@@ -222,7 +222,7 @@ fn is_leader_news(r: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_and_its_data_are_for_observers_and_admins_and_fill_every_member_row() {
-    let c = Cluster::start(Options::nodes(3));
+    let mut c = Cluster::start(Options::nodes(3));
     let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
     let follower = c.others(&[leader])[0];
 
@@ -306,6 +306,53 @@ async fn the_page_and_its_data_are_for_observers_and_admins_and_fill_every_membe
     }
     let admin = get_json(&c, leader, As::Client(ADMIN_CLIENT), "/api/cluster").await;
     assert_eq!(admin["viewer"]["admin"], true);
+    for m in admin["members"].as_array().expect("members") {
+        // The leader knows how far each follower's log reaches.
+        assert_eq!(m["match_index"].is_u64(), m["id"] != leader, "{m:#}");
+    }
+
+    // Elections with holder, token and queue, sessions with TTL and remaining time, as the
+    // serving node (a follower, which may lag a little) has applied them.
+    let mut client = c.client();
+    let holder = client.grant(10_000).await.expect("grant");
+    let idle = client.grant(10_000).await.expect("grant");
+    let token = client
+        .campaign_uncontested("billing/nightly", holder)
+        .await
+        .expect("campaign");
+    let deadline = Instant::now() + secs(10);
+    let cluster = loop {
+        let cluster = get_json(&c, follower, As::Client(APP_CLIENT), "/api/cluster").await;
+        let listed = cluster["elections"]["items"].as_array().map_or(0, Vec::len);
+        if listed == 1 && cluster["sessions"]["items"].as_array().map_or(0, Vec::len) == 2 {
+            break cluster;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not listed after 10 s: {cluster:#}"
+        );
+        tokio::time::sleep(ms(100)).await;
+    };
+    let election = &cluster["elections"]["items"][0];
+    assert_eq!(election["name"], "billing/nightly");
+    assert_eq!(election["holder"], holder);
+    assert_eq!(election["token"], token);
+    assert_eq!(election["candidates"], serde_json::json!([]));
+    assert_eq!(cluster["elections"]["more"], false);
+    assert_eq!(cluster["elections"]["error"], Value::Null);
+    let sessions = cluster["sessions"]["items"].as_array().expect("sessions");
+    for (row, id) in sessions.iter().zip([holder.min(idle), holder.max(idle)]) {
+        assert_eq!(row["id"], id, "in id order: {sessions:#?}");
+        assert_eq!(row["ttl_ms"], 10_000);
+        let remaining = row["remaining_ms"].as_u64().expect("remaining");
+        assert!(remaining > 0 && remaining <= 10_000 * 11 / 10, "{row}");
+        let elections = if id == holder {
+            serde_json::json!(["billing/nightly"])
+        } else {
+            serde_json::json!([])
+        };
+        assert_eq!(row["elections"], elections);
+    }
 
     // The charts' samples: one a second, kept whether or not a page is open.
     let deadline = Instant::now() + secs(10);
@@ -330,7 +377,6 @@ async fn the_page_and_its_data_are_for_observers_and_admins_and_fill_every_membe
     }
 
     // A member that is down is shown as unreachable, and the page still answers.
-    let mut c = c;
     let down = c.others(&[leader, follower])[0];
     c.kill(down);
     let cluster = get_json(&c, follower, As::Client(APP_CLIENT), "/api/cluster").await;

@@ -1,7 +1,8 @@
 //! The dashboard in a real browser (headless Debian chromium driven by playwright-core, see
 //! tests/browser/lib.mjs): a live 3-node cluster with TLS and an auth file; the page, opened
 //! on a follower with an observer's bearer token, shows the leader; this test kills the
-//! leader's process; the page shows the new leader and the election in its event log.
+//! leader's process; the page shows the new leader and the election in its event log; an
+//! election with its holder and token and its session are listed.
 //! Screenshots are written to the browser harness's artifact directory and their paths
 //! printed. Needs `scripts/services.sh install-browser` (chromium and the npm package).
 
@@ -50,6 +51,14 @@ async fn the_page_shows_the_leader_then_after_it_is_killed_the_new_leader_and_th
     c.forbid_in_logs(&operator);
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
     let follower = c.others(&[leader])[0];
+    // An election with a holder, for the page's tables (the session is not kept alive: it
+    // expires after its TTL, long after the page has looked).
+    let mut client = c.client();
+    let session = client.grant(60_000).await.expect("grant");
+    client
+        .campaign_uncontested("billing/nightly", session)
+        .await
+        .expect("campaign");
 
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let script = workspace.join("tests/browser/dashboard.mjs");

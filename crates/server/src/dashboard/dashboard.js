@@ -72,6 +72,7 @@ function memberRow(c, m) {
   el('td', {}, s ? s.applied_index : '–'),
   el('td', {}, s ? s.last_index : '–'),
   el('td', {}, m.lag === null || m.lag === undefined ? '–' : m.lag),
+  el('td', {}, m.match_index === null || m.match_index === undefined ? '–' : m.match_index),
   el('td', {}, s && s.version ? s.version : '–'),
   el('td', {}, m.http_addr || '–'),
   el('td', { class: 'state' }, m.reachable ? 'ok' : `unreachable: ${m.error || 'no answer'}`),
@@ -125,12 +126,12 @@ document.addEventListener('click', (e) => {
 function renderLists(c) {
   const elections = c.elections;
   const ebody = $('#elections tbody');
-  if (elections && elections.items) {
+  if (elections && !elections.error) {
     $('#elections-note').textContent = `${elections.items.length}${elections.more ? '+' : ''} shown, as applied at index ${elections.applied_index}`;
     ebody.replaceChildren(...elections.items.map((e) => el('tr', { 'data-election': e.name },
       el('td', {}, e.name),
-      el('td', {}, e.leader ? `session ${e.leader.session}` : 'nobody'),
-      el('td', {}, e.leader ? e.leader.token : '–'),
+      el('td', {}, e.holder ? `session ${e.holder}` : 'nobody'),
+      el('td', {}, e.token),
       el('td', {}, e.candidates.length ? e.candidates.map((s) => `session ${s}`).join(', ') : 'empty'),
       el('td', {}, e.since_index))));
   } else {
@@ -139,7 +140,7 @@ function renderLists(c) {
   }
   const sessions = c.sessions;
   const sbody = $('#sessions tbody');
-  if (sessions && sessions.items) {
+  if (sessions && !sessions.error) {
     $('#sessions-note').textContent = `${sessions.items.length}${sessions.more ? '+' : ''} shown, as applied at index ${sessions.applied_index}`;
     sbody.replaceChildren(...sessions.items.map((s) => el('tr', { 'data-session': String(s.id) },
       el('td', {}, s.id),

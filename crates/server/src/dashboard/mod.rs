@@ -6,7 +6,10 @@
 //! - `GET /api/cluster`: every member with role, term, vote, commit and applied index and
 //!   lag (this node's own status, and the other members' own `/status`, fetched
 //!   concurrently with a short timeout: a member that does not answer is shown as
-//!   unreachable, with why), and who the viewer is;
+//!   unreachable, with why; when this node leads, also each follower's match index), the
+//!   first [`LIST_MAX`] elections (holder, token, queue) and sessions (TTL, remaining) as
+//!   this node has applied them (the driver's listing, as the list RPCs read it), and who the
+//!   viewer is;
 //! - `GET /api/events`: server-sent events (`text/event-stream`), first the last records
 //!   of this node's [`journal`] (after `Last-Event-ID` or `?after=N` when given), then live
 //!   ones;
@@ -44,7 +47,7 @@ use tokio_stream::StreamExt as _;
 
 use crate::auth::Action;
 use crate::config::NodeAddrs;
-use crate::driver::{ApiError, ClientRequest};
+use crate::driver::{ApiError, ClientRequest, ListRequest, Listing};
 use crate::http::{HttpPeer, HttpState};
 
 pub use journal::{EventRecord, Journal};
@@ -52,6 +55,10 @@ pub use journal::{EventRecord, Journal};
 const INDEX_HTML: &str = include_str!("index.html");
 const DASHBOARD_JS: &str = include_str!("dashboard.js");
 const DASHBOARD_CSS: &str = include_str!("dashboard.css");
+
+/// Elections and sessions the page lists (the first ones, in name and id order; the page
+/// says when there are more).
+pub const LIST_MAX: usize = 100;
 
 /// The header the admin actions require (see the module docs).
 pub const ACTION_HEADER: &str = "x-tenure-dashboard";
@@ -186,6 +193,60 @@ pub struct MemberRow {
     /// Entries it has yet to apply of what the leader committed (leader's commit index
     /// minus its applied index), when both are known.
     pub lag: Option<u64>,
+    /// When the serving node leads: the highest log index it knows the member stores.
+    pub match_index: Option<u64>,
+}
+
+/// One election's row.
+#[derive(Debug, Serialize)]
+pub struct ElectionRow {
+    /// Its name.
+    pub name: String,
+    /// The leading candidate's session (none: nobody leads).
+    pub holder: Option<u64>,
+    /// The election's current fencing token.
+    pub token: u64,
+    /// Sessions queued behind the holder, in order.
+    pub candidates: Vec<u64>,
+    /// Log index at which the current holder (or, with none, the last change) took effect.
+    pub since_index: u64,
+}
+
+/// One session's row.
+#[derive(Debug, Serialize)]
+pub struct SessionRow {
+    /// Its id.
+    pub id: u64,
+    /// Its TTL.
+    pub ttl_ms: u64,
+    /// How long this node will keep it without a renewal.
+    pub remaining_ms: u64,
+    /// Elections it leads or is queued in.
+    pub elections: Vec<String>,
+}
+
+/// The first rows of a listing, or why there are none.
+#[derive(Debug, Serialize)]
+pub struct Rows<T> {
+    /// The rows.
+    pub items: Vec<T>,
+    /// Whether there are more than shown.
+    pub more: bool,
+    /// The applied index they were read at.
+    pub applied_index: u64,
+    /// Why the listing failed (then `items` is empty).
+    pub error: Option<String>,
+}
+
+impl<T> Rows<T> {
+    fn failed(why: String) -> Rows<T> {
+        Rows {
+            items: Vec::new(),
+            more: false,
+            applied_index: 0,
+            error: Some(why),
+        }
+    }
 }
 
 /// What `/api/cluster` answers.
@@ -209,6 +270,10 @@ pub struct ClusterJson {
     pub learners: Vec<NodeId>,
     /// One row per member, in id order.
     pub members: Vec<MemberRow>,
+    /// The first elections.
+    pub elections: Rows<ElectionRow>,
+    /// The first sessions.
+    pub sessions: Rows<SessionRow>,
     /// Who asks.
     pub viewer: Viewer,
 }
@@ -262,7 +327,26 @@ async fn cluster(
             (id, addrs, answer)
         }
     });
-    let answers = join_all(fetches).await;
+    let timeout = Duration::from_millis(s.config.request_timeout_ms);
+    let elections = s.driver.list(
+        ListRequest::Elections {
+            after: String::new(),
+            limit: LIST_MAX,
+        },
+        timeout,
+    );
+    let sessions = s.driver.list(
+        ListRequest::Sessions {
+            after: 0,
+            limit: LIST_MAX,
+        },
+        timeout,
+    );
+    let (answers, (elections, sessions)) = tokio::join!(join_all(fetches), async {
+        tokio::join!(elections, sessions)
+    });
+    let elections = election_rows(elections);
+    let sessions = session_rows(sessions, s.config.tick_ms);
     let leader_commit = answers.iter().find_map(|(_, _, a)| {
         a.as_ref()
             .ok()
@@ -289,6 +373,7 @@ async fn cluster(
                 lag: leader_commit
                     .zip(status.as_ref())
                     .map(|(commit, m)| commit.saturating_sub(m.applied_index)),
+                match_index: published.progress.get(&id).map(|p| p.match_index),
                 status,
             }
         })
@@ -303,9 +388,62 @@ async fn cluster(
         voters_outgoing: membership.voters_outgoing.iter().copied().collect(),
         learners: membership.learners.iter().copied().collect(),
         members,
+        elections,
+        sessions,
         viewer: viewer(&s, &peer, &headers),
     })
     .into_response()
+}
+
+fn election_rows(listing: Result<Listing, ApiError>) -> Rows<ElectionRow> {
+    match listing {
+        Ok(Listing::Elections {
+            page,
+            applied_index,
+        }) => Rows {
+            items: page
+                .items
+                .into_iter()
+                .map(|(e, since_index)| ElectionRow {
+                    name: e.name,
+                    holder: e.leader.map(|l| l.session),
+                    token: e.token,
+                    candidates: e.candidates,
+                    since_index,
+                })
+                .collect(),
+            more: page.more,
+            applied_index,
+            error: None,
+        },
+        Ok(other) => Rows::failed(format!("the driver answered with {other:?}")),
+        Err(e) => Rows::failed(format!("cannot list elections: {e}")),
+    }
+}
+
+fn session_rows(listing: Result<Listing, ApiError>, tick_ms: u64) -> Rows<SessionRow> {
+    match listing {
+        Ok(Listing::Sessions {
+            page,
+            applied_index,
+        }) => Rows {
+            items: page
+                .items
+                .into_iter()
+                .map(|(s, remaining_ms)| SessionRow {
+                    id: s.id,
+                    ttl_ms: s.info.ttl_ticks.saturating_mul(tick_ms),
+                    remaining_ms,
+                    elections: s.elections,
+                })
+                .collect(),
+            more: page.more,
+            applied_index,
+            error: None,
+        },
+        Ok(other) => Rows::failed(format!("the driver answered with {other:?}")),
+        Err(e) => Rows::failed(format!("cannot list sessions: {e}")),
+    }
 }
 
 /// Runs every future at once on this task and collects their outputs in order.
