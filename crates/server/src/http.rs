@@ -216,7 +216,7 @@ pub(crate) fn status_json(
         term: st.term,
         vote: st.vote,
         leader,
-        leader_addr: s.config.nodes.get(&leader).map(|a| a.client.to_string()),
+        leader_addr: crate::dashboard::member_addrs(s, leader).map(|a| a.client.to_string()),
         commit_index: st.commit,
         applied_index: st.applied,
         last_index: st.last_index,

@@ -586,3 +586,45 @@ async fn admin_actions_need_an_admin_the_dashboard_header_and_this_origin() {
     assert_eq!(now, target);
     c.assert_logs_hold_no_credentials();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_added_at_run_time_gets_its_row_from_the_replicated_directory() {
+    use tenure_proto::v1;
+    let mut c = Cluster::start(Options::nodes(3));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+    // Node 4 is in no running node's `--node` flags: only the directory names its address.
+    let addrs = c.add_joining_node(4);
+    v1::cluster_client::ClusterClient::new(c.channel(leader))
+        .add_member(v1::MemberRequest {
+            id: 4,
+            voter: false,
+            peer_addr: addrs.peer.to_string(),
+            client_addr: addrs.client.to_string(),
+            http_addr: addrs.http.to_string(),
+        })
+        .await
+        .expect("add node 4 as a learner");
+    let deadline = Instant::now() + secs(15);
+    loop {
+        let cluster = get_json(&c, follower, As::Client(APP_CLIENT), "/api/cluster").await;
+        let row = cluster["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .find(|m| m["id"] == 4)
+            .cloned();
+        if let Some(row) = row.filter(|r| r["reachable"] == true) {
+            assert_eq!(row["learner"], true, "{row:#}");
+            assert_eq!(row["http_addr"], addrs.http.to_string());
+            assert_eq!(row["status"]["id"], 4, "node 4's own answer: {row:#}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 4 has no reachable row after 15 s: {cluster:#}"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+    c.assert_logs_hold_no_credentials();
+}

@@ -278,10 +278,26 @@ pub struct ClusterJson {
     pub viewer: Viewer,
 }
 
-/// The addresses of member `id`: from this node's `nodes` configuration, the one place the
-/// API's status and member list look them up too.
-fn member_addrs(s: &HttpState, id: NodeId) -> Option<NodeAddrs> {
-    s.config.nodes.get(&id).cloned()
+/// The addresses of member `id`, looked up as the API does (`Api::addrs`): the replicated
+/// member directory first (members added at run time), then this node's `nodes`
+/// configuration. A directory entry without an HTTP address leaves the member without one.
+pub(crate) fn member_addrs(s: &HttpState, id: NodeId) -> Option<NodeAddrs> {
+    let from_directory = {
+        let published = s.driver.published.borrow();
+        published.members.get(&id).and_then(|a| {
+            let http = if a.http.is_empty() {
+                s.config.nodes.get(&id)?.http.clone()
+            } else {
+                a.http.parse().ok()?
+            };
+            Some(NodeAddrs {
+                peer: a.peer.parse().ok()?,
+                client: a.client.parse().ok()?,
+                http,
+            })
+        })
+    };
+    from_directory.or_else(|| s.config.nodes.get(&id).cloned())
 }
 
 async fn cluster(
