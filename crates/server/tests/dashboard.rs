@@ -121,6 +121,8 @@ struct EventStream {
     raw: Vec<u8>,
     body: String,
     headers_done: bool,
+    /// The server ended the body (the last, empty chunk).
+    ended: bool,
 }
 
 impl EventStream {
@@ -136,6 +138,7 @@ impl EventStream {
             raw: Vec::new(),
             body: String::new(),
             headers_done: false,
+            ended: false,
         }
     }
 
@@ -164,6 +167,9 @@ impl EventStream {
             if self.raw.len() < line_end + 2 + size + 2 {
                 return;
             }
+            if size == 0 {
+                self.ended = true;
+            }
             let chunk = &self.raw[line_end + 2..line_end + 2 + size];
             self.body.push_str(&String::from_utf8_lossy(chunk));
             self.raw.drain(..line_end + 2 + size + 2);
@@ -171,6 +177,14 @@ impl EventStream {
     }
 
     /// The next event record (the `data:` of a message), waiting at most until `deadline`.
+    /// Reads until the connection closes (or `within` passes): whether the server ended the
+    /// body properly before closing.
+    async fn ends_cleanly(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while self.next(deadline).await.is_some() {}
+        self.ended
+    }
+
     async fn next(&mut self, deadline: Instant) -> Option<Value> {
         loop {
             while let Some(end) = self.body.find("\n\n") {
@@ -193,6 +207,8 @@ impl EventStream {
                     self.raw.extend_from_slice(&buf[..n]);
                     self.decode();
                 }
+                // Cut off without TLS close_notify: the caller judges how it ended.
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return None,
                 Ok(Err(e)) => panic!("the event stream failed: {e}"),
             }
         }
@@ -440,6 +456,18 @@ async fn the_event_stream_shows_the_new_leader_after_the_leader_is_killed() {
     assert!(
         seqs.windows(2).all(|w| w[0] < w[1]),
         "records arrive once each, in order: {seqs:?}"
+    );
+
+    // A node that stops ends its streams (the last chunk) instead of being cut off at the
+    // shutdown deadline with the page still attached.
+    let status = c.terminate(follower, secs(10)).await;
+    assert!(
+        status.success(),
+        "node {follower} stopped cleanly: {status}"
+    );
+    assert!(
+        events.ends_cleanly(secs(5)).await,
+        "the event stream was cut off, not ended, when node {follower} stopped"
     );
     c.assert_logs_hold_no_credentials();
 }

@@ -557,7 +557,28 @@ async fn events(
             }
         }
     });
-    Sse::new(backlog.chain(live))
+    // The stream ends when the node stops (its driver is gone), so that an open page does not
+    // hold up a graceful shutdown until the HTTP port's deadline.
+    let (stop_tx, stop_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let inputs = s.driver.inputs.clone();
+    tokio::spawn(async move {
+        let stopped = tokio::select! {
+            _ = inputs.closed() => true,
+            // The page went away first.
+            _ = stop_tx.closed() => false,
+        };
+        if stopped {
+            let _ = stop_tx.send(()).await;
+        }
+    });
+    let stop = tokio_stream::wrappers::ReceiverStream::new(stop_rx).map(|()| None);
+    let stream = backlog
+        .chain(live)
+        .map(Some)
+        .merge(stop)
+        .take_while(Option::is_some)
+        .filter_map(|event| event);
+    Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
