@@ -593,12 +593,12 @@ fn restore_refuses_bytes_that_are_not_a_snapshot() {
     ));
     assert!(matches!(restore(&[]), Err(SmDecodeError::Malformed(_))));
     let mut future = good;
-    future[0] = 3;
+    future[0] = 4;
     assert_eq!(
         restore(&future).err(),
         Some(SmDecodeError::UnsupportedFormat {
-            found: 3,
-            expected: 2
+            found: 4,
+            expected: 3
         })
     );
 }
