@@ -58,7 +58,8 @@ pub fn run(args: CertsArgs) -> ExitCode {
 
 /// Make a bearer token for a principal of the auth file.
 ///
-/// Prints the token on stdout (give it to the client: `$TENURE_TOKEN`, `--token`) and, on
+/// Prints the token on stdout (store it in a file and give the client the file: `--token-file`,
+/// `$TENURE_TOKEN_FILE`, or `token_file=` in a `tenure://` URL) and, on
 /// stderr, the line that goes under `[tokens]` in the server's auth file: the token's
 /// SHA-256, which is all the server keeps. The token itself is stored nowhere.
 #[derive(Debug, Args)]
