@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SecretHash, SessionId, SmError};
 use tenure_core::types::NodeId;
 use tenure_proto::v1;
-use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
+use tenure_proto::{Reason, CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
 
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
@@ -57,55 +57,69 @@ impl Api {
 
     fn status(&self, e: ApiError) -> Status {
         let (mut status, reason) = match &e {
-            ApiError::NotLeader { .. } => {
-                (Status::failed_precondition(e.to_string()), "not-leader")
-            }
+            ApiError::NotLeader { .. } => (
+                Status::failed_precondition(e.to_string()),
+                Reason::NotLeader,
+            ),
             ApiError::Unavailable(_) | ApiError::ShuttingDown => {
-                (Status::unavailable(e.to_string()), "unavailable")
+                (Status::unavailable(e.to_string()), Reason::Unavailable)
             }
-            ApiError::Invalid(_) => (Status::invalid_argument(e.to_string()), "invalid-argument"),
-            ApiError::Indeterminate(_) => (Status::unknown(e.to_string()), "indeterminate"),
-            ApiError::UnknownSession(_) => (Status::not_found(e.to_string()), "unknown-session"),
+            ApiError::Invalid(_) => (
+                Status::invalid_argument(e.to_string()),
+                Reason::InvalidArgument,
+            ),
+            ApiError::Indeterminate(_) => (Status::unknown(e.to_string()), Reason::Indeterminate),
+            ApiError::UnknownSession(_) => {
+                (Status::not_found(e.to_string()), Reason::UnknownSession)
+            }
             ApiError::Rejected(sm) => match sm {
-                SmError::StaleToken { .. } => (Status::aborted(e.to_string()), "stale-token"),
+                SmError::StaleToken { .. } => (Status::aborted(e.to_string()), Reason::StaleToken),
                 SmError::TokenSuperseded { .. } => {
-                    (Status::aborted(e.to_string()), "token-superseded")
+                    (Status::aborted(e.to_string()), Reason::TokenSuperseded)
                 }
-                SmError::WrongElection { .. } => {
-                    (Status::failed_precondition(e.to_string()), "wrong-election")
-                }
+                SmError::WrongElection { .. } => (
+                    Status::failed_precondition(e.to_string()),
+                    Reason::WrongElection,
+                ),
                 SmError::TokenNotIssued { .. } => (
                     Status::failed_precondition(e.to_string()),
-                    "token-not-issued",
+                    Reason::TokenNotIssued,
                 ),
-                SmError::UnknownSession(_) => (Status::not_found(e.to_string()), "unknown-session"),
+                SmError::UnknownSession(_) => {
+                    (Status::not_found(e.to_string()), Reason::UnknownSession)
+                }
                 SmError::UnknownElection(_) => {
-                    (Status::not_found(e.to_string()), "unknown-election")
+                    (Status::not_found(e.to_string()), Reason::UnknownElection)
                 }
-                SmError::NotCandidate { .. } | SmError::NotLeader { .. } => {
-                    (Status::failed_precondition(e.to_string()), "not-candidate")
-                }
+                SmError::NotCandidate { .. } | SmError::NotLeader { .. } => (
+                    Status::failed_precondition(e.to_string()),
+                    Reason::NotCandidate,
+                ),
                 SmError::RequestForgotten { .. } => (
                     Status::failed_precondition(e.to_string()),
-                    "request-forgotten",
+                    Reason::RequestForgotten,
                 ),
                 SmError::WrongSecret(_) => {
                     self.driver
                         .metrics
                         .permission_denied
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    (Status::permission_denied(e.to_string()), "wrong-secret")
+                    (
+                        Status::permission_denied(e.to_string()),
+                        Reason::WrongSecret,
+                    )
                 }
                 SmError::TtlOutOfRange { .. }
                 | SmError::BadSize { .. }
                 | SmError::BadRequestId(_)
-                | SmError::TooManyCandidates(_) => {
-                    (Status::invalid_argument(e.to_string()), "invalid-argument")
-                }
+                | SmError::TooManyCandidates(_) => (
+                    Status::invalid_argument(e.to_string()),
+                    Reason::InvalidArgument,
+                ),
             },
         };
         let md = status.metadata_mut();
-        md.insert(ERROR_KEY, MetadataValue::from_static(reason));
+        md.insert(ERROR_KEY, MetadataValue::from_static(reason.as_str()));
         if let ApiError::NotLeader { leader: Some(id) } = &e {
             if let Ok(v) = id.to_string().parse() {
                 md.insert(LEADER_ID_KEY, v);
@@ -147,19 +161,17 @@ impl Api {
 
     /// A refusal as a gRPC status (already counted by `auth::authorize`).
     fn denied(&self, denied: Denied) -> Status {
-        let (mut status, reason) = match &denied {
-            Denied::Unauthenticated(why) => {
-                (Status::unauthenticated(why.clone()), "unauthenticated")
-            }
+        let (status, reason) = match &denied {
+            Denied::Unauthenticated(why) => (
+                Status::unauthenticated(why.clone()),
+                Reason::Unauthenticated,
+            ),
             Denied::Forbidden { .. } => (
                 Status::permission_denied(denied.to_string()),
-                "permission-denied",
+                Reason::PermissionDenied,
             ),
         };
-        status
-            .metadata_mut()
-            .insert(ERROR_KEY, MetadataValue::from_static(reason));
-        status
+        reason.label(status)
     }
 
     /// The hash of a presented session secret: `None` when none was presented; a secret
@@ -298,14 +310,10 @@ impl StreamPool {
                     StreamKind::KeepAlive => ("KeepAlive", "keepalive_streams_max"),
                     StreamKind::Observe => ("Observe", "observe_streams_max"),
                 };
-                let mut status = Status::resource_exhausted(format!(
+                Err(Reason::ResourceExhausted.label(Status::resource_exhausted(format!(
                     "this node has {} {what} streams open, its limit ({flag}); retry later or on another node",
                     self.max
-                ));
-                status
-                    .metadata_mut()
-                    .insert(ERROR_KEY, MetadataValue::from_static("resource-exhausted"));
-                Err(status)
+                ))))
             }
         }
     }

@@ -527,7 +527,7 @@ fn label_decoder_errors<B>(
         headers.insert("grpc-status", HeaderValue::from_static("3"));
         headers.insert(
             tenure_proto::ERROR_KEY,
-            HeaderValue::from_static("invalid-argument"),
+            HeaderValue::from_static(tenure_proto::Reason::InvalidArgument.as_str()),
         );
     }
     response
