@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod drift;
 pub mod log;
 pub mod message;
 pub mod node;
