@@ -86,6 +86,10 @@ await run(async (browser) => {
   const leader = await page.locator('#leader').getAttribute('data-leader');
   const term = Number(await page.locator('#leader').getAttribute('data-term'));
   check(leader === expectLeader, `the page shows the leader the cluster elected: node ${leader}`);
+  // The header's leader is what the serving node knows; each row is that member's own
+  // answer, polled on its own: right after an election the two can be a poll apart.
+  await page.waitForFunction((l) => document.querySelector(`#members tr[data-member="${l}"]`)?.dataset.role === 'leader',
+    leader, { timeout: WAIT_MS }).catch(() => {});
   check(await page.locator(`#members tr[data-member="${leader}"]`).getAttribute('data-role') === 'leader',
     `node ${leader}'s own row says leader`);
   check(await page.locator('#members button').count() === 0
