@@ -104,6 +104,122 @@ die() {
   exit 1
 }
 
+# apt-get install PACKAGES (as root, else through sudo) after an `apt-get update`, without
+# recommends. No init system runs here, so the packages' own services are not started.
+apt_install() {
+  local sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "$@" >/dev/null
+}
+
+port_in_use() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# A loopback port that nothing listens on now and that is none of "$@". Another process may
+# still take it before the server binds it: each start retries when its log says so.
+free_port() {
+  local p i
+  for i in $(seq 1 50); do
+    p=$((20000 + RANDOM % 40000))
+    if [[ " $* " != *" $p "* ]] && ! port_in_use "$p"; then
+      echo "$p"
+      return 0
+    fi
+  done
+  die "no free loopback port found in 50 tries"
+}
+
+# Waits until `"$@"` succeeds while process PID lives, up to TRIES × 50 ms. Returns 0 when
+# it succeeded, 1 when the process ended first, 2 when it is still not ready.
+await_ready() {
+  local pid=$1 tries=$2 i
+  shift 2
+  for ((i = 0; i < tries; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 1
+    "$@" && return 0
+    sleep 0.05
+  done
+  return 2
+}
+
+# Once server NAME in DIR serves URL on PORT as process PID: DIR/url and DIR/port are written,
+# with OWNER a watchdog runs `stop-NAME DIR` when OWNER or the server is gone (so a killed test
+# run does not leave it behind), and the URL is printed.
+published() {
+  local name=$1 dir=$2 url=$3 port=$4 owner=$5 pid=$6
+  echo "$url" >"$dir/url"
+  echo "$port" >"$dir/port"
+  if [[ -n $owner ]]; then
+    setsid bash -c '
+      while kill -0 "$1" 2>/dev/null && kill -0 "$3" 2>/dev/null; do sleep 1; done
+      "$0" "stop-$4" "$2"' "$(realpath "$0")" "$owner" "$dir" "$pid" "$name" \
+      </dev/null >/dev/null 2>&1 &
+  fi
+  echo "$url"
+}
+
+# After a start of NAME that failed: returns (so the caller tries another port) when LOG
+# says the port was taken (grep PATTERN), else prints LOG's tail and fails.
+port_taken_or_die() {
+  local name=$1 dir=$2 log=$3 pattern=$4
+  grep -q "$pattern" "$log" 2>/dev/null && return 0
+  tail -n 20 "$log" >&2 || true
+  die "$name failed to start in $dir (log: $log)"
+}
+
+# A server that started but never became ready: stopped, its log's tail printed, and a failure.
+not_ready_die() {
+  local name=$1 dir=$2 pidfile=$3 log=$4
+  stop_pidfile "$pidfile"
+  tail -n 20 "$log" >&2 || true
+  die "$name did not become ready in $dir (log: $log)"
+}
+
+# DIR, made if need be, as an absolute path on stdout; fails when server NAME already runs
+# there (its pid in DIR/PIDFILE is alive).
+server_dir() {
+  local name=$1 dir=$2 pidfile=$3
+  mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || exit 1
+  if [[ -e $dir/$pidfile ]] && kill -0 "$(cat "$dir/$pidfile")" 2>/dev/null; then
+    die "$name already runs in $dir (stop-$name first)"
+  fi
+  echo "$dir"
+}
+
+# Installs NAME from the Debian PACKAGES unless FIND (a function that prints where it is)
+# finds it already; after the install FIND must find it, else the failure says WHAT_FAILED.
+install_with() {
+  local name=$1 find=$2 what_failed=$3 where start=$SECONDS
+  shift 3
+  if where=$("$find"); then
+    echo "$name already installed: $where"
+    return 0
+  fi
+  apt_install "$@"
+  where=$("$find") || die "installed $* but $what_failed"
+  echo "installed $name in $((SECONDS - start))s: $where"
+}
+
+# Stops the process whose pid is in PIDFILE (TERM, then KILL after 5 s) and removes the file;
+# nothing to do when there is no such file.
+stop_pidfile() {
+  local file=$1 pid i
+  [[ -e $file ]] || return 0
+  pid=$(cat "$file")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$file"
+}
+
 # The bin directory of the newest PostgreSQL installed from Debian packages, if any.
 # PG_BINDIR overrides the search (another install, or a test of the not-installed path).
 pg_bindir() {
@@ -131,23 +247,8 @@ as_pg() {
 }
 
 install_postgres() {
-  if bin=$(pg_bindir); then
-    echo "postgresql already installed: $bin"
-    return 0
-  fi
-  local sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  local start=$SECONDS
-  "${sudo[@]}" apt-get update -qq
-  # policy-rc.d / no init system: the package's own cluster is not started, and not needed.
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    postgresql >/dev/null
-  bin=$(pg_bindir) || die "installed postgresql but found no initdb/pg_ctl/postgres under /usr/lib/postgresql/*/bin"
-  echo "installed postgresql in $((SECONDS - start))s: $bin"
-}
-
-port_in_use() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  install_with postgresql pg_bindir "found no initdb/pg_ctl/postgres under /usr/lib/postgresql/*/bin" \
+    postgresql
 }
 
 start_postgres() {
@@ -172,8 +273,7 @@ start_postgres() {
   pg_security "$dir"
   local port attempt
   for attempt in 1 2 3 4 5 6 7 8; do
-    port=$((20000 + RANDOM % 40000))
-    port_in_use "$port" && continue
+    port=$(free_port)
     if as_pg "$bin/pg_ctl" start -w -t 60 -D "$dir/data" -l "$dir/postgres.log" -o \
       "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c synchronous_commit=off$tls_opts" \
       >/dev/null; then
@@ -192,23 +292,12 @@ start_postgres() {
           url="$url?sslmode=require"
         fi
       fi
-      echo "$url" >"$dir/url"
-      echo "$port" >"$dir/port"
-      if [[ -n $owner ]]; then
-        # Stop the server when the owner is gone, whatever way it went.
-        setsid bash -c '
-          while kill -0 "$1" 2>/dev/null && [[ -e $2/data/postmaster.pid ]]; do sleep 1; done
-          "$0" stop-postgres "$2"' "$(realpath "$0")" "$owner" "$dir" \
-          </dev/null >/dev/null 2>&1 &
-      fi
-      echo "$url"
+      # The postmaster's pid is the first line of its pid file.
+      published postgres "$dir" "$url" "$port" "$owner" "$(head -n1 "$dir/data/postmaster.pid")"
       return 0
     fi
     # Lost a race for the port (or worse): the log says which.
-    if ! grep -q "could not bind\|Address already in use" "$dir/postgres.log" 2>/dev/null; then
-      tail -n 20 "$dir/postgres.log" >&2 || true
-      die "postgres failed to start in $dir (log: $dir/postgres.log)"
-    fi
+    port_taken_or_die postgres "$dir" "$dir/postgres.log" "could not bind\|Address already in use"
   done
   die "no free port found for postgres after $attempt attempts"
 }
@@ -280,41 +369,28 @@ install_build_deps() {
   if command -v protoc >/dev/null && [[ -e /usr/include/google/protobuf/descriptor.proto ]]; then
     return 0
   fi
-  local sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    protobuf-compiler libprotobuf-dev >/dev/null
+  apt_install protobuf-compiler libprotobuf-dev
   command -v protoc >/dev/null || die "installed protobuf-compiler but found no protoc on PATH"
 }
 
+# Where etcd, etcdctl and protoc (with the well-known types) are, if all are there.
+etcd_found() {
+  local bin
+  bin=$(etcd_bin) && command -v etcdctl >/dev/null && command -v protoc >/dev/null &&
+    [[ -e /usr/include/google/protobuf/descriptor.proto ]] || return 1
+  echo "$bin; protoc: $(command -v protoc)"
+}
+
 install_etcd() {
-  if etcd_bin >/dev/null && command -v etcdctl >/dev/null && command -v protoc >/dev/null &&
-    [[ -e /usr/include/google/protobuf/descriptor.proto ]]; then
-    echo "etcd already installed: $(etcd_bin); protoc: $(command -v protoc)"
-    return 0
-  fi
-  local sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  local start=$SECONDS
-  "${sudo[@]}" apt-get update -qq
-  # policy-rc.d / no init system: the package's own etcd service is not started, nor needed.
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    etcd-server etcd-client protobuf-compiler libprotobuf-dev >/dev/null
-  etcd_bin >/dev/null || die "installed etcd-server but found no etcd binary on PATH"
-  command -v protoc >/dev/null || die "installed protobuf-compiler but found no protoc on PATH"
-  echo "installed etcd in $((SECONDS - start))s: $(etcd_bin)"
+  install_with etcd etcd_found "found no etcd, etcdctl or protoc on PATH" \
+    etcd-server etcd-client protobuf-compiler libprotobuf-dev
 }
 
 start_etcd() {
   local dir=${1:?usage: start-etcd DIR [PID]} owner=${2:-}
   local bin
   bin=$(etcd_bin) || die "etcd is not installed: run scripts/services.sh install-etcd"
-  mkdir -p "$dir"
-  dir=$(cd "$dir" && pwd)
-  if [[ -e $dir/etcd.pid ]] && kill -0 "$(cat "$dir/etcd.pid")" 2>/dev/null; then
-    die "an etcd already runs in $dir (stop-etcd first)"
-  fi
+  dir=$(server_dir etcd "$dir" etcd.pid) || exit 1
   # TLS on the client port (see the top of this file): the server's flags, and what the
   # script's own curl and etcdctl calls present.
   local client_scheme=http url_scheme=etcd url_query="" tls_flags=() curl_tls=()
@@ -339,13 +415,10 @@ start_etcd() {
   # A test server: the cheapest bcrypt, so that each client's Authenticate costs little.
   local auth_flags=()
   [[ -z ${SVC_PASSWORD:-} ]] || auth_flags=(--bcrypt-cost 4)
-  local port peer attempt pid i
+  local port peer attempt pid ready
   for attempt in 1 2 3 4 5 6 7 8; do
-    port=$((20000 + RANDOM % 40000))
-    peer=$((20000 + RANDOM % 40000))
-    [[ $port != "$peer" ]] || continue
-    port_in_use "$port" && continue
-    port_in_use "$peer" && continue
+    port=$(free_port)
+    peer=$(free_port "$port")
     # etcd takes every ETCD_* variable for a flag; the password stays out of its environment.
     env -u SVC_PASSWORD "$bin" --name tenure-test --data-dir "$dir/data" \
       --listen-client-urls "$client_scheme://127.0.0.1:$port" \
@@ -358,44 +431,31 @@ start_etcd() {
       </dev/null >>"$dir/etcd.log" 2>&1 &
     pid=$!
     echo "$pid" >"$dir/etcd.pid"
-    for i in $(seq 1 200); do
-      kill -0 "$pid" 2>/dev/null || break
-      if port_in_use "$port" && curl -fsS "${curl_tls[@]}" "$client_scheme://127.0.0.1:$port/health" 2>/dev/null | grep -q '"health":"true"'; then
-        local user=""
-        if [[ -n ${SVC_PASSWORD:-} ]]; then
-          etcd_auth "$dir" "$client_scheme://127.0.0.1:$port" || {
-            stop_etcd "$dir"
-            die "could not turn on authentication in etcd (log: $dir/etcd.log)"
-          }
-          user="tenure@"
-        fi
-        local url="$url_scheme://${user}127.0.0.1:$port$url_query"
-        echo "$url" >"$dir/url"
-        echo "$port" >"$dir/port"
-        if [[ -n $owner ]]; then
-          setsid bash -c '
-            while kill -0 "$1" 2>/dev/null && kill -0 "$3" 2>/dev/null; do sleep 1; done
-            "$0" stop-etcd "$2"' "$(realpath "$0")" "$owner" "$dir" "$pid" \
-            </dev/null >/dev/null 2>&1 &
-        fi
-        echo "$url"
-        return 0
+    ready=0
+    await_ready "$pid" 200 etcd_healthy "$client_scheme://127.0.0.1:$port" || ready=$?
+    if ((ready == 0)); then
+      local user=""
+      if [[ -n ${SVC_PASSWORD:-} ]]; then
+        etcd_auth "$dir" "$client_scheme://127.0.0.1:$port" || {
+          stop_etcd "$dir"
+          die "could not turn on authentication in etcd (log: $dir/etcd.log)"
+        }
+        user="tenure@"
       fi
-      sleep 0.05
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid" 2>/dev/null || true
-      tail -n 20 "$dir/etcd.log" >&2 || true
-      die "etcd did not become healthy in $dir (log: $dir/etcd.log)"
+      published etcd "$dir" "$url_scheme://${user}127.0.0.1:$port$url_query" "$port" "$owner" "$pid"
+      return 0
     fi
+    ((ready == 1)) || not_ready_die etcd "$dir" "$dir/etcd.pid" "$dir/etcd.log"
     rm -f "$dir/etcd.pid"
     rm -rf "$dir/data"
-    if ! grep -q "address already in use" "$dir/etcd.log" 2>/dev/null; then
-      tail -n 20 "$dir/etcd.log" >&2 || true
-      die "etcd failed to start in $dir (log: $dir/etcd.log)"
-    fi
+    port_taken_or_die etcd "$dir" "$dir/etcd.log" "address already in use"
   done
   die "no free port found for etcd after $attempt attempts"
+}
+
+# Whether the etcd at ENDPOINT says it is healthy (with the caller's `curl_tls` options).
+etcd_healthy() {
+  curl -fsS "${curl_tls[@]}" "$1/health" 2>/dev/null | grep -q '"health":"true"'
 }
 
 # Turn on etcd's authentication (see SVC_PASSWORD at the top of this file). Passwords go
@@ -421,18 +481,7 @@ etcd_auth() {
 
 stop_etcd() {
   local dir=${1:?usage: stop-etcd DIR}
-  [[ -e $dir/etcd.pid ]] || return 0
-  local pid i
-  pid=$(cat "$dir/etcd.pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for i in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.05
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$dir/etcd.pid"
+  stop_pidfile "$dir/etcd.pid"
 }
 
 zk_jar() {
@@ -442,19 +491,7 @@ zk_jar() {
 }
 
 install_zookeeper() {
-  if jar=$(zk_jar); then
-    echo "zookeeper already installed: $jar; java: $(command -v java)"
-    return 0
-  fi
-  local sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-  local start=$SECONDS
-  "${sudo[@]}" apt-get update -qq
-  # policy-rc.d / no init system: the package's own service is not started, nor needed.
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    zookeeper >/dev/null
-  jar=$(zk_jar) || die "installed zookeeper but found no zookeeper.jar or no java on PATH"
-  echo "installed zookeeper in $((SECONDS - start))s: $jar"
+  install_with zookeeper zk_jar "found no zookeeper.jar or no java on PATH" zookeeper
 }
 
 # Whether the ZooKeeper server on PORT serves requests: its `srvr` answer names its mode
@@ -474,19 +511,15 @@ start_zookeeper() {
   local dir=${1:?usage: start-zookeeper DIR [PID]} owner=${2:-}
   local jar
   jar=$(zk_jar) || die "ZooKeeper is not installed: run scripts/services.sh install-zookeeper"
+  dir=$(server_dir zookeeper "$dir" zookeeper.pid) || exit 1
   mkdir -p "$dir/data"
-  dir=$(cd "$dir" && pwd)
-  if [[ -e $dir/zookeeper.pid ]] && kill -0 "$(cat "$dir/zookeeper.pid")" 2>/dev/null; then
-    die "a zookeeper already runs in $dir (stop-zookeeper first)"
-  fi
   # The package's jar names its dependencies in its manifest, but no SLF4J binding: add the
   # simple one (to stderr, so to the log) when it is there, else the server logs nothing.
   local cp=$jar
   [[ ! -r /usr/share/java/slf4j-simple.jar ]] || cp=$cp:/usr/share/java/slf4j-simple.jar
-  local port attempt pid i
+  local port attempt pid ready
   for attempt in 1 2 3 4 5 6 7 8; do
-    port=$((20000 + RANDOM % 40000))
-    port_in_use "$port" && continue
+    port=$(free_port)
     cat >"$dir/zoo.cfg" <<CFG
 tickTime=200
 minSessionTimeout=400
@@ -503,51 +536,22 @@ CFG
       "$dir/zoo.cfg" </dev/null >>"$dir/zookeeper.log" 2>&1 &
     pid=$!
     echo "$pid" >"$dir/zookeeper.pid"
-    for i in $(seq 1 400); do
-      kill -0 "$pid" 2>/dev/null || break
-      if zk_ok "$port"; then
-        local url="zk://127.0.0.1:$port"
-        echo "$url" >"$dir/url"
-        echo "$port" >"$dir/port"
-        if [[ -n $owner ]]; then
-          setsid bash -c '
-            while kill -0 "$1" 2>/dev/null && kill -0 "$3" 2>/dev/null; do sleep 1; done
-            "$0" stop-zookeeper "$2"' "$(realpath "$0")" "$owner" "$dir" "$pid" \
-            </dev/null >/dev/null 2>&1 &
-        fi
-        echo "$url"
-        return 0
-      fi
-      sleep 0.05
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid" 2>/dev/null || true
-      tail -n 20 "$dir/zookeeper.log" >&2 || true
-      die "zookeeper did not start serving in $dir (log: $dir/zookeeper.log)"
+    ready=0
+    await_ready "$pid" 400 zk_ok "$port" || ready=$?
+    if ((ready == 0)); then
+      published zookeeper "$dir" "zk://127.0.0.1:$port" "$port" "$owner" "$pid"
+      return 0
     fi
+    ((ready == 1)) || not_ready_die zookeeper "$dir" "$dir/zookeeper.pid" "$dir/zookeeper.log"
     rm -f "$dir/zookeeper.pid"
-    if ! grep -q "Address already in use" "$dir/zookeeper.log" 2>/dev/null; then
-      tail -n 20 "$dir/zookeeper.log" >&2 || true
-      die "zookeeper failed to start in $dir (log: $dir/zookeeper.log)"
-    fi
+    port_taken_or_die zookeeper "$dir" "$dir/zookeeper.log" "Address already in use"
   done
   die "no free port found for zookeeper after $attempt attempts"
 }
 
 stop_zookeeper() {
   local dir=${1:?usage: stop-zookeeper DIR}
-  [[ -e $dir/zookeeper.pid ]] || return 0
-  local pid i
-  pid=$(cat "$dir/zookeeper.pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for i in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.05
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$dir/zookeeper.pid"
+  stop_pidfile "$dir/zookeeper.pid"
 }
 
 install_promtool() {
@@ -572,23 +576,15 @@ install_promtool() {
 }
 
 install_browser() {
-  local sudo=()
-  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
   local start=$SECONDS
   if [[ -x /usr/bin/chromium ]]; then
     echo "chromium already installed: $(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"
   else
-    "${sudo[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-      chromium >/dev/null
+    apt_install chromium
     [[ -x /usr/bin/chromium ]] || die "installed chromium but found no /usr/bin/chromium"
     echo "installed chromium in $((SECONDS - start))s"
   fi
-  command -v npm >/dev/null || {
-    "${sudo[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-      nodejs npm >/dev/null
-  }
+  command -v npm >/dev/null || apt_install nodejs npm
   local dir
   dir="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
   if [[ -e $dir/node_modules/.package-lock.json &&
