@@ -188,9 +188,11 @@ fence_contract!(Sqlite);
 
 #[test]
 fn errors_map_into_the_crate_error() {
-    let e: tenure::Error = FenceError::StaleToken { current: 43 }.into();
+    let stale: FenceError = FenceError::StaleToken { current: 43 };
+    let e: tenure::Error = stale.into();
     assert_eq!(e, tenure::Error::StaleToken { current: 43 });
-    let e: tenure::Error = FenceError::TokenOutOfRange { token: u64::MAX }.into();
+    let range: FenceError = FenceError::TokenOutOfRange { token: u64::MAX };
+    let e: tenure::Error = range.into();
     assert!(matches!(e, tenure::Error::InvalidArgument(_)), "{e:?}");
     let e: tenure::Error = FenceError::Store(rusqlite::Error::QueryReturnedNoRows).into();
     assert!(matches!(e, tenure::Error::Backend(_)), "{e:?}");

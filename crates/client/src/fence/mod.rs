@@ -79,10 +79,12 @@
 pub mod postgres;
 pub mod sqlite;
 
-/// Why a fenced write was not done.
+/// Why a fenced write was not done. `E` is the store's own error type: [`rusqlite::Error`]
+/// by default (so `FenceError` is SQLite's), [`::postgres::Error`] for
+/// [`postgres::PgFenceError`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum FenceError {
+pub enum FenceError<E = rusqlite::Error> {
     /// The token is below the highest one the store accepted for this resource: the writer
     /// was replaced as leader. Nothing was written.
     #[error("stale token: the highest accepted token is {current}")]
@@ -90,27 +92,77 @@ pub enum FenceError {
         /// The store's high-water mark for the resource.
         current: u64,
     },
-    /// The token does not fit the store's integer type (SQL `INTEGER`, at most `i64::MAX`).
+    /// The token does not fit the store's integer type (SQL `INTEGER` or `BIGINT`, at most
+    /// `i64::MAX`).
     #[error("token {token} is out of the store's range (at most {})", i64::MAX)]
     TokenOutOfRange {
         /// The token given.
         token: u64,
     },
-    /// The store failed (locked too long, IO, bad SQL in the application's write, ...).
-    /// Nothing was committed.
+    /// The store failed (locked too long, connection lost, serialization failure, bad SQL in
+    /// the application's write, ...). Nothing was committed.
     #[error("store error: {0}")]
-    Store(#[from] rusqlite::Error),
+    Store(#[from] E),
 }
 
-impl From<FenceError> for crate::Error {
+impl<E: std::error::Error> From<FenceError<E>> for crate::Error {
     /// [`FenceError::StaleToken`] becomes [`crate::Error::StaleToken`], the same answer the
     /// cluster's fenced keys give; an out-of-range token is an invalid argument; store
     /// failures become [`crate::Error::Backend`].
-    fn from(e: FenceError) -> crate::Error {
+    fn from(e: FenceError<E>) -> crate::Error {
         match e {
             FenceError::StaleToken { current } => crate::Error::StaleToken { current },
             FenceError::TokenOutOfRange { .. } => crate::Error::InvalidArgument(e.to_string()),
             FenceError::Store(_) => crate::Error::Backend(e.to_string()),
         }
+    }
+}
+
+/// A token as the stores keep it (SQL `INTEGER`/`BIGINT`), or
+/// [`FenceError::TokenOutOfRange`].
+fn to_sql<E>(token: u64) -> Result<i64, FenceError<E>> {
+    i64::try_from(token).map_err(|_| FenceError::TokenOutOfRange { token })
+}
+
+/// A store's transaction `T` fenced by a token: the resource's mark equals the token, and no
+/// other fenced transaction on the resource can proceed, until it ends. Derefs to `T` for
+/// the application's writes; rolls back when dropped without `commit` (each store's module
+/// has `commit` and `rollback` for its transaction type, and names this type `FencedTx`).
+pub struct Fenced<T> {
+    tx: T,
+    token: u64,
+}
+
+impl<T> Fenced<T> {
+    /// The token this transaction is fenced by.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The underlying transaction (also reachable through `Deref`/`DerefMut`).
+    pub fn transaction(&mut self) -> &mut T {
+        &mut self.tx
+    }
+}
+
+impl<T> std::fmt::Debug for Fenced<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedTx")
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> std::ops::Deref for Fenced<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.tx
+    }
+}
+
+impl<T> std::ops::DerefMut for Fenced<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.tx
     }
 }

@@ -79,11 +79,11 @@
 //! call these helpers from [`tokio::task::spawn_blocking`], or run the same SQL through
 //! `tokio-postgres`.
 
-use std::ops::{Deref, DerefMut};
-
 use ::postgres::error::SqlState;
 use ::postgres::types::ToSql;
 use ::postgres::{Client, GenericClient, Transaction};
+
+use super::{to_sql, FenceError, Fenced};
 
 /// Creates the fence table (idempotent).
 pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS tenure_fence (
@@ -102,55 +102,20 @@ pub const RAISE: &str = "INSERT INTO tenure_fence(resource, token) VALUES ($1, $
 /// Reads the resource's mark. Parameter: `$1` resource.
 pub const CURRENT: &str = "SELECT token FROM tenure_fence WHERE resource = $1";
 
-/// Why a fenced write to PostgreSQL was not done.
-///
-/// Its variants mirror [`FenceError`](super::FenceError)'s; it converts into
-/// [`crate::Error`] the same way.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PgFenceError {
-    /// The token is below the highest one the store accepted for this resource: the writer
-    /// was replaced as leader. Nothing was written.
-    #[error("stale token: the highest accepted token is {current}")]
-    StaleToken {
-        /// The store's high-water mark for the resource.
-        current: u64,
-    },
-    /// The token does not fit the store's integer type (`BIGINT`, at most `i64::MAX`).
-    #[error("token {token} is out of the store's range (at most {})", i64::MAX)]
-    TokenOutOfRange {
-        /// The token given.
-        token: u64,
-    },
-    /// The store failed (connection lost, lock or statement timeout, serialization
-    /// failure, deadlock, bad SQL in the application's write, ...). Nothing was committed.
-    #[error("store error: {0}")]
-    Store(#[from] ::postgres::Error),
-}
+/// Why a fenced write to PostgreSQL was not done: [`FenceError`] over
+/// [`::postgres::Error`]; it converts into [`crate::Error`] the same way.
+pub type PgFenceError = FenceError<::postgres::Error>;
 
-impl PgFenceError {
+impl FenceError<::postgres::Error> {
     /// Whether running the whole transaction again may succeed: PostgreSQL aborted it for a
     /// serialization failure or a deadlock. (A stale token never becomes fresh again.)
     pub fn is_retryable(&self) -> bool {
         match self {
-            PgFenceError::Store(e) => matches!(
+            FenceError::Store(e) => matches!(
                 e.code(),
                 Some(&SqlState::T_R_SERIALIZATION_FAILURE) | Some(&SqlState::T_R_DEADLOCK_DETECTED)
             ),
             _ => false,
-        }
-    }
-}
-
-impl From<PgFenceError> for crate::Error {
-    /// [`PgFenceError::StaleToken`] becomes [`crate::Error::StaleToken`], the same answer the
-    /// cluster's fenced keys give; an out-of-range token is an invalid argument; store
-    /// failures become [`crate::Error::Backend`].
-    fn from(e: PgFenceError) -> crate::Error {
-        match e {
-            PgFenceError::StaleToken { current } => crate::Error::StaleToken { current },
-            PgFenceError::TokenOutOfRange { .. } => crate::Error::InvalidArgument(e.to_string()),
-            PgFenceError::Store(_) => crate::Error::Backend(e.to_string()),
         }
     }
 }
@@ -181,7 +146,7 @@ pub fn current(
 }
 
 /// Open a transaction on `client` and fence it: raise `resource`'s mark to `token`, or fail
-/// with [`PgFenceError::StaleToken`] (and roll back) if the mark is higher.
+/// with [`FenceError::StaleToken`] (and roll back) if the mark is higher.
 ///
 /// Do the writes that `token` protects in the returned transaction (it derefs to a
 /// [`postgres::Transaction`]) and [`FencedTx::commit`] it;
@@ -195,7 +160,7 @@ pub fn begin<'c>(
     let sql_token = to_sql(token)?;
     let mut tx = client.transaction()?;
     raise(&mut tx, resource, sql_token)?;
-    Ok(FencedTx { tx, token })
+    Ok(Fenced { tx, token })
 }
 
 /// Run one write (`sql` with `params`) fenced by `token` on `resource`, in one transaction
@@ -216,7 +181,7 @@ pub fn execute_fenced(
 }
 
 /// Fence a transaction the application opened itself: raise `resource`'s mark to `token`
-/// or fail with [`PgFenceError::StaleToken`]. On failure, roll the transaction back
+/// or fail with [`FenceError::StaleToken`]. On failure, roll the transaction back
 /// (dropping it does). Raise before the writes it protects.
 pub fn fence_in(tx: &mut Transaction<'_>, resource: &str, token: u64) -> Result<(), PgFenceError> {
     let sql_token = to_sql(token)?;
@@ -231,38 +196,22 @@ fn raise(tx: &mut Transaction<'_>, resource: &str, sql_token: i64) -> Result<(),
     // above our token.
     let current: i64 = tx.query_one(CURRENT, &[&resource])?.try_get(0)?;
     debug_assert!(current > sql_token);
-    Err(PgFenceError::StaleToken {
+    Err(FenceError::StaleToken {
         current: to_token(current)?,
     })
 }
 
-fn to_sql(token: u64) -> Result<i64, PgFenceError> {
-    i64::try_from(token).map_err(|_| PgFenceError::TokenOutOfRange { token })
-}
-
 fn to_token(mark: i64) -> Result<u64, PgFenceError> {
     // The table's CHECK keeps marks non-negative; unreachable unless someone altered it.
-    u64::try_from(mark).map_err(|_| PgFenceError::TokenOutOfRange { token: mark as u64 })
+    u64::try_from(mark).map_err(|_| FenceError::TokenOutOfRange { token: mark as u64 })
 }
 
-/// A transaction fenced by a token: the resource's mark equals the token, and no other
-/// fenced transaction on the resource can proceed, until it ends. Derefs to the
-/// [`postgres::Transaction`] for the application's writes; rolls
-/// back when dropped without [`FencedTx::commit`].
-pub struct FencedTx<'c> {
-    tx: Transaction<'c>,
-    token: u64,
-}
+/// A PostgreSQL transaction fenced by a token (see [`Fenced`]). Derefs to the
+/// [`postgres::Transaction`] for the application's writes; rolls back when dropped without
+/// [`Fenced::commit`].
+pub type FencedTx<'c> = Fenced<Transaction<'c>>;
 
-impl std::fmt::Debug for FencedTx<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FencedTx")
-            .field("token", &self.token)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'c> FencedTx<'c> {
+impl Fenced<Transaction<'_>> {
     /// Commit the application's writes together with the raised mark.
     pub fn commit(self) -> Result<(), PgFenceError> {
         self.tx.commit()?;
@@ -273,29 +222,5 @@ impl<'c> FencedTx<'c> {
     pub fn rollback(self) -> Result<(), PgFenceError> {
         self.tx.rollback()?;
         Ok(())
-    }
-
-    /// The token this transaction is fenced by.
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// The underlying transaction (also reachable through `DerefMut`).
-    pub fn transaction(&mut self) -> &mut Transaction<'c> {
-        &mut self.tx
-    }
-}
-
-impl<'c> Deref for FencedTx<'c> {
-    type Target = Transaction<'c>;
-
-    fn deref(&self) -> &Transaction<'c> {
-        &self.tx
-    }
-}
-
-impl<'c> DerefMut for FencedTx<'c> {
-    fn deref_mut(&mut self) -> &mut Transaction<'c> {
-        &mut self.tx
     }
 }

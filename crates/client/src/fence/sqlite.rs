@@ -34,11 +34,9 @@
 //! (`PRAGMA journal_mode = WAL`) and a busy timeout (rusqlite sets 5 s by default), since
 //! fenced transactions wait for SQLite's write lock.
 
-use std::ops::{Deref, DerefMut};
-
 use rusqlite::{Connection, OptionalExtension as _, Params, Transaction, TransactionBehavior};
 
-use super::FenceError;
+use super::{to_sql, FenceError, Fenced};
 
 /// Creates the fence table (idempotent).
 pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS tenure_fence (
@@ -83,7 +81,7 @@ pub fn begin<'c>(
     let sql_token = to_sql(token)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     raise(&tx, resource, token, sql_token)?;
-    Ok(FencedTx { tx, token })
+    Ok(Fenced { tx, token })
 }
 
 /// Run one write (`sql` with `params`) fenced by `token` on `resource`, in one `IMMEDIATE`
@@ -128,25 +126,17 @@ fn raise(conn: &Connection, resource: &str, token: u64, sql_token: i64) -> Resul
     }
 }
 
-fn to_sql(token: u64) -> Result<i64, FenceError> {
-    i64::try_from(token).map_err(|_| FenceError::TokenOutOfRange { token })
-}
-
 fn to_token(mark: i64) -> Result<u64, FenceError> {
     u64::try_from(mark)
         .map_err(|_| FenceError::Store(rusqlite::Error::IntegralValueOutOfRange(0, mark)))
 }
 
-/// A transaction fenced by a token: the resource's mark equals the token until it ends.
-/// Derefs to the [`rusqlite::Transaction`] for the application's writes; rolls back when
-/// dropped without [`FencedTx::commit`].
-#[derive(Debug)]
-pub struct FencedTx<'c> {
-    tx: Transaction<'c>,
-    token: u64,
-}
+/// A SQLite transaction fenced by a token (see [`Fenced`]): the resource's mark equals the
+/// token until it ends. Derefs to the [`rusqlite::Transaction`] for the application's writes;
+/// rolls back when dropped without [`Fenced::commit`].
+pub type FencedTx<'c> = Fenced<Transaction<'c>>;
 
-impl<'c> FencedTx<'c> {
+impl Fenced<Transaction<'_>> {
     /// Commit the application's writes together with the raised mark.
     pub fn commit(self) -> Result<(), FenceError> {
         self.tx.commit()?;
@@ -157,29 +147,5 @@ impl<'c> FencedTx<'c> {
     pub fn rollback(self) -> Result<(), FenceError> {
         self.tx.rollback()?;
         Ok(())
-    }
-
-    /// The token this transaction is fenced by.
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// The underlying transaction (also reachable through `Deref`).
-    pub fn transaction(&self) -> &Transaction<'c> {
-        &self.tx
-    }
-}
-
-impl<'c> Deref for FencedTx<'c> {
-    type Target = Transaction<'c>;
-
-    fn deref(&self) -> &Transaction<'c> {
-        &self.tx
-    }
-}
-
-impl<'c> DerefMut for FencedTx<'c> {
-    fn deref_mut(&mut self) -> &mut Transaction<'c> {
-        &mut self.tx
     }
 }
