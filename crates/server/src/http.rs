@@ -76,6 +76,15 @@ impl HttpState {
         })
     }
 
+    /// Whether the client may read this node's metrics and state ([`Action::Metrics`]).
+    pub(crate) fn authorize_reader(
+        &self,
+        peer: &HttpPeer,
+        headers: &HeaderMap,
+    ) -> Result<(), Box<Response>> {
+        self.authorize(peer, headers, Action::Metrics)
+    }
+
     /// Whether the client presented the certificate of a node of this cluster (one this
     /// node is configured with or has as a member): a member's dashboard asking for this
     /// node's `/status`. Nodes already trust each other with the whole log.
@@ -150,14 +159,31 @@ pub fn router(
         .with_state(state)
 }
 
-async fn metrics(
-    State(s): State<HttpState>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
-        return *refused;
+/// A request from a client that may read this node's metrics and state
+/// ([`Action::Metrics`]). As an extractor it refuses everyone else (401 without credentials
+/// that prove who they are, 403 when who they are may not) before the handler runs, so a
+/// read-only handler cannot forget the check.
+pub(crate) struct Reader;
+
+impl axum::extract::FromRequestParts<HttpState> for Reader {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        s: &HttpState,
+    ) -> Result<Reader, Response> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<HttpPeer>>()
+            .map(|c| c.0.clone())
+            .unwrap_or_default();
+        s.authorize_reader(&peer, &parts.headers)
+            .map(|()| Reader)
+            .map_err(|refused| *refused)
     }
+}
+
+async fn metrics(_: Reader, State(s): State<HttpState>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4")],
         s.driver.metrics.render(),

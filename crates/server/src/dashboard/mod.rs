@@ -39,7 +39,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use serde::{Deserialize, Serialize};
 use tenure_core::types::NodeId;
@@ -48,7 +48,7 @@ use tokio_stream::StreamExt as _;
 use crate::auth::Action;
 use crate::config::NodeAddrs;
 use crate::driver::{ApiError, ClientRequest, ListRequest, Listing};
-use crate::http::{HttpPeer, HttpState};
+use crate::http::{HttpPeer, HttpState, Reader};
 
 pub use journal::{EventRecord, Journal};
 
@@ -102,9 +102,15 @@ impl Dashboard {
 /// The dashboard's routes, served on the HTTP port with its state.
 pub fn routes() -> Router<HttpState> {
     Router::new()
-        .route("/", get(index))
-        .route("/dashboard.js", get(script))
-        .route("/dashboard.css", get(style))
+        .route("/", asset("text/html; charset=utf-8", INDEX_HTML))
+        .route(
+            "/dashboard.js",
+            asset("text/javascript; charset=utf-8", DASHBOARD_JS),
+        )
+        .route(
+            "/dashboard.css",
+            asset("text/css; charset=utf-8", DASHBOARD_CSS),
+        )
         .route("/api/cluster", get(cluster))
         .route("/api/events", get(events))
         .route("/api/series", get(series_json))
@@ -112,50 +118,20 @@ pub fn routes() -> Router<HttpState> {
         .route("/api/remove-member", post(remove_member))
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    (
-        [
-            ("content-type", content_type),
-            ("content-security-policy", CONTENT_SECURITY_POLICY),
-            ("x-content-type-options", "nosniff"),
-            ("cache-control", "no-store"),
-        ],
-        body,
-    )
-        .into_response()
-}
-
-async fn index(
-    State(s): State<HttpState>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-) -> Response {
-    match s.authorize(&peer, &headers, Action::Metrics) {
-        Ok(()) => asset("text/html; charset=utf-8", INDEX_HTML),
-        Err(refused) => *refused,
-    }
-}
-
-async fn script(
-    State(s): State<HttpState>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-) -> Response {
-    match s.authorize(&peer, &headers, Action::Metrics) {
-        Ok(()) => asset("text/javascript; charset=utf-8", DASHBOARD_JS),
-        Err(refused) => *refused,
-    }
-}
-
-async fn style(
-    State(s): State<HttpState>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-) -> Response {
-    match s.authorize(&peer, &headers, Action::Metrics) {
-        Ok(()) => asset("text/css; charset=utf-8", DASHBOARD_CSS),
-        Err(refused) => *refused,
-    }
+/// The route of one embedded asset, served to whoever may read the dashboard.
+fn asset(content_type: &'static str, body: &'static str) -> MethodRouter<HttpState> {
+    get(move |_: Reader| async move {
+        (
+            [
+                ("content-type", content_type),
+                ("content-security-policy", CONTENT_SECURITY_POLICY),
+                ("x-content-type-options", "nosniff"),
+                ("cache-control", "no-store"),
+            ],
+            body,
+        )
+            .into_response()
+    })
 }
 
 /// Who is looking at the page.
@@ -301,13 +277,11 @@ pub(crate) fn member_addrs(s: &HttpState, id: NodeId) -> Option<NodeAddrs> {
 }
 
 async fn cluster(
+    _: Reader,
     State(s): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
-        return *refused;
-    }
     let authorization = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -522,15 +496,7 @@ fn viewer(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Viewer {
     }
 }
 
-async fn events(
-    State(s): State<HttpState>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
-        return *refused;
-    }
+async fn events(_: Reader, State(s): State<HttpState>, headers: HeaderMap, uri: Uri) -> Response {
     // A browser that reconnects says what it saw last; a page may also ask by query.
     let after = headers
         .get("last-event-id")
@@ -594,14 +560,7 @@ struct SeriesJson {
     samples: Vec<series::Sample>,
 }
 
-async fn series_json(
-    State(s): State<HttpState>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(refused) = s.authorize(&peer, &headers, Action::Metrics) {
-        return *refused;
-    }
+async fn series_json(_: Reader, State(s): State<HttpState>) -> Response {
     axum::Json(SeriesJson {
         interval_ms: series::SAMPLE_INTERVAL.as_millis() as u64,
         samples: s.dashboard.series.samples(),
