@@ -332,7 +332,7 @@ async fn cluster(
         },
         timeout,
     );
-    let (answers, (elections, sessions)) = tokio::join!(join_all(fetches), async {
+    let (answers, (elections, sessions)) = tokio::join!(futures_util::future::join_all(fetches), async {
         tokio::join!(elections, sessions)
     });
     let elections = election_rows(elections);
@@ -434,32 +434,6 @@ fn session_rows(listing: Result<Listing, ApiError>, tick_ms: u64) -> Rows<Sessio
         Ok(other) => Rows::failed(format!("the driver answered with {other:?}")),
         Err(e) => Rows::failed(format!("cannot list sessions: {e}")),
     }
-}
-
-/// Runs every future at once on this task and collects their outputs in order.
-async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (fut, slot) in pinned.iter_mut().zip(out.iter_mut()) {
-            if slot.is_none() {
-                match fut.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => *slot = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter()
-        .map(|v| v.expect("every future finished"))
-        .collect()
 }
 
 /// Who the viewer is and whether the admin actions are open to them; asking does not
