@@ -442,33 +442,21 @@ pub async fn run(
         let _ = http_stop.wait_for(|s| *s).await;
     };
     let http_task = match &node_tls {
-        None => {
-            let listener = conn::ChannelListener::gated(listeners.http, http_gate)?;
-            tokio::spawn(async move {
-                axum::serve(
-                    listener,
-                    router.into_make_service_with_connect_info::<http::HttpPeer>(),
-                )
-                .with_graceful_shutdown(http_stopped)
-                .await
-            })
-        }
-        Some(node_tls) => {
-            let listener = tls::https_listener(
+        None => serve_http(
+            conn::ChannelListener::gated(listeners.http, http_gate)?,
+            router,
+            http_stopped,
+        ),
+        Some(node_tls) => serve_http(
+            tls::https_listener(
                 listeners.http,
                 http_gate,
                 node_tls.http_acceptor()?,
                 Duration::from_millis(config.handshake_timeout_ms),
-            )?;
-            tokio::spawn(async move {
-                axum::serve(
-                    listener,
-                    router.into_make_service_with_connect_info::<http::HttpPeer>(),
-                )
-                .with_graceful_shutdown(http_stopped)
-                .await
-            })
-        }
+            )?,
+            router,
+            http_stopped,
+        ),
     };
     tracing::info!(
         node = config.id,
@@ -510,6 +498,29 @@ pub async fn run(
         Ok(Err(e)) => Err(ServerError::Driver(e.to_string())),
         Err(_) => Err(ServerError::Driver("the driver thread panicked".into())),
     }
+}
+
+/// The HTTP port's server on `listener` (plaintext or TLS), until `stopped`; each request
+/// knows its client's certificate (if any) as an [`http::HttpPeer`].
+fn serve_http<Io>(
+    listener: conn::ChannelListener<Io>,
+    router: axum::Router,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<std::io::Result<()>>
+where
+    Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    http::HttpPeer: for<'a> axum::extract::connect_info::Connected<
+        axum::serve::IncomingStream<'a, conn::ChannelListener<Io>>,
+    >,
+{
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<http::HttpPeer>(),
+        )
+        .with_graceful_shutdown(stopped)
+        .await
+    })
 }
 
 /// A request that tonic's decoder refuses (over `message_bytes_max`) never reaches our
