@@ -21,6 +21,7 @@ use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::elections_client::ElectionsClient;
 use tenure_proto::v1::fenced_keys_client::FencedKeysClient;
 use tenure_proto::v1::sessions_client::SessionsClient;
+use tenure_proto::Reason;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
@@ -684,11 +685,13 @@ impl Nodes {
                 Ok(Err(s)) => s,
                 Err(_) => bail!("no answer within {budget:?}"),
             };
-            let reason = status
-                .metadata()
-                .get(tenure_proto::ERROR_KEY)
-                .and_then(|v| v.to_str().ok());
-            let retry = matches!(reason, None | Some("not-leader") | Some("unavailable"));
+            // Retry where another node may answer: not the leader, no leader yet, or no
+            // answer at all (a status without a label: transport errors, a node that is
+            // down). A label this version does not know is an answer, as the others are.
+            let retry = match Reason::of(&status) {
+                Some(r) => matches!(r, Reason::NotLeader | Reason::Unavailable),
+                None => status.metadata().get(tenure_proto::ERROR_KEY).is_none(),
+            };
             if !retry || Instant::now() >= deadline {
                 bail!("{}: {}", self.nodes[i].0, status);
             }

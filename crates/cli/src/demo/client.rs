@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use tenure_proto::v1;
 use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::fenced_keys_client::FencedKeysClient;
-use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY};
+use tenure_proto::{Reason, CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
@@ -24,9 +24,16 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// TCP connect timeout per channel.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The machine-readable reason of a tenure error (`tenure-error`), if any.
-pub fn reason(s: &Status) -> Option<&str> {
-    s.metadata().get(ERROR_KEY).and_then(|v| v.to_str().ok())
+/// The machine-readable reason of a tenure error (`tenure-error`), if it is one this
+/// version knows.
+pub fn reason(s: &Status) -> Option<Reason> {
+    Reason::of(s)
+}
+
+/// Whether a status carries a `tenure-error` label at all (known or not): an answer from
+/// the application rather than from the transport.
+fn labelled(s: &Status) -> bool {
+    s.metadata().get(ERROR_KEY).is_some()
 }
 
 /// The highest accepted token carried by a `stale-token` error.
@@ -111,7 +118,7 @@ impl Nodes {
     /// node when `i` did not answer. Returns whether the request is worth retrying.
     pub fn note_failure(&self, i: usize, s: &Status) -> bool {
         match reason(s) {
-            Some("not-leader") => {
+            Some(Reason::NotLeader) => {
                 let hinted = s
                     .metadata()
                     .get(LEADER_ADDR_KEY)
@@ -124,8 +131,10 @@ impl Nodes {
                 true
             }
             // No leader yet, a transfer, an overload: the same node will know more soon.
-            Some("unavailable") => true,
+            Some(Reason::Unavailable) => true,
             Some(_) => false,
+            // A label this version does not know is still the application's answer.
+            None if labelled(s) => false,
             // Transport errors and timeouts carry no reason: the node is gone or stuck.
             None => {
                 self.advance(i);

@@ -24,6 +24,7 @@ use tenure_proto::v1;
 use tenure_proto::v1::elections_client::ElectionsClient;
 use tenure_proto::v1::fenced_keys_client::FencedKeysClient;
 use tenure_proto::v1::sessions_client::SessionsClient;
+use tenure_proto::Reason;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -373,7 +374,7 @@ impl Worker {
                 Ok(r) => return Ok(r.into_inner().token),
                 Err(e) => {
                     log!(self, "campaign at {}: {}", self.nodes.addr(i), describe(&e));
-                    if reason(&e) == Some("unknown-session") {
+                    if reason(&e) == Some(Reason::UnknownSession) {
                         return Err(true);
                     }
                     if !self.nodes.note_failure(i, &e) {
@@ -479,7 +480,7 @@ impl Worker {
                 ("report", report.to_string()),
                 ("token", token.to_string()),
                 ("current", current),
-                ("reason", "stale-token".into()),
+                ("reason", Reason::StaleToken.to_string()),
             ],
         );
     }
@@ -511,16 +512,16 @@ impl Worker {
             last = describe(&e);
             match reason(&e) {
                 // The key holds a newer token, or the election has a newer leader.
-                Some("stale-token") | Some("token-superseded") => {
+                Some(Reason::StaleToken) | Some(Reason::TokenSuperseded) => {
                     return PutOutcome::Stale {
                         current: current_token(&e),
                     }
                 }
                 // Refused before it was proposed (or its entry was replaced): nothing written.
-                Some("not-leader") => {
+                Some(Reason::NotLeader) => {
                     self.nodes.note_failure(i, &e);
                 }
-                Some("unavailable") | None => {
+                Some(Reason::Unavailable) | None => {
                     self.nodes.note_failure(i, &e);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     match self.nodes.get(&self.args.key, REQUEST_BUDGET).await {
@@ -591,13 +592,13 @@ async fn keepalive_loop(
                     nodes.addr(i),
                     describe(&e)
                 ));
-                if reason(&e) == Some("unknown-session") {
+                if reason(&e) == Some(Reason::UnknownSession) {
                     let _ = lost.send(true);
                     emit(
                         "session-lost",
                         &[
                             ("session", session.to_string()),
-                            ("reason", "unknown-session".into()),
+                            ("reason", Reason::UnknownSession.to_string()),
                         ],
                     );
                     return;
@@ -676,9 +677,9 @@ async fn keepalive_loop(
                     }
                     Err(e) => {
                         log(format!("keepalive at {}: {}", nodes.addr(i), describe(&e)));
-                        if reason(&e) == Some("unknown-session") {
+                        if reason(&e) == Some(Reason::UnknownSession) {
                             let _ = lost.send(true);
-                            emit("session-lost", &[("session", session.to_string()), ("reason", "unknown-session".into())]);
+                            emit("session-lost", &[("session", session.to_string()), ("reason", Reason::UnknownSession.to_string())]);
                             return;
                         }
                         nodes.note_failure(i, &e);
