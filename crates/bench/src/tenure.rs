@@ -28,7 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::system::{
-    client_tls, free_ports, issue_certs, poll, Cluster, Env, Proc, Profile, ReadKind, Reader,
+    client_tls, free_ports, http, issue_certs, poll, Cluster, Env, Proc, Profile, ReadKind, Reader,
     System, Writer, READ_VALUE_BYTES, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
 };
 
@@ -509,6 +509,27 @@ impl Cluster for TenureCluster {
             channel: ch,
             ids,
         }))
+    }
+
+    async fn metrics(&self, i: usize) -> anyhow::Result<Option<String>> {
+        // With TLS the HTTP port asks for a client certificate; the plaintext run of the
+        // same disk reads them.
+        if self.tls.is_some() {
+            return Ok(None);
+        }
+        let (code, body) = http(
+            self.addrs[i][2],
+            "GET",
+            "/metrics",
+            "",
+            Duration::from_secs(5),
+        )
+        .await
+        .with_context(|| format!("GET /metrics on node {i}"))?;
+        if code != 200 {
+            bail!("GET /metrics on node {i}: HTTP {code}");
+        }
+        Ok(Some(body))
     }
 
     async fn reader(&self, kind: ReadKind, at: usize) -> anyhow::Result<Box<dyn Reader>> {

@@ -12,7 +12,6 @@ mod certs;
 mod demo;
 mod diagnose;
 mod elect;
-mod measure;
 mod nemesis;
 mod ops;
 mod output;
@@ -49,8 +48,6 @@ enum Cmd {
     Bench(tenure_bench::BenchArgs),
     /// Drive a local cluster of real servers through seeded faults and check the history.
     Nemesis(nemesis::NemesisArgs),
-    /// Measure failover (leader crash or pause) and durable write latency on a local cluster.
-    Measure(measure::MeasureArgs),
     /// Check timing against the rules; estimate failover, renewal traffic, false-failover risk.
     ///
     /// Inputs from flags, a TOML file (--config) or a running node (--from URL of its HTTP
@@ -174,7 +171,6 @@ fn main() -> ExitCode {
         Cmd::Certs(args) => certs::run(args),
         Cmd::Token(args) => certs::token(args),
         Cmd::Demo(args) => demo::run(args),
-        Cmd::Measure(args) => measure::run(args),
         Cmd::Plan(args) => plan::run(*args),
         Cmd::Nemesis(args) => nemesis::run(args),
         Cmd::Bench(args) => match std::env::current_exe() {
