@@ -119,7 +119,7 @@ enum Cmd {
     RunGuard(run::GuardArgs),
     /// One replica of `tenure demo`'s job (started by `tenure demo`).
     #[command(hide = true)]
-    DemoWorker(demo::worker::WorkerArgs),
+    DemoWorker(tenure_demo::worker::WorkerArgs),
 }
 
 /// The shells `tenure completion` writes scripts for.
@@ -180,7 +180,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::DemoWorker(args) => demo::worker::run(args),
+        Cmd::DemoWorker(args) => tenure_demo::worker::run(args),
         Cmd::Run(args) => run::run(args),
         Cmd::RunGuard(args) => run::guard(args),
         Cmd::Campaign(args) => elect::campaign(args),

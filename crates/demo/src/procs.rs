@@ -132,9 +132,8 @@ pub fn signal(pid: u32, signal: libc::c_int) {
 }
 
 impl Procs {
-    /// Lay out (but do not start) `n` servers under `dir`.
-    pub fn new(dir: &Path, n: usize) -> anyhow::Result<Procs> {
-        let exe = std::env::current_exe().context("cannot find the tenure executable")?;
+    /// Lay out (but do not start) `n` servers under `dir`, run by the `tenure` binary `exe`.
+    pub fn new(dir: &Path, n: usize, exe: PathBuf) -> anyhow::Result<Procs> {
         let tls_dir = dir.join("certs");
         tenure_transport::certs::issue(
             &tls_dir,
