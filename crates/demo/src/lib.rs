@@ -27,7 +27,6 @@
 
 #![deny(missing_docs)]
 
-mod client;
 mod procs;
 mod protocol;
 pub mod worker;
@@ -41,11 +40,11 @@ use std::time::{Duration, Instant};
 use tenure_transport::certs::files;
 
 use anyhow::{bail, Context as _};
+use tenure::channel::LeaderChannel;
 use tenure_proto::v1;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
-use client::Nodes;
 use procs::{Procs, WorkerLine};
 use protocol::{duplicates, parse_ledger, runs, Event, Row};
 
@@ -209,7 +208,11 @@ struct Scene {
     ttl: Duration,
     compute_ms: u64,
     procs: Procs,
-    nodes: Nodes,
+    /// The product's own client, over `channel`: who leads the election, the ledger.
+    client: tenure::Client,
+    /// The cluster through the client library's leader-following channel; each node's own
+    /// status is asked of that node alone ([`LeaderChannel::node`]).
+    channel: LeaderChannel,
     /// HTTPS to the nodes' HTTP ports.
     http_tls: tokio_rustls::TlsConnector,
     lines_tx: mpsc::UnboundedSender<WorkerLine>,
@@ -233,7 +236,10 @@ struct Scene {
 impl Scene {
     fn new(dir: PathBuf, args: &Options, tenure_bin: PathBuf) -> anyhow::Result<Scene> {
         let procs = Procs::new(&dir, NODES, tenure_bin)?;
-        let nodes = Nodes::new(procs.client_addrs(), &procs.tls_dir)?;
+        let url = procs::cluster_url(&procs.client_addrs(), &procs.tls_dir);
+        let channel = LeaderChannel::from_url(&url)
+            .with_context(|| format!("the demo cluster's URL {url}"))?;
+        let client = tenure::Client::with_channel(channel.clone());
         let http_tls = http_connector(&procs.tls_dir)?;
         let (lines_tx, lines) = mpsc::unbounded_channel();
         Ok(Scene {
@@ -242,7 +248,8 @@ impl Scene {
             ttl: Duration::from_millis(args.ttl_ms),
             compute_ms: args.compute_ms,
             procs,
-            nodes,
+            client,
+            channel,
             http_tls,
             lines_tx,
             lines,
@@ -300,15 +307,6 @@ impl Scene {
 
     fn section(&self, title: &str) {
         say!("\n── {title} ──");
-    }
-
-    /// The node id of a client address, for readable lines.
-    fn node_of(&self, addr: &str) -> String {
-        self.procs
-            .servers
-            .iter()
-            .find(|s| s.addrs.client.to_string() == addr)
-            .map_or_else(|| addr.to_string(), |s| format!("node {}", s.id))
     }
 
     // ── Input: worker events and node statuses ──
@@ -385,20 +383,20 @@ impl Scene {
                 "lease",
                 format!("worker {w}'s session {} is gone (expired): it will rejoin with a new one", ev.text("session")),
             ),
-            "keepalive" if ev.text("first") != "1" => self.line(
-                at,
-                "lease",
-                format!(
-                    "worker {w} renews session {} at {} after a {} ms gap",
-                    ev.text("session"),
-                    self.node_of(ev.text("node")),
-                    ev.text("gap_ms")
-                ),
-            ),
             "corrupt-ledger" => self.line(at, "worker", format!("worker {w} found a corrupt ledger")),
             _ => {}
         }
         self.events.push(Seen { at, worker, ev });
+    }
+
+    /// The status of node index `i` itself (no redirect), bounded by [`STATUS_TIMEOUT`].
+    async fn status_of(&self, i: usize) -> Option<v1::StatusResponse> {
+        let node = self.channel.node(&self.procs.client_addrs()[i]).ok()?;
+        let mut client = v1::cluster_client::ClusterClient::new(node);
+        match tokio::time::timeout(STATUS_TIMEOUT, client.status(v1::StatusRequest {})).await {
+            Ok(Ok(r)) => Some(r.into_inner()),
+            _ => None,
+        }
     }
 
     async fn poll(&mut self) {
@@ -415,7 +413,7 @@ impl Scene {
                 ));
             }
             self.status[i] = if self.procs.server_running(id) {
-                self.nodes.status_of(i, STATUS_TIMEOUT).await
+                self.status_of(i).await
             } else {
                 None
             };
@@ -622,13 +620,17 @@ impl Scene {
             // Keep the freeze well past the lease, as a real pause would be.
             self.pass_time(frozen_at + self.ttl + margin + Duration::from_secs(1))
                 .await?;
-            match self.nodes.leader(ELECTION, Duration::from_secs(3)).await {
+            let asked = tokio::time::timeout(Duration::from_secs(3), self.client.leader(ELECTION));
+            match asked
+                .await
+                .unwrap_or_else(|_| Err(tenure::Error::Unavailable("no answer within 3 s".into())))
+            {
                 Ok(Some(l)) => self.now(
                     "check",
                     format!(
                         "the cluster says: {ELECTION} is led by {} (session {}) with token {}",
                         String::from_utf8_lossy(&l.value),
-                        l.session_id,
+                        l.session,
                         l.token
                     ),
                 ),
@@ -636,10 +638,7 @@ impl Scene {
                     "check",
                     format!("the cluster says: nobody leads {ELECTION}"),
                 ),
-                Err(e) => self.now(
-                    "check",
-                    format!("cannot ask the cluster who leads: {}", client::describe(&e)),
-                ),
+                Err(e) => self.now("check", format!("cannot ask the cluster who leads: {e}")),
             }
 
             let k_cont = self.events.len();
@@ -772,8 +771,12 @@ impl Scene {
             ),
         );
 
-        // Every session alive at the kill must be renewed by the new leader (an `alive` event
-        // whose last acknowledgement came after the kill), or is reported lost.
+        // Every session alive at the kill must be renewed by the new leader, or is reported
+        // lost. A leader's `alive` events say when its last acknowledged keepalive was sent:
+        // one sent after the kill is the proof. A standby's say only that its session is
+        // still held: one more than twice the TTL after the kill, with no `session-lost`
+        // before it, is the proof (a session nobody renewed expires a TTL after its last
+        // renewal, and the library reports it lost at its next keepalive).
         out.sessions_at_kill = sessions.len();
         let ttl = self.ttl;
         let settled = self
@@ -786,13 +789,14 @@ impl Scene {
                         let renewed = s.since(k).any(|e| {
                             e.worker == w
                                 && e.ev.num("session") == Some(session)
-                                && match e.ev.kind.as_str() {
-                                    "keepalive" => true,
-                                    "alive" => e.ev.num("ack_age_ms").is_some_and(|age| {
+                                && e.ev.kind == "alive"
+                                && if e.ev.text("standby") == "1" {
+                                    e.at > killed_at + ttl * 2 + Duration::from_secs(1)
+                                } else {
+                                    e.ev.num("ack_age_ms").is_some_and(|age| {
                                         e.at.checked_sub(Duration::from_millis(age))
                                             .is_some_and(|acked| acked > killed_at)
-                                    }),
-                                    _ => false,
+                                    })
                                 }
                         });
                         let gone = s.since(k).any(|e| {
@@ -872,7 +876,9 @@ impl Scene {
         let _ = self
             .pass_time(Instant::now() + Duration::from_millis(300))
             .await;
-        let ledger = self.nodes.get(LEDGER_KEY, Duration::from_secs(10)).await;
+        let ledger = tokio::time::timeout(Duration::from_secs(10), self.client.get(LEDGER_KEY))
+            .await
+            .unwrap_or_else(|_| Err(tenure::Error::Unavailable("no answer within 10 s".into())));
         let metrics = self.scrape_metrics().await;
         let mut failures = out.failures.clone();
 
@@ -887,7 +893,7 @@ impl Scene {
             },
             Ok(None) => Some(Vec::new()),
             Err(e) => {
-                failures.push(format!("cannot read the ledger: {}", client::describe(e)));
+                failures.push(format!("cannot read the ledger: {e}"));
                 None
             }
         };
