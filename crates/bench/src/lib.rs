@@ -19,6 +19,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
+mod backend;
 mod etcd;
 pub mod report;
 pub mod scenarios;
@@ -38,10 +39,11 @@ pub struct BenchArgs {
     /// Fewer trials and smaller loads (a few minutes in all).
     #[arg(long)]
     pub quick: bool,
-    /// Systems to measure (comma-separated); default all of them. `tenure-tls` and
-    /// `etcd-tls` are tenure and etcd with TLS on client and peer traffic, measured in the
-    /// write and keepalives scenarios (their cost next to the plaintext runs is tabled in
-    /// "TLS's cost").
+    /// Systems to measure (comma-separated); default every cluster: all but `postgres` and
+    /// `memory`. `tenure-tls` and `etcd-tls` are tenure and etcd with TLS on client and peer
+    /// traffic, measured in the write and keepalives scenarios (their cost next to the
+    /// plaintext runs is tabled in "TLS's cost"). `postgres` and `memory` are the client
+    /// library's PostgreSQL and in-process backends, measured in takeover only.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub systems: Vec<System>,
     /// Timing profiles (comma-separated); default both.
@@ -52,8 +54,25 @@ pub struct BenchArgs {
     #[arg(long, hide = true)]
     pub smoke: bool,
     /// Trials of each failover scenario per system and profile (default 50, 5 with --quick).
-    #[arg(long)]
-    pub trials: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub trials: Option<u64>,
+    /// Before each crash, pause or hand-over: how long the cluster runs, stable and with
+    /// the writer connected, before the fault.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub settle_ms: u64,
+    /// The session TTLs of the takeover scenario (comma-separated, milliseconds): the first
+    /// gets the full number of trials, each later one fewer (a long TTL makes a slow trial).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,10000",
+        value_parser = clap::value_parser!(u64).range(1..=3_600_000)
+    )]
+    pub takeover_ttl_ms: Vec<u64>,
+    /// The project's `scripts/services.sh`, which starts PostgreSQL for the `postgres`
+    /// system (needed only for it).
+    #[arg(long, env = "TENURE_SERVICES_SCRIPT", value_name = "PATH")]
+    pub services_script: Option<PathBuf>,
     /// Measure everything this many times, the systems taking turns within each round, so
     /// that a change in the machine's load falls on every system alike; the tables pool the
     /// rounds (a throughput's p50 is then the median round).

@@ -743,6 +743,8 @@ fn system_colour(system: System) -> RGBColor {
         System::Etcd => RGBColor(0xd6, 0x27, 0x28),
         System::EtcdTls => RGBColor(0xf0, 0x8c, 0x8c),
         System::Zookeeper => RGBColor(0x2c, 0xa0, 0x2c),
+        System::Postgres => RGBColor(0x94, 0x67, 0xbd),
+        System::Memory => RGBColor(0x7f, 0x7f, 0x7f),
     }
 }
 

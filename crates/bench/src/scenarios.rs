@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use tenure::{CampaignOptions, Client};
+use tenure_core::drift::{holder_margin, DriftPpm, CLIENT_SCHEDULING_ALLOWANCE};
 
 use crate::report::{Better, Report, Sample};
 use crate::system::{self, Cluster, Env, Profile, ReadKind, Reader, System, Unsupported, Writer};
@@ -50,12 +51,17 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     let env = Env {
         tenure_bin,
         work_dir: crate::work_dir(&args.work_dir)?,
+        services_script: args.services_script.clone(),
     };
     let systems = if args.systems.is_empty() {
-        System::ALL.to_vec()
+        System::DEFAULT.to_vec()
     } else {
         args.systems.clone()
     };
+    // Refuse a run that cannot start PostgreSQL before measuring anything else.
+    if systems.contains(&System::Postgres) && args.replot.is_none() {
+        crate::backend::services_script(&env)?;
+    }
     let profiles = if args.profiles.is_empty() {
         vec![Profile::Defaults, Profile::Equalized]
     } else {
@@ -78,7 +84,14 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         }
         return Ok(());
     }
-    let sizes = Sizes::new(args.quick, args.smoke, args.trials);
+    let trials = args.trials.map(|t| t as usize);
+    let mut sizes = Sizes::new(args.quick, args.smoke, trials);
+    sizes.settle = Duration::from_millis(args.settle_ms);
+    sizes.takeover_ttls = args
+        .takeover_ttl_ms
+        .iter()
+        .map(|&ms| Duration::from_millis(ms))
+        .collect();
     // Every chosen scenario once, in the order of `Scenario`.
     let chosen: Vec<Scenario> = Scenario::value_variants()
         .iter()
@@ -94,7 +107,15 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
             if systems.len() == 1 { "is" } else { "are" }
         );
     }
-    let tls_skipped = tls_skip_line(&chosen, &systems);
+    if !chosen.contains(&Scenario::Takeover) && systems.iter().all(|s| s.backend_only()) {
+        bail!(
+            "{} {} measured in the takeover scenario only",
+            names(&systems),
+            if systems.len() == 1 { "is" } else { "are" }
+        );
+    }
+    let tls_skipped = skip_line(&chosen, &systems, System::tls, "write and keepalives");
+    let backends_skipped = skip_line(&chosen, &systems, System::backend_only, "takeover");
     println!(
         "tenure bench: {} on {} under {}{} ({} build{}); results in {}",
         names(&chosen),
@@ -119,7 +140,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         },
         args.out.display()
     );
-    if let Some(line) = &tls_skipped {
+    for line in tls_skipped.iter().chain(&backends_skipped) {
         println!("{line}");
     }
     let started = Instant::now();
@@ -130,6 +151,10 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         }
         for &profile in &profiles {
             for &system in &systems {
+                // A client backend has no timing profile: measured under the first only.
+                if system.backend_only() && profile != profiles[0] {
+                    continue;
+                }
                 let r = measure_system(&chosen, system, profile, &env, &sizes, &mut report).await;
                 if let Err(e) = r {
                     eprintln!("tenure bench: {system} ({profile}) failed: {e:#}");
@@ -154,7 +179,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
             args.rounds
         ));
     }
-    if let Some(line) = &tls_skipped {
+    for line in tls_skipped.iter().chain(&backends_skipped) {
         table.push_str(&format!("\n{line}\n"));
     }
     println!("\n{table}");
@@ -203,22 +228,39 @@ fn measures_tls(scenario: Scenario) -> bool {
     matches!(scenario, Scenario::Write | Scenario::Keepalives)
 }
 
-/// What the output says when TLS variants skip some of the chosen scenarios.
-fn tls_skip_line(chosen: &[Scenario], systems: &[System]) -> Option<String> {
-    let tls: Vec<System> = systems.iter().copied().filter(|s| s.tls()).collect();
+/// What the output says when the systems of a kind (`kind`: the TLS variants, the client
+/// backends) skip some of the chosen scenarios, being measured in `what` only.
+fn skip_line(
+    chosen: &[Scenario],
+    systems: &[System],
+    kind: fn(System) -> bool,
+    what: &str,
+) -> Option<String> {
+    let these: Vec<System> = systems.iter().copied().filter(|&s| kind(s)).collect();
+    let first = *these.first()?;
     let skipped: Vec<Scenario> = chosen
         .iter()
         .copied()
-        .filter(|&s| !measures_tls(s))
+        .filter(|&s| !measured_in(first, s))
         .collect();
-    if tls.is_empty() || skipped.is_empty() {
+    if skipped.is_empty() {
         return None;
     }
     Some(format!(
-        "{} ran in write and keepalives only; not in {}.",
-        names(&tls),
+        "{} ran in {what} only; not in {}.",
+        names(&these),
         names(&skipped)
     ))
+}
+
+/// Whether `system` is measured in `scenario`: the TLS variants in the request path only
+/// ([`measures_tls`]), the client backends in takeover only, every cluster in everything.
+fn measured_in(system: System, scenario: Scenario) -> bool {
+    if system.backend_only() {
+        scenario == Scenario::Takeover
+    } else {
+        measures_tls(scenario) || !system.tls()
+    }
 }
 
 fn format_duration(d: Duration) -> String {
@@ -226,12 +268,21 @@ fn format_duration(d: Duration) -> String {
     format!("{}m{:02}s", s / 60, s % 60)
 }
 
+/// `--takeover-ttl-ms`'s default.
+const DEFAULT_TAKEOVER_TTLS: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(10)];
+/// `--settle-ms`'s default.
+const DEFAULT_SETTLE: Duration = Duration::from_millis(300);
+
 /// How much of everything.
 struct Sizes {
     /// Trials of crash failover, pause failover and hand-over.
     failover_trials: usize,
-    /// Trials of holder takeover with a 1 s and with a 10 s TTL.
+    /// Trials of holder takeover with the first TTL of `takeover_ttls`, and with each later.
     takeover_trials: (usize, usize),
+    /// The session TTLs of holder takeover (`--takeover-ttl-ms`).
+    takeover_ttls: Vec<Duration>,
+    /// Stable running before each fault of the leader (`--settle-ms`).
+    settle: Duration,
     /// Single-client latency: writes timed.
     write_count: usize,
     /// Single-client latency: reads timed, of each kind (enough for a p999 at full size).
@@ -257,6 +308,8 @@ impl Sizes {
             Sizes {
                 failover_trials: trials.unwrap_or(1),
                 takeover_trials: (1, 0),
+                takeover_ttls: DEFAULT_TAKEOVER_TTLS.to_vec(),
+                settle: DEFAULT_SETTLE,
                 write_count: 20,
                 read_count: 20,
                 read_warmup: Duration::from_millis(100),
@@ -272,6 +325,8 @@ impl Sizes {
             Sizes {
                 failover_trials: trials.unwrap_or(5),
                 takeover_trials: (trials.unwrap_or(3), 1),
+                takeover_ttls: DEFAULT_TAKEOVER_TTLS.to_vec(),
+                settle: DEFAULT_SETTLE,
                 write_count: 200,
                 read_count: 1_000,
                 read_warmup: Duration::from_secs(2),
@@ -287,6 +342,8 @@ impl Sizes {
             Sizes {
                 failover_trials: trials.unwrap_or(50),
                 takeover_trials: (trials.unwrap_or(50).min(20), 5),
+                takeover_ttls: DEFAULT_TAKEOVER_TTLS.to_vec(),
+                settle: DEFAULT_SETTLE,
                 write_count: 2_000,
                 read_count: 10_000,
                 read_warmup: Duration::from_secs(3),
@@ -336,8 +393,25 @@ async fn measure_system(
     sizes: &Sizes,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let has = |s: Scenario| chosen.contains(&s) && (measures_tls(s) || !system.tls());
+    let has = |s: Scenario| chosen.contains(&s) && measured_in(system, s);
     let tag = format!("[{system} {profile}]");
+    if system.backend_only() {
+        if has(Scenario::Takeover) {
+            let backend = crate::backend::Backend::start(system, env)?;
+            eprintln!("{tag} takeover through {}", backend.url);
+            takeover(system, profile, &backend.url, sizes, report)
+                .await
+                .context("takeover")?;
+            report.note(
+                "takeover",
+                system,
+                profile,
+                "a client backend with no timing profile: measured under the first profile only"
+                    .to_string(),
+            );
+        }
+        return Ok(());
+    }
     if has(Scenario::CrashFailover) || has(Scenario::PauseFailover) || has(Scenario::Handover) {
         let mut c = system::start(system, profile, env).await?;
         c.wait_stable(STABLE_WITHIN).await?;
@@ -352,7 +426,7 @@ async fn measure_system(
             let name = scenario_name(scenario);
             let t = Instant::now();
             for trial in 0..sizes.failover_trials {
-                match fault_trial(&mut c, fault).await {
+                match fault_trial(&mut c, fault, sizes.settle).await {
                     Ok(took) => {
                         eprintln!("{tag} {name} {:>3}: {:>8.1} ms", trial + 1, as_ms(took));
                         sample(
@@ -404,7 +478,9 @@ async fn measure_system(
             keepalives(&*c, sizes, report).await.context("keepalives")?;
         }
         if has(Scenario::Takeover) {
-            takeover(&*c, sizes, report).await.context("takeover")?;
+            takeover(system, profile, &c.url(), sizes, report)
+                .await
+                .context("takeover")?;
         }
         if has(Scenario::Herd) {
             herd(&*c, sizes, report).await.context("herd")?;
@@ -450,7 +526,11 @@ enum Fault {
 /// One fault of the leader, timed from the fault to the first write acknowledged by the
 /// survivors (crash, pause) or by the new leader (transfer); then the cluster is made whole
 /// and stable again.
-async fn fault_trial(c: &mut Box<dyn Cluster>, fault: Fault) -> anyhow::Result<Duration> {
+async fn fault_trial(
+    c: &mut Box<dyn Cluster>,
+    fault: Fault,
+    settle: Duration,
+) -> anyhow::Result<Duration> {
     let leader = c.wait_stable(STABLE_WITHIN).await?;
     let n = c.len();
     let target = (leader + 1) % n;
@@ -463,7 +543,7 @@ async fn fault_trial(c: &mut Box<dyn Cluster>, fault: Fault) -> anyhow::Result<D
     let _ = w
         .put("tenure-bench-warm", b"w", Duration::from_millis(300))
         .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(settle).await;
     let pid = c
         .pid(leader)
         .ok_or_else(|| anyhow!("the leader has no process"))?;
@@ -533,6 +613,8 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
         w.put(&format!("warm-{k}"), &[0; 64], Duration::from_secs(5))
             .await?;
     }
+    let leader = c.leader().await;
+    let before = scrape(c).await?;
     let mut lat = Vec::with_capacity(sizes.write_count);
     for k in 0..sizes.write_count {
         let t = Instant::now();
@@ -541,6 +623,7 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
             .context("a timed write")?;
         lat.push(t.elapsed());
     }
+    node_latencies(c, leader, &before, report).await?;
     lat.sort();
     eprintln!(
         "[{system} {profile}] write latency: p50 {:.2} ms, max {:.2} ms over {}",
@@ -582,6 +665,122 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
         what.record(&load, sizes.throughput_window, system, profile, report);
     }
     Ok(())
+}
+
+/// Every node's `/metrics` (where the system exports them).
+async fn scrape(c: &dyn Cluster) -> anyhow::Result<Vec<Option<String>>> {
+    let mut out = Vec::with_capacity(c.len());
+    for i in 0..c.len() {
+        out.push(c.metrics(i).await?);
+    }
+    Ok(out)
+}
+
+/// What the nodes themselves timed during the single-client writes, from the difference of
+/// two scrapes: per node the write-ahead log's fsync (write + fsync per persist), and at
+/// the leader the commit latency (propose to apply). Each is the exact mean (the
+/// histogram's sum over its count) and the p99 as its bucket's upper bound, one sample per
+/// node; the figures are the nodes' own view of the client's round trip above.
+async fn node_latencies(
+    c: &dyn Cluster,
+    leader: Option<usize>,
+    before: &[Option<String>],
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    use tenure_plan::metrics::{Quantile, COMMIT, FSYNC};
+    let (system, profile) = (c.system(), c.profile());
+    let after = scrape(c).await?;
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        let (Some(b), Some(a)) = (b, a) else {
+            continue;
+        };
+        let mut families = vec![(FSYNC, "WAL fsync per persist, per node")];
+        if leader == Some(i) {
+            families.push((COMMIT, "commit latency (propose → apply) at the leader"));
+        }
+        for (family, what) in families {
+            let delta = HistogramDelta::between(b, a, family)
+                .with_context(|| format!("{family} of node {i}"))?;
+            if delta.count == 0 {
+                continue;
+            }
+            let p99 = match delta.buckets.p99() {
+                Quantile::AtMost(d) | Quantile::Above(d) => as_ms(d),
+                Quantile::NoSamples => continue,
+            };
+            eprintln!(
+                "[{system} {profile}] node {i} {what}: mean {:.3} ms, p99 ≤ {p99:.3} ms over {}",
+                delta.mean_ms(),
+                delta.count
+            );
+            for (stat, value) in [("mean", delta.mean_ms()), ("p99 (bucket bound)", p99)] {
+                sample(
+                    report,
+                    "write",
+                    &format!("one client: {what}, {stat}"),
+                    "ms",
+                    Better::Lower,
+                    system,
+                    profile,
+                    i,
+                    value,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One histogram family's samples between two scrapes of a node's `/metrics`.
+struct HistogramDelta {
+    /// Bucket counts of the samples in between.
+    buckets: tenure_plan::metrics::Histogram,
+    /// Their number.
+    count: u64,
+    /// Their sum in seconds (`_sum`; the exact mean, which buckets cannot give).
+    sum_seconds: f64,
+}
+
+impl HistogramDelta {
+    fn between(before: &str, after: &str, family: &str) -> anyhow::Result<HistogramDelta> {
+        let read = |text: &str| -> anyhow::Result<(tenure_plan::metrics::Histogram, f64)> {
+            let h = tenure_plan::metrics::histograms(text)?
+                .remove(family)
+                .unwrap_or_default();
+            let sum_key = format!("{family}_sum ");
+            let sum = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&sum_key))
+                .map(|v| v.trim().parse::<f64>())
+                .transpose()
+                .with_context(|| format!("{family}_sum is not a number"))?
+                .unwrap_or(0.0);
+            Ok((h, sum))
+        };
+        let ((b, b_sum), (a, a_sum)) = (read(before)?, read(after)?);
+        let buckets = a
+            .buckets
+            .iter()
+            .map(|(le, n)| {
+                let was = b
+                    .buckets
+                    .iter()
+                    .find(|(l, _)| l == le)
+                    .map_or(0, |(_, m)| *m);
+                (*le, n.saturating_sub(was))
+            })
+            .collect();
+        let count = a.count.saturating_sub(b.count);
+        Ok(HistogramDelta {
+            buckets: tenure_plan::metrics::Histogram { buckets, count },
+            count,
+            sum_seconds: (a_sum - b_sum).max(0.0),
+        })
+    }
+
+    fn mean_ms(&self) -> f64 {
+        self.sum_seconds / self.count as f64 * 1000.0
+    }
 }
 
 /// Linearizable reads at the leader, each kind in turn: one client's latency over
@@ -709,6 +908,7 @@ fn read_method(system: System) -> &'static str {
             "both reads: sync then getData of one znode holding 64 bytes, on a session \
              connected to the leader"
         }
+        System::Postgres | System::Memory => "not measured: a client backend (takeover only)",
     }
 }
 
@@ -882,21 +1082,28 @@ fn opts(ttl: Duration) -> CampaignOptions {
 /// An election holder stops renewing (as a killed client would: nothing is revoked) → the
 /// waiting candidate leads; and a holder resigns → the candidate leads. Through the `tenure`
 /// client library's backend for the system.
-async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
-    let (system, profile) = (c.system(), c.profile());
-    let url = c.url();
-    let a = Client::connect(&url).await.context("connect the holder")?;
-    let b = Client::connect(&url)
+async fn takeover(
+    system: System,
+    profile: Profile,
+    url: &str,
+    sizes: &Sizes,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let a = Client::connect(url).await.context("connect the holder")?;
+    let b = Client::connect(url)
         .await
         .context("connect the candidate")?;
     let pid = std::process::id();
-    for (ttl, trials) in [
-        (Duration::from_secs(1), sizes.takeover_trials.0),
-        (Duration::from_secs(10), sizes.takeover_trials.1),
-    ] {
-        let secs = ttl.as_secs();
+    for (k, &ttl) in sizes.takeover_ttls.iter().enumerate() {
+        let trials = if k == 0 {
+            sizes.takeover_trials.0
+        } else {
+            sizes.takeover_trials.1
+        };
+        let ttl_name = ttl_label(ttl);
+        let ttl_ms = ttl.as_millis();
         for trial in 0..trials {
-            let election = format!("takeover-{pid}-{secs}-{trial}");
+            let election = format!("takeover-{pid}-{ttl_ms}-{trial}");
             let before = Instant::now();
             let holder = a
                 .campaign(&election, b"a", opts(ttl))
@@ -916,8 +1123,7 @@ async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow
             let t0 = Instant::now();
             holder.stop_keepalives();
             // The lease as the backend counts it: from the last acknowledged renewal's send.
-            let margin = ttl.mul_f64(0.02) + Duration::from_millis(10);
-            let lease_end = holder.valid_until() + margin;
+            let lease_end = holder.valid_until() + client_margin(ttl);
             let (r, at) = tokio::time::timeout(ttl * 10 + Duration::from_secs(30), waiter)
                 .await
                 .context("the candidate never led")??;
@@ -934,14 +1140,14 @@ async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow
             let beyond = as_ms(at.saturating_duration_since(lease_end))
                 - as_ms(lease_end.saturating_duration_since(at));
             eprintln!(
-                "[{system} {profile}] takeover TTL {secs} s {:>2}: {:>8.1} ms after the holder stopped, {beyond:>7.1} ms after its lease",
+                "[{system} {profile}] takeover TTL {ttl_name} {:>2}: {:>8.1} ms after the holder stopped, {beyond:>7.1} ms after its lease",
                 trial + 1,
                 as_ms(took)
             );
             sample(
                 report,
                 "takeover",
-                &format!("TTL {secs} s: holder stops → next leads"),
+                &format!("TTL {ttl_name}: holder stops → next leads"),
                 "ms",
                 Better::Lower,
                 system,
@@ -952,7 +1158,7 @@ async fn takeover(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow
             sample(
                 report,
                 "takeover",
-                &format!("TTL {secs} s: next leads, after the lease's end"),
+                &format!("TTL {ttl_name}: next leads, after the lease's end"),
                 "ms",
                 Better::Lower,
                 system,
@@ -1012,9 +1218,35 @@ async fn wait_to_lead(client: &Client, election: &str, ttl: Duration) -> anyhow:
     Ok(waiter)
 }
 
+/// A TTL as the takeover metrics name it: `1 s`, `10 s`, `1500 ms`.
+fn ttl_label(ttl: Duration) -> String {
+    if ttl.subsec_millis() == 0 {
+        format!("{} s", ttl.as_secs())
+    } else {
+        format!("{} ms", ttl.as_millis())
+    }
+}
+
+/// The client library's margin of DESIGN rule 4 for a session of `ttl`: the one formula, at
+/// the documented drift bound and with the library's scheduling allowance.
+fn client_margin(ttl: Duration) -> Duration {
+    holder_margin(ttl, DriftPpm::DEFAULT, CLIENT_SCHEDULING_ALLOWANCE)
+}
+
+/// The TTL a holder was granted, from what the client library made of it: valid_until =
+/// grant's send time + granted TTL − margin(granted TTL), so granted = seen + margin(granted),
+/// solved by fixed-point iteration (the margin grows by 2 % of the TTL: three rounds are
+/// exact to well under a microsecond).
+fn granted_ttl(seen: Duration) -> Duration {
+    let mut granted = seen;
+    for _ in 0..3 {
+        granted = seen + client_margin(granted);
+    }
+    granted
+}
+
 /// Say so when the backend granted a longer TTL than asked for (the takeover times then
-/// follow the granted one). The estimate inverts the client's own validity computation:
-/// valid_until = grant's send time + granted TTL − (2 % of the TTL + 10 ms).
+/// follow the granted one), estimated with [`granted_ttl`].
 fn note_granted_ttl(
     report: &mut Report,
     system: System,
@@ -1023,8 +1255,7 @@ fn note_granted_ttl(
     holder: &tenure::Leadership,
     before: Instant,
 ) {
-    let granted = holder.valid_until().saturating_duration_since(before);
-    let granted = granted.mul_f64(1.0 / 0.98) + Duration::from_millis(10);
+    let granted = granted_ttl(holder.valid_until().saturating_duration_since(before));
     if granted.as_secs_f64() < asked.as_secs_f64() * 1.2 {
         return;
     }
@@ -1034,6 +1265,7 @@ fn note_granted_ttl(
         }
         System::Zookeeper => "ZooKeeper's shortest session timeout is 2 tickTimes",
         System::Tenure | System::TenureTls => "the cluster's --ttl-min-ms",
+        System::Postgres | System::Memory => "the backend's own bound",
     };
     report.note(
         "takeover",

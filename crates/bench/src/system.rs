@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use clap::ValueEnum;
 
 /// The systems measured. The `-tls` variants are the same clusters with TLS on every port
-/// (clients and peers), measured in the `write` and `keepalives` scenarios only.
+/// (clients and peers), measured in the `write` and `keepalives` scenarios only. `postgres`
+/// and `memory` are client-library backends without a cluster of their own here, measured in
+/// the `takeover` scenario only, and only when asked for (`--systems`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub enum System {
     Tenure,
@@ -26,12 +28,29 @@ pub enum System {
     /// etcd with https client and peer URLs, client certificates required on both.
     EtcdTls,
     Zookeeper,
+    /// The client library's PostgreSQL backend on one server, started with
+    /// `scripts/services.sh start-postgres` (`--services-script`).
+    Postgres,
+    /// The client library's in-process backend (`memory:`): the floor of what the library
+    /// itself costs.
+    Memory,
 }
 
 impl System {
-    /// Every system, in the order of every table and of a default run (each TLS variant
-    /// next to its plaintext system, so that they run close together in time).
-    pub const ALL: [System; 5] = [
+    /// Every system, in the order of every table (each TLS variant next to its plaintext
+    /// system, so that they run close together in time).
+    pub const ALL: [System; 7] = [
+        System::Tenure,
+        System::TenureTls,
+        System::Etcd,
+        System::EtcdTls,
+        System::Zookeeper,
+        System::Postgres,
+        System::Memory,
+    ];
+
+    /// The systems of a run that names none: every cluster, not the client backends.
+    pub const DEFAULT: [System; 5] = [
         System::Tenure,
         System::TenureTls,
         System::Etcd,
@@ -46,7 +65,15 @@ impl System {
             System::Etcd => "etcd",
             System::EtcdTls => "etcd-tls",
             System::Zookeeper => "zookeeper",
+            System::Postgres => "postgres",
+            System::Memory => "memory",
         }
+    }
+
+    /// Whether the system is a client-library backend without a cluster of its own
+    /// processes here ([`Cluster`]): it is measured through the library only.
+    pub fn backend_only(self) -> bool {
+        matches!(self, System::Postgres | System::Memory)
     }
 
     /// Whether the cluster runs with TLS on.
@@ -105,6 +132,9 @@ pub struct Env {
     pub tenure_bin: PathBuf,
     /// Parent of every cluster's temporary directory (same disk for every system).
     pub work_dir: PathBuf,
+    /// `scripts/services.sh`, which starts PostgreSQL for the `postgres` system; checked
+    /// before anything runs when that system is chosen.
+    pub services_script: Option<PathBuf>,
 }
 
 /// An operation the system does not have (e.g. leadership transfer in ZooKeeper).
@@ -175,6 +205,13 @@ pub trait Cluster: Send + Sync {
     /// reads: for tenure an election with a leader and a fenced key holding
     /// [`READ_VALUE_BYTES`] bytes, for etcd a key and for ZooKeeper a znode holding as many.
     async fn reader(&self, kind: ReadKind, at: usize) -> anyhow::Result<Box<dyn Reader>>;
+    /// The Prometheus text of node `i`'s `/metrics`, for the systems whose nodes export
+    /// the latencies the write scenario reads next to its own timing (tenure's
+    /// [`tenure_plan::metrics::FSYNC`] and [`tenure_plan::metrics::COMMIT`]); `None` for the
+    /// others.
+    async fn metrics(&self, _i: usize) -> anyhow::Result<Option<String>> {
+        Ok(None)
+    }
 }
 
 /// What a reader reads. tenure has a read RPC of each kind; etcd and ZooKeeper serve both
@@ -235,6 +272,11 @@ pub async fn start(
             Box::new(crate::etcd::EtcdCluster::start(profile, env, system.tls()).await?)
         }
         System::Zookeeper => Box::new(crate::zk::ZkCluster::start(profile, env).await?),
+        System::Postgres | System::Memory => {
+            return Err(anyhow::Error::new(Unsupported(
+                "a cluster of a client backend (it is measured through the library only)",
+            )))
+        }
     };
     Ok(cluster)
 }
@@ -434,4 +476,55 @@ pub fn which(program: &str) -> Option<PathBuf> {
             .map(|p| p.join(program))
             .find(|p| p.is_file())
     })
+}
+
+/// A tiny HTTP/1.1 client for a server's own plaintext HTTP port (tenure's `/status`,
+/// `/metrics`, `/debug/block`): one request per connection, the body de-chunked.
+pub async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    within: Duration,
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(within, exchange)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
+    let text = String::from_utf8_lossy(&raw);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "bad HTTP response");
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let code: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    if !chunked {
+        return Ok((code, body.to_string()));
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n").ok_or_else(bad)?;
+        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad())?;
+        if size == 0 {
+            return Ok((code, out));
+        }
+        out.push_str(after.get(..size).ok_or_else(bad)?);
+        rest = after.get(size + 2..).ok_or_else(bad)?;
+    }
 }

@@ -9,13 +9,14 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use async_trait::async_trait;
 use futures::future::join_all;
+use tenure::channel::{LeaderChannel, NodeChannel};
 use tenure_proto::v1;
 use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::elections_client::ElectionsClient;
@@ -27,7 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::system::{
-    client_tls, free_ports, issue_certs, poll, Cluster, Env, Proc, Profile, ReadKind, Reader,
+    client_tls, free_ports, http, issue_certs, poll, Cluster, Env, Proc, Profile, ReadKind, Reader,
     System, Writer, READ_VALUE_BYTES, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
 };
 
@@ -161,21 +162,17 @@ impl TenureCluster {
         .connect_lazy()
     }
 
-    /// Leader-following access to nodes `via`.
-    fn nodes(&self, via: &[usize]) -> Nodes {
-        Nodes::new(
-            via.iter()
-                .map(|&i| {
-                    (
-                        self.addrs[i][1].to_string(),
-                        self.channel(i, Duration::from_secs(10)),
-                    )
-                })
-                .collect(),
-        )
+    /// Leader-following access to nodes `via` (asked in that order first), on connections
+    /// of its own: the client library's channel, restricted to them.
+    fn nodes(&self, via: &[usize]) -> anyhow::Result<Nodes> {
+        let addrs: Vec<String> = via.iter().map(|&i| self.addrs[i][1].to_string()).collect();
+        let channel = LeaderChannel::from_url(&self.url())
+            .and_then(|c| c.restricted_to(&addrs))
+            .with_context(|| format!("a channel to nodes {via:?}"))?;
+        Ok(Nodes { channel })
     }
 
-    fn all(&self) -> Nodes {
+    fn all(&self) -> anyhow::Result<Nodes> {
         self.nodes(&(0..self.addrs.len()).collect::<Vec<_>>())
     }
 
@@ -195,7 +192,7 @@ impl TenureCluster {
 
     /// A session of `ttl` and a fencing token of a fresh election.
     async fn session_and_token(&self, ttl: Duration) -> anyhow::Result<(u64, String, u64)> {
-        let nodes = self.all();
+        let nodes = self.all()?;
         let ttl_ms = ttl.as_millis() as u64;
         let session = nodes
             .call(BULK_BUDGET, |ch| async move {
@@ -224,7 +221,7 @@ impl TenureCluster {
                 let (_, election, token) =
                     self.session_and_token(Duration::from_secs(3600)).await?;
                 let key = format!("{election}/read");
-                self.all()
+                self.all()?
                     .call(BULK_BUDGET, |ch| {
                         let req = v1::PutRequest {
                             key: key.clone(),
@@ -249,7 +246,7 @@ impl TenureCluster {
     /// Grant `n` sessions of `ttl`, `BULK_INFLIGHT` at a time; also returns the leader of
     /// the moment (for streams that must start there).
     async fn grant_many(&self, n: usize, ttl: Duration) -> anyhow::Result<(usize, Vec<u64>)> {
-        let nodes = self.all();
+        let nodes = self.all()?;
         let ttl_ms = ttl.as_millis() as u64;
         let mut ids = Vec::with_capacity(n);
         let mut set = JoinSet::new();
@@ -410,7 +407,7 @@ impl Cluster for TenureCluster {
         }
         let (_, election, token) = self.session_and_token(Duration::from_secs(3600)).await?;
         Ok(Box::new(TenureWriter {
-            nodes: self.nodes(via),
+            nodes: self.nodes(via)?,
             election,
             token,
         }))
@@ -486,7 +483,7 @@ impl Cluster for TenureCluster {
         // Keep the sessions alive: one stream, each session renewed every 2.5 s.
         let ch = self.channel(leader, Duration::from_secs(3600));
         let keep = tokio::spawn(keep_sessions(ch.clone(), ids.clone()));
-        let nodes = self.all();
+        let nodes = self.all()?;
         let mut set = JoinSet::new();
         for k in 0..n {
             if set.len() >= BULK_INFLIGHT {
@@ -510,6 +507,27 @@ impl Cluster for TenureCluster {
         }))
     }
 
+    async fn metrics(&self, i: usize) -> anyhow::Result<Option<String>> {
+        // With TLS the HTTP port asks for a client certificate; the plaintext run of the
+        // same disk reads them.
+        if self.tls.is_some() {
+            return Ok(None);
+        }
+        let (code, body) = http(
+            self.addrs[i][2],
+            "GET",
+            "/metrics",
+            "",
+            Duration::from_secs(5),
+        )
+        .await
+        .with_context(|| format!("GET /metrics on node {i}"))?;
+        if code != 200 {
+            bail!("GET /metrics on node {i}: HTTP {code}");
+        }
+        Ok(Some(body))
+    }
+
     async fn reader(&self, kind: ReadKind, at: usize) -> anyhow::Result<Box<dyn Reader>> {
         if at >= self.addrs.len() {
             bail!("no tenure node {at}");
@@ -518,8 +536,9 @@ impl Cluster for TenureCluster {
         // Every node, as for a writer, but asked first at `at`: should leadership move during
         // the scenario, the reader follows the hint to the new leader rather than retrying
         // at a follower that refuses it until each read's timeout.
-        let nodes = self.all();
-        nodes.guess.store(at, Ordering::Relaxed);
+        let mut order = vec![at];
+        order.extend((0..self.addrs.len()).filter(|&i| i != at));
+        let nodes = self.nodes(&order)?;
         Ok(Box::new(TenureReader {
             nodes,
             kind,
@@ -651,60 +670,40 @@ async fn revoke_many(ch: Channel, ids: Vec<u64>) {
     while set.join_next().await.is_some() {}
 }
 
-/// Some of the cluster's nodes, for requests that go to the leader: the guessed node is
-/// asked first, `not-leader` hints among these nodes are followed, and requests that failed
-/// because there is no leader (yet) or a node is gone are sent again until the budget ends.
-/// Only for requests that are safe to repeat (Put with the same token, Campaign of the same
+/// Some of the cluster's nodes, for requests that go to the leader: the client library's
+/// leader-following channel ([`LeaderChannel`], restricted to these nodes: `not-leader`
+/// hints are followed among them only), with a budget of the caller's per request. Only
+/// for requests that are safe to repeat (Put with the same token, Campaign of the same
 /// session, Grant).
 #[derive(Clone)]
 struct Nodes {
-    nodes: Arc<Vec<(String, Channel)>>,
-    guess: Arc<AtomicUsize>,
+    channel: LeaderChannel,
 }
 
 impl Nodes {
-    fn new(nodes: Vec<(String, Channel)>) -> Nodes {
-        Nodes {
-            nodes: Arc::new(nodes),
-            guess: Arc::new(AtomicUsize::new(0)),
-        }
-    }
-
     async fn call<T, F, Fut>(&self, budget: Duration, mut f: F) -> anyhow::Result<T>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(NodeChannel) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let deadline = Instant::now() + budget;
         loop {
-            let i = self.guess.load(Ordering::Relaxed) % self.nodes.len();
             let left = deadline.saturating_duration_since(Instant::now());
-            let status = match tokio::time::timeout(left, f(self.nodes[i].1.clone())).await {
-                Ok(Ok(r)) => return Ok(r.into_inner()),
-                Ok(Err(s)) => s,
+            let e = match tokio::time::timeout(left, self.channel.call(&mut f)).await {
+                Ok(Ok(r)) => return Ok(r),
+                Ok(Err(e)) => e,
                 Err(_) => bail!("no answer within {budget:?}"),
             };
-            let reason = status
-                .metadata()
-                .get(tenure_proto::ERROR_KEY)
-                .and_then(|v| v.to_str().ok());
-            let retry = matches!(reason, None | Some("not-leader") | Some("unavailable"));
-            if !retry || Instant::now() >= deadline {
-                bail!("{}: {}", self.nodes[i].0, status);
-            }
-            // Follow a leader hint among these nodes, else try the next one.
-            let hinted = status
-                .metadata()
-                .get(tenure_proto::LEADER_ADDR_KEY)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|a| self.nodes.iter().position(|(n, _)| n == a));
-            let next = hinted.unwrap_or((i + 1) % self.nodes.len());
-            let _ = self
-                .guess
-                .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
-            // No leader yet: ask again soon, without spinning.
-            if hinted.is_none() {
-                tokio::time::sleep(Duration::from_millis(1)).await;
+            // The channel gives up after a budget of its own; a longer one here asks again
+            // while the cluster has not answered (no leader, nodes down, outcome unknown).
+            let again = matches!(
+                e,
+                tenure::Error::NotLeader { .. }
+                    | tenure::Error::Unavailable(_)
+                    | tenure::Error::Indeterminate(_)
+            );
+            if !again || Instant::now() >= deadline {
+                return Err(anyhow::Error::new(e));
             }
         }
     }

@@ -12,7 +12,6 @@ mod certs;
 mod demo;
 mod diagnose;
 mod elect;
-mod measure;
 mod nemesis;
 mod ops;
 mod output;
@@ -49,8 +48,6 @@ enum Cmd {
     Bench(tenure_bench::BenchArgs),
     /// Drive a local cluster of real servers through seeded faults and check the history.
     Nemesis(nemesis::NemesisArgs),
-    /// Measure failover (leader crash or pause) and durable write latency on a local cluster.
-    Measure(measure::MeasureArgs),
     /// Check timing against the rules; estimate failover, renewal traffic, false-failover risk.
     ///
     /// Inputs from flags, a TOML file (--config) or a running node (--from URL of its HTTP
@@ -122,7 +119,7 @@ enum Cmd {
     RunGuard(run::GuardArgs),
     /// One replica of `tenure demo`'s job (started by `tenure demo`).
     #[command(hide = true)]
-    DemoWorker(demo::worker::WorkerArgs),
+    DemoWorker(tenure_demo::worker::WorkerArgs),
 }
 
 /// The shells `tenure completion` writes scripts for.
@@ -174,7 +171,6 @@ fn main() -> ExitCode {
         Cmd::Certs(args) => certs::run(args),
         Cmd::Token(args) => certs::token(args),
         Cmd::Demo(args) => demo::run(args),
-        Cmd::Measure(args) => measure::run(args),
         Cmd::Plan(args) => plan::run(*args),
         Cmd::Nemesis(args) => nemesis::run(args),
         Cmd::Bench(args) => match std::env::current_exe() {
@@ -184,7 +180,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::DemoWorker(args) => demo::worker::run(args),
+        Cmd::DemoWorker(args) => tenure_demo::worker::run(args),
         Cmd::Run(args) => run::run(args),
         Cmd::RunGuard(args) => run::guard(args),
         Cmd::Campaign(args) => elect::campaign(args),

@@ -19,7 +19,6 @@
 //! do this; 78 a fenced write was refused (stale or superseded token, a token the election
 //! never issued, or a key that belongs to another election).
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::future::Future;
 use std::io::Write as _;
@@ -28,12 +27,11 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use tenure::channel::{LeaderChannel, NodeChannel};
+use tenure::Error;
 use tenure_proto::v1;
 use tenure_proto::v1::cluster_client::ClusterClient;
-use tenure_proto::v1::fenced_keys_client::FencedKeysClient;
-use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY};
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tenure_proto::{Reason, LEADER_ADDR_KEY};
 use tonic::Status;
 
 use crate::output;
@@ -48,17 +46,12 @@ pub const EXIT_DENIED: u8 = 77;
 /// `token-not-issued`, `wrong-election`); nothing was written.
 pub const EXIT_FENCED: u8 = 78;
 
-/// TCP (and TLS) connect timeout per node: a dead node on loopback refuses at once; this
-/// bounds one that does not answer at all.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(800);
 /// Longest wait for one call at one node.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a request that needs the leader keeps looking for it (across elections).
+/// How long a membership change may take to be in effect after the leader accepted it.
 const LEADER_BUDGET: Duration = Duration::from_secs(8);
-/// Pause between attempts while the cluster has no leader or moves it.
+/// Pause between looks at a membership or leadership that is still changing.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// Most node addresses the commands keep (the URL's and those member lists name).
-const NODE_ADDRS_MAX: usize = 64;
 
 /// Where the cluster is, and how to print.
 #[derive(Debug, Args)]
@@ -212,8 +205,19 @@ enum Failure {
     Unreachable(String),
     /// The request may or may not have taken effect: exit 69.
     Indeterminate(String),
-    /// The cluster refused the request with a definite reason.
-    Refused(Status),
+    /// The cluster refused the request with a definite answer.
+    Refused(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        match e {
+            Error::Indeterminate(m) => Failure::Indeterminate(m),
+            Error::NotLeader { .. } | Error::Unavailable(_) => Failure::Unreachable(e.to_string()),
+            Error::InvalidUrl { .. } => Failure::Usage(e.to_string()),
+            e => Failure::Refused(e),
+        }
+    }
 }
 
 impl Failure {
@@ -234,21 +238,17 @@ impl Failure {
                 ));
                 EXIT_BACKEND
             }
-            Failure::Refused(s) => {
-                let reason = reason(s).unwrap_or("");
-                let mut line = format!("error: {what}: {} ({reason})", s.message());
-                if let Some(current) = s.metadata().get(CURRENT_TOKEN_KEY) {
-                    if let Ok(current) = current.to_str() {
-                        line.push_str(&format!("; the current token is {current}"));
-                    }
+            Failure::Refused(e) => {
+                match e.reason() {
+                    Some(reason) => log(&format!("error: {what}: {e} ({reason})")),
+                    None => log(&format!("error: {what}: {e}")),
                 }
-                log(&line);
-                match reason {
-                    "invalid-argument" => EXIT_USAGE,
-                    "unauthenticated" | "permission-denied" => EXIT_DENIED,
-                    "stale-token" | "token-superseded" | "token-not-issued" | "wrong-election" => {
-                        EXIT_FENCED
-                    }
+                match e {
+                    Error::InvalidArgument(_) => EXIT_USAGE,
+                    Error::AuthenticationFailed(_) | Error::PermissionDenied(_) => EXIT_DENIED,
+                    Error::StaleToken { .. }
+                    | Error::TokenNotIssued(_)
+                    | Error::WrongElection(_) => EXIT_FENCED,
                     _ => EXIT_BACKEND,
                 }
             }
@@ -256,149 +256,64 @@ impl Failure {
     }
 }
 
-/// The machine-readable reason of a status (`tenure-error`), if it has one.
-fn reason(s: &Status) -> Option<&str> {
-    s.metadata().get(ERROR_KEY).and_then(|v| v.to_str().ok())
-}
-
-/// An error with its sources, as one line.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let t = s.to_string();
-        if !text.contains(&t) {
-            text.push_str(": ");
-            text.push_str(&t);
-        }
-        source = s.source();
-    }
-    text
-}
-
-/// Channels to the nodes of one `tenure://` URL, with its TLS files and bearer token.
+/// The cluster of one `tenure://` URL, through the client library's leader-following
+/// channel (its URL parsing, TLS files and bearer token).
 struct Conn {
-    /// The node addresses known: the URL's first, then those member lists name.
-    addrs: std::sync::Mutex<Vec<String>>,
-    tls: Option<ClientTlsConfig>,
-    bearer: Option<MetadataValue<Ascii>>,
-    /// Connected channels by address.
-    channels: tokio::sync::Mutex<BTreeMap<String, Channel>>,
+    nodes: LeaderChannel,
 }
 
 impl Conn {
     /// Parses a `tenure://` URL (nothing is contacted yet).
     fn new(url: &str) -> Result<Conn, Failure> {
         let shown = tenure::redact_url(url);
-        let rest = url.strip_prefix("tenure://").ok_or_else(|| {
-            Failure::Usage(format!(
+        if !url.starts_with("tenure:") {
+            return Err(Failure::Usage(format!(
                 "backend {shown}: the operator commands need a tenure:// URL (a tenure cluster)"
-            ))
-        })?;
-        let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let addrs: Vec<String> = hosts
-            .split(',')
-            .filter(|h| !h.is_empty())
-            .map(str::to_string)
-            .collect();
-        if addrs.is_empty() {
-            return Err(Failure::Usage(format!("backend {shown} names no node")));
+            )));
         }
-        for a in &addrs {
-            let port = a.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
-            if !matches!(port, Some(Ok(p)) if p > 0) {
-                return Err(Failure::Usage(format!(
-                    "backend {shown}: {a:?} is not host:port"
-                )));
-            }
+        let nodes = LeaderChannel::from_url(url).map_err(|e| Failure::Usage(e.to_string()))?;
+        if nodes.is_restricted() {
+            return Err(Failure::Usage(format!(
+                "backend {shown}: discover=false: the operator commands talk to every member \
+                 directly, so they cannot be kept to the URL's addresses"
+            )));
         }
-        let (tls, bearer) =
-            client_tls(query).map_err(|m| Failure::Usage(format!("backend {shown}: {m}")))?;
-        Ok(Conn {
-            addrs: std::sync::Mutex::new(addrs),
-            tls,
-            bearer,
-            channels: tokio::sync::Mutex::new(BTreeMap::new()),
-        })
+        Ok(Conn { nodes })
     }
 
     fn addrs(&self) -> Vec<String> {
-        self.addrs.lock().expect("never poisoned").clone()
+        self.nodes.addrs()
     }
 
-    /// Remembers the client addresses of `members` (up to [`NODE_ADDRS_MAX`]).
-    fn learn(&self, members: &[v1::Member]) {
-        let mut addrs = self.addrs.lock().expect("never poisoned");
-        for m in members {
-            if !m.client_addr.is_empty()
-                && !addrs.contains(&m.client_addr)
-                && addrs.len() < NODE_ADDRS_MAX
-            {
-                addrs.push(m.client_addr.clone());
-            }
-        }
-    }
-
-    /// A connected channel to `addr`.
-    async fn channel(&self, addr: &str) -> Result<Channel, String> {
-        if let Some(c) = self.channels.lock().await.get(addr) {
-            return Ok(c.clone());
-        }
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
-            .map_err(|e| format!("{addr:?} is not a valid address: {e}"))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(CALL_TIMEOUT)
-            .tcp_nodelay(true);
-        if let Some(tls) = &self.tls {
-            endpoint = endpoint
-                .tls_config(tls.clone())
-                .map_err(|e| format!("TLS configuration: {}", chain(&e)))?;
-        }
-        let channel = tokio::time::timeout(CONNECT_TIMEOUT * 2, endpoint.connect())
-            .await
-            .map_err(|_| format!("cannot connect to {addr}: timed out"))?
-            .map_err(|e| format!("cannot connect to {addr}: {}", chain(&e)))?;
-        self.channels
-            .lock()
-            .await
-            .insert(addr.to_string(), channel.clone());
-        Ok(channel)
-    }
-
-    /// `message` as a request that carries the bearer token, if there is one.
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(message);
-        if let Some(b) = &self.bearer {
-            r.metadata_mut().insert("authorization", b.clone());
-        }
-        r
-    }
-
-    fn cluster(&self, ch: Channel) -> ClusterClient<Channel> {
-        ClusterClient::new(ch)
+    /// A client of the `Cluster` service at the node `addr`.
+    fn cluster_at(&self, addr: &str) -> Result<ClusterClient<NodeChannel>, String> {
+        self.nodes
+            .node(addr)
+            .map(ClusterClient::new)
+            .map_err(|e| e.to_string())
     }
 
     /// `call` at the first node (in `addrs` order) that answers it, with that node's address.
     /// A definite refusal (bad credentials, an invalid argument) is final.
     async fn any<T, F, Fut>(&self, addrs: &[String], call: F) -> Result<(String, T), Failure>
     where
-        F: Fn(Channel) -> Fut,
-        Fut: Future<Output = Result<T, Status>>,
+        F: Fn(ClusterClient<NodeChannel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let mut errors = Vec::new();
         for addr in addrs {
-            let ch = match self.channel(addr).await {
-                Ok(ch) => ch,
+            let client = match self.cluster_at(addr) {
+                Ok(c) => c,
                 Err(e) => {
                     errors.push(e);
                     continue;
                 }
             };
-            match call(ch).await {
-                Ok(t) => return Ok((addr.clone(), t)),
-                Err(s) if is_final(&s) => return Err(Failure::Refused(s)),
-                Err(s) => errors.push(format!("{addr}: {}", s.message())),
+            match tokio::time::timeout(CALL_TIMEOUT, call(client)).await {
+                Ok(Ok(t)) => return Ok((addr.clone(), t.into_inner())),
+                Ok(Err(s)) if is_final(&s) => return Err(Failure::Refused(s.into())),
+                Ok(Err(s)) => errors.push(format!("{addr}: {}", s.message())),
+                Err(_) => errors.push(format!("{addr}: no answer within {CALL_TIMEOUT:?}")),
             }
         }
         Err(Failure::Unreachable(format!(
@@ -407,173 +322,42 @@ impl Conn {
         )))
     }
 
-    /// `call` at the Raft leader: starts at `guess` (or the known nodes in turn) and follows
-    /// `not-leader` answers, for up to [`LEADER_BUDGET`]. A call that reached a node and
-    /// broke without a reason may have taken effect: that is indeterminate, not retried.
-    async fn at_leader<T, F, Fut>(&self, guess: Option<String>, call: F) -> Result<T, Failure>
+    /// `call` at the Raft leader, following `not-leader` answers. A call that reached a node
+    /// and broke without an answer may have taken effect: that is indeterminate, not retried
+    /// ([`LeaderChannel::call_once`]).
+    async fn at_leader<T, F, Fut>(&self, call: F) -> Result<T, Failure>
     where
-        F: Fn(Channel) -> Fut,
+        F: Fn(ClusterClient<NodeChannel>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        let deadline = Instant::now() + LEADER_BUDGET;
-        let mut next = guess.filter(|g| !g.is_empty());
-        let mut turn = 0usize;
-        let mut last = String::from("no node answered");
-        while Instant::now() < deadline {
-            let addr = match next.take() {
-                Some(a) => a,
-                None => {
-                    let addrs = self.addrs();
-                    turn += 1;
-                    addrs[turn % addrs.len()].clone()
-                }
-            };
-            let ch = match self.channel(&addr).await {
-                Ok(ch) => ch,
-                Err(e) => {
-                    last = e;
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    continue;
-                }
-            };
-            match call(ch).await {
-                Ok(t) => return Ok(t),
-                Err(s) => match reason(&s) {
-                    Some("not-leader") => {
-                        last = format!("{addr}: {}", s.message());
-                        next = s
-                            .metadata()
-                            .get(LEADER_ADDR_KEY)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_string);
-                        if let Some(n) = &next {
-                            self.learn(&[v1::Member {
-                                client_addr: n.clone(),
-                                ..Default::default()
-                            }]);
-                        } else {
-                            tokio::time::sleep(RETRY_PAUSE).await;
-                        }
-                    }
-                    Some("unavailable") => {
-                        last = format!("{addr}: {}", s.message());
-                        next = Some(addr);
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                    }
-                    Some("indeterminate") | None => {
-                        return Err(Failure::Indeterminate(format!("{addr}: {}", s.message())))
-                    }
-                    Some(_) => return Err(Failure::Refused(s)),
-                },
-            }
-        }
-        Err(Failure::Unreachable(format!(
-            "no leader answered within {LEADER_BUDGET:?} (last: {last})"
-        )))
+        let answer = self
+            .nodes
+            .call_once(|ch| {
+                let call = call(ClusterClient::new(ch));
+                async move { call.await.map(tonic::Response::new) }
+            })
+            .await?;
+        Ok(answer)
     }
 
     /// The status of the first node that answers, its members learned.
     async fn first_status(&self) -> Result<(String, v1::StatusResponse), Failure> {
         let (addr, s) = self
-            .any(&self.addrs(), |ch| async move {
-                self.cluster(ch)
-                    .status(self.request(v1::StatusRequest {}))
-                    .await
-                    .map(tonic::Response::into_inner)
+            .any(&self.addrs(), |mut c| async move {
+                c.status(v1::StatusRequest {}).await
             })
             .await?;
-        self.learn(&s.members);
+        self.nodes.learn(&s.members);
         Ok((addr, s))
-    }
-
-    /// The leader's client address as `s` knows it, if any.
-    fn leader_guess(s: &v1::StatusResponse) -> Option<String> {
-        (!s.leader_addr.is_empty()).then(|| s.leader_addr.clone())
     }
 }
 
 /// Whether a refusal is the same at every node (so trying others is pointless).
 fn is_final(s: &Status) -> bool {
     matches!(
-        reason(s),
-        Some("unauthenticated" | "permission-denied" | "invalid-argument")
+        Reason::of(s),
+        Some(Reason::Unauthenticated | Reason::PermissionDenied | Reason::InvalidArgument)
     ) || s.code() == tonic::Code::Unimplemented
-}
-
-/// The TLS configuration and bearer token a `tenure://` URL's query asks for (the same
-/// parameters as the client library's `tenure://` backend, minus `discover`).
-fn client_tls(
-    query: &str,
-) -> Result<(Option<ClientTlsConfig>, Option<MetadataValue<Ascii>>), String> {
-    let (mut ca, mut cert, mut key, mut token_file) = (None, None, None, None);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("query parameter {pair:?} has no value"))?;
-        let slot = match name {
-            "ca" => &mut ca,
-            "cert" => &mut cert,
-            "key" => &mut key,
-            "token_file" => &mut token_file,
-            "discover" => {
-                return Err("discover: the operator commands talk to every member \
-                            directly, so they cannot be kept to the URL's addresses"
-                    .into())
-            }
-            _ => {
-                return Err(format!(
-                    "unknown query parameter {name:?} (known: ca, cert, key, token_file)"
-                ))
-            }
-        };
-        if slot.is_some() {
-            return Err(format!("query parameter {name:?} is given twice"));
-        }
-        if value.is_empty() {
-            return Err(format!("query parameter {name:?} is empty"));
-        }
-        *slot = Some(value.to_string());
-    }
-    let read = |what: &str, path: &str| {
-        std::fs::read(path).map_err(|e| format!("cannot read the {what} file {path:?}: {e}"))
-    };
-    let bearer = match token_file {
-        Some(path) => {
-            let text = String::from_utf8(read("token", &path)?)
-                .map_err(|_| format!("the token file {path:?} is not UTF-8"))?;
-            let token = text.trim();
-            if token.is_empty() || token.contains(char::is_whitespace) || !token.is_ascii() {
-                return Err(format!(
-                    "the token file {path:?} must hold one token (what `tenure token NAME` printed)"
-                ));
-            }
-            let mut value: MetadataValue<Ascii> = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| format!("the token in {path:?} is not a valid header value"))?;
-            value.set_sensitive(true);
-            Some(value)
-        }
-        None => None,
-    };
-    let Some(ca) = ca else {
-        if cert.is_some() || key.is_some() {
-            return Err("cert and key need ca (the cluster's CA certificate) too".into());
-        }
-        return Ok((None, bearer));
-    };
-    let mut config = ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca", &ca)?));
-    match (cert, key) {
-        (Some(cert), Some(key)) => {
-            config = config.identity(tonic::transport::Identity::from_pem(
-                read("cert", &cert)?,
-                read("key", &key)?,
-            ));
-        }
-        (None, None) => {}
-        _ => return Err("cert and key go together".into()),
-    }
-    Ok((Some(config), bearer))
 }
 
 fn block_on(f: impl Future<Output = u8>) -> ExitCode {
@@ -784,12 +568,13 @@ async fn status_inner(args: &StatusArgs) -> Result<u8, Failure> {
             if addr.is_empty() {
                 return Err("no known client address".to_string());
             }
-            let ch = conn.channel(&addr).await?;
-            conn.cluster(ch)
-                .status(conn.request(v1::StatusRequest {}))
-                .await
-                .map(tonic::Response::into_inner)
-                .map_err(|s| s.message().to_string())
+            let mut c = conn.cluster_at(&addr)?;
+            match tokio::time::timeout(CALL_TIMEOUT, c.status(v1::StatusRequest {})).await {
+                Ok(answer) => answer
+                    .map(tonic::Response::into_inner)
+                    .map_err(|s| s.message().to_string()),
+                Err(_) => Err(format!("no answer within {CALL_TIMEOUT:?}")),
+            }
         }
     });
     let statuses = futures_join_all(asks).await;
@@ -986,42 +771,31 @@ async fn members_inner(cmd: &MembersCmd, target: &Target) -> Result<Vec<v1::Memb
         _ => None,
     };
     let (_, first) = conn.first_status().await?;
-    let guess = Conn::leader_guess(&first);
     let response = match cmd {
         MembersCmd::List(_) => return Ok(first.members),
         MembersCmd::Add(_) => {
             let req = add.expect("parsed above");
-            conn.at_leader(guess, |ch| {
+            conn.at_leader(|mut c| {
                 let req = req.clone();
-                let conn = &conn;
-                async move { conn.cluster(ch).add_member(conn.request(req)).await }
+                async move { c.add_member(req).await }
             })
             .await?
         }
         MembersCmd::Promote(a) => {
             let id = a.id;
-            conn.at_leader(guess, |ch| {
-                let conn = &conn;
-                async move {
-                    conn.cluster(ch)
-                        .promote_member(conn.request(v1::PromoteMemberRequest { id }))
-                        .await
-                }
+            conn.at_leader(|mut c| async move {
+                c.promote_member(v1::PromoteMemberRequest { id }).await
             })
             .await?
         }
         MembersCmd::Remove(a) => {
             let id = a.id;
-            conn.at_leader(guess, |ch| {
-                let conn = &conn;
-                async move {
-                    conn.cluster(ch)
-                        .remove_member(conn.request(v1::MemberRequest {
-                            id,
-                            ..Default::default()
-                        }))
-                        .await
-                }
+            conn.at_leader(|mut c| async move {
+                c.remove_member(v1::MemberRequest {
+                    id,
+                    ..Default::default()
+                })
+                .await
             })
             .await?
         }
@@ -1043,16 +817,8 @@ async fn members_inner(cmd: &MembersCmd, target: &Target) -> Result<Vec<v1::Memb
     let deadline = Instant::now() + LEADER_BUDGET;
     loop {
         let status = conn
-            .at_leader(None, |ch| {
-                let conn = &conn;
-                async move {
-                    let s = conn
-                        .cluster(ch)
-                        .status(conn.request(v1::StatusRequest {}))
-                        .await?
-                        .into_inner();
-                    leader_only(s)
-                }
+            .at_leader(|mut c| async move {
+                leader_only(c.status(v1::StatusRequest {}).await?.into_inner())
             })
             .await?;
         if want(&status.members) {
@@ -1079,10 +845,7 @@ fn leader_only(s: v1::StatusResponse) -> Result<v1::StatusResponse, Status> {
     if s.role == "leader" {
         return Ok(s);
     }
-    let mut status = Status::failed_precondition("not the leader");
-    status
-        .metadata_mut()
-        .insert(ERROR_KEY, MetadataValue::from_static("not-leader"));
+    let mut status = Reason::NotLeader.label(Status::failed_precondition("not the leader"));
     if let Ok(v) = s.leader_addr.parse() {
         status.metadata_mut().insert(LEADER_ADDR_KEY, v);
     }
@@ -1141,21 +904,17 @@ async fn transfer_inner(args: &TransferArgs) -> Result<String, Failure> {
         return Err(Failure::Usage("--to: node ids start at 1".into()));
     }
     let conn = connect(&args.target)?;
-    let (_, first) = conn.first_status().await?;
+    conn.first_status().await?;
     let to = args.to.unwrap_or(0);
     // The node that answers the transfer is the leader that hands over.
     let from = conn
-        .at_leader(Conn::leader_guess(&first), |ch| {
-            let conn = &conn;
-            async move {
-                let mut c = conn.cluster(ch);
-                let s = c.status(conn.request(v1::StatusRequest {})).await?;
-                // Not the leader (any more): go where it says leadership is.
-                let s = leader_only(s.into_inner())?;
-                c.transfer_leadership(conn.request(v1::TransferLeadershipRequest { to }))
-                    .await?;
-                Ok((s.id, s.term))
-            }
+        .at_leader(|mut c| async move {
+            let s = c.status(v1::StatusRequest {}).await?;
+            // Not the leader (any more): go where it says leadership is.
+            let s = leader_only(s.into_inner())?;
+            c.transfer_leadership(v1::TransferLeadershipRequest { to })
+                .await?;
+            Ok((s.id, s.term))
         })
         .await?;
     let (from, from_term) = from;
@@ -1167,13 +926,11 @@ async fn transfer_inner(args: &TransferArgs) -> Result<String, Failure> {
     loop {
         let addrs = conn.addrs();
         for addr in &addrs {
-            let Ok(ch) = conn.channel(addr).await else {
+            let Ok(mut c) = conn.cluster_at(addr) else {
                 continue;
             };
-            let Ok(s) = conn
-                .cluster(ch)
-                .status(conn.request(v1::StatusRequest {}))
-                .await
+            let Ok(Ok(s)) =
+                tokio::time::timeout(CALL_TIMEOUT, c.status(v1::StatusRequest {})).await
             else {
                 continue;
             };
@@ -1232,15 +989,9 @@ async fn elections_inner(args: &ListArgs) -> Result<(), Failure> {
             limit: args.limit,
         };
         let (addr, page) = conn
-            .any(&addrs, |ch| {
+            .any(&addrs, |mut c| {
                 let req = req.clone();
-                let conn = &conn;
-                async move {
-                    conn.cluster(ch)
-                        .list_elections(conn.request(req))
-                        .await
-                        .map(tonic::Response::into_inner)
-                }
+                async move { c.list_elections(req).await }
             })
             .await?;
         node = Some(addr);
@@ -1349,15 +1100,7 @@ async fn sessions_inner(args: &ListArgs) -> Result<(), Failure> {
             limit: args.limit,
         };
         let (addr, page) = conn
-            .any(&addrs, |ch| {
-                let conn = &conn;
-                async move {
-                    conn.cluster(ch)
-                        .list_sessions(conn.request(req))
-                        .await
-                        .map(tonic::Response::into_inner)
-                }
-            })
+            .any(&addrs, |mut c| async move { c.list_sessions(req).await })
             .await?;
         node = Some(addr);
         let mut lines = Vec::new();
@@ -1433,22 +1176,9 @@ async fn get_inner(args: &GetArgs) -> Result<String, Failure> {
     if args.fenced_key.is_empty() {
         return Err(Failure::Usage("the key is empty".into()));
     }
-    let conn = connect(&args.target)?;
-    let (_, first) = conn.first_status().await?;
-    let key = args.fenced_key.clone();
-    let r = conn
-        .at_leader(Conn::leader_guess(&first), |ch| {
-            let key = key.clone();
-            let conn = &conn;
-            async move {
-                FencedKeysClient::new(ch)
-                    .get(conn.request(v1::GetRequest { key }))
-                    .await
-            }
-        })
-        .await?
-        .into_inner();
-    Ok(match (r.value, args.target.json) {
+    let client = tenure::Client::with_channel(connect(&args.target)?.nodes);
+    let stored = client.get(&args.fenced_key).await?;
+    Ok(match (stored, args.target.json) {
         (None, false) => "none".into(),
         (None, true) => json!({ "key": args.fenced_key, "stored": null }).to_string(),
         (Some(v), false) => format!(
@@ -1514,28 +1244,20 @@ async fn put_inner(args: &PutArgs) -> Result<String, Failure> {
     }
     let token =
         put_token(args.token, std::env::var_os("TENURE_FENCING_TOKEN")).map_err(Failure::Usage)?;
-    let conn = connect(&args.target)?;
-    let (_, first) = conn.first_status().await?;
-    let req = v1::PutRequest {
-        key: args.fenced_key.clone(),
-        value: args.value.as_bytes().to_vec(),
-        election: args.election.clone(),
-        token,
-        ..Default::default()
-    };
-    let r = conn
-        .at_leader(Conn::leader_guess(&first), |ch| {
-            let req = req.clone();
-            let conn = &conn;
-            async move { FencedKeysClient::new(ch).put(conn.request(req)).await }
-        })
-        .await?
-        .into_inner();
+    let client = tenure::Client::with_channel(connect(&args.target)?.nodes);
+    let index = client
+        .fenced_put(
+            &args.fenced_key,
+            args.value.as_bytes(),
+            &args.election,
+            token,
+        )
+        .await?;
     Ok(if args.target.json {
-        json!({ "key": args.fenced_key, "election": args.election, "token": token, "index": r.index })
+        json!({ "key": args.fenced_key, "election": args.election, "token": token, "index": index })
             .to_string()
     } else {
-        format!("index={}", r.index)
+        format!("index={index}")
     })
 }
 
@@ -1690,20 +1412,24 @@ mod tests {
 
     #[test]
     fn refusals_exit_with_their_own_codes() {
-        let refused = |reason: &'static str| {
-            let mut s = Status::aborted("refused");
-            s.metadata_mut()
-                .insert(ERROR_KEY, MetadataValue::from_static(reason));
-            Failure::Refused(s).report("test")
+        // As the cluster answers: a reason, and the current token on a fenced refusal.
+        let refused = |reason: Reason| {
+            let mut s = reason.label(Status::aborted("refused"));
+            s.metadata_mut().insert(
+                tenure_proto::CURRENT_TOKEN_KEY,
+                tonic::metadata::MetadataValue::from_static("2"),
+            );
+            Failure::from(Error::from(s)).report("test")
         };
-        assert_eq!(refused("stale-token"), EXIT_FENCED);
-        assert_eq!(refused("token-superseded"), EXIT_FENCED);
-        assert_eq!(refused("token-not-issued"), EXIT_FENCED);
-        assert_eq!(refused("wrong-election"), EXIT_FENCED);
-        assert_eq!(refused("permission-denied"), EXIT_DENIED);
-        assert_eq!(refused("unauthenticated"), EXIT_DENIED);
-        assert_eq!(refused("invalid-argument"), EXIT_USAGE);
-        assert_eq!(refused("unknown-session"), EXIT_BACKEND);
+        assert_eq!(refused(Reason::StaleToken), EXIT_FENCED);
+        assert_eq!(refused(Reason::TokenSuperseded), EXIT_FENCED);
+        assert_eq!(refused(Reason::TokenNotIssued), EXIT_FENCED);
+        assert_eq!(refused(Reason::WrongElection), EXIT_FENCED);
+        assert_eq!(refused(Reason::PermissionDenied), EXIT_DENIED);
+        assert_eq!(refused(Reason::Unauthenticated), EXIT_DENIED);
+        assert_eq!(refused(Reason::InvalidArgument), EXIT_USAGE);
+        assert_eq!(refused(Reason::UnknownSession), EXIT_BACKEND);
+        assert_eq!(refused(Reason::Indeterminate), EXIT_BACKEND);
         assert_eq!(
             Failure::Indeterminate("x".into()).report("test"),
             EXIT_BACKEND
@@ -1720,12 +1446,13 @@ mod tests {
         assert_eq!(human_ms(125_000), "2m5s");
     }
 
-    #[test]
-    fn urls_are_checked_before_anything_is_contacted() {
+    // Channels are made lazily, but making one needs a runtime.
+    #[tokio::test]
+    async fn urls_are_checked_before_anything_is_contacted() {
         for (url, why) in [
             ("memory:", "tenure://"),
-            ("tenure://", "names no node"),
-            ("tenure://host", "host:port"),
+            ("tenure://", "no host:port"),
+            ("tenure://host", "no port"),
             ("tenure://h:1?discover=false", "discover"),
             ("tenure://h:1?bogus=1", "unknown query parameter"),
             ("tenure://h:1?cert=a&key=b", "need ca"),

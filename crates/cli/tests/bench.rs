@@ -1,26 +1,25 @@
 //! `tenure bench` must keep working: one trial of every scenario against tenure alone, with
 //! tiny loads (`--smoke`), and the TLS scenarios (write, keepalives) against tenure and etcd
-//! with TLS on and off. The numbers mean nothing here; that the harness starts the clusters,
-//! drives every scenario and writes its table, CSV and plots is what is checked. etcd comes
-//! from `scripts/services.sh install-etcd`; without it the TLS test fails, never skips.
+//! with TLS on and off, and the takeover scenario through the client library's PostgreSQL and
+//! in-process backends. The numbers mean nothing here; that the harness starts the clusters,
+//! drives every scenario and writes its table, CSV and plots is what is checked. etcd and
+//! PostgreSQL come from `scripts/services.sh install-etcd install-postgres`; without them
+//! those tests fail, never skip.
 
+use std::ffi::OsString;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenure");
 
-#[test]
-fn every_scenario_runs_once_against_tenure() {
+/// Run `tenure bench ARGS` with its output and clusters in a temporary directory; assert
+/// that it succeeded, that no system failed, and that it left no cluster directory behind.
+/// Returns the directory (with `results.md`, `samples.csv` and the plots) and the table.
+fn bench(args: &[&str], extra: &[OsString]) -> (tempfile::TempDir, String) {
     let out_dir = tempfile::tempdir().expect("a temporary directory");
     let out = Command::new(BIN)
-        .args([
-            "bench",
-            "all",
-            "--smoke",
-            "--systems",
-            "tenure",
-            "--profiles",
-            "equalized",
-        ])
+        .arg("bench")
+        .args(args)
+        .args(extra)
         .arg("--out")
         .arg(out_dir.path())
         .arg("--work-dir")
@@ -34,6 +33,41 @@ fn every_scenario_runs_once_against_tenure() {
         "tenure bench failed\n{stdout}\n{stderr}"
     );
     let table = std::fs::read_to_string(out_dir.path().join("results.md")).expect("results.md");
+    assert!(!table.contains("### all"), "a system failed:\n{table}");
+    // Every cluster's directory was removed.
+    let left: Vec<_> = std::fs::read_dir(out_dir.path())
+        .expect("list the directory")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tenure-bench-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    (out_dir, table)
+}
+
+/// The section of `table` for `scenario`.
+fn section<'a>(table: &'a str, scenario: &str) -> &'a str {
+    table
+        .split(&format!("### {scenario}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {scenario} section in\n{table}"))
+        .split("\n### ")
+        .next()
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_scenario_runs_once_against_tenure() {
+    let (out_dir, table) = bench(
+        &[
+            "all",
+            "--smoke",
+            "--systems",
+            "tenure",
+            "--profiles",
+            "equalized",
+        ],
+        &[],
+    );
     for scenario in [
         "crash-failover",
         "pause-failover",
@@ -45,18 +79,13 @@ fn every_scenario_runs_once_against_tenure() {
         "elections",
         "herd",
     ] {
-        let section = table
-            .split(&format!("### {scenario}\n"))
-            .nth(1)
-            .unwrap_or_else(|| panic!("no {scenario} section in\n{table}"));
-        let section = section.split("\n### ").next().unwrap_or_default();
+        let section = section(&table, scenario);
         assert!(
             section.contains("| equalized | tenure | "),
             "no tenure row for {scenario}:\n{section}"
         );
         assert!(!section.contains("failed"), "{scenario}:\n{section}");
     }
-    assert!(!table.contains("### all"), "a system failed:\n{table}");
     let csv = std::fs::read_to_string(out_dir.path().join("samples.csv")).expect("samples.csv");
     assert!(csv.starts_with("scenario,metric,unit,system,profile,trial,value\n"));
     assert!(csv.lines().count() > 30, "{csv}");
@@ -76,51 +105,35 @@ fn every_scenario_runs_once_against_tenure() {
     ] {
         assert!(table.contains(metric), "no {metric} in\n{table}");
     }
-    // Every cluster's directory was removed.
-    let left: Vec<_> = std::fs::read_dir(out_dir.path())
-        .expect("list the directory")
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("tenure-bench-"))
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    // The nodes' own timing of the single client's writes: the WAL's fsync on every node,
+    // the commit latency at the leader.
+    for metric in [
+        "| one client: WAL fsync per persist, per node, mean (ms) | equalized | tenure | 3 |",
+        "| one client: WAL fsync per persist, per node, p99 (bucket bound) (ms) | equalized | tenure | 3 |",
+        "| one client: commit latency (propose → apply) at the leader, mean (ms) | equalized | tenure | 1 |",
+    ] {
+        assert!(table.contains(metric), "no {metric} in\n{table}");
+    }
 }
 
 /// TLS's cost in one run: write and keepalives on tenure and etcd, each with TLS off and on
 /// (client and peer traffic), and the table that sets them side by side.
 #[test]
 fn tls_variants_run_next_to_plaintext() {
-    let out_dir = tempfile::tempdir().expect("a temporary directory");
-    let out = Command::new(BIN)
-        .args([
-            "bench",
+    let (out_dir, table) = bench(
+        &[
             "write,keepalives",
             "--smoke",
             "--systems",
             "tenure,tenure-tls,etcd,etcd-tls",
             "--profiles",
             "equalized",
-        ])
-        .arg("--out")
-        .arg(out_dir.path())
-        .arg("--work-dir")
-        .arg(out_dir.path())
-        .output()
-        .expect("run tenure bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "tenure bench failed\n{stdout}\n{stderr}"
+        ],
+        &[],
     );
-    let table = std::fs::read_to_string(out_dir.path().join("results.md")).expect("results.md");
-    assert!(!table.contains("### all"), "a system failed:\n{table}");
     assert!(!table.contains("failed"), "{table}");
     for scenario in ["write", "keepalives"] {
-        let section = table
-            .split(&format!("### {scenario}\n"))
-            .nth(1)
-            .unwrap_or_else(|| panic!("no {scenario} section in\n{table}"));
-        let section = section.split("\n### ").next().unwrap_or_default();
+        let section = section(&table, scenario);
         for system in ["tenure", "tenure-tls", "etcd", "etcd-tls"] {
             assert!(
                 section.contains(&format!("| equalized | {system} | ")),
@@ -151,10 +164,76 @@ fn tls_variants_run_next_to_plaintext() {
     for system in ["tenure-tls", "etcd-tls"] {
         assert!(csv.contains(&format!(",{system},equalized,")), "{csv}");
     }
-    let left: Vec<_> = std::fs::read_dir(out_dir.path())
-        .expect("list the directory")
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("tenure-bench-"))
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// The project's services script: the tests run from the source tree, so they may name it by
+/// path (the shipped binary takes it from `--services-script`).
+fn services_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services.sh")
+}
+
+/// The client backends that have no cluster of their own here, in the takeover scenario:
+/// PostgreSQL started with the services script, and the in-process backend.
+#[test]
+fn takeover_runs_through_the_postgres_and_memory_backends() {
+    let (_out_dir, table) = bench(
+        &[
+            "takeover",
+            "--smoke",
+            "--systems",
+            "postgres,memory",
+            "--takeover-ttl-ms",
+            "1500",
+        ],
+        &["--services-script".into(), services_script().into()],
+    );
+    for system in ["postgres", "memory"] {
+        for metric in [
+            "TTL 1500 ms: holder stops → next leads (ms)",
+            "TTL 1500 ms: next leads, after the lease's end (ms)",
+            "resign → next leads (ms)",
+        ] {
+            let row = format!("| {metric} | defaults | {system} | 1 |");
+            assert!(table.contains(&row), "no {row} in\n{table}");
+        }
+    }
+}
+
+/// Without the services script, or with a path that is not one, a run that needs PostgreSQL
+/// is refused before anything is measured or written.
+#[test]
+fn the_postgres_backend_needs_the_services_script() {
+    let out_dir = tempfile::tempdir().expect("a temporary directory");
+    let missing = out_dir.path().join("no-such-services.sh");
+    for script in [None, Some(missing.as_path())] {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "bench",
+            "takeover",
+            "--smoke",
+            "--systems",
+            "tenure,postgres",
+        ])
+        .arg("--out")
+        .arg(out_dir.path().join("results"))
+        .arg("--work-dir")
+        .arg(out_dir.path())
+        .env_remove("TENURE_SERVICES_SCRIPT");
+        if let Some(script) = script {
+            cmd.arg("--services-script").arg(script);
+        }
+        let out = cmd.output().expect("run tenure bench");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{script:?} was accepted: {stderr}");
+        let why = match script {
+            None => "give its path with --services-script or $TENURE_SERVICES_SCRIPT",
+            Some(_) => "no-such-services.sh: no such file",
+        };
+        assert!(stderr.contains(why), "{script:?}: {stderr}");
+        assert!(
+            !stderr.contains("[tenure"),
+            "measured before refusing: {stderr}"
+        );
+        assert!(!out_dir.path().join("results").exists(), "wrote results");
+    }
 }

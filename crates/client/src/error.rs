@@ -1,6 +1,7 @@
 //! The client's typed errors, and their translation from the cluster's gRPC statuses.
 
-use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY};
+use tenure_core::sm::SmError;
+use tenure_proto::{Reason, CURRENT_TOKEN_KEY, LEADER_ADDR_KEY};
 use tonic::Status;
 
 /// The result of every fallible call of this crate.
@@ -37,6 +38,10 @@ pub enum Error {
     /// A fenced write named another election than the one the key belongs to.
     #[error("wrong election: {0}")]
     WrongElection(String),
+    /// A fenced write carried a token its election never handed out (higher than the
+    /// latest it issued): not a leader's token at all.
+    #[error("token not issued: {0}")]
+    TokenNotIssued(String),
     /// The backend refused the request as not this client's to make: a tenure session's
     /// secret did not match or the cluster's policy grants this principal no such right,
     /// the etcd user's roles do not cover the keys, a ZooKeeper ACL does
@@ -107,9 +112,30 @@ impl Error {
     }
 }
 
-/// The machine-readable reason of a tenure error (`tenure-error`), if any.
-pub(crate) fn reason(s: &Status) -> Option<&str> {
-    s.metadata().get(ERROR_KEY).and_then(|v| v.to_str().ok())
+impl Error {
+    /// The reason of the cluster's list ([`Reason`]) this error stands for, when it stands
+    /// for one: what the operator commands print next to the message. `None` for the
+    /// client's own errors (URLs, TLS, other backends' failures).
+    pub fn reason(&self) -> Option<Reason> {
+        Some(match self {
+            Error::NotLeader { .. } => Reason::NotLeader,
+            Error::Unavailable(_) => Reason::Unavailable,
+            Error::Indeterminate(_) => Reason::Indeterminate,
+            Error::StaleToken { .. } => Reason::StaleToken,
+            Error::WrongElection(_) => Reason::WrongElection,
+            Error::TokenNotIssued(_) => Reason::TokenNotIssued,
+            Error::PermissionDenied(_) => Reason::PermissionDenied,
+            Error::AuthenticationFailed(_) => Reason::Unauthenticated,
+            Error::SessionLost => Reason::UnknownSession,
+            Error::UnknownElection(_) => Reason::UnknownElection,
+            Error::NotCandidate(_) => Reason::NotCandidate,
+            Error::InvalidArgument(_) => Reason::InvalidArgument,
+            Error::Tls(_)
+            | Error::UnsupportedBackend { .. }
+            | Error::InvalidUrl { .. }
+            | Error::Backend(_) => return None,
+        })
+    }
 }
 
 fn meta(s: &Status, key: &str) -> Option<String> {
@@ -122,34 +148,66 @@ fn meta(s: &Status, key: &str) -> Option<String> {
 impl From<Status> for Error {
     fn from(s: Status) -> Error {
         let message = s.message().to_string();
-        match reason(&s) {
-            Some("not-leader") => Error::NotLeader {
-                leader_hint: meta(&s, LEADER_ADDR_KEY),
-            },
-            Some("unknown-session") => Error::SessionLost,
-            Some("unknown-election") => Error::UnknownElection(message),
-            Some("not-candidate") => Error::NotCandidate(message),
-            Some("wrong-election") => Error::WrongElection(message),
-            Some("wrong-secret") | Some("permission-denied") => Error::PermissionDenied(message),
-            Some("unauthenticated") => Error::AuthenticationFailed(message),
-            Some("stale-token") | Some("token-superseded") => match meta(&s, CURRENT_TOKEN_KEY)
-                .and_then(|t| t.parse().ok())
-            {
-                Some(current) => Error::StaleToken { current },
-                None => Error::Backend(format!("stale-token without a current token: {message}")),
-            },
-            Some("invalid-argument") => Error::InvalidArgument(message),
-            Some("unavailable") => Error::Unavailable(message),
-            Some("indeterminate") | Some("request-forgotten") => Error::Indeterminate(message),
-            Some(other) => Error::Backend(format!("{other}: {message}")),
-            None => match s.code() {
+        let Some(reason) = Reason::of(&s) else {
+            return match s.code() {
                 tonic::Code::InvalidArgument => Error::InvalidArgument(message),
+                tonic::Code::Unauthenticated => Error::AuthenticationFailed(message),
+                tonic::Code::PermissionDenied => Error::PermissionDenied(message),
                 tonic::Code::Unavailable
                 | tonic::Code::DeadlineExceeded
                 | tonic::Code::Cancelled
                 | tonic::Code::Unknown => Error::Unavailable(format!("{:?}: {message}", s.code())),
                 code => Error::Backend(format!("{code:?}: {message}")),
+            };
+        };
+        match reason {
+            Reason::NotLeader => Error::NotLeader {
+                leader_hint: meta(&s, LEADER_ADDR_KEY),
             },
+            Reason::UnknownSession => Error::SessionLost,
+            Reason::UnknownElection => Error::UnknownElection(message),
+            Reason::NotCandidate => Error::NotCandidate(message),
+            Reason::WrongElection => Error::WrongElection(message),
+            Reason::TokenNotIssued => Error::TokenNotIssued(message),
+            Reason::WrongSecret | Reason::PermissionDenied => Error::PermissionDenied(message),
+            Reason::Unauthenticated => Error::AuthenticationFailed(message),
+            Reason::StaleToken | Reason::TokenSuperseded => {
+                match meta(&s, CURRENT_TOKEN_KEY).and_then(|t| t.parse().ok()) {
+                    Some(current) => Error::StaleToken { current },
+                    None => Error::Backend(format!("{reason} without a current token: {message}")),
+                }
+            }
+            Reason::InvalidArgument => Error::InvalidArgument(message),
+            Reason::Unavailable => Error::Unavailable(message),
+            // Every stream slot is taken: the node's answer, not a retry's business.
+            Reason::ResourceExhausted => Error::Backend(format!("{reason}: {message}")),
+            Reason::Indeterminate | Reason::RequestForgotten => Error::Indeterminate(message),
+        }
+    }
+}
+
+impl From<SmError> for Error {
+    /// The state machine's refusal as the cluster would report it (the `memory:` backend
+    /// runs the same state machine in-process).
+    fn from(e: SmError) -> Error {
+        let message = e.to_string();
+        match e {
+            SmError::UnknownSession(_) => Error::SessionLost,
+            SmError::UnknownElection(name) => Error::UnknownElection(name),
+            SmError::NotCandidate { .. } | SmError::NotLeader { .. } => {
+                Error::NotCandidate(message)
+            }
+            SmError::StaleToken { current, .. } | SmError::TokenSuperseded { current, .. } => {
+                Error::StaleToken { current }
+            }
+            SmError::TokenNotIssued { .. } => Error::TokenNotIssued(message),
+            SmError::WrongElection { .. } => Error::WrongElection(message),
+            SmError::WrongSecret(_) => Error::PermissionDenied(message),
+            SmError::RequestForgotten { .. } => Error::Indeterminate(message),
+            SmError::TtlOutOfRange { .. }
+            | SmError::BadSize { .. }
+            | SmError::BadRequestId(_)
+            | SmError::TooManyCandidates(_) => Error::InvalidArgument(message),
         }
     }
 }

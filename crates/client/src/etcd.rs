@@ -172,12 +172,11 @@ fn lease(session: u64) -> Result<i64> {
 impl Etcd {
     /// Connect as `url` says: `rest` is what follows `etcd://` (`tls` false) or `etcds://`
     /// (`tls` true); see the module docs for the forms.
-    pub async fn connect(url: &str, tls: bool, rest: &str) -> Result<Etcd> {
+    pub async fn connect(url: &str, tls: bool, mut parsed: HostsUrl) -> Result<Etcd> {
         let bad = |why: String| Error::InvalidUrl {
             url: crate::redact_url(url),
             why,
         };
-        let mut parsed = HostsUrl::parse(rest).map_err(|why| bad(format!("etcd: {why}")))?;
         if !parsed.path.is_empty() {
             return Err(bad("etcd URLs have no path after the hosts".into()));
         }

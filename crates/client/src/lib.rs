@@ -152,6 +152,7 @@
 //! leadership to a named candidate.
 #![deny(missing_docs)]
 
+pub mod channel;
 mod error;
 mod etcd;
 pub mod fence;
@@ -175,6 +176,11 @@ use tokio::sync::{mpsc, watch};
 pub use error::{Error, Result};
 pub use redact::redact_url;
 use session::Session;
+/// The bound on clock-rate drift that sizes the lease margin ([`CampaignOptions::drift`]).
+pub use tenure_core::drift::DriftPpm;
+/// The gRPC API of a tenure cluster (`tenure.v1`), for calls over a
+/// [`channel::LeaderChannel`], and its list of error reasons ([`proto::Reason`]).
+pub use tenure_proto as proto;
 
 /// Leader events buffered for an observer that does not read.
 const OBSERVE_BUFFERED_MAX: usize = 64;
@@ -218,7 +224,7 @@ pub struct Client {
 #[derive(Clone, Debug)]
 enum Backend {
     Memory(Arc<memory::World>),
-    Remote(remote::Nodes),
+    Remote(remote::Remote),
     Etcd(etcd::Etcd),
     Postgres(pg::Pg),
     Zk(zk::Zk),
@@ -230,18 +236,31 @@ pub struct CampaignOptions {
     /// The session's time to live: how long after its last renewal a silent holder keeps
     /// the election. Failover after a crash takes about this long.
     pub ttl: Duration,
-    /// The bound on how much clock rates may differ between this process and the backend,
-    /// in percent; it sizes the drift margin of DESIGN.md rule 4.
-    pub drift_percent: u32,
+    /// The bound on how much clock rates may differ between this process and the backend;
+    /// it sizes the drift margin of DESIGN.md rule 4 (default 1 %).
+    pub drift: DriftPpm,
 }
 
 impl Default for CampaignOptions {
     fn default() -> CampaignOptions {
         CampaignOptions {
             ttl: Duration::from_secs(10),
-            drift_percent: 1,
+            drift: DriftPpm::DEFAULT,
         }
     }
+}
+
+/// A fenced key's stored value, as [`Client::get`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FencedValue {
+    /// The value.
+    pub value: Vec<u8>,
+    /// The election whose token guarded the last accepted write; the key belongs to it.
+    pub election: String,
+    /// The highest token accepted for the key.
+    pub token: u64,
+    /// The position (log index) of the write that stored it.
+    pub index: u64,
 }
 
 /// Who leads an election.
@@ -294,10 +313,6 @@ impl futures_core::Stream for Observer {
     }
 }
 
-/// What an unknown URL scheme is told.
-const UNKNOWN_SCHEME: &str =
-    "unknown scheme; use tenure://, etcd://, etcds://, postgres://, zk:// or memory:";
-
 impl Client {
     /// Connect to the backend named by `url`: `memory:` (or `memory:NAME`),
     /// `tenure://host:port,host:port,...`, `etcd://host:port,host:port,...` (`etcds://` for
@@ -307,56 +322,111 @@ impl Client {
     /// `etcd://`, `postgres://` and `zk://` the backend is dialed now (and, with a user and
     /// password, etcd and PostgreSQL check them now: [`Error::AuthenticationFailed`]).
     pub async fn connect(url: &str) -> Result<Client> {
-        let (scheme, rest) = url.split_once(':').ok_or_else(|| Error::InvalidUrl {
-            url: crate::redact_url(url),
-            why: "expected SCHEME:...".into(),
-        })?;
-        let backend = match scheme {
-            "memory" => Backend::Memory(memory::world(rest.trim_start_matches("//"))),
-            "tenure" => {
-                let hosts = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
-                    url: crate::redact_url(url),
-                    why: "expected tenure://host:port,host:port".into(),
-                })?;
-                let (hosts, query) = hosts.split_once('?').unwrap_or((hosts, ""));
-                let addrs = hosts
-                    .trim_end_matches('/')
-                    .split(',')
-                    .filter(|a| !a.is_empty())
-                    .map(url::node_addr)
-                    .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|why| Error::InvalidUrl {
-                        url: crate::redact_url(url),
-                        why,
-                    })?;
-                Backend::Remote(remote::Nodes::new(url, addrs, query)?)
+        let backend = match url::Target::parse(url)? {
+            url::Target::Memory(name) => Backend::Memory(memory::world(&name)),
+            url::Target::Cluster(target) => Backend::Remote(remote::Remote::new(
+                channel::LeaderChannel::new(url, &target)?,
+            )),
+            url::Target::Etcd { tls, url: parsed } => {
+                Backend::Etcd(etcd::Etcd::connect(url, tls, parsed).await?)
             }
-            "etcd" | "etcds" => {
-                let rest = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
-                    url: crate::redact_url(url),
-                    why: format!("expected {scheme}://host:port,host:port"),
-                })?;
-                Backend::Etcd(etcd::Etcd::connect(url, scheme == "etcds", rest).await?)
-            }
-            "postgres" | "postgresql" => Backend::Postgres(pg::Pg::connect(url).await?),
-            "zk" | "zookeeper" => {
-                let rest = rest.strip_prefix("//").ok_or_else(|| Error::InvalidUrl {
-                    url: crate::redact_url(url),
-                    why: "expected zk://host:port,host:port".into(),
-                })?;
-                Backend::Zk(zk::Zk::connect(url, rest).await?)
-            }
-            other => {
-                return Err(Error::UnsupportedBackend {
-                    scheme: other.to_string(),
-                    why: UNKNOWN_SCHEME.into(),
-                })
-            }
+            url::Target::Postgres(url) => Backend::Postgres(pg::Pg::connect(&url).await?),
+            url::Target::Zk(parsed) => Backend::Zk(zk::Zk::connect(url, parsed).await?),
         };
         Ok(Client {
             backend,
             wakeups: Arc::default(),
         })
+    }
+
+    /// A client of the tenure cluster that `channel` reaches (say, one
+    /// [`channel::LeaderChannel::restricted_to`] chosen members); clones of the channel share
+    /// their nodes and their guess of the leader with it.
+    pub fn with_channel(channel: channel::LeaderChannel) -> Client {
+        Client {
+            backend: Backend::Remote(remote::Remote::new(channel)),
+            wakeups: Arc::default(),
+        }
+    }
+
+    /// The leader-following channel of a `tenure://` client (`None` for other backends).
+    pub fn channel(&self) -> Option<&channel::LeaderChannel> {
+        match &self.backend {
+            Backend::Remote(r) => Some(r.channel()),
+            _ => None,
+        }
+    }
+
+    /// Write `value` at the fenced key `key` with `election`'s fencing `token`; returns the
+    /// position (log index) of the write. The write is refused atomically, changing nothing,
+    /// with [`Error::StaleToken`] when the token is below the highest the key accepted or
+    /// below the election's current token (a newer leader exists), with
+    /// [`Error::TokenNotIssued`] for a token the election never handed out, and with
+    /// [`Error::WrongElection`] when the key belongs to another election (the one of its
+    /// first write).
+    ///
+    /// On `tenure://` this write carries no request id, so it is retried only while the
+    /// cluster says it did not take effect: a write whose outcome is unknown fails with
+    /// [`Error::Indeterminate`]. [`Leadership::fenced_put`] writes with the leader's session
+    /// and is retried safely until its outcome is known. etcd, PostgreSQL and ZooKeeper have
+    /// no fenced keys ([`Error::UnsupportedBackend`]): fence their stores with
+    /// [`fence`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tenure::Result<()> {
+    /// let client = tenure::Client::connect("memory:fenced-put").await?;
+    /// let first = client.campaign("books", b"a", Default::default()).await?;
+    /// let old_token = first.token();
+    /// first.resign().await?;
+    /// let second = client.campaign("books", b"b", Default::default()).await?;
+    /// client.fenced_put("closed-day", b"2026-12-01", "books", second.token()).await?;
+    /// let stored = client.get("closed-day").await?.expect("written");
+    /// assert_eq!((stored.value.as_slice(), stored.token), (&b"2026-12-01"[..], second.token()));
+    /// // The replaced leader's token is refused, and nothing changes.
+    /// let stale = client.fenced_put("closed-day", b"late", "books", old_token).await;
+    /// assert!(matches!(stale, Err(tenure::Error::StaleToken { .. })));
+    /// assert_eq!(client.get("closed-day").await?, Some(stored));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn fenced_put(
+        &self,
+        key: &str,
+        value: &[u8],
+        election: &str,
+        token: u64,
+    ) -> Result<u64> {
+        match &self.backend {
+            Backend::Memory(w) => w.fenced_put(key, value, election, token),
+            Backend::Remote(r) => r.fenced_put(key, value, election, token, None).await,
+            _ => Err(self.no_fenced_keys()),
+        }
+    }
+
+    /// The value stored at the fenced key `key`, or `None` if nothing was ever written
+    /// there. A linearizable read on `tenure://`. etcd, PostgreSQL and ZooKeeper have no
+    /// fenced keys ([`Error::UnsupportedBackend`]).
+    pub async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
+        match &self.backend {
+            Backend::Memory(w) => w.get(key),
+            Backend::Remote(r) => r.get(key).await,
+            _ => Err(self.no_fenced_keys()),
+        }
+    }
+
+    fn no_fenced_keys(&self) -> Error {
+        let scheme = match &self.backend {
+            Backend::Etcd(_) => "etcd",
+            Backend::Postgres(_) => "postgres",
+            _ => "zk",
+        };
+        Error::UnsupportedBackend {
+            scheme: scheme.into(),
+            why: "fenced keys live in a tenure cluster's replicated state; fence this \
+                  backend's own store with tenure::fence"
+                .into(),
+        }
     }
 
     /// Campaign in `election` with `value`, and wait until this candidate leads.
@@ -384,7 +454,18 @@ impl Client {
         value: &[u8],
         options: CampaignOptions,
     ) -> Result<Candidate> {
-        let margin = session::margin(options.ttl, options.drift_percent);
+        if options.drift > DriftPpm::MAX {
+            return Err(Error::InvalidArgument(format!(
+                "drift bound {} is above the most a lease can honour, {}",
+                options.drift,
+                DriftPpm::MAX
+            )));
+        }
+        let margin = tenure_core::drift::holder_margin(
+            options.ttl,
+            options.drift,
+            tenure_core::drift::CLIENT_SCHEDULING_ALLOWANCE,
+        );
         if margin >= options.ttl {
             return Err(Error::InvalidArgument(format!(
                 "ttl {:?} is not longer than its drift margin {margin:?}",
@@ -463,6 +544,14 @@ impl Client {
         }
     }
 
+    /// Whether [`Client::fenced_put`] and [`Client::get`] work on this backend: `memory:` and
+    /// `tenure://` keep fenced keys in the cluster's replicated state; etcd, PostgreSQL and
+    /// ZooKeeper answer [`Error::UnsupportedBackend`] (their stores are fenced with
+    /// [`fence`] instead).
+    pub fn supports_fenced_keys(&self) -> bool {
+        matches!(&self.backend, Backend::Memory(_) | Backend::Remote(_))
+    }
+
     /// Whether a change of leader wakes only the next candidate (or, at worst, one more),
     /// rather than every waiting one: true for `tenure://` (the cluster answers only the new
     /// leader's blocked campaign), etcd and ZooKeeper (each candidate watches only its
@@ -514,10 +603,7 @@ impl Client {
 
     async fn revoke(&self, session: u64) -> Result<()> {
         match &self.backend {
-            Backend::Memory(w) => {
-                w.revoke(session);
-                Ok(())
-            }
+            Backend::Memory(w) => w.revoke(session),
             Backend::Remote(n) => n.revoke(session).await,
             Backend::Etcd(e) => e.revoke(session).await,
             Backend::Postgres(p) => p.revoke(session).await,
@@ -821,6 +907,36 @@ impl Leadership {
     /// for tests and fault drills.
     pub fn stop_keepalives(&self) {
         self.held.session.stop_keepalives();
+    }
+
+    /// Write `value` at the fenced key `key` with this leadership's election and token, as
+    /// [`Client::fenced_put`] does; returns the write's position (log index). On `tenure://`
+    /// the write carries a request id on this leader's session, so it is retried across
+    /// nodes and leader changes until its outcome is known and applied at most once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tenure::Result<()> {
+    /// let client = tenure::Client::connect("memory:leadership-put").await?;
+    /// let leader = client.campaign("books", b"a", Default::default()).await?;
+    /// leader.fenced_put("closed-day", b"2026-12-01").await?;
+    /// assert_eq!(client.get("closed-day").await?.map(|v| v.token), Some(leader.token()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn fenced_put(&self, key: &str, value: &[u8]) -> Result<u64> {
+        let client = &self.held.client;
+        match &client.backend {
+            Backend::Remote(r) => {
+                r.fenced_put(key, value, &self.election, self.token, Some(self.session()))
+                    .await
+            }
+            _ => {
+                client
+                    .fenced_put(key, value, &self.election, self.token)
+                    .await
+            }
+        }
     }
 }
 

@@ -1,71 +1,47 @@
-//! The `memory:` backend: the tenure cluster's election semantics in one process, for tests.
+//! The `memory:` backend: the tenure cluster's replicated state machine
+//! ([`tenure_core::sm::StateMachine`]) in one process, for tests.
 //!
-//! Same contract as the cluster: sessions with a TTL that expire `TTL` after the last
-//! keepalive was received (by this process's monotonic clock), a FIFO queue of candidates
-//! per election whose head leads, a token that rises by one on every change of holder and is
-//! never reset, an error for elections nobody ever campaigned in. Expiry is applied lazily
-//! before every operation, and every waiter also wakes at the next expiry time, so no
-//! background task is needed (a world may be shared by several tokio runtimes).
+//! Sessions, elections, tokens and fenced keys are the cluster's own code: every operation is
+//! a [`Command`] applied to the state machine at the next index, so queues, tokens that rise
+//! on every change of leader and never reset, fenced-write refusals and the errors for
+//! elections nobody campaigned in are exactly the cluster's. What a single process adds is
+//! the part the cluster keeps outside its state machine, the lease clock: a session expires
+//! `TTL` after its last keepalive was received (this process's monotonic clock), by an
+//! `Expire` command applied lazily before every operation; every waiter also wakes at the
+//! next expiry time, so no background task is needed (a world may be shared by several tokio
+//! runtimes). One tick of the state machine is one millisecond.
 //!
 //! `memory:` is one process-wide world; `memory:NAME` a separate world per name, so that
 //! tests running in parallel do not meet.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use tenure_core::config::InjectedBugs;
+use tenure_core::sm::{Command, Response, SmLimits, StateMachine};
 use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::{Error, LeaderEvent, LeaderInfo, Result};
+use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
-/// Shortest TTL a session may ask for (the cluster's default bound).
-const TTL_MIN: Duration = Duration::from_millis(100);
-/// Longest TTL a session may ask for (the cluster's default bound).
-const TTL_MAX: Duration = Duration::from_secs(3600);
-/// Longest election name, in bytes (the cluster's default limit).
-const ELECTION_NAME_BYTES_MAX: usize = 256;
-/// Largest candidate value, in bytes (the cluster's default limit).
-const VALUE_BYTES_MAX: usize = 64 * 1024;
+/// Shortest TTL a session may ask for, in ticks of a millisecond (the cluster's default).
+const TTL_MIN_MS: u64 = 100;
+/// Longest TTL a session may ask for, in ticks of a millisecond (the cluster's default).
+const TTL_MAX_MS: u64 = 3_600_000;
 /// How many leader changes an observer may fall behind before its stream fails.
 const CHANGES_BUFFERED_MAX: usize = 1024;
 
+/// The state machine, and the lease clock beside it.
 #[derive(Debug)]
-struct MemSession {
-    ttl: Duration,
-    /// Last keepalive receive time + TTL.
-    expires_at: Instant,
-    /// Elections this session is queued in, so that expiry can remove it.
-    elections: BTreeSet<String>,
-}
-
-#[derive(Debug, Default)]
-struct MemElection {
-    /// Candidates in arrival order; the head leads.
-    queue: VecDeque<(u64, Vec<u8>)>,
-    /// The current (or last) holder's token; 0 before the first leader.
-    token: u64,
-}
-
-impl MemElection {
-    fn leader(&self) -> Option<LeaderInfo> {
-        self.queue.front().map(|(session, value)| LeaderInfo {
-            session: *session,
-            value: value.clone(),
-            token: self.token,
-        })
-    }
-}
-
-#[derive(Debug, Default)]
 struct State {
-    sessions: BTreeMap<u64, MemSession>,
-    elections: BTreeMap<String, MemElection>,
-    next_session: u64,
-    /// Counts state changes; plays the role of the cluster's log index.
+    sm: StateMachine,
+    /// The index of the last command applied; plays the role of the cluster's log index.
     index: u64,
+    /// Per live session: its TTL and when it expires (last keepalive receive time + TTL).
+    leases: BTreeMap<u64, (Duration, Instant)>,
 }
 
-/// One in-process world of sessions and elections.
+/// One in-process world of sessions, elections and fenced keys.
 #[derive(Debug)]
 pub(crate) struct World {
     state: Mutex<State>,
@@ -85,10 +61,16 @@ pub(crate) fn world(name: &str) -> Arc<World> {
     if let Some(w) = worlds.get(name).and_then(Weak::upgrade) {
         return w;
     }
+    let limits = SmLimits {
+        ttl_min_ticks: TTL_MIN_MS,
+        ttl_max_ticks: TTL_MAX_MS,
+        ..SmLimits::default()
+    };
     let w = Arc::new(World {
         state: Mutex::new(State {
-            next_session: 1,
-            ..State::default()
+            sm: StateMachine::new(limits, InjectedBugs::default()),
+            index: 0,
+            leases: BTreeMap::new(),
         }),
         changes: broadcast::channel(CHANGES_BUFFERED_MAX).0,
         version: watch::channel(0).0,
@@ -98,59 +80,61 @@ pub(crate) fn world(name: &str) -> Arc<World> {
     w
 }
 
+fn leader_info(l: tenure_core::sm::LeaderInfo) -> LeaderInfo {
+    LeaderInfo {
+        session: l.session,
+        value: l.value,
+        token: l.token,
+    }
+}
+
+/// A response the command at hand cannot produce: the state machine broke its own contract.
+fn unexpected(what: &str, r: &Response) -> Error {
+    Error::Backend(format!("{what}: unexpected state machine response {r:?}"))
+}
+
 impl World {
-    /// The state with every session due by now expired. Every field is updated by single
-    /// assignments, so a panic elsewhere cannot leave it half-changed: poison is ignored.
+    /// The state with every session due by now expired. The state machine changes only by
+    /// whole `apply` calls, so a panic elsewhere cannot leave it half-changed: poison is
+    /// ignored.
     fn lock(&self) -> MutexGuard<'_, State> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         let due: Vec<u64> = st
-            .sessions
+            .leases
             .iter()
-            .filter(|(_, s)| s.expires_at <= now)
+            .filter(|(_, (_, at))| *at <= now)
             .map(|(id, _)| *id)
             .collect();
-        for id in due {
-            self.remove_session(&mut st, id);
+        for session in due {
+            st.leases.remove(&session);
+            self.apply(&mut st, Command::Expire { session });
         }
         st
     }
 
-    fn remove_session(&self, st: &mut State, id: u64) {
-        let Some(s) = st.sessions.remove(&id) else {
-            return;
-        };
-        for name in s.elections {
-            self.change(st, &name, |e| e.queue.retain(|(c, _)| *c != id));
-        }
-    }
-
-    /// Apply `f` to election `name` and publish a leader change if its head changed.
-    fn change(&self, st: &mut State, name: &str, f: impl FnOnce(&mut MemElection)) {
+    /// Apply `command` at the next index, publish the leader changes it caused, and wake
+    /// the waiters.
+    fn apply(&self, st: &mut State, command: Command) -> Response {
         st.index += 1;
         let index = st.index;
-        let e = st.elections.entry(name.to_string()).or_default();
-        let old_head = e.queue.front().map(|c| c.0);
-        f(e);
-        let new_head = e.queue.front().map(|c| c.0);
-        if new_head != old_head {
-            if new_head.is_some() {
-                e.token += 1;
-            }
+        let response = st.sm.apply(index, &command);
+        for change in st.sm.take_leader_changes() {
             // Nobody listening is fine: observers subscribe before they read.
             let _ = self.changes.send(LeaderEvent {
-                election: name.to_string(),
-                leader: e.leader(),
-                index,
+                election: change.election,
+                leader: change.leader.map(leader_info),
+                index: change.index,
             });
         }
         self.version.send_modify(|v| *v += 1);
+        response
     }
 
     /// The earliest time a session will expire.
     fn next_expiry(&self) -> Option<Instant> {
         let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        st.sessions.values().map(|s| s.expires_at).min()
+        st.leases.values().map(|(_, at)| *at).min()
     }
 
     /// Sleep until the world may have changed: a change, or the next expiry.
@@ -165,122 +149,148 @@ impl World {
     }
 
     pub fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
-        if !(TTL_MIN..=TTL_MAX).contains(&ttl) {
-            return Err(Error::InvalidArgument(format!(
-                "ttl {ttl:?} outside [{TTL_MIN:?}, {TTL_MAX:?}]"
-            )));
-        }
+        // Whole ticks, rounded up: the session lives at least as long as asked.
+        let ttl_ticks = u64::try_from(ttl.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
         let mut st = self.lock();
-        let id = st.next_session;
-        st.next_session += 1;
-        st.index += 1;
-        st.sessions.insert(
-            id,
-            MemSession {
-                ttl,
-                expires_at: Instant::now() + ttl,
-                elections: BTreeSet::new(),
-            },
-        );
-        Ok((id, ttl))
+        match self.apply(&mut st, Command::Grant { ttl_ticks }) {
+            Response::Granted { session, ttl_ticks } => {
+                let ttl = Duration::from_millis(ttl_ticks);
+                st.leases.insert(session, (ttl, Instant::now() + ttl));
+                Ok((session, ttl))
+            }
+            Response::Rejected(e) => Err(e.into()),
+            r => Err(unexpected("grant", &r)),
+        }
     }
 
     pub fn keepalive(&self, session: u64) -> Result<Duration> {
         let mut st = self.lock();
-        let s = st.sessions.get_mut(&session).ok_or(Error::SessionLost)?;
-        s.expires_at = Instant::now() + s.ttl;
-        Ok(s.ttl)
+        let (ttl, at) = st.leases.get_mut(&session).ok_or(Error::SessionLost)?;
+        *at = Instant::now() + *ttl;
+        Ok(*ttl)
     }
 
-    pub fn revoke(&self, session: u64) {
+    pub fn revoke(&self, session: u64) -> Result<()> {
         let mut st = self.lock();
-        self.remove_session(&mut st, session);
+        if st.leases.remove(&session).is_none() {
+            // Already gone (revoked, expired): the same end state.
+            return Ok(());
+        }
+        match self.apply(&mut st, Command::Revoke { session }) {
+            Response::Ended { .. } => Ok(()),
+            Response::Rejected(e) => Err(e.into()),
+            r => Err(unexpected("revoke", &r)),
+        }
     }
 
     pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
-        check_name(election)?;
-        if value.len() > VALUE_BYTES_MAX {
-            return Err(Error::InvalidArgument(format!(
-                "value of {} bytes exceeds {VALUE_BYTES_MAX}",
-                value.len()
-            )));
-        }
         let mut rx = self.version.subscribe();
         {
             let mut st = self.lock();
-            let s = st.sessions.get_mut(&session).ok_or(Error::SessionLost)?;
             // A retried campaign keeps its place and its value, as on the cluster.
-            if s.elections.insert(election.to_string()) {
-                self.change(&mut st, election, |e| {
-                    e.queue.push_back((session, value.to_vec()))
-                });
+            let command = Command::Campaign {
+                election: election.to_string(),
+                session,
+                value: value.to_vec(),
+            };
+            match self.apply(&mut st, command) {
+                Response::Campaigned {
+                    leader_token: Some(token),
+                    ..
+                } => return Ok(token),
+                Response::Campaigned { .. } => {}
+                Response::Rejected(e) => return Err(e.into()),
+                r => return Err(unexpected("campaign", &r)),
             }
         }
         loop {
-            {
-                let st = self.lock();
-                if !st.sessions.contains_key(&session) {
-                    return Err(Error::SessionLost);
-                }
-                if let Some(e) = st.elections.get(election) {
-                    if e.queue.front().map(|c| c.0) == Some(session) {
-                        return Ok(e.token);
-                    }
-                }
-            }
             self.changed(&mut rx).await;
             crate::note_waiter_wakeup();
+            let st = self.lock();
+            if st.sm.session(session).is_none() {
+                return Err(Error::SessionLost);
+            }
+            if let Some(l) = st.sm.leader(election) {
+                if l.session == session {
+                    return Ok(l.token);
+                }
+            }
         }
     }
 
     pub fn resign(&self, election: &str, session: u64) -> Result<()> {
         let mut st = self.lock();
-        if !st.elections.contains_key(election) {
-            return Err(Error::UnknownElection(election.to_string()));
+        let command = Command::Resign {
+            election: election.to_string(),
+            session,
+        };
+        match self.apply(&mut st, command) {
+            Response::Resigned => Ok(()),
+            // Not (or no longer) queued, or the session is gone: nothing left to resign.
+            Response::Rejected(
+                tenure_core::sm::SmError::NotCandidate { .. }
+                | tenure_core::sm::SmError::UnknownSession(_),
+            ) => Ok(()),
+            Response::Rejected(e) => Err(e.into()),
+            r => Err(unexpected("resign", &r)),
         }
-        if let Some(s) = st.sessions.get_mut(&session) {
-            if s.elections.remove(election) {
-                self.change(&mut st, election, |e| {
-                    e.queue.retain(|(c, _)| *c != session)
-                });
-            }
-        }
-        Ok(())
     }
 
     pub fn transfer(&self, election: &str, from: u64, to: u64) -> Result<u64> {
         let mut st = self.lock();
-        let e = st
-            .elections
-            .get(election)
-            .ok_or_else(|| Error::UnknownElection(election.to_string()))?;
-        if e.queue.front().map(|c| c.0) != Some(from) {
-            return Err(Error::NotCandidate(format!(
-                "session {from} does not lead {election:?}"
-            )));
-        }
-        let Some(pos) = e.queue.iter().position(|c| c.0 == to) else {
-            return Err(Error::NotCandidate(format!(
-                "session {to} is not queued in {election:?}"
-            )));
+        let command = Command::Transfer {
+            election: election.to_string(),
+            from,
+            to,
         };
-        if pos == 0 {
-            return Ok(e.token);
+        match self.apply(&mut st, command) {
+            Response::Transferred { token } => Ok(token),
+            Response::Rejected(e) => Err(e.into()),
+            r => Err(unexpected("transfer", &r)),
         }
-        self.change(&mut st, election, |e| {
-            if let Some(c) = e.queue.remove(pos) {
-                e.queue.push_front(c);
-            }
-        });
-        Ok(st.elections.get(election).map_or(0, |e| e.token))
     }
 
     pub fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
         let st = self.lock();
-        st.elections
-            .get(election)
-            .map(MemElection::leader)
-            .ok_or_else(|| Error::UnknownElection(election.to_string()))
+        let query = Command::Leader {
+            election: election.to_string(),
+        };
+        match st.sm.query(&query) {
+            Some(Response::LeaderIs(l)) => Ok(l.map(leader_info)),
+            Some(Response::Rejected(e)) => Err(e.into()),
+            r => Err(Error::Backend(format!("leader: unexpected answer {r:?}"))),
+        }
+    }
+
+    pub fn fenced_put(&self, key: &str, value: &[u8], election: &str, token: u64) -> Result<u64> {
+        let mut st = self.lock();
+        let command = Command::FencedPut {
+            key: key.to_string(),
+            value: value.to_vec(),
+            election: election.to_string(),
+            token,
+        };
+        match self.apply(&mut st, command) {
+            Response::Put => Ok(st.index),
+            Response::Rejected(e) => Err(e.into()),
+            r => Err(unexpected("fenced put", &r)),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Result<Option<FencedValue>> {
+        let st = self.lock();
+        match st.sm.query(&Command::Get {
+            key: key.to_string(),
+        }) {
+            Some(Response::Value(v)) => Ok(v.map(|v| FencedValue {
+                value: v.value,
+                election: v.election,
+                token: v.token,
+                index: v.index,
+            })),
+            Some(Response::Rejected(e)) => Err(e.into()),
+            r => Err(Error::Backend(format!("get: unexpected answer {r:?}"))),
+        }
     }
 
     /// Forward every leader change of `election` (starting with the current leader) to `tx`
@@ -293,13 +303,17 @@ impl World {
         let mut changes = self.changes.subscribe();
         let first = {
             let st = self.lock();
-            let e = st
-                .elections
-                .get(election)
-                .ok_or_else(|| Error::UnknownElection(election.to_string()))?;
+            let query = Command::Leader {
+                election: election.to_string(),
+            };
+            let leader = match st.sm.query(&query) {
+                Some(Response::LeaderIs(l)) => l.map(leader_info),
+                Some(Response::Rejected(e)) => return Err(e.into()),
+                r => return Err(Error::Backend(format!("observe: unexpected answer {r:?}"))),
+            };
             LeaderEvent {
                 election: election.to_string(),
-                leader: e.leader(),
+                leader,
                 index: st.index,
             }
         };
@@ -338,13 +352,4 @@ impl World {
         });
         Ok(())
     }
-}
-
-fn check_name(election: &str) -> Result<()> {
-    if election.is_empty() || election.len() > ELECTION_NAME_BYTES_MAX {
-        return Err(Error::InvalidArgument(format!(
-            "election name must have 1 to {ELECTION_NAME_BYTES_MAX} bytes"
-        )));
-    }
-    Ok(())
 }

@@ -25,18 +25,13 @@ pub(crate) struct Session {
     pub id: u64,
     /// The TTL the backend granted.
     pub ttl: Duration,
-    /// How much earlier than the backend the holder stops believing (drift and scheduling).
+    /// How much earlier than the backend the holder stops believing (drift and scheduling):
+    /// `tenure_core::drift::holder_margin` of the TTL asked for.
     pub margin: Duration,
     /// The lease as the holder sees it; a watch so that `lost()` wakes on every change.
     pub state: watch::Sender<LeaseState>,
     /// The keepalive task, until it is stopped.
     keepalive: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// The drift margin of DESIGN.md rule 4: twice the drift bound applied to the TTL (both
-/// clocks may drift, in opposite directions) plus a fixed 10 ms for scheduling noise.
-pub(crate) fn margin(ttl: Duration, drift_percent: u32) -> Duration {
-    ttl * 2 * drift_percent / 100 + Duration::from_millis(10)
 }
 
 impl Session {

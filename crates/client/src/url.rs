@@ -1,9 +1,141 @@
-//! The URLs of the `etcd://`, `etcds://` and `zk://` backends:
-//! `SCHEME://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT…][/PATH][?NAME=VALUE&…]`.
+//! Backend URLs, parsed once into a typed [`Target`].
 //!
+//! `tenure://`, `etcd://`, `etcds://` and `zk://` share one shape:
+//! `SCHEME://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT…][/PATH][?NAME=VALUE&…]`.
 //! User, password and query values are percent-decoded (a password holding `@`, `:`, `/`,
 //! `?`, `#`, `%` or `&` must be written percent-encoded, as in any URL). The password is kept
-//! in a [`Password`], whose `Debug` never shows it.
+//! in a [`Password`], whose `Debug` never shows it. `postgres://` URLs are PostgreSQL's own
+//! and parsed by its driver; `memory:NAME` names an in-process world.
+
+use crate::{Error, Result};
+
+/// What a backend URL names, parsed: which backend, and everything it needs to connect.
+#[derive(Debug)]
+pub(crate) enum Target {
+    /// `memory:` or `memory:NAME`: the in-process world of that name.
+    Memory(String),
+    /// `tenure://`: a tenure cluster.
+    Cluster(ClusterUrl),
+    /// `etcd://` or `etcds://` (`tls`).
+    Etcd {
+        /// `etcds://`: TLS.
+        tls: bool,
+        /// The rest of the URL.
+        url: HostsUrl,
+    },
+    /// `postgres://` or `postgresql://`: the whole URL, as PostgreSQL's driver reads it.
+    Postgres(String),
+    /// `zk://` or `zookeeper://`.
+    Zk(HostsUrl),
+}
+
+/// The schemes [`Target::parse`] knows, for the error that names an unknown one.
+const UNKNOWN_SCHEME: &str =
+    "unknown scheme; use tenure://, etcd://, etcds://, postgres://, zk:// or memory:";
+
+/// A parsed `tenure://HOST:PORT[,HOST:PORT…][?ca=F[&cert=F&key=F]][&token_file=F][&discover=B]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ClusterUrl {
+    /// Each node's client address, as it will be dialed (checked by [`node_addr`]).
+    pub addrs: Vec<String>,
+    /// `ca=FILE`: TLS, with this CA certificate.
+    pub ca: Option<String>,
+    /// `cert=FILE&key=FILE`: a client certificate and its key.
+    pub identity: Option<(String, String)>,
+    /// `token_file=FILE`: a bearer token presented with every request.
+    pub token_file: Option<String>,
+    /// `discover=true` (the default): learn the other members from the cluster.
+    pub discover: bool,
+}
+
+impl Target {
+    /// Parse `url`; the error is [`Error::InvalidUrl`] (the URL redacted) or, for a scheme
+    /// no backend has, [`Error::UnsupportedBackend`].
+    pub(crate) fn parse(url: &str) -> Result<Target> {
+        let bad = |why: String| Error::InvalidUrl {
+            url: crate::redact_url(url),
+            why,
+        };
+        let (scheme, rest) = url
+            .split_once(':')
+            .ok_or_else(|| bad("expected SCHEME:...".into()))?;
+        let authority = || {
+            rest.strip_prefix("//")
+                .ok_or_else(|| bad(format!("expected {scheme}://host:port,host:port")))
+        };
+        Ok(match scheme {
+            "memory" => Target::Memory(rest.trim_start_matches("//").to_string()),
+            "tenure" => Target::Cluster(ClusterUrl::parse(authority()?).map_err(bad)?),
+            "etcd" | "etcds" => Target::Etcd {
+                tls: scheme == "etcds",
+                url: HostsUrl::parse(authority()?).map_err(|why| bad(format!("etcd: {why}")))?,
+            },
+            "postgres" | "postgresql" => Target::Postgres(url.to_string()),
+            "zk" | "zookeeper" => Target::Zk(
+                HostsUrl::parse(authority()?).map_err(|why| bad(format!("zookeeper: {why}")))?,
+            ),
+            other => {
+                return Err(Error::UnsupportedBackend {
+                    scheme: other.to_string(),
+                    why: UNKNOWN_SCHEME.into(),
+                })
+            }
+        })
+    }
+}
+
+impl ClusterUrl {
+    /// Parse `rest`, the URL after `tenure://`.
+    pub(crate) fn parse(rest: &str) -> std::result::Result<ClusterUrl, String> {
+        let mut u = HostsUrl::parse(rest)?;
+        if u.user.is_some() {
+            return Err(
+                "tenure:// URLs carry no user or password (a client certificate or \
+                 token_file identifies the client)"
+                    .into(),
+            );
+        }
+        if !u.path.is_empty() {
+            return Err("tenure:// URLs have no path after the hosts".into());
+        }
+        let addrs = u
+            .hosts
+            .iter()
+            .map(|h| node_addr(h))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let discover = match u.take("discover").as_deref() {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(other) => {
+                return Err(format!(
+                    "query parameter \"discover\" is {other:?}; it is true or false"
+                ))
+            }
+        };
+        let (ca, cert, key, token_file) = (
+            u.take("ca"),
+            u.take("cert"),
+            u.take("key"),
+            u.take("token_file"),
+        );
+        u.refuse_the_rest(&["ca", "cert", "key", "token_file", "discover"])?;
+        let identity = match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err("cert and key go together".into()),
+        };
+        if ca.is_none() && identity.is_some() {
+            return Err("cert and key need ca (the cluster's CA certificate) too".into());
+        }
+        Ok(ClusterUrl {
+            addrs,
+            ca,
+            identity,
+            token_file,
+            discover,
+        })
+    }
+}
 
 /// A password from a URL. `Debug` prints `***`, so that no derived `Debug` of a struct that
 /// holds one, and no `{:?}` in an error, can show it.
@@ -281,6 +413,31 @@ mod tests {
         ] {
             let e = node_addr(addr).expect_err(addr);
             assert!(e.contains(why), "{addr}: {e}");
+        }
+    }
+
+    #[test]
+    fn cluster_urls_parse_once_into_addresses_tls_and_discovery() {
+        let u = ClusterUrl::parse(
+            "Node-1:8001,127.0.0.1:8002?ca=%2Fca.pem&cert=c&key=k&discover=false",
+        )
+        .expect("parses");
+        assert_eq!(u.addrs, ["node-1:8001", "127.0.0.1:8002"]);
+        assert_eq!(u.ca.as_deref(), Some("/ca.pem"));
+        assert_eq!(u.identity, Some(("c".into(), "k".into())));
+        assert!(!u.discover && u.token_file.is_none());
+        for (rest, why) in [
+            ("", "no host:port"),
+            ("h", "no port"),
+            ("h:1?cert=a&key=b", "need ca"),
+            ("h:1?ca=a&cert=b", "go together"),
+            ("h:1?discover=no", "true or false"),
+            ("h:1?bogus=1", "unknown query parameter \"bogus\""),
+            ("u:pw@h:1", "no user or password"),
+            ("h:1/path", "no path"),
+        ] {
+            let e = ClusterUrl::parse(rest).expect_err(rest);
+            assert!(e.contains(why), "{rest}: {e}");
         }
     }
 

@@ -218,12 +218,11 @@ impl Inner {
 
 impl Zk {
     /// Connect as `url` says; `rest` is what follows `zk://` (see the module docs).
-    pub async fn connect(url: &str, rest: &str) -> Result<Zk> {
+    pub async fn connect(url: &str, parsed: HostsUrl) -> Result<Zk> {
         let bad = |why: String| Error::InvalidUrl {
             url: crate::redact_url(url),
             why: format!("zookeeper: {why}"),
         };
-        let parsed = HostsUrl::parse(rest).map_err(bad)?;
         parsed.refuse_the_rest(&[]).map_err(bad)?;
         let digest = match (&parsed.user, &parsed.password) {
             (Some(user), Some(password)) => {

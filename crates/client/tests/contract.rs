@@ -75,21 +75,28 @@ async fn contract(url: &str) {
         ("one_waiter_woken_per_change", |u, e| {
             Box::pin(one_waiter_woken_per_change(u, e))
         }),
+        ("fenced_keys_follow_the_token", |u, e| {
+            Box::pin(fenced_keys_follow_the_token(u, e))
+        }),
+        ("fenced_keys_are_refused_where_unsupported", |u, e| {
+            Box::pin(fenced_keys_are_refused_where_unsupported(u, e))
+        }),
     ];
-    let transfer = Client::connect(url)
-        .await
-        .expect("connect")
-        .supports_transfer();
+    let probe = Client::connect(url).await.expect("connect");
+    let (transfer, fenced) = (probe.supports_transfer(), probe.supports_fenced_keys());
     for (name, case) in cases {
         // The capability flag: which cases hold on this backend.
         let applies = match *name {
             "transfer_hands_to_named_candidate" => transfer,
             "transfer_is_refused_where_unsupported" => !transfer,
+            "fenced_keys_follow_the_token" => fenced,
+            "fenced_keys_are_refused_where_unsupported" => !fenced,
             _ => true,
         };
         if !applies {
             eprintln!(
-                "contract {shown}: {name} skipped (capability: supports_transfer = {transfer})"
+                "contract {shown}: {name} skipped (capabilities: supports_transfer = \
+                 {transfer}, supports_fenced_keys = {fenced})"
             );
             continue;
         }
@@ -347,6 +354,89 @@ async fn errors_are_typed(url: String, election: String) {
             Err(Error::UnsupportedBackend { .. })
         ));
     }
+}
+
+async fn fenced_keys_follow_the_token(url: String, election: String) {
+    let ttl = ms(5000);
+    let c = Client::connect(&url).await.expect("connect");
+    let key = format!("{election}/config");
+    assert_eq!(c.get(&key).await.expect("get"), None, "never written");
+    let first = c
+        .campaign(&election, b"a", opts(ttl))
+        .await
+        .expect("a leads");
+    let old = first.token();
+    let index = c
+        .fenced_put(&key, b"v1", &election, old)
+        .await
+        .expect("the leader writes");
+    let stored = c.get(&key).await.expect("get").expect("stored");
+    assert_eq!(
+        (
+            stored.value.as_slice(),
+            stored.election.as_str(),
+            stored.token,
+            stored.index
+        ),
+        (&b"v1"[..], election.as_str(), old, index)
+    );
+    first.resign().await.expect("a resigns");
+    let second = c
+        .campaign(&election, b"b", opts(ttl))
+        .await
+        .expect("b leads");
+    // The replaced leader's token is refused before the new one ever wrote (superseded),
+    // and so is a token the election never issued; neither changes anything.
+    let stale = c.fenced_put(&key, b"late", &election, old).await;
+    assert_eq!(
+        stale,
+        Err(Error::StaleToken {
+            current: second.token()
+        })
+    );
+    let forged = c
+        .fenced_put(&key, b"forged", &election, second.token() + 100)
+        .await;
+    assert!(
+        matches!(forged, Err(Error::TokenNotIssued(_))),
+        "{forged:?}"
+    );
+    assert_eq!(c.get(&key).await.expect("get"), Some(stored));
+    // The new leader writes through its leadership (with its session's request ids).
+    let index = second.fenced_put(&key, b"v2").await.expect("b writes");
+    let now = c.get(&key).await.expect("get").expect("stored");
+    assert_eq!(
+        (now.value.as_slice(), now.token, now.index),
+        (&b"v2"[..], second.token(), index)
+    );
+    // The key belongs to its election: another election's leader cannot write it.
+    let other = format!("{election}-other");
+    let intruder = c.campaign(&other, b"x", opts(ttl)).await.expect("x leads");
+    let wrong = c.fenced_put(&key, b"x", &other, intruder.token()).await;
+    assert!(matches!(wrong, Err(Error::WrongElection(_))), "{wrong:?}");
+    let bad = c.fenced_put("", b"x", &election, second.token()).await;
+    assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
+    assert_eq!(c.get(&key).await.expect("get"), Some(now));
+}
+
+async fn fenced_keys_are_refused_where_unsupported(url: String, election: String) {
+    let c = Client::connect(&url).await.expect("connect");
+    let l = c
+        .campaign(&election, b"a", opts(ms(5000)))
+        .await
+        .expect("a leads");
+    assert!(matches!(
+        c.fenced_put("k", b"v", &election, l.token()).await,
+        Err(Error::UnsupportedBackend { .. })
+    ));
+    assert!(matches!(
+        l.fenced_put("k", b"v").await,
+        Err(Error::UnsupportedBackend { .. })
+    ));
+    assert!(matches!(
+        c.get("k").await,
+        Err(Error::UnsupportedBackend { .. })
+    ));
 }
 
 /// Waiters counted in `one_waiter_woken_per_change`.

@@ -13,12 +13,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use tenure_core::drift::{holder_margin_us, DriftPpm, CLIENT_SCHEDULING_ALLOWANCE};
+
 use crate::history::{Kind, Micros, Op, Outcome, Value};
 
-/// Drift bound of DESIGN rule 4 (1 %), and the client library's margin formula:
-/// `2 × drift × TTL + 10 ms`.
+/// DESIGN rule 4's margin for a holder of a `ttl_ms` session, as the client library
+/// computes it: the documented drift bound ([`DriftPpm::DEFAULT`]) and the client's
+/// scheduling allowance ([`CLIENT_SCHEDULING_ALLOWANCE`]), through the one formula.
 pub fn drift_margin_us(ttl_ms: u64) -> Micros {
-    (2 * ttl_ms * 1_000) / 100 + 10_000
+    let allowance_us = CLIENT_SCHEDULING_ALLOWANCE.as_micros() as u64;
+    holder_margin_us(
+        ttl_ms.saturating_mul(1_000),
+        DriftPpm::DEFAULT,
+        allowance_us,
+    )
 }
 
 /// One checker's verdict.

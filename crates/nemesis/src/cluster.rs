@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
+pub use tenure_bench::system::http;
 use tenure_bench::system::{free_ports, signal, Proc};
 use tonic::transport::{Channel, Endpoint};
 
@@ -445,56 +446,6 @@ impl Drop for Cluster {
                 std::mem::forget(dir);
             }
         }
-    }
-}
-
-/// A tiny HTTP/1.1 client for the servers' own HTTP port: one request per connection.
-pub async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: &str,
-    within: Duration,
-) -> std::io::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
-    let raw = tokio::time::timeout(within, exchange)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
-    let text = String::from_utf8_lossy(&raw);
-    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "bad HTTP response");
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let code: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(bad)?;
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    if !chunked {
-        return Ok((code, body.to_string()));
-    }
-    let mut out = String::new();
-    let mut rest = body;
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or_else(bad)?;
-        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad())?;
-        if size == 0 {
-            return Ok((code, out));
-        }
-        out.push_str(after.get(..size).ok_or_else(bad)?);
-        rest = after.get(size + 2..).ok_or_else(bad)?;
     }
 }
 

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tenure_proto::{CURRENT_TOKEN_KEY, ERROR_KEY};
+use tenure_proto::{Reason, CURRENT_TOKEN_KEY, ERROR_KEY};
 
 /// Microseconds since the start of the run, on the monotonic clock.
 pub type Micros = u64;
@@ -162,8 +162,8 @@ pub enum Outcome {
     /// A definite failure: the command did not and will not take effect. The reason is the
     /// proto's (`not-leader`, `stale-token`, …); `current` is `tenure-current-token`.
     Fail {
-        /// The `tenure-error` reason.
-        reason: String,
+        /// The `tenure-error` reason (one of the definite ones: [`Reason::is_definite`]).
+        reason: Reason,
         /// `tenure-current-token` on `stale-token`.
         current: Option<u64>,
     },
@@ -186,50 +186,34 @@ impl Outcome {
     }
 
     /// Whether the answer was a definite failure with this reason.
-    pub fn is_fail(&self, reason: &str) -> bool {
-        matches!(self, Outcome::Fail { reason: r, .. } if r == reason)
+    pub fn is_fail(&self, reason: Reason) -> bool {
+        matches!(self, Outcome::Fail { reason: r, .. } if *r == reason)
     }
 }
 
-/// Reasons after which the command did not and will not take effect.
-pub const DEFINITE_REASONS: &[&str] = &[
-    "not-leader",
-    "unavailable",
-    "invalid-argument",
-    "unknown-session",
-    "unknown-election",
-    "not-candidate",
-    "stale-token",
-    "token-superseded",
-    "token-not-issued",
-    "wrong-election",
-    "wrong-secret",
-];
-
 /// Turn a gRPC status into an outcome by its `tenure-error` reason.
 pub fn classify(status: &tonic::Status) -> Outcome {
-    let reason = status
-        .metadata()
-        .get(ERROR_KEY)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    match reason {
-        Some(r) if DEFINITE_REASONS.contains(&r.as_str()) => Outcome::Fail {
+    match Reason::of(status) {
+        Some(reason) if reason.is_definite() => Outcome::Fail {
+            reason,
             current: status
                 .metadata()
                 .get(CURRENT_TOKEN_KEY)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok()),
-            reason: r,
         },
-        // `indeterminate` (UNKNOWN) and anything undocumented: the command may have taken
-        // effect. A status without a reason is a transport error, a cancellation, a deadline
-        // or an overloaded server's refusal before the API saw it; none is definite.
-        Some(r) => Outcome::Indeterminate {
-            why: format!("{r}: {}", status.message()),
+        // `indeterminate` (UNKNOWN), `request-forgotten`: the command may have taken effect.
+        Some(reason) => Outcome::Indeterminate {
+            why: format!("{reason}: {}", status.message()),
         },
+        // A status without a reason is a transport error, a cancellation, a deadline or an
+        // overloaded server's refusal before the API saw it; one with a reason this version
+        // does not know is undocumented. Neither is definite.
         None => Outcome::Indeterminate {
-            why: format!("{:?}: {}", status.code(), status.message()),
+            why: match status.metadata().get(ERROR_KEY) {
+                Some(raw) => format!("undocumented reason {raw:?}: {}", status.message()),
+                None => format!("{:?}: {}", status.code(), status.message()),
+            },
         },
     }
 }

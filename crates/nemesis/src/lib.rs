@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use tenure_proto::Reason;
 
 pub mod checks;
 pub mod cluster;
@@ -158,7 +159,7 @@ impl Report {
         let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
         for op in &self.history {
             if let Outcome::Fail { reason, .. } = &op.outcome {
-                *reasons.entry(reason).or_default() += 1;
+                *reasons.entry(reason.as_str()).or_default() += 1;
             }
         }
         let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
@@ -522,7 +523,10 @@ async fn final_phase(
                     state.insert(format!("election {e}"), format!("{l:?}"));
                 }
                 // An election nobody campaigned in is the same on every node.
-                Outcome::Fail { reason, .. } if reason == "unknown-election" => {
+                Outcome::Fail {
+                    reason: Reason::UnknownElection,
+                    ..
+                } => {
                     state.insert(format!("election {e}"), "unknown".into());
                 }
                 _ => complete = false,

@@ -13,6 +13,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
 
+use tenure_proto::Reason;
+
 use crate::history::{Kind, Micros, Op, Outcome, Value};
 
 /// A sequential specification.
@@ -230,7 +232,9 @@ impl Model for FencedKey {
                 // which is the same as never taking effect; the search covers that case.
                 (*token >= stored_token).then(|| Some((value.clone(), *token)))
             }
-            (Kind::Put { token, .. }, Outcome::Fail { reason, .. }) if reason == "stale-token" => {
+            (Kind::Put { token, .. }, Outcome::Fail { reason, .. })
+                if *reason == Reason::StaleToken =>
+            {
                 // The rejection is an observation: the key held a higher token.
                 (*token < stored_token).then(|| state.clone())
             }
@@ -310,7 +314,7 @@ pub fn check_history(history: &[Op]) -> LinearReport {
         let included = match &op.outcome {
             Outcome::Ok(_) => true,
             Outcome::Indeterminate { .. } => matches!(op.kind, Kind::Put { .. }),
-            Outcome::Fail { reason, .. } => reason == "stale-token",
+            Outcome::Fail { reason, .. } => *reason == Reason::StaleToken,
         };
         if !included {
             continue;

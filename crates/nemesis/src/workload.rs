@@ -19,7 +19,7 @@ use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::elections_client::ElectionsClient;
 use tenure_proto::v1::fenced_keys_client::FencedKeysClient;
 use tenure_proto::v1::sessions_client::SessionsClient;
-use tenure_proto::LEADER_ID_KEY;
+use tenure_proto::{Reason, LEADER_ID_KEY};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -93,7 +93,8 @@ impl Client {
     fn route(&mut self, outcome: &Outcome, status: Option<&tonic::Status>) {
         match outcome {
             Outcome::Ok(_) => {}
-            Outcome::Fail { reason, .. } if reason != "not-leader" && reason != "unavailable" => {}
+            Outcome::Fail { reason, .. }
+                if !matches!(reason, Reason::NotLeader | Reason::Unavailable) => {}
             _ => {
                 let hint = status
                     .and_then(|s| s.metadata().get(LEADER_ID_KEY))
@@ -476,7 +477,7 @@ async fn renew(
                 for (_, invoke) in std::mem::take(&mut pending) {
                     rec.record(&name, Kind::KeepAlive { session }, invoke, outcome.clone());
                 }
-                if outcome.is_fail("unknown-session") {
+                if outcome.is_fail(Reason::UnknownSession) {
                     return;
                 }
                 at = next_node(at);
@@ -525,7 +526,7 @@ async fn renew(
                         // The error answers one request, but the stream does not say which:
                         // the ones still waiting are indeterminate (only acknowledgements
                         // count for the holder anyway).
-                        let gone = outcome.is_fail("unknown-session");
+                        let gone = outcome.is_fail(Reason::UnknownSession);
                         for (_, invoke) in std::mem::take(&mut pending) {
                             let o = if gone { outcome.clone() } else { Outcome::Indeterminate { why: format!("stream failed: {}", outcome.name()) } };
                             rec.record(&name, Kind::KeepAlive { session }, invoke, o);
@@ -559,7 +560,7 @@ pub async fn candidate(mut c: Client, election: String, key: String, deadline: M
         while clock.now() < deadline && kept.valid(clock.now()) {
             let (o, token) = c.campaign(&election, session, CAMPAIGN_TIMEOUT).await;
             let Some(token) = token else {
-                if o.is_fail("unknown-session") {
+                if o.is_fail(Reason::UnknownSession) {
                     end_with_revoke = false;
                     break;
                 }

@@ -7,6 +7,7 @@ use tenure_nemesis::checks::{self, NodeFinal};
 use tenure_nemesis::faults::{schedule, FaultKind};
 use tenure_nemesis::history::{classify, Kind, Op, Outcome, Value};
 use tenure_nemesis::linear::check_history;
+use tenure_proto::Reason;
 
 /// Builds histories; times are in milliseconds for readability.
 #[derive(Default)]
@@ -95,9 +96,9 @@ impl H {
 fn ok_index(i: u64) -> Outcome {
     Outcome::Ok(Value::Index(i))
 }
-fn fail(reason: &str) -> Outcome {
+fn fail(reason: Reason) -> Outcome {
     Outcome::Fail {
-        reason: reason.into(),
+        reason,
         current: None,
     }
 }
@@ -171,7 +172,7 @@ fn an_indeterminate_write_may_take_effect_late_or_never() {
 fn a_definite_failure_whose_effect_is_visible_is_caught_and_explained() {
     // The outcome bug: the write is answered not-leader, yet a later read returns it.
     let mut h = H::default();
-    h.put("a", 1, 0, 100, fail("not-leader"))
+    h.put("a", 1, 0, 100, fail(Reason::NotLeader))
         .get(Some(("a", 1)), 200, 210);
     let v = h.lin_violations();
     assert_eq!(v.len(), 1, "{v:?}");
@@ -183,13 +184,13 @@ fn a_definite_failure_whose_effect_is_visible_is_caught_and_explained() {
 fn stale_token_rejections_are_observations() {
     let mut h = H::default();
     h.put("a", 2, 0, 10, ok_index(3))
-        .put("old", 1, 20, 30, fail("stale-token"))
+        .put("old", 1, 20, 30, fail(Reason::StaleToken))
         .get(Some(("a", 2)), 40, 50);
     assert!(h.lin_violations().is_empty(), "{:?}", h.lin_violations());
     // Rejected as stale although nothing higher was ever stored: wrong.
     let mut h = H::default();
     h.put("a", 1, 0, 10, ok_index(3))
-        .put("b", 1, 20, 30, fail("stale-token"));
+        .put("b", 1, 20, 30, fail(Reason::StaleToken));
     assert_eq!(h.lin_violations().len(), 1);
     // A lower token accepted after a higher one: the register model refuses it.
     let mut h = H::default();
@@ -245,7 +246,7 @@ fn fencing_catches_a_shared_token_a_lower_token_accepted_and_a_phantom_read() {
         .put("a", 1, 10, 20, ok_index(5))
         .campaign(2, 2, 30, 40)
         .put("b", 2, 40, 50, ok_index(9))
-        .put("a2", 1, 60, 70, fail("stale-token"))
+        .put("a2", 1, 60, 70, fail(Reason::StaleToken))
         .get(Some(("b", 2)), 80, 90);
     let v = checks::fencing(&h.0);
     assert!(v.ok(), "{:?}", v.violations);
@@ -356,23 +357,23 @@ fn outcomes_follow_the_documented_reasons() {
             .insert("tenure-error", reason.parse().expect("ascii"));
         s
     };
-    for r in [
-        "not-leader",
-        "unavailable",
-        "invalid-argument",
-        "unknown-session",
-        "unknown-election",
-        "not-candidate",
-        "stale-token",
-        "token-not-issued",
-    ] {
-        assert!(
-            classify(&with(tonic::Code::FailedPrecondition, r)).is_fail(r),
-            "{r}"
-        );
+    // Every documented reason is labelled by the server with `Reason::label`; each definite
+    // one is a failure with that reason, the other two may have taken effect.
+    for r in Reason::ALL {
+        let outcome = classify(&r.label(tonic::Status::failed_precondition("x")));
+        if r.is_definite() {
+            assert!(outcome.is_fail(r), "{r}: {outcome:?}");
+        } else {
+            assert_eq!(outcome.name(), "indeterminate", "{r}");
+        }
     }
     assert_eq!(
-        classify(&with(tonic::Code::Unknown, "indeterminate")).name(),
+        classify(&with(tonic::Code::Unknown, Reason::Indeterminate.as_str())).name(),
+        "indeterminate"
+    );
+    // A reason this version does not know is not a promise that nothing happened.
+    assert_eq!(
+        classify(&with(tonic::Code::FailedPrecondition, "no-such-reason")).name(),
         "indeterminate"
     );
     assert_eq!(
@@ -464,4 +465,12 @@ fn a_long_concurrent_history_of_a_correct_register_checks_quickly() {
         "{:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn the_holder_margin_is_the_client_librarys() {
+    // 2 × ⌈1 % of the TTL⌉ + the client's 10 ms scheduling allowance.
+    assert_eq!(checks::drift_margin_us(1_000), 30_000);
+    assert_eq!(checks::drift_margin_us(2_000), 50_000);
+    assert_eq!(checks::drift_margin_us(0), 10_000);
 }

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use tenure_proto::v1;
+pub use tenure_proto::Reason;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
@@ -1169,11 +1170,34 @@ impl Drop for Cluster {
 // ------------------------------------------------------------------------------------------
 // gRPC helpers.
 
-/// The `tenure-error` reason of a status.
+/// The `tenure-error` label of a status as it travels (raw, so that a test can show a
+/// label this version does not know); [`Reason::of`] is the typed reading.
 pub fn reason(s: &Status) -> Option<&str> {
     s.metadata()
         .get(tenure_proto::ERROR_KEY)
         .and_then(|v| v.to_str().ok())
+}
+
+/// A reason a test expects: a [`Reason`], or its name as it travels (`"not-leader"`),
+/// which must be one of the documented reasons, so that a misspelt expectation fails
+/// loudly instead of never matching.
+pub trait ExpectedReason {
+    /// The reason meant.
+    fn reason(&self) -> Reason;
+}
+
+impl ExpectedReason for Reason {
+    fn reason(&self) -> Reason {
+        *self
+    }
+}
+
+impl ExpectedReason for &str {
+    #[track_caller]
+    fn reason(&self) -> Reason {
+        self.parse()
+            .unwrap_or_else(|e| panic!("a test expects {e}; see tenure_proto::Reason"))
+    }
 }
 
 /// Assert that `result` failed with `code` and `tenure-error` reason `why`.
@@ -1181,15 +1205,16 @@ pub fn reason(s: &Status) -> Option<&str> {
 pub fn assert_error<T: std::fmt::Debug>(
     result: Result<T, Status>,
     code: tonic::Code,
-    why: &str,
+    why: impl ExpectedReason,
     what: &str,
 ) -> Status {
+    let why = why.reason();
     match result {
         Ok(v) => panic!("{what}: expected {code:?}/{why}, got success {v:?}"),
         Err(s) => {
             assert_eq!(s.code(), code, "{what}: wrong code in {s:?}");
             assert_eq!(
-                reason(&s),
+                Reason::of(&s),
                 Some(why),
                 "{what}: wrong tenure-error reason in {s:?}"
             );
@@ -1208,15 +1233,17 @@ enum Retry {
 }
 
 fn classify(s: &Status) -> Retry {
-    match reason(s) {
-        Some("not-leader") => Retry::Leader(
+    match Reason::of(s) {
+        Some(Reason::NotLeader) => Retry::Leader(
             s.metadata()
                 .get(tenure_proto::LEADER_ID_KEY)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok()),
         ),
-        Some("unavailable") => Retry::Elsewhere,
+        Some(Reason::Unavailable) => Retry::Elsewhere,
         Some(_) => Retry::No,
+        // A label this version does not know is still the application's answer.
+        None if reason(s).is_some() => Retry::No,
         // No reason: transport errors, timeouts, a node that is down.
         None => Retry::Elsewhere,
     }
@@ -1502,4 +1529,53 @@ impl Writers {
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expected_reason_is_a_documented_one() {
+        let s = Reason::NotLeader.label(Status::failed_precondition("elsewhere"));
+        assert_error::<()>(
+            Err(s.clone()),
+            tonic::Code::FailedPrecondition,
+            "not-leader",
+            "str",
+        );
+        assert_error::<()>(
+            Err(s),
+            tonic::Code::FailedPrecondition,
+            Reason::NotLeader,
+            "typed",
+        );
+        // A misspelt expectation cannot pass by never matching: it panics on its own.
+        let typo = std::panic::catch_unwind(|| "not-the-leader".reason());
+        assert!(typo.is_err());
+    }
+
+    #[test]
+    fn only_unlabelled_and_redirecting_answers_are_retried_elsewhere() {
+        let labelled = |r: Reason| r.label(Status::failed_precondition("x"));
+        assert!(matches!(
+            classify(&labelled(Reason::NotLeader)),
+            Retry::Leader(None)
+        ));
+        assert!(matches!(
+            classify(&labelled(Reason::Unavailable)),
+            Retry::Elsewhere
+        ));
+        assert!(matches!(classify(&labelled(Reason::StaleToken)), Retry::No));
+        assert!(matches!(
+            classify(&Status::unavailable("refused")),
+            Retry::Elsewhere
+        ));
+        let mut unknown = Status::failed_precondition("x");
+        unknown.metadata_mut().insert(
+            tenure_proto::ERROR_KEY,
+            "from-a-newer-server".parse().expect("ascii"),
+        );
+        assert!(matches!(classify(&unknown), Retry::No));
+    }
 }

@@ -122,6 +122,20 @@ fn open_log(path: &Path) -> anyhow::Result<File> {
         .with_context(|| format!("cannot open {}", path.display()))
 }
 
+/// The `tenure://` URL of the demo cluster for the client library: the nodes' client
+/// addresses, the cluster's CA and the demo client's certificate in `tls_dir`.
+pub fn cluster_url(client_addrs: &[String], tls_dir: &Path) -> String {
+    use tenure_transport::certs::files;
+    let file = |name: &str| tls_dir.join(name).display().to_string();
+    format!(
+        "tenure://{}?ca={}&cert={}&key={}",
+        client_addrs.join(","),
+        file(files::CA),
+        file(&files::client(DEMO_CLIENT)),
+        file(&files::client_key(DEMO_CLIENT)),
+    )
+}
+
 /// Send `signal` to `pid`. Errors (the process is already gone) are ignored on purpose: every
 /// caller only wants the process to be in the signalled state if it still exists.
 pub fn signal(pid: u32, signal: libc::c_int) {
@@ -132,9 +146,8 @@ pub fn signal(pid: u32, signal: libc::c_int) {
 }
 
 impl Procs {
-    /// Lay out (but do not start) `n` servers under `dir`.
-    pub fn new(dir: &Path, n: usize) -> anyhow::Result<Procs> {
-        let exe = std::env::current_exe().context("cannot find the tenure executable")?;
+    /// Lay out (but do not start) `n` servers under `dir`, run by the `tenure` binary `exe`.
+    pub fn new(dir: &Path, n: usize, exe: PathBuf) -> anyhow::Result<Procs> {
         let tls_dir = dir.join("certs");
         tenure_transport::certs::issue(
             &tls_dir,
