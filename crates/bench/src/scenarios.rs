@@ -562,9 +562,19 @@ async fn fault_trial(
     }
     let took = took?;
     if fault == Fault::Transfer {
-        let now = c.leader().await;
-        if now != Some(target) {
-            bail!("after the transfer to node {target} the leader is {now:?}");
+        // The target acknowledged a write as leader; the other nodes learn of it with its
+        // next message, so every node agreeing can take a moment. Another leader, or none
+        // within the wait, is a failed transfer.
+        let deadline = Instant::now() + STABLE_WITHIN;
+        loop {
+            let now = c.leader().await;
+            if now == Some(target) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                bail!("after the transfer to node {target} the leader is {now:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
     c.wait_stable(STABLE_WITHIN).await?;
