@@ -40,7 +40,7 @@
 //!    followers from their pings (every tickTime/2), and a follower cut off from the leader
 //!    keeps answering reads for up to `syncLimit × tickTime`. The holder's belief can then
 //!    outlast the leader's expiry by up to about `syncLimit × tickTime`: on an ensemble,
-//!    size `drift_percent` so that the drift margin covers that, or keep TTL ≫ that bound.
+//!    size `CampaignOptions::drift` so that the drift margin covers that, or keep TTL ≫ that bound.
 //!
 //! Dropping the connection without closing the session (what `stop_keepalives` does: the
 //! client is "detached") is how a frozen or crashed holder looks to ZooKeeper.
