@@ -93,7 +93,8 @@
 //!
 //! A [`Leadership`] is valid only until `send time of the last acknowledged keepalive (or of
 //! the grant request) + TTL − drift margin`, measured on this process's monotonic clock, with
-//! `margin = 2 × drift × TTL + 10 ms` (default drift 1 %). The backend never expires the
+//! `margin = 2 × ⌈drift × TTL⌉ + 10 ms` (`tenure_core::drift::holder_margin`, the one formula
+//! of the product; [`CampaignOptions::drift`] in parts per million, default 1 %). The backend never expires the
 //! session before it received the keepalive + TTL, so a holder stops believing before anyone
 //! else can be granted the election, as long as clock rates differ by less than the drift
 //! bound.
@@ -134,8 +135,8 @@
 //! | `postgres://user[:pw]@host:port/db[?sslmode=…&sslrootcert=F]` (or `postgresql://`) | PostgreSQL: a lease row per election, the database clock as arbiter; no [`Leadership::transfer`] |
 //! | `zk://[user:pw@]h1:p,h2:p[/chroot]` (or `zookeeper://`) | ZooKeeper's election recipe, digest authentication and owner-only ACLs with `user:pw`; no [`Leadership::transfer`] |
 //!
-//! What each security option checks, and what it leaves open, is in the `etcd`, `pg` and `zk`
-//! modules' docs and in `docs/SECURITY.md` ("Clients"). Every URL parameter a backend does
+//! What each security option checks, and what it leaves open, is in the docs of
+//! `backend/etcd.rs`, `backend/postgres.rs` and `backend/zk.rs` and in `docs/SECURITY.md` ("Clients"). Every URL parameter a backend does
 //! not know is refused ([`Error::InvalidUrl`]), and passwords never appear in an error or a
 //! `Debug` output ([`redact_url`]).
 //!
@@ -152,18 +153,14 @@
 //! leadership to a named candidate.
 #![deny(missing_docs)]
 
+mod backend;
 pub mod channel;
 mod error;
-mod etcd;
 pub mod fence;
-mod memory;
-mod pg;
 mod redact;
-mod remote;
 mod session;
 mod tls;
 mod url;
-mod zk;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -173,6 +170,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
+use backend::Backend;
 pub use error::{Error, Result};
 pub use redact::redact_url;
 use session::Session;
@@ -184,9 +182,6 @@ pub use tenure_proto as proto;
 
 /// Leader events buffered for an observer that does not read.
 const OBSERVE_BUFFERED_MAX: usize = 64;
-/// How long [`Client::join`] waits on the cluster for its campaign to be committed (the call
-/// answers only when the candidate leads, so a candidate still queued looks like a timeout).
-const QUEUED_WAIT: Duration = Duration::from_millis(200);
 
 /// Diagnostics: waiter wake-ups in this process, see [`waiter_wakeups`].
 static WAITER_WAKEUPS: AtomicU64 = AtomicU64::new(0);
@@ -216,18 +211,10 @@ pub(crate) fn note_waiter_wakeup() {
 /// A handle to one backend. Cheap to clone; clones share connections.
 #[derive(Clone, Debug)]
 pub struct Client {
-    backend: Backend,
+    /// The backend every call goes through (`backend/`: one file per backend).
+    backend: Arc<dyn Backend>,
     /// Diagnostics: wake-ups of this client's (and its clones') waiting candidates.
     wakeups: Arc<AtomicU64>,
-}
-
-#[derive(Clone, Debug)]
-enum Backend {
-    Memory(Arc<memory::World>),
-    Remote(remote::Remote),
-    Etcd(etcd::Etcd),
-    Postgres(pg::Pg),
-    Zk(zk::Zk),
 }
 
 /// How to campaign.
@@ -322,16 +309,16 @@ impl Client {
     /// `etcd://`, `postgres://` and `zk://` the backend is dialed now (and, with a user and
     /// password, etcd and PostgreSQL check them now: [`Error::AuthenticationFailed`]).
     pub async fn connect(url: &str) -> Result<Client> {
-        let backend = match url::Target::parse(url)? {
-            url::Target::Memory(name) => Backend::Memory(memory::world(&name)),
-            url::Target::Cluster(target) => Backend::Remote(remote::Remote::new(
+        let backend: Arc<dyn Backend> = match url::Target::parse(url)? {
+            url::Target::Memory(name) => backend::memory::world(&name),
+            url::Target::Cluster(target) => Arc::new(backend::cluster::Remote::new(
                 channel::LeaderChannel::new(url, &target)?,
             )),
             url::Target::Etcd { tls, url: parsed } => {
-                Backend::Etcd(etcd::Etcd::connect(url, tls, parsed).await?)
+                Arc::new(backend::etcd::Etcd::connect(url, tls, parsed).await?)
             }
-            url::Target::Postgres(url) => Backend::Postgres(pg::Pg::connect(&url).await?),
-            url::Target::Zk(parsed) => Backend::Zk(zk::Zk::connect(url, parsed).await?),
+            url::Target::Postgres(url) => Arc::new(backend::postgres::Pg::connect(&url).await?),
+            url::Target::Zk(parsed) => Arc::new(backend::zk::Zk::connect(url, parsed).await?),
         };
         Ok(Client {
             backend,
@@ -344,17 +331,14 @@ impl Client {
     /// their nodes and their guess of the leader with it.
     pub fn with_channel(channel: channel::LeaderChannel) -> Client {
         Client {
-            backend: Backend::Remote(remote::Remote::new(channel)),
+            backend: Arc::new(backend::cluster::Remote::new(channel)),
             wakeups: Arc::default(),
         }
     }
 
     /// The leader-following channel of a `tenure://` client (`None` for other backends).
     pub fn channel(&self) -> Option<&channel::LeaderChannel> {
-        match &self.backend {
-            Backend::Remote(r) => Some(r.channel()),
-            _ => None,
-        }
+        self.backend.channel()
     }
 
     /// Write `value` at the fenced key `key` with `election`'s fencing `token`; returns the
@@ -397,36 +381,16 @@ impl Client {
         election: &str,
         token: u64,
     ) -> Result<u64> {
-        match &self.backend {
-            Backend::Memory(w) => w.fenced_put(key, value, election, token),
-            Backend::Remote(r) => r.fenced_put(key, value, election, token, None).await,
-            _ => Err(self.no_fenced_keys()),
-        }
+        self.backend
+            .fenced_put(key, value, election, token, None)
+            .await
     }
 
     /// The value stored at the fenced key `key`, or `None` if nothing was ever written
     /// there. A linearizable read on `tenure://`. etcd, PostgreSQL and ZooKeeper have no
     /// fenced keys ([`Error::UnsupportedBackend`]).
     pub async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
-        match &self.backend {
-            Backend::Memory(w) => w.get(key),
-            Backend::Remote(r) => r.get(key).await,
-            _ => Err(self.no_fenced_keys()),
-        }
-    }
-
-    fn no_fenced_keys(&self) -> Error {
-        let scheme = match &self.backend {
-            Backend::Etcd(_) => "etcd",
-            Backend::Postgres(_) => "postgres",
-            _ => "zk",
-        };
-        Error::UnsupportedBackend {
-            scheme: scheme.into(),
-            why: "fenced keys live in a tenure cluster's replicated state; fence this \
-                  backend's own store with tenure::fence"
-                .into(),
-        }
+        self.backend.get(key).await
     }
 
     /// Campaign in `election` with `value`, and wait until this candidate leads.
@@ -473,19 +437,13 @@ impl Client {
             )));
         }
         let sent = Instant::now();
-        let (id, ttl) = match &self.backend {
-            Backend::Memory(w) => w.grant(options.ttl)?,
-            Backend::Remote(n) => n.grant(options.ttl).await?,
-            Backend::Etcd(e) => e.grant(options.ttl).await?,
-            Backend::Postgres(p) => p.grant(options.ttl).await?,
-            Backend::Zk(z) => z.grant(options.ttl).await?,
-        };
+        let (id, ttl) = self.backend.grant(options.ttl).await?;
         let held = Held {
             client: self.clone(),
             session: Arc::new(Session::new(id, ttl, margin, sent)),
         };
         held.session
-            .set_keepalive(self.spawn_keepalive(held.session.clone()));
+            .set_keepalive(self.backend.spawn_keepalive(held.session.clone()));
         // Queue up. The campaign call returns once the session leads, which we do not wait
         // for here: the memory backend queues synchronously, and for the cluster a short
         // first attempt is enough to know that the candidacy was recorded.
@@ -498,50 +456,13 @@ impl Client {
         candidate.enqueue().await
     }
 
-    fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {
-        // Either task is stopped by `Held::drop` (through `Session::stop_keepalives`); the
-        // memory task also holds the session only weakly, so it ends by itself once the
-        // session is gone.
-        match &self.backend {
-            Backend::Memory(w) => {
-                let w = w.clone();
-                let weak = Arc::downgrade(&session);
-                let every = session.ttl / 4;
-                drop(session);
-                tokio::spawn(async move {
-                    let mut tick = tokio::time::interval(every);
-                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    loop {
-                        tick.tick().await;
-                        let Some(s) = weak.upgrade() else { return };
-                        let sent = Instant::now();
-                        match w.keepalive(s.id) {
-                            Ok(ttl) => s.acked(sent, ttl),
-                            Err(_) => {
-                                s.end();
-                                return;
-                            }
-                        }
-                    }
-                })
-            }
-            Backend::Remote(n) => tokio::spawn(remote::keepalive_loop(n.clone(), session)),
-            Backend::Etcd(e) => tokio::spawn(etcd::keepalive_loop(e.clone(), session)),
-            Backend::Postgres(p) => tokio::spawn(pg::keepalive_loop(p.clone(), session)),
-            Backend::Zk(z) => tokio::spawn(zk::keepalive_loop(z.clone(), session)),
-        }
-    }
-
     /// Whether [`Leadership::transfer`] works on this backend: `memory:` and `tenure://` hand
     /// leadership to a named candidate; etcd's election recipe cannot (FIFO by create
     /// revision only), nor can the PostgreSQL backend (the lease goes to the oldest live
     /// candidate), nor can ZooKeeper's recipe (the smallest sequence leads), so there
     /// `transfer` fails with [`Error::UnsupportedBackend`].
     pub fn supports_transfer(&self) -> bool {
-        match &self.backend {
-            Backend::Memory(_) | Backend::Remote(_) => true,
-            Backend::Etcd(_) | Backend::Postgres(_) | Backend::Zk(_) => false,
-        }
+        self.backend.capabilities().transfer
     }
 
     /// Whether [`Client::fenced_put`] and [`Client::get`] work on this backend: `memory:` and
@@ -549,7 +470,7 @@ impl Client {
     /// ZooKeeper answer [`Error::UnsupportedBackend`] (their stores are fenced with
     /// [`fence`] instead).
     pub fn supports_fenced_keys(&self) -> bool {
-        matches!(&self.backend, Backend::Memory(_) | Backend::Remote(_))
+        self.backend.capabilities().fenced_keys
     }
 
     /// Whether a change of leader wakes only the next candidate (or, at worst, one more),
@@ -559,10 +480,7 @@ impl Client {
     /// "Backends" table) and for `memory:` (every waiter re-checks on every change). The
     /// contract checks this with [`Client::waiter_wakeups`].
     pub fn wakes_only_next(&self) -> bool {
-        match &self.backend {
-            Backend::Remote(_) | Backend::Etcd(_) | Backend::Zk(_) => true,
-            Backend::Memory(_) | Backend::Postgres(_) => false,
-        }
+        self.backend.capabilities().wakes_only_next
     }
 
     /// Diagnostics only: how many times a candidate of this client (or of its clones),
@@ -575,13 +493,7 @@ impl Client {
     /// Who leads `election` now; `None` when nobody does. Fails with
     /// [`Error::UnknownElection`] if nobody ever campaigned in it.
     pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
-        match &self.backend {
-            Backend::Memory(w) => w.leader(election),
-            Backend::Remote(n) => n.leader(election).await,
-            Backend::Etcd(e) => e.leader(election).await,
-            Backend::Postgres(p) => p.leader(election).await,
-            Backend::Zk(z) => z.leader(election).await,
-        }
+        self.backend.leader(election).await
     }
 
     /// Stream every change of `election`'s leader, starting with the current one. Fails with
@@ -591,34 +503,8 @@ impl Client {
     /// happen while no stream is open are then summarized by the leader at reopening.
     pub async fn observe(&self, election: &str) -> Result<Observer> {
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFERED_MAX);
-        match &self.backend {
-            Backend::Memory(w) => w.clone().observe(election, tx)?,
-            Backend::Remote(n) => n.observe(election, tx).await?,
-            Backend::Etcd(e) => e.observe(election, tx).await?,
-            Backend::Postgres(p) => p.observe(election, tx).await?,
-            Backend::Zk(z) => z.observe(election, tx).await?,
-        }
+        self.backend.observe(election, tx).await?;
         Ok(Observer { rx })
-    }
-
-    async fn revoke(&self, session: u64) -> Result<()> {
-        match &self.backend {
-            Backend::Memory(w) => w.revoke(session),
-            Backend::Remote(n) => n.revoke(session).await,
-            Backend::Etcd(e) => e.revoke(session).await,
-            Backend::Postgres(p) => p.revoke(session).await,
-            Backend::Zk(z) => z.revoke(session).await,
-        }
-    }
-
-    async fn resign(&self, election: &str, session: u64) -> Result<()> {
-        match &self.backend {
-            Backend::Memory(w) => w.resign(election, session),
-            Backend::Remote(n) => n.resign(election, session).await,
-            Backend::Etcd(e) => e.resign(election, session).await,
-            Backend::Postgres(p) => p.resign(election, session).await,
-            Backend::Zk(z) => z.resign(election, session).await,
-        }
     }
 }
 
@@ -640,7 +526,7 @@ impl Drop for Held {
             let client = self.client.clone();
             let id = self.session.id;
             rt.spawn(async move {
-                let _ = client.revoke(id).await;
+                let _ = client.backend.revoke(id).await;
             });
         }
     }
@@ -660,39 +546,10 @@ pub struct Candidate {
 impl Candidate {
     /// Make sure the candidacy is recorded by the backend.
     async fn enqueue(mut self) -> Result<Candidate> {
-        let client = self.held.client.clone();
-        let session = self.held.session.clone();
-        match &client.backend {
-            Backend::Memory(w) => {
-                // Queues synchronously on the first poll; whether it leads is known at once.
-                let fut = w.campaign(&self.election, session.id, &self.value);
-                tokio::pin!(fut);
-                if let Poll::Ready(r) = futures_poll_once(fut.as_mut()).await {
-                    self.token = Some(r?);
-                }
-            }
-            Backend::Remote(n) => {
-                // The campaign call answers only when the candidate leads; its proposal is
-                // committed first. A leader lookup after a short wait is enough for the
-                // common case, and `leadership()` retries the (idempotent) campaign anyway.
-                let fut = n.campaign(&self.election, session.id, &self.value);
-                if let Ok(r) = tokio::time::timeout(QUEUED_WAIT, fut).await {
-                    self.token = Some(r?);
-                }
-            }
-            Backend::Etcd(e) => {
-                // Records the key; `leadership()` finds out whether it leads.
-                e.join(&self.election, session.id, &self.value).await?;
-            }
-            Backend::Postgres(p) => {
-                // Records the candidacy; `leadership()` waits for the lease.
-                p.join(&self.election, session.id, &self.value).await?;
-            }
-            Backend::Zk(z) => {
-                // Creates the znode; `leadership()` waits for the predecessor to go.
-                z.join(&self.election, session.id, &self.value).await?;
-            }
-        }
+        let backend = self.held.client.backend.clone();
+        self.token = backend
+            .join(&self.election, self.held.session.id, &self.value)
+            .await?;
         Ok(self)
     }
 
@@ -709,23 +566,9 @@ impl Candidate {
             Some(t) => t,
             None => {
                 let client = self.held.client.clone();
-                let wait = async {
-                    match &client.backend {
-                        Backend::Memory(w) => {
-                            w.campaign(&self.election, session.id, &self.value).await
-                        }
-                        Backend::Remote(n) => {
-                            n.campaign(&self.election, session.id, &self.value).await
-                        }
-                        Backend::Etcd(e) => {
-                            e.campaign(&self.election, session.id, &self.value).await
-                        }
-                        Backend::Postgres(p) => {
-                            p.campaign(&self.election, session.id, &self.value).await
-                        }
-                        Backend::Zk(z) => z.campaign(&self.election, session.id, &self.value).await,
-                    }
-                };
+                let wait = client
+                    .backend
+                    .campaign(&self.election, session.id, &self.value);
                 let wait = CLIENT_WAKEUPS.scope(client.wakeups.clone(), wait);
                 tokio::select! {
                     r = wait => r?,
@@ -735,11 +578,6 @@ impl Candidate {
         };
         Ok(Leadership::new(self.held, self.election, token).await)
     }
-}
-
-/// Poll a future once, without waiting.
-async fn futures_poll_once<F: std::future::Future + Unpin>(mut fut: F) -> Poll<F::Output> {
-    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut fut).poll(cx))).await
 }
 
 /// Leadership of one election, with its fencing token.
@@ -857,8 +695,8 @@ impl Leadership {
         let client = self.held.client.clone();
         let id = self.held.session.id;
         self.held.session.stop_keepalives();
-        client.resign(&self.election, id).await?;
-        client.revoke(id).await?;
+        client.backend.resign(&self.election, id).await?;
+        client.backend.revoke(id).await?;
         self.held.session.end();
         Ok(())
     }
@@ -868,34 +706,12 @@ impl Leadership {
     /// ([`Lost::Replaced`]); the session stays queued behind the new leader until dropped.
     pub async fn transfer(&self, to: u64) -> Result<u64> {
         let from = self.held.session.id;
-        let token = match &self.held.client.backend {
-            Backend::Memory(w) => w.transfer(&self.election, from, to)?,
-            Backend::Remote(n) => n.transfer(&self.election, from, to).await?,
-            Backend::Etcd(_) => {
-                return Err(Error::UnsupportedBackend {
-                    scheme: "etcd".into(),
-                    why: "etcd's election recipe cannot hand leadership to a named candidate \
-                          (see Client::supports_transfer)"
-                        .into(),
-                })
-            }
-            Backend::Postgres(_) => {
-                return Err(Error::UnsupportedBackend {
-                    scheme: "postgres".into(),
-                    why: "the PostgreSQL backend hands the lease only to the oldest candidate \
-                          (see Client::supports_transfer)"
-                        .into(),
-                })
-            }
-            Backend::Zk(_) => {
-                return Err(Error::UnsupportedBackend {
-                    scheme: "zk".into(),
-                    why: "ZooKeeper's election recipe hands leadership only to the next \
-                          sequence (see Client::supports_transfer)"
-                        .into(),
-                })
-            }
-        };
+        let token = self
+            .held
+            .client
+            .backend
+            .transfer(&self.election, from, to)
+            .await?;
         if to != from {
             self.replaced.send_replace(true);
         }
@@ -925,18 +741,11 @@ impl Leadership {
     /// # }
     /// ```
     pub async fn fenced_put(&self, key: &str, value: &[u8]) -> Result<u64> {
-        let client = &self.held.client;
-        match &client.backend {
-            Backend::Remote(r) => {
-                r.fenced_put(key, value, &self.election, self.token, Some(self.session()))
-                    .await
-            }
-            _ => {
-                client
-                    .fenced_put(key, value, &self.election, self.token)
-                    .await
-            }
-        }
+        self.held
+            .client
+            .backend
+            .fenced_put(key, value, &self.election, self.token, Some(self.session()))
+            .await
     }
 }
 

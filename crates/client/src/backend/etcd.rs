@@ -41,6 +41,7 @@ use etcd_client::{
 };
 use tokio::sync::mpsc;
 
+use super::{Backend, Capabilities};
 use crate::session::Session;
 use crate::url::HostsUrl;
 use crate::{tls, Error, LeaderEvent, LeaderInfo, Result};
@@ -238,33 +239,6 @@ impl Etcd {
         })
     }
 
-    /// Grant a lease of at least `ttl` (etcd counts whole seconds).
-    pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
-        let secs = i64::try_from(ttl.as_millis().div_ceil(1000))
-            .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
-        let r = self
-            .client
-            .lease_client()
-            .grant(secs.max(1), None)
-            .await
-            .map_err(map)?;
-        if !r.error().is_empty() {
-            return Err(Error::Backend(format!("etcd: {}", r.error())));
-        }
-        let granted = Duration::from_secs(u64::try_from(r.ttl()).unwrap_or(0));
-        Ok((r.id() as u64, granted))
-    }
-
-    pub async fn revoke(&self, session: u64) -> Result<()> {
-        match self.client.lease_client().revoke(lease(session)?).await {
-            Ok(_) => Ok(()),
-            Err(e) => match map(e) {
-                Error::SessionLost => Ok(()),
-                e => Err(e),
-            },
-        }
-    }
-
     /// Put this session's key in `election` unless it is there already; returns the key's
     /// create revision.
     async fn enqueue(&self, election: &str, session: u64, value: &[u8]) -> Result<i64> {
@@ -286,13 +260,73 @@ impl Etcd {
         }
     }
 
+    /// Whether someone ever campaigned in `election`.
+    async fn check_known(&self, election: &str) -> Result<()> {
+        check_election(election)?;
+        let r = self
+            .client
+            .kv_client()
+            .get(known(election), Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(map)?;
+        if r.count() == 0 {
+            return Err(Error::UnknownElection(election.to_string()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Etcd {
+    fn capabilities(&self) -> Capabilities {
+        // Each candidate watches only its predecessor's key; the recipe is FIFO by create
+        // revision, with no hand-over to a named candidate.
+        Capabilities {
+            scheme: "etcd",
+            transfer: false,
+            wakes_only_next: true,
+            fenced_keys: false,
+        }
+    }
+
+    fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(keepalive_loop(self.clone(), session))
+    }
+
+    /// Grant a lease of at least `ttl` (etcd counts whole seconds).
+    async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
+        let secs = i64::try_from(ttl.as_millis().div_ceil(1000))
+            .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
+        let r = self
+            .client
+            .lease_client()
+            .grant(secs.max(1), None)
+            .await
+            .map_err(map)?;
+        if !r.error().is_empty() {
+            return Err(Error::Backend(format!("etcd: {}", r.error())));
+        }
+        let granted = Duration::from_secs(u64::try_from(r.ttl()).unwrap_or(0));
+        Ok((r.id() as u64, granted))
+    }
+
+    async fn revoke(&self, session: u64) -> Result<()> {
+        match self.client.lease_client().revoke(lease(session)?).await {
+            Ok(_) => Ok(()),
+            Err(e) => match map(e) {
+                Error::SessionLost => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+
     /// Record the candidacy without waiting.
-    pub async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<()> {
-        self.enqueue(election, session, value).await.map(|_| ())
+    async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<Option<u64>> {
+        self.enqueue(election, session, value).await.map(|_| None)
     }
 
     /// Record the candidacy (idempotent) and wait until it leads; returns its token.
-    pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
+    async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
         let mine = self.enqueue(election, session, value).await?;
         let k = key(election, session);
         let mut kv = self.client.kv_client();
@@ -353,7 +387,7 @@ impl Etcd {
         }
     }
 
-    pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
+    async fn resign(&self, election: &str, session: u64) -> Result<()> {
         check_election(election)?;
         self.client
             .kv_client()
@@ -363,22 +397,7 @@ impl Etcd {
         Ok(())
     }
 
-    /// Whether someone ever campaigned in `election`.
-    async fn check_known(&self, election: &str) -> Result<()> {
-        check_election(election)?;
-        let r = self
-            .client
-            .kv_client()
-            .get(known(election), Some(GetOptions::new().with_count_only()))
-            .await
-            .map_err(map)?;
-        if r.count() == 0 {
-            return Err(Error::UnknownElection(election.to_string()));
-        }
-        Ok(())
-    }
-
-    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+    async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
         self.check_known(election).await?;
         let r = self
             .client
@@ -397,11 +416,7 @@ impl Etcd {
         Ok(r.kvs().first().map(info))
     }
 
-    pub async fn observe(
-        &self,
-        election: &str,
-        tx: mpsc::Sender<Result<LeaderEvent>>,
-    ) -> Result<()> {
+    async fn observe(&self, election: &str, tx: mpsc::Sender<Result<LeaderEvent>>) -> Result<()> {
         self.check_known(election).await?;
         let r = self
             .client

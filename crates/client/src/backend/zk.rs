@@ -40,7 +40,7 @@
 //!    followers from their pings (every tickTime/2), and a follower cut off from the leader
 //!    keeps answering reads for up to `syncLimit × tickTime`. The holder's belief can then
 //!    outlast the leader's expiry by up to about `syncLimit × tickTime`: on an ensemble,
-//!    size `drift_percent` so that the drift margin covers that, or keep TTL ≫ that bound.
+//!    size `CampaignOptions::drift` so that the drift margin covers that, or keep TTL ≫ that bound.
 //!
 //! Dropping the connection without closing the session (what `stop_keepalives` does: the
 //! client is "detached") is how a frozen or crashed holder looks to ZooKeeper.
@@ -74,6 +74,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use zookeeper_client as zkc;
 
+use super::{Backend, Capabilities};
 use crate::session::Session;
 use crate::url::HostsUrl;
 use crate::{Error, LeaderEvent, LeaderInfo, Result};
@@ -269,66 +270,6 @@ impl Zk {
             .ok_or(Error::SessionLost)
     }
 
-    /// Open a session of `ttl` on its own connection; returns its id and the timeout the
-    /// server negotiated.
-    pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
-        let client = self
-            .inner
-            .connector(ttl)
-            .with_detached()
-            .connect(&self.inner.hosts)
-            .await
-            .map_err(map)?;
-        let id = client.session_id().0 as u64;
-        let timeout = client.session_timeout();
-        let info = client.session().clone();
-        let client = Arc::new(client);
-        self.sessions().insert(
-            id,
-            Slot {
-                weak: Arc::downgrade(&client),
-                client: Some(client),
-                info,
-                timeout,
-                nodes: HashMap::new(),
-            },
-        );
-        Ok((id, timeout))
-    }
-
-    /// Delete the session's znodes and close it.
-    pub async fn revoke(&self, session: u64) -> Result<()> {
-        let Some(slot) = self.sessions().remove(&session) else {
-            return Ok(());
-        };
-        for (election, (name, _)) in &slot.nodes {
-            self.delete(&format!("{}/{name}", dir(election))).await?;
-        }
-        let live = slot.client.clone().or_else(|| slot.weak.upgrade());
-        drop(slot.client);
-        if live.is_some() {
-            // Still connected (a campaign in flight): dropping the last handle of a detached
-            // client does not close the session; it then expires after its timeout, with no
-            // znode left.
-            return Ok(());
-        }
-        // Re-attach without `detached`: dropping that client closes the session.
-        match self
-            .inner
-            .connector(slot.timeout)
-            .with_session(slot.info)
-            .connect(&self.inner.hosts)
-            .await
-        {
-            Ok(c) => {
-                drop(c);
-                Ok(())
-            }
-            Err(zkc::Error::SessionExpired) => Ok(()),
-            Err(e) => Err(map(e)),
-        }
-    }
-
     async fn delete(&self, path: &str) -> Result<()> {
         match self.inner.shared.delete(path, None).await {
             Ok(()) | Err(zkc::Error::NoNode) => Ok(()),
@@ -378,13 +319,123 @@ impl Zk {
         Ok(node)
     }
 
+    /// The election's candidacy znodes, or [`Error::UnknownElection`].
+    async fn children(&self, election: &str) -> Result<(Vec<(i64, String)>, zkc::Stat)> {
+        check_election(election)?;
+        match self.inner.shared.get_children(&dir(election)).await {
+            Ok((children, stat)) => {
+                let mut seqs: Vec<(i64, String)> = children
+                    .into_iter()
+                    .filter_map(|c| sequence(&c).map(|s| (s, c)))
+                    .collect();
+                seqs.sort();
+                Ok((seqs, stat))
+            }
+            Err(zkc::Error::NoNode) => Err(Error::UnknownElection(election.to_string())),
+            Err(e) => Err(map(e)),
+        }
+    }
+
+    /// Read a candidacy znode; `None` if it is gone.
+    async fn read(&self, path: &str) -> Result<Option<LeaderInfo>> {
+        match self.inner.shared.get_data(path).await {
+            Ok((data, stat)) => Ok(Some(info(data, &stat))),
+            Err(zkc::Error::NoNode) => Ok(None),
+            Err(e) => Err(map(e)),
+        }
+    }
+
+    /// Take the session's client for its keepalive task (see [`Slot::client`]).
+    fn take_client(&self, session: u64) -> Option<Arc<zkc::Client>> {
+        let mut sessions = self.sessions();
+        let slot = sessions.get_mut(&session)?;
+        slot.client.take().or_else(|| slot.weak.upgrade())
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Zk {
+    fn capabilities(&self) -> Capabilities {
+        // Each candidate watches only its predecessor; the smallest sequence leads.
+        Capabilities {
+            scheme: "zk",
+            transfer: false,
+            wakes_only_next: true,
+            fenced_keys: false,
+        }
+    }
+
+    fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(keepalive_loop(self.clone(), session))
+    }
+
+    /// Open a session of `ttl` on its own connection; returns its id and the timeout the
+    /// server negotiated.
+    async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
+        let client = self
+            .inner
+            .connector(ttl)
+            .with_detached()
+            .connect(&self.inner.hosts)
+            .await
+            .map_err(map)?;
+        let id = client.session_id().0 as u64;
+        let timeout = client.session_timeout();
+        let info = client.session().clone();
+        let client = Arc::new(client);
+        self.sessions().insert(
+            id,
+            Slot {
+                weak: Arc::downgrade(&client),
+                client: Some(client),
+                info,
+                timeout,
+                nodes: HashMap::new(),
+            },
+        );
+        Ok((id, timeout))
+    }
+
+    /// Delete the session's znodes and close it.
+    async fn revoke(&self, session: u64) -> Result<()> {
+        let Some(slot) = self.sessions().remove(&session) else {
+            return Ok(());
+        };
+        for (election, (name, _)) in &slot.nodes {
+            self.delete(&format!("{}/{name}", dir(election))).await?;
+        }
+        let live = slot.client.clone().or_else(|| slot.weak.upgrade());
+        drop(slot.client);
+        if live.is_some() {
+            // Still connected (a campaign in flight): dropping the last handle of a detached
+            // client does not close the session; it then expires after its timeout, with no
+            // znode left.
+            return Ok(());
+        }
+        // Re-attach without `detached`: dropping that client closes the session.
+        match self
+            .inner
+            .connector(slot.timeout)
+            .with_session(slot.info)
+            .connect(&self.inner.hosts)
+            .await
+        {
+            Ok(c) => {
+                drop(c);
+                Ok(())
+            }
+            Err(zkc::Error::SessionExpired) => Ok(()),
+            Err(e) => Err(map(e)),
+        }
+    }
+
     /// Record the candidacy without waiting.
-    pub async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<()> {
-        self.enqueue(election, session, value).await.map(|_| ())
+    async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<Option<u64>> {
+        self.enqueue(election, session, value).await.map(|_| None)
     }
 
     /// Record the candidacy (idempotent) and wait until it leads; returns its token.
-    pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
+    async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
         let (name, czxid) = self.enqueue(election, session, value).await?;
         let mine = sequence(&name).ok_or_else(|| Error::Backend(format!("bad znode {name}")))?;
         let dir = dir(election);
@@ -422,7 +473,7 @@ impl Zk {
         }
     }
 
-    pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
+    async fn resign(&self, election: &str, session: u64) -> Result<()> {
         check_election(election)?;
         let node = self
             .sessions()
@@ -434,33 +485,7 @@ impl Zk {
         Ok(())
     }
 
-    /// The election's candidacy znodes, or [`Error::UnknownElection`].
-    async fn children(&self, election: &str) -> Result<(Vec<(i64, String)>, zkc::Stat)> {
-        check_election(election)?;
-        match self.inner.shared.get_children(&dir(election)).await {
-            Ok((children, stat)) => {
-                let mut seqs: Vec<(i64, String)> = children
-                    .into_iter()
-                    .filter_map(|c| sequence(&c).map(|s| (s, c)))
-                    .collect();
-                seqs.sort();
-                Ok((seqs, stat))
-            }
-            Err(zkc::Error::NoNode) => Err(Error::UnknownElection(election.to_string())),
-            Err(e) => Err(map(e)),
-        }
-    }
-
-    /// Read a candidacy znode; `None` if it is gone.
-    async fn read(&self, path: &str) -> Result<Option<LeaderInfo>> {
-        match self.inner.shared.get_data(path).await {
-            Ok((data, stat)) => Ok(Some(info(data, &stat))),
-            Err(zkc::Error::NoNode) => Ok(None),
-            Err(e) => Err(map(e)),
-        }
-    }
-
-    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+    async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
         check_election(election)?;
         let dir = dir(election);
         // Catch up with the ensemble's leader first, so that the answer is not older than
@@ -478,11 +503,7 @@ impl Zk {
         Ok(None)
     }
 
-    pub async fn observe(
-        &self,
-        election: &str,
-        tx: mpsc::Sender<Result<LeaderEvent>>,
-    ) -> Result<()> {
+    async fn observe(&self, election: &str, tx: mpsc::Sender<Result<LeaderEvent>>) -> Result<()> {
         check_election(election)?;
         let dir = dir(election);
         // Watch first, then list: every change after the listing is in the watch.
@@ -595,13 +616,6 @@ impl Zk {
             }
         });
         Ok(())
-    }
-
-    /// Take the session's client for its keepalive task (see [`Slot::client`]).
-    fn take_client(&self, session: u64) -> Option<Arc<zkc::Client>> {
-        let mut sessions = self.sessions();
-        let slot = sessions.get_mut(&session)?;
-        slot.client.take().or_else(|| slot.weak.upgrade())
     }
 }
 

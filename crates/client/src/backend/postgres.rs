@@ -51,6 +51,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::{Backend, Capabilities};
 use crate::session::Session;
 use crate::tls::{self, PgVerify};
 use crate::{Error, LeaderEvent, LeaderInfo, Result};
@@ -396,22 +397,6 @@ impl Pg {
         })
     }
 
-    pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
-        let ms = i64::try_from(ttl.as_millis())
-            .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
-        let c = self.client.lock().await;
-        let row = c
-            .query_one(
-                "INSERT INTO tenure_pg_session (ttl_ms, expires_at) \
-                 VALUES ($1, now() + $1::bigint * interval '1 millisecond') RETURNING id",
-                &[&ms],
-            )
-            .await
-            .map_err(map)?;
-        let id: i64 = row.get(0);
-        Ok((id as u64, ttl))
-    }
-
     /// Renew: true if acknowledged, false if the session is gone.
     async fn keepalive(&self, session: u64) -> Result<bool> {
         let c = self.client.lock().await;
@@ -427,76 +412,6 @@ impl Pg {
         Ok(n == 1)
     }
 
-    pub async fn revoke(&self, session: u64) -> Result<()> {
-        let elections: Vec<String> = {
-            let c = self.client.lock().await;
-            let rows = c
-                .query(
-                    "DELETE FROM tenure_pg_candidate WHERE session = $1 RETURNING election",
-                    &[&(session as i64)],
-                )
-                .await
-                .map_err(map)?;
-            c.execute(
-                "DELETE FROM tenure_pg_session WHERE id = $1",
-                &[&(session as i64)],
-            )
-            .await
-            .map_err(map)?;
-            rows.iter().map(|r| r.get(0)).collect()
-        };
-        for e in elections {
-            self.advance(&e).await?;
-        }
-        Ok(())
-    }
-
-    pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
-        check_election(election)?;
-        {
-            let c = self.client.lock().await;
-            c.execute(
-                "DELETE FROM tenure_pg_candidate WHERE election = $1 AND session = $2",
-                &[&election, &(session as i64)],
-            )
-            .await
-            .map_err(map)?;
-        }
-        self.advance(election).await?;
-        Ok(())
-    }
-
-    /// Record the candidacy (idempotent) while the session lives.
-    pub async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<()> {
-        check_election(election)?;
-        {
-            let c = self.client.lock().await;
-            c.execute(
-                "INSERT INTO tenure_pg_lease (election, holder, value, epoch, version) \
-                 VALUES ($1, NULL, NULL, 0, 0) ON CONFLICT (election) DO NOTHING",
-                &[&election],
-            )
-            .await
-            .map_err(map)?;
-            let rows = c
-                .query(
-                    "INSERT INTO tenure_pg_candidate (election, session, value) \
-                     SELECT $1, id, $3 FROM tenure_pg_session \
-                     WHERE id = $2 AND expires_at > now() \
-                     ON CONFLICT (election, session) DO UPDATE \
-                     SET value = tenure_pg_candidate.value RETURNING joined",
-                    &[&election, &(session as i64), &value],
-                )
-                .await
-                .map_err(map)?;
-            if rows.is_empty() {
-                return Err(Error::SessionLost);
-            }
-        }
-        self.advance(election).await?;
-        Ok(())
-    }
-
     /// Whether `session` is still a live candidate in `election`.
     async fn is_candidate(&self, election: &str, session: u64) -> Result<bool> {
         let c = self.client.lock().await;
@@ -510,29 +425,6 @@ impl Pg {
             .await
             .map_err(map)?;
         Ok(!rows.is_empty())
-    }
-
-    /// Record the candidacy and wait until it leads; returns its token.
-    pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
-        check_election(election)?;
-        let mut listener = self.listen(election).await?;
-        self.join(election, session, value).await?;
-        loop {
-            let lease = self
-                .advance(election)
-                .await?
-                .ok_or_else(|| Error::UnknownElection(election.to_string()))?;
-            if let Some(l) = &lease.leader {
-                if l.session == session {
-                    return Ok(l.token);
-                }
-            }
-            if !self.is_candidate(election, session).await? {
-                return Err(Error::SessionLost);
-            }
-            listener.wait(wait_for(&lease)).await?;
-            crate::note_waiter_wakeup();
-        }
     }
 
     /// Judge the election's lease by the database clock and hand it to the oldest live
@@ -651,14 +543,6 @@ impl Pg {
         Ok(Some(lease))
     }
 
-    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
-        check_election(election)?;
-        match self.advance(election).await? {
-            Some(l) => Ok(l.leader),
-            None => Err(Error::UnknownElection(election.to_string())),
-        }
-    }
-
     /// Changes of `election` after `version`, in order.
     async fn changes(
         &self,
@@ -691,12 +575,143 @@ impl Pg {
             })
             .collect())
     }
+}
 
-    pub async fn observe(
-        &self,
-        election: &str,
-        tx: mpsc::Sender<Result<LeaderEvent>>,
-    ) -> Result<()> {
+#[async_trait::async_trait]
+impl Backend for Pg {
+    fn capabilities(&self) -> Capabilities {
+        // LISTEN/NOTIFY wakes every listener (DESIGN.md's "Backends" table); the lease goes to
+        // the oldest live candidate.
+        Capabilities {
+            scheme: "postgres",
+            transfer: false,
+            wakes_only_next: false,
+            fenced_keys: false,
+        }
+    }
+
+    fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(keepalive_loop(self.clone(), session))
+    }
+
+    async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
+        let ms = i64::try_from(ttl.as_millis())
+            .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
+        let c = self.client.lock().await;
+        let row = c
+            .query_one(
+                "INSERT INTO tenure_pg_session (ttl_ms, expires_at) \
+                 VALUES ($1, now() + $1::bigint * interval '1 millisecond') RETURNING id",
+                &[&ms],
+            )
+            .await
+            .map_err(map)?;
+        let id: i64 = row.get(0);
+        Ok((id as u64, ttl))
+    }
+
+    async fn revoke(&self, session: u64) -> Result<()> {
+        let elections: Vec<String> = {
+            let c = self.client.lock().await;
+            let rows = c
+                .query(
+                    "DELETE FROM tenure_pg_candidate WHERE session = $1 RETURNING election",
+                    &[&(session as i64)],
+                )
+                .await
+                .map_err(map)?;
+            c.execute(
+                "DELETE FROM tenure_pg_session WHERE id = $1",
+                &[&(session as i64)],
+            )
+            .await
+            .map_err(map)?;
+            rows.iter().map(|r| r.get(0)).collect()
+        };
+        for e in elections {
+            self.advance(&e).await?;
+        }
+        Ok(())
+    }
+
+    async fn resign(&self, election: &str, session: u64) -> Result<()> {
+        check_election(election)?;
+        {
+            let c = self.client.lock().await;
+            c.execute(
+                "DELETE FROM tenure_pg_candidate WHERE election = $1 AND session = $2",
+                &[&election, &(session as i64)],
+            )
+            .await
+            .map_err(map)?;
+        }
+        self.advance(election).await?;
+        Ok(())
+    }
+
+    /// Record the candidacy (idempotent) while the session lives.
+    async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<Option<u64>> {
+        check_election(election)?;
+        {
+            let c = self.client.lock().await;
+            c.execute(
+                "INSERT INTO tenure_pg_lease (election, holder, value, epoch, version) \
+                 VALUES ($1, NULL, NULL, 0, 0) ON CONFLICT (election) DO NOTHING",
+                &[&election],
+            )
+            .await
+            .map_err(map)?;
+            let rows = c
+                .query(
+                    "INSERT INTO tenure_pg_candidate (election, session, value) \
+                     SELECT $1, id, $3 FROM tenure_pg_session \
+                     WHERE id = $2 AND expires_at > now() \
+                     ON CONFLICT (election, session) DO UPDATE \
+                     SET value = tenure_pg_candidate.value RETURNING joined",
+                    &[&election, &(session as i64), &value],
+                )
+                .await
+                .map_err(map)?;
+            if rows.is_empty() {
+                return Err(Error::SessionLost);
+            }
+        }
+        self.advance(election).await?;
+        Ok(None)
+    }
+
+    /// Record the candidacy and wait until it leads; returns its token.
+    async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
+        check_election(election)?;
+        let mut listener = self.listen(election).await?;
+        self.join(election, session, value).await?;
+        loop {
+            let lease = self
+                .advance(election)
+                .await?
+                .ok_or_else(|| Error::UnknownElection(election.to_string()))?;
+            if let Some(l) = &lease.leader {
+                if l.session == session {
+                    return Ok(l.token);
+                }
+            }
+            if !self.is_candidate(election, session).await? {
+                return Err(Error::SessionLost);
+            }
+            listener.wait(wait_for(&lease)).await?;
+            crate::note_waiter_wakeup();
+        }
+    }
+
+    async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+        check_election(election)?;
+        match self.advance(election).await? {
+            Some(l) => Ok(l.leader),
+            None => Err(Error::UnknownElection(election.to_string())),
+        }
+    }
+
+    async fn observe(&self, election: &str, tx: mpsc::Sender<Result<LeaderEvent>>) -> Result<()> {
         check_election(election)?;
         let mut listener = self.listen(election).await?;
         let lease = self

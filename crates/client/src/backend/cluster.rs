@@ -19,12 +19,16 @@ use tenure_proto::Reason;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::{Backend, Capabilities};
 use crate::channel::{Attempted, LeaderChannel, ATTEMPT_TIMEOUT, REQUEST_BUDGET, RETRY_PAUSE};
 use crate::session::Session;
 use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
 /// Longest pause between attempts to reopen a broken observe stream.
 const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// How long a join waits on the cluster for its campaign to be committed (the call answers
+/// only when the candidate leads, so a candidate still queued looks like a timeout).
+const QUEUED_WAIT: Duration = Duration::from_millis(200);
 /// Keepalive requests in flight on one stream before sending waits.
 const KEEPALIVES_INFLIGHT_MAX: usize = 16;
 
@@ -66,11 +70,6 @@ impl Remote {
         }
     }
 
-    /// The channel this backend uses.
-    pub fn channel(&self) -> &LeaderChannel {
-        &self.nodes
-    }
-
     /// The secret of `session` (empty if this client was not granted it).
     fn secret(&self, session: u64) -> Vec<u8> {
         self.secrets
@@ -94,7 +93,51 @@ impl Remote {
         self.nodes.call(f).await
     }
 
-    pub async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
+    async fn open_observe(&self, election: &str) -> Result<tonic::Streaming<v1::LeaderEvent>> {
+        // The server answers the call once it has read the current leader through the log, so
+        // an error (unknown election, not leader) arrives here, not on the stream.
+        self.call(|ch| {
+            let req = v1::ObserveRequest {
+                election: election.to_string(),
+            };
+            async move { ElectionsClient::new(ch).observe(req).await }
+        })
+        .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Remote {
+    fn capabilities(&self) -> Capabilities {
+        // The cluster answers only the new leader's blocked campaign; it hands leadership to
+        // a named candidate and keeps fenced keys in its replicated state.
+        Capabilities {
+            scheme: "tenure",
+            transfer: true,
+            wakes_only_next: true,
+            fenced_keys: true,
+        }
+    }
+
+    fn channel(&self) -> Option<&LeaderChannel> {
+        Some(&self.nodes)
+    }
+
+    fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(keepalive_loop(self.clone(), session))
+    }
+
+    /// The campaign call answers only when the candidate leads; its proposal is committed
+    /// first. A short first attempt is enough to know that it leads in the common case, and
+    /// `campaign` retries the (idempotent) call anyway.
+    async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<Option<u64>> {
+        match tokio::time::timeout(QUEUED_WAIT, self.campaign(election, session, value)).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
         let ttl_ms = u64::try_from(ttl.as_millis())
             .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
         let request_nonce = grant_nonce();
@@ -122,7 +165,7 @@ impl Remote {
         Ok((g.session_id, Duration::from_millis(g.ttl_ms)))
     }
 
-    pub async fn revoke(&self, session: u64) -> Result<()> {
+    async fn revoke(&self, session: u64) -> Result<()> {
         let request_seq = self.seq();
         let secret = self.secret(session);
         let r = self
@@ -155,7 +198,7 @@ impl Remote {
 
     /// Join the queue (idempotent: a retried campaign keeps its place) and wait until the
     /// session leads. No timeout on the wait itself: a node that dies breaks the call.
-    pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
+    async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
         let mut unanswered_since: Option<Instant> = None;
         let request_seq = self.seq();
         loop {
@@ -189,7 +232,7 @@ impl Remote {
         }
     }
 
-    pub async fn resign(&self, election: &str, session: u64) -> Result<()> {
+    async fn resign(&self, election: &str, session: u64) -> Result<()> {
         let request_seq = self.seq();
         let secret = self.secret(session);
         let r = self
@@ -210,7 +253,7 @@ impl Remote {
         }
     }
 
-    pub async fn transfer(&self, election: &str, from: u64, to: u64) -> Result<u64> {
+    async fn transfer(&self, election: &str, from: u64, to: u64) -> Result<u64> {
         let request_seq = self.seq();
         let secret = self.secret(from);
         let r = self
@@ -228,7 +271,7 @@ impl Remote {
         Ok(r.token)
     }
 
-    pub async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+    async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
         let r = self
             .call(|ch| {
                 let req = v1::LeaderRequest {
@@ -244,11 +287,7 @@ impl Remote {
     /// a task that reopens the stream elsewhere when a node fails, skipping events it has
     /// already forwarded (by index). Changes that happen while no stream is open are
     /// summarized by the first event of the next stream (the leader at that time).
-    pub async fn observe(
-        &self,
-        election: &str,
-        tx: mpsc::Sender<Result<LeaderEvent>>,
-    ) -> Result<()> {
+    async fn observe(&self, election: &str, tx: mpsc::Sender<Result<LeaderEvent>>) -> Result<()> {
         let first = self.open_observe(election).await?;
         let nodes = self.clone();
         let election = election.to_string();
@@ -303,23 +342,11 @@ impl Remote {
         Ok(())
     }
 
-    async fn open_observe(&self, election: &str) -> Result<tonic::Streaming<v1::LeaderEvent>> {
-        // The server answers the call once it has read the current leader through the log, so
-        // an error (unknown election, not leader) arrives here, not on the stream.
-        self.call(|ch| {
-            let req = v1::ObserveRequest {
-                election: election.to_string(),
-            };
-            async move { ElectionsClient::new(ch).observe(req).await }
-        })
-        .await
-    }
-
     /// Write `value` at `key`, fenced by `election`'s `token`. Without a session the write
     /// has no request id, so it is tried again only while the cluster says it did not take
     /// effect ([`LeaderChannel::call_once`]); with `session` (a leader's own), every attempt
     /// carries the same request id and the write is retried until its outcome is known.
-    pub async fn fenced_put(
+    async fn fenced_put(
         &self,
         key: &str,
         value: &[u8],
@@ -355,7 +382,7 @@ impl Remote {
     }
 
     /// The value stored at `key` (a linearizable read at the leader).
-    pub async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
+    async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
         let r = self
             .call(|ch| {
                 let req = v1::GetRequest {

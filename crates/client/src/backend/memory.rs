@@ -15,13 +15,17 @@
 //! tests running in parallel do not meet.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tenure_core::config::InjectedBugs;
 use tenure_core::sm::{Command, Response, SmLimits, StateMachine};
 use tokio::sync::{broadcast, mpsc, watch};
 
+use super::{Backend, Capabilities};
+use crate::session::Session;
 use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
 /// Shortest TTL a session may ask for, in ticks of a millisecond (the cluster's default).
@@ -44,6 +48,8 @@ struct State {
 /// One in-process world of sessions, elections and fenced keys.
 #[derive(Debug)]
 pub(crate) struct World {
+    /// This world itself, for the tasks it spawns (observers, keepalives).
+    me: Weak<World>,
     state: Mutex<State>,
     /// Every change of leader, for observers.
     changes: broadcast::Sender<LeaderEvent>,
@@ -66,7 +72,8 @@ pub(crate) fn world(name: &str) -> Arc<World> {
         ttl_max_ticks: TTL_MAX_MS,
         ..SmLimits::default()
     };
-    let w = Arc::new(World {
+    let w = Arc::new_cyclic(|me| World {
+        me: me.clone(),
         state: Mutex::new(State {
             sm: StateMachine::new(limits, InjectedBugs::default()),
             index: 0,
@@ -94,6 +101,13 @@ fn unexpected(what: &str, r: &Response) -> Error {
 }
 
 impl World {
+    /// A strong handle to this world: alive, since `&self` is borrowed from one.
+    fn handle(&self) -> Arc<World> {
+        self.me
+            .upgrade()
+            .expect("a world is borrowed only from a live Arc")
+    }
+
     /// The state with every session due by now expired. The state machine changes only by
     /// whole `apply` calls, so a panic elsewhere cannot leave it half-changed: poison is
     /// ignored.
@@ -148,7 +162,64 @@ impl World {
         }
     }
 
-    pub fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
+    pub fn keepalive(&self, session: u64) -> Result<Duration> {
+        let mut st = self.lock();
+        let (ttl, at) = st.leases.get_mut(&session).ok_or(Error::SessionLost)?;
+        *at = Instant::now() + *ttl;
+        Ok(*ttl)
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for World {
+    fn capabilities(&self) -> Capabilities {
+        // The cluster's state machine in-process; every waiter re-checks on every change.
+        Capabilities {
+            scheme: "memory",
+            transfer: true,
+            wakes_only_next: false,
+            fenced_keys: true,
+        }
+    }
+
+    /// A task that renews every TTL/4; it holds the session only weakly, so it also ends by
+    /// itself once the session is gone.
+    fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {
+        let world = self.handle();
+        let weak = Arc::downgrade(&session);
+        let every = session.ttl / 4;
+        drop(session);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(s) = weak.upgrade() else { return };
+                let sent = Instant::now();
+                match world.keepalive(s.id) {
+                    Ok(ttl) => s.acked(sent, ttl),
+                    Err(_) => {
+                        s.end();
+                        return;
+                    }
+                }
+            }
+        })
+    }
+
+    /// Queues synchronously, on the first poll of the campaign; whether it leads is known
+    /// at once.
+    async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<Option<u64>> {
+        let campaign = self.campaign(election, session, value);
+        tokio::pin!(campaign);
+        let polled = std::future::poll_fn(|cx| Poll::Ready(campaign.as_mut().poll(cx))).await;
+        match polled {
+            Poll::Ready(r) => r.map(Some),
+            Poll::Pending => Ok(None),
+        }
+    }
+
+    async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
         // Whole ticks, rounded up: the session lives at least as long as asked.
         let ttl_ticks = u64::try_from(ttl.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
         let mut st = self.lock();
@@ -163,14 +234,7 @@ impl World {
         }
     }
 
-    pub fn keepalive(&self, session: u64) -> Result<Duration> {
-        let mut st = self.lock();
-        let (ttl, at) = st.leases.get_mut(&session).ok_or(Error::SessionLost)?;
-        *at = Instant::now() + *ttl;
-        Ok(*ttl)
-    }
-
-    pub fn revoke(&self, session: u64) -> Result<()> {
+    async fn revoke(&self, session: u64) -> Result<()> {
         let mut st = self.lock();
         if st.leases.remove(&session).is_none() {
             // Already gone (revoked, expired): the same end state.
@@ -183,7 +247,7 @@ impl World {
         }
     }
 
-    pub async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
+    async fn campaign(&self, election: &str, session: u64, value: &[u8]) -> Result<u64> {
         let mut rx = self.version.subscribe();
         {
             let mut st = self.lock();
@@ -218,7 +282,7 @@ impl World {
         }
     }
 
-    pub fn resign(&self, election: &str, session: u64) -> Result<()> {
+    async fn resign(&self, election: &str, session: u64) -> Result<()> {
         let mut st = self.lock();
         let command = Command::Resign {
             election: election.to_string(),
@@ -236,7 +300,7 @@ impl World {
         }
     }
 
-    pub fn transfer(&self, election: &str, from: u64, to: u64) -> Result<u64> {
+    async fn transfer(&self, election: &str, from: u64, to: u64) -> Result<u64> {
         let mut st = self.lock();
         let command = Command::Transfer {
             election: election.to_string(),
@@ -250,7 +314,7 @@ impl World {
         }
     }
 
-    pub fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
+    async fn leader(&self, election: &str) -> Result<Option<LeaderInfo>> {
         let st = self.lock();
         let query = Command::Leader {
             election: election.to_string(),
@@ -262,7 +326,15 @@ impl World {
         }
     }
 
-    pub fn fenced_put(&self, key: &str, value: &[u8], election: &str, token: u64) -> Result<u64> {
+    async fn fenced_put(
+        &self,
+        key: &str,
+        value: &[u8],
+        election: &str,
+        token: u64,
+        // The state machine is applied in-process, once: no retries need a request id.
+        _session: Option<u64>,
+    ) -> Result<u64> {
         let mut st = self.lock();
         let command = Command::FencedPut {
             key: key.to_string(),
@@ -277,7 +349,7 @@ impl World {
         }
     }
 
-    pub fn get(&self, key: &str) -> Result<Option<FencedValue>> {
+    async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
         let st = self.lock();
         match st.sm.query(&Command::Get {
             key: key.to_string(),
@@ -295,11 +367,7 @@ impl World {
 
     /// Forward every leader change of `election` (starting with the current leader) to `tx`
     /// until the receiver is dropped.
-    pub fn observe(
-        self: Arc<Self>,
-        election: &str,
-        tx: mpsc::Sender<Result<LeaderEvent>>,
-    ) -> Result<()> {
+    async fn observe(&self, election: &str, tx: mpsc::Sender<Result<LeaderEvent>>) -> Result<()> {
         let mut changes = self.changes.subscribe();
         let first = {
             let st = self.lock();
@@ -318,18 +386,19 @@ impl World {
             }
         };
         let election = election.to_string();
+        let this = self.handle();
         tokio::spawn(async move {
             let after = first.index;
             if tx.send(Ok(first)).await.is_err() {
                 return;
             }
-            let mut version = self.version.subscribe();
+            let mut version = this.version.subscribe();
             loop {
                 let ev = tokio::select! {
                     ev = changes.recv() => ev,
                     _ = tx.closed() => return,
                     // Expiries happen lazily: make them happen on time.
-                    _ = self.changed(&mut version) => { drop(self.lock()); continue; }
+                    _ = this.changed(&mut version) => { drop(this.lock()); continue; }
                 };
                 match ev {
                     Ok(ev) if ev.election == election && ev.index > after => {
