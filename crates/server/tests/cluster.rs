@@ -1,7 +1,7 @@
 //! Real-process tests of a tenure cluster: `tenure server` processes on loopback, killed with
 //! SIGKILL, frozen with SIGSTOP, cut off with `/debug/block`, and fed bad bytes and bad
 //! requests. Timing profile: election timeout 150 ms, heartbeat 30 ms, tick 10 ms. Bounds
-//! are generous on purpose: these tests check behaviour, not speed (`tenure measure` gives
+//! are generous on purpose: these tests check behaviour, not speed (`tenure bench` gives
 //! the figures).
 //!
 //! The harness (`common`) builds the `tenure` binary if needed and runs one cluster at a
