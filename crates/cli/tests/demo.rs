@@ -84,6 +84,12 @@ fn demo_prints_a_passing_verdict_and_exits_zero() {
         verdict_value(&out, "killed node caught up").is_some_and(|v| v.starts_with("yes")),
         "{context}"
     );
+    // Every session (the leader's and the standbys') kept renewing through the Raft leader
+    // failover: each reported a keepalive sent after the kill and acknowledged.
+    assert!(
+        verdict_value(&out, "sessions survived").is_some_and(|v| v.starts_with("yes")),
+        "{context}"
+    );
     assert!(
         verdict_value(&out, "result").is_some_and(|v| v.starts_with("PASS")),
         "{context}"

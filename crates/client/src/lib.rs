@@ -558,6 +558,14 @@ impl Candidate {
         self.held.session.id
     }
 
+    /// A view of this candidate's session lease (DESIGN rule 4, as for
+    /// [`Leadership::valid_until`]: the library renews the session while the candidate
+    /// waits, and each acknowledged keepalive moves it forward). It outlives the candidate,
+    /// for watching the lease while [`Candidate::leadership`] waits.
+    pub fn lease(&self) -> Lease {
+        Lease(self.held.session.clone())
+    }
+
     /// Wait until this candidate leads. Fails with [`Error::SessionLost`] if the session
     /// ends first. Dropping the future drops the candidate, which withdraws it.
     pub async fn leadership(self) -> Result<Leadership> {
@@ -577,6 +585,23 @@ impl Candidate {
             }
         };
         Ok(Leadership::new(self.held, self.election, token).await)
+    }
+}
+
+/// A read-only view of a session's lease on this process's clock (see
+/// [`Candidate::lease`]).
+#[derive(Debug, Clone)]
+pub struct Lease(Arc<Session>);
+
+impl Lease {
+    /// Until when the session is known alive (DESIGN rule 4).
+    pub fn valid_until(&self) -> Instant {
+        self.0.state.borrow().valid_until
+    }
+
+    /// Whether the backend ended the session.
+    pub fn ended(&self) -> bool {
+        self.0.ended()
     }
 }
 

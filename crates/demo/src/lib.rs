@@ -772,11 +772,8 @@ impl Scene {
         );
 
         // Every session alive at the kill must be renewed by the new leader, or is reported
-        // lost. A leader's `alive` events say when its last acknowledged keepalive was sent:
-        // one sent after the kill is the proof. A standby's say only that its session is
-        // still held: one more than twice the TTL after the kill, with no `session-lost`
-        // before it, is the proof (a session nobody renewed expires a TTL after its last
-        // renewal, and the library reports it lost at its next keepalive).
+        // lost. Every worker's `alive` events, a leader's and a standby's, say when its last
+        // acknowledged keepalive was sent: one sent after the kill is the proof.
         out.sessions_at_kill = sessions.len();
         let ttl = self.ttl;
         let settled = self
@@ -790,14 +787,10 @@ impl Scene {
                             e.worker == w
                                 && e.ev.num("session") == Some(session)
                                 && e.ev.kind == "alive"
-                                && if e.ev.text("standby") == "1" {
-                                    e.at > killed_at + ttl * 2 + Duration::from_secs(1)
-                                } else {
-                                    e.ev.num("ack_age_ms").is_some_and(|age| {
-                                        e.at.checked_sub(Duration::from_millis(age))
-                                            .is_some_and(|acked| acked > killed_at)
-                                    })
-                                }
+                                && e.ev.num("ack_age_ms").is_some_and(|age| {
+                                    e.at.checked_sub(Duration::from_millis(age))
+                                        .is_some_and(|acked| acked > killed_at)
+                                })
                         });
                         let gone = s.since(k).any(|e| {
                             e.worker == w
@@ -1040,6 +1033,12 @@ impl Scene {
         }
         if rejected.is_empty() {
             failures.push("no stale write was rejected".into());
+        }
+        if !out.sessions_lost.is_empty() {
+            failures.push(format!(
+                "sessions did not survive the Raft leader failover: {}",
+                out.sessions_lost.join(", ")
+            ));
         }
         if out.caught_up.is_none() && !failures.iter().any(|f| f.starts_with("(b)")) {
             failures.push("the killed node did not catch up".into());

@@ -170,7 +170,10 @@ impl Worker {
                 ],
             );
             emit("campaign", &[("session", session.to_string())]);
-            // A standby until it leads; the library keeps its session alive meanwhile.
+            // A standby until it leads; the library keeps its session alive meanwhile, and
+            // says until when, as for a leader.
+            let ttl_ms = self.args.ttl_ms;
+            let lease = candidate.lease();
             let wait = candidate.leadership();
             tokio::pin!(wait);
             let led = loop {
@@ -178,7 +181,11 @@ impl Worker {
                     r = &mut wait => break r,
                     _ = tokio::time::sleep(ALIVE_EVERY) => emit(
                         "alive",
-                        &[("session", session.to_string()), ("standby", "1".into())],
+                        &[
+                            ("session", session.to_string()),
+                            ("ack_age_ms", ack_age_ms(lease.valid_until(), ttl_ms).to_string()),
+                            ("standby", "1".into()),
+                        ],
                     ),
                 }
             };
@@ -417,17 +424,23 @@ fn session_lost(session: u64) {
 /// Every [`ALIVE_EVERY`], tell the controller how old the leader's last acknowledged
 /// keepalive is: its send time is `valid_until − TTL + margin` (DESIGN rule 4, inverted with
 /// the library's own margin).
-async fn report_alive(leadership: Arc<Leadership>, ttl_ms: u64) {
+/// How long ago the keepalive behind a lease valid until `valid_until` was sent: rule 4's
+/// `sent + TTL − margin`, solved for `sent`.
+fn ack_age_ms(valid_until: Instant, ttl_ms: u64) -> u128 {
     let ttl = Duration::from_millis(ttl_ms);
     let margin = holder_margin(
         ttl,
         CampaignOptions::default().drift,
         CLIENT_SCHEDULING_ALLOWANCE,
     );
+    let sent = (valid_until + margin).checked_sub(ttl);
+    sent.map_or(u128::MAX, |t| t.elapsed().as_millis())
+}
+
+async fn report_alive(leadership: Arc<Leadership>, ttl_ms: u64) {
     loop {
         tokio::time::sleep(ALIVE_EVERY).await;
-        let sent = (leadership.valid_until() + margin).checked_sub(ttl);
-        let age = sent.map_or(u128::MAX, |t| t.elapsed().as_millis());
+        let age = ack_age_ms(leadership.valid_until(), ttl_ms);
         emit(
             "alive",
             &[
