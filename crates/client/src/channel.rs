@@ -129,8 +129,12 @@ fn client_tls(
 /// What an attempt's failure says about the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Attempted {
-    /// It definitely did not take effect (not the leader, no leader yet, …): try again.
+    /// It definitely did not take effect (no leader yet, a transfer, an overload, a node
+    /// that is not the leader and names none other): try again after a pause.
     Retry,
+    /// It definitely did not take effect, and the node named another as the leader: try
+    /// there at once.
+    Redirected,
     /// It may have taken effect (a timeout, a broken connection, `indeterminate`): try
     /// again with the same id to learn which.
     Unknown,
@@ -441,10 +445,15 @@ impl LeaderChannel {
                     self.members_stale();
                 }
                 match hinted {
-                    Some(j) if j != i => self.guess.store(j, Ordering::Relaxed),
-                    _ => self.advance(i),
+                    Some(j) if j != i => {
+                        self.guess.store(j, Ordering::Relaxed);
+                        Attempted::Redirected
+                    }
+                    _ => {
+                        self.advance(i);
+                        Attempted::Retry
+                    }
                 }
-                Attempted::Retry
             }
             // No leader yet, a transfer, an overload: the same node will know more soon.
             Some(Reason::Unavailable) => Attempted::Retry,
@@ -510,6 +519,7 @@ impl LeaderChannel {
     {
         let deadline = Instant::now() + REQUEST_BUDGET;
         let mut maybe_applied = false;
+        let mut redirects = 0;
         loop {
             self.learn_members().await;
             let i = self.guess();
@@ -540,10 +550,20 @@ impl LeaderChannel {
                     e
                 });
             }
+            // A hint is followed at once, a few times in a row (stale nodes may point along a
+            // chain, or at each other during an election); anything else waits a little.
+            if attempted == Attempted::Redirected && redirects < REDIRECTS_AT_ONCE {
+                redirects += 1;
+                continue;
+            }
+            redirects = 0;
             tokio::time::sleep(RETRY_PAUSE).await;
         }
     }
 }
+
+/// How many `not-leader` hints in a row a request follows without pausing.
+const REDIRECTS_AT_ONCE: u32 = 3;
 
 /// Whether a gRPC code without a tenure reason is an answer rather than a lost request:
 /// the server (or a proxy) looked at the request and refused it.
@@ -618,21 +638,26 @@ mod tests {
         let n = channel(&["127.0.0.1:8001"], "").expect("valid");
         assert_eq!(
             n.note_failure(0, &not_leader("localhost:8002")),
-            Attempted::Retry
+            Attempted::Redirected
         );
         assert_eq!(n.addrs(), ["127.0.0.1:8001", "localhost:8002"]);
         assert_eq!(n.guess(), 1, "the next attempt goes to the hinted leader");
         // Known addresses are found again, not added twice.
         assert_eq!(
             n.note_failure(1, &not_leader("127.0.0.1:8001")),
-            Attempted::Retry
+            Attempted::Redirected
         );
         assert_eq!(n.guess(), 0);
         assert_eq!(
             n.note_failure(0, &not_leader("LOCALHOST:8002")),
-            Attempted::Retry
+            Attempted::Redirected
         );
         assert_eq!((n.addrs().len(), n.guess()), (2, 1));
+        // A node that names itself (or nobody) is no redirect: the next try waits a little.
+        assert_eq!(
+            n.note_failure(1, &not_leader("localhost:8002")),
+            Attempted::Retry
+        );
     }
 
     #[tokio::test]

@@ -332,9 +332,10 @@ async fn cluster(
         },
         timeout,
     );
-    let (answers, (elections, sessions)) = tokio::join!(futures_util::future::join_all(fetches), async {
-        tokio::join!(elections, sessions)
-    });
+    let (answers, (elections, sessions)) =
+        tokio::join!(futures_util::future::join_all(fetches), async {
+            tokio::join!(elections, sessions)
+        });
     let elections = election_rows(elections);
     let sessions = session_rows(sessions, s.config.tick_ms);
     let leader_commit = answers.iter().find_map(|(_, _, a)| {
