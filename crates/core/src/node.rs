@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::config::{Config, ConfigError};
+use crate::drift::DriftPpm;
 use crate::message::Message;
 use crate::raft::Raft;
 use crate::read::{PendingRead, ReadResult, Reads, READS_PENDING_MAX};
@@ -783,9 +784,9 @@ impl Node {
 
     /// The drift bound used to pad durations measured on other nodes' clocks (zero under
     /// the injected `no_checkpoint_drift_padding` bug).
-    fn padding_drift(&self) -> f64 {
+    fn padding_drift(&self) -> DriftPpm {
         if self.raft.config.bugs.no_checkpoint_drift_padding {
-            0.0
+            DriftPpm::ZERO
         } else {
             self.raft.config.clock_drift_max
         }
@@ -1121,9 +1122,12 @@ impl Node {
     }
 }
 
-/// A duration measured on another node's clock, stretched to be safe on ours.
-fn padded(ticks: u64, drift: f64) -> u64 {
-    ticks + (ticks as f64 * 2.0 * drift).ceil() as u64 + 1
+/// A duration measured on another node's clock, stretched to be safe on ours: twice the
+/// drift over it, rounded up, and one tick for the rounding of our own tick count.
+fn padded(ticks: u64, drift: DriftPpm) -> u64 {
+    ticks
+        .saturating_add(drift.skew_over_ticks(ticks.saturating_mul(2)))
+        .saturating_add(1)
 }
 
 /// Reject commands that break the shared limits before they take space in the log.
