@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod drift;
+mod lease;
 pub mod log;
 pub mod message;
 pub mod node;

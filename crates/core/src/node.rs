@@ -1,5 +1,10 @@
 //! The node: Raft consensus, the replicated state machine and the leader's lease clock,
-//! behind one sans-IO façade.
+//! behind one sans-IO façade, and the [`Ready`] contract.
+//!
+//! The parts live in their own files: consensus in `raft.rs` (the leader's heartbeats,
+//! check-quorum and leader lease in `raft/leader.rs`), the lease clock and the keepalive
+//! decision in `lease.rs`, reads without log entries in `read.rs`. This file only feeds
+//! them inputs in order and hands out their effects.
 //!
 //! A driver (the simulator, or the server) owns a [`Node`] and loops:
 //!
@@ -17,10 +22,10 @@
 //! must tick for the time it lost *before* stepping them, or the node would judge its
 //! leader lease and a keepalive's arrival by a stale clock.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::{Config, ConfigError};
-use crate::drift::DriftPpm;
+use crate::lease::LeaseClock;
 use crate::message::Message;
 use crate::raft::Raft;
 use crate::read::{PendingRead, ReadResult, Reads, READS_PENDING_MAX};
@@ -34,10 +39,7 @@ use crate::types::{
 
 pub use crate::raft::{ProposeError, Role, StepError};
 
-/// Most keepalives a leader holds while it waits to be able to acknowledge them.
-pub const PENDING_KEEPALIVES_MAX: usize = 100_000;
-/// Most sessions a leader expires in one tick, so that one tick's work stays bounded.
-pub const EXPIRIES_PER_TICK_MAX: usize = 1_000;
+pub use crate::lease::{EXPIRIES_PER_TICK_MAX, PENDING_KEEPALIVES_MAX};
 
 /// A node that cannot be built from its configuration and disk.
 #[derive(Debug, thiserror::Error)]
@@ -182,47 +184,6 @@ impl Ready {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-struct PendingAck {
-    session: SessionId,
-    tag: u64,
-    received_tick: u64,
-}
-
-/// The node-local lease clock: when this node may expire each session, and what this node
-/// as leader has made durable enough to acknowledge keepalives.
-///
-/// It is not replicated (local clocks differ between nodes) and not persisted: on restart
-/// it is rebuilt from the log conservatively, as if every Grant and Checkpoint had just
-/// been applied, which can only make sessions live longer, never shorter.
-#[derive(Debug, Default)]
-struct LeaseClock {
-    /// Local tick before which this node must not expire a session.
-    deadline_tick: BTreeMap<SessionId, u64>,
-    /// As leader of `term`: local tick up to which this leader's own committed Grant or
-    /// Checkpoint entries oblige any later leader to keep the session. A keepalive is
-    /// acknowledged only if `received + ttl` fits below it.
-    coverage_tick: BTreeMap<SessionId, u64>,
-    /// This leader's proposals of Grant and Checkpoint entries: index → (term, tick proposed).
-    own: BTreeMap<Index, (Term, u64)>,
-    /// Sessions renewed since the last checkpoint proposal.
-    renewed: BTreeSet<SessionId>,
-    pending: VecDeque<PendingAck>,
-    /// Sessions whose Expire was proposed and not yet applied.
-    expiring: BTreeSet<SessionId>,
-    last_checkpoint_tick: u64,
-    /// The tick of the last full pass over expiries and waiting keepalives. Both only
-    /// change with time, with coverage, or with the lease's validity, so a pass per tick
-    /// (and one whenever coverage grows) finds everything a pass per input would, without
-    /// making every input cost O(sessions + waiting keepalives).
-    duties_tick: Option<u64>,
-    /// An own Grant or Checkpoint was applied since the last full pass: waiting keepalives
-    /// may now be covered.
-    coverage_grew: bool,
-    /// The term in which the leader-only parts above were built.
-    leader_term: Option<Term>,
-}
-
 /// A tenure node: Raft, the replicated state machine and the lease clock.
 pub struct Node {
     raft: Raft,
@@ -305,7 +266,7 @@ impl Node {
             sm_checked_at: std::cell::Cell::new(None),
             deadlines_checked_at: std::cell::Cell::new(None),
         };
-        node.reset_lease_from_state_machine();
+        node.lease.reset_from_state_machine(&node.raft, &node.sm);
         node.apply_committed();
         Ok(node)
     }
@@ -365,7 +326,8 @@ impl Node {
         };
         let (index, term) = self.raft.append_as_leader(payload);
         if is_grant {
-            self.lease.own.insert(index, (term, self.raft.now_tick));
+            self.lease
+                .on_grant_proposed(index, term, self.raft.now_tick);
         }
         self.after_input();
         Ok(Proposed { index, term })
@@ -394,33 +356,8 @@ impl Node {
                 session,
             )));
         }
-        if self.raft.role != Role::Leader {
-            return Err(ProposeError::NotLeader {
-                leader_hint: self.raft.leader,
-            });
-        }
-        // A session whose expiry this leader already proposed is as good as gone: an
-        // acknowledgement now would promise time that the committed expiry takes away.
-        let info = match self.sm.session(session) {
-            Some(info) if !self.lease.expiring.contains(&session) => info,
-            _ => return Err(ProposeError::UnknownSession(session)),
-        };
-        let ttl = info.ttl_ticks;
-        let now = self.raft.now_tick;
-        // `now` is the floor of the time elapsed, so the keepalive arrived up to one tick
-        // after it: counting from the next tick never expires a session before receive
-        // time + TTL.
-        let deadline = self.lease.deadline_tick.entry(session).or_insert(0);
-        *deadline = (*deadline).max(now + 1 + ttl);
-        self.lease.renewed.insert(session);
-        if self.lease.pending.len() >= PENDING_KEEPALIVES_MAX {
-            self.lease.pending.pop_front();
-        }
-        self.lease.pending.push_back(PendingAck {
-            session,
-            tag,
-            received_tick: now,
-        });
+        self.lease
+            .on_keepalive(&self.raft, &self.sm, session, tag)?;
         self.after_input();
         Ok(())
     }
@@ -678,7 +615,7 @@ impl Node {
     /// and checkpoint (padded for clock drift), which is how long it would keep the session
     /// if it became leader now.
     pub fn session_deadline_tick(&self, session: SessionId) -> Option<u64> {
-        self.lease.deadline_tick.get(&session).copied()
+        self.lease.deadline_tick(session)
     }
 
     /// Panics with context if any invariant of the node is broken. Cheap enough to run after
@@ -690,6 +627,7 @@ impl Node {
     /// outlives its session.
     pub fn check_invariants(&self) {
         self.raft.check_invariants();
+        self.lease.check_invariants(&self.raft);
         // The state machine's own check walks all of its state, so run it only when the
         // state changed since the last check.
         let sm_applied = self.sm.applied_index();
@@ -724,14 +662,14 @@ impl Node {
         // Sessions start and end only by applying entries, and a deadline appears or
         // goes away with them; a stray insertion or removal in between changes the map's
         // size. So the two key sets need comparing only when either of those moved.
-        let deadlines_shape = (sm_applied, self.lease.deadline_tick.len());
+        let deadlines_shape = (sm_applied, self.lease.deadlines());
         if self.deadlines_checked_at.get() == Some(deadlines_shape) {
             return;
         }
         self.deadlines_checked_at.set(Some(deadlines_shape));
         // Both are ordered by session id, so one merge walk compares the two key sets.
         let mut sessions = self.sm.sessions().map(|(s, _)| s).peekable();
-        let mut deadlines = self.lease.deadline_tick.keys().copied().peekable();
+        let mut deadlines = self.lease.sessions_with_deadline().peekable();
         loop {
             match (sessions.peek().copied(), deadlines.peek().copied()) {
                 (None, None) => break,
@@ -763,8 +701,9 @@ impl Node {
             self.load_snapshot(&snapshot);
         }
         self.apply_committed();
-        self.leader_duties();
-        self.serve_reads();
+        self.lease
+            .leader_duties(&mut self.raft, &self.sm, &mut self.acks);
+        self.reads.serve(&self.raft, &self.sm);
     }
 
     fn load_snapshot(&mut self, snapshot: &Snapshot) {
@@ -779,31 +718,7 @@ impl Node {
             ),
         }
         self.leader_changes.extend(self.sm.take_leader_changes());
-        self.reset_lease_from_state_machine();
-    }
-
-    /// The drift bound used to pad durations measured on other nodes' clocks (zero under
-    /// the injected `no_checkpoint_drift_padding` bug).
-    fn padding_drift(&self) -> DriftPpm {
-        if self.raft.config.bugs.no_checkpoint_drift_padding {
-            DriftPpm::ZERO
-        } else {
-            self.raft.config.clock_drift_max
-        }
-    }
-
-    /// Conservative deadlines for every session, as if its last Grant or Checkpoint had
-    /// been applied just now.
-    fn reset_lease_from_state_machine(&mut self) {
-        let now = self.raft.now_tick;
-        let drift = self.padding_drift();
-        let mut deadlines = BTreeMap::new();
-        for (s, info) in self.sm.sessions() {
-            deadlines.insert(s, now + padded(info.remaining_ticks, drift));
-        }
-        self.lease.deadline_tick = deadlines;
-        self.lease.coverage_tick.clear();
-        self.lease.expiring.clear();
+        self.lease.reset_from_state_machine(&self.raft, &self.sm);
     }
 
     fn apply_committed(&mut self) {
@@ -827,11 +742,17 @@ impl Node {
                 None => (self.sm.apply(index, &command), None),
             };
             if first_applied.is_none() {
-                self.on_applied(index, entry.term, &command, &response);
+                self.lease.on_applied(
+                    &self.raft,
+                    &self.sm,
+                    (index, entry.term),
+                    &command,
+                    &response,
+                );
             } else {
                 // A retry changed nothing; only the lease clock's bookkeeping of own grants
                 // must forget the index.
-                self.lease.own.remove(&index);
+                self.lease.on_retry_applied(index);
             }
             self.applied.push(Applied {
                 index,
@@ -849,285 +770,6 @@ impl Node {
             self.raft.compact(applied, self.sm.snapshot());
         }
     }
-
-    /// Keep the lease clock in step with the replicated sessions.
-    fn on_applied(&mut self, index: Index, term: Term, command: &Command, response: &Response) {
-        let now = self.raft.now_tick;
-        let drift = self.padding_drift();
-        // An entry this node proposed as leader in its current term: its acknowledgements
-        // are tracked exactly, so it only extends coverage. Anything else comes from
-        // another leader (or an earlier life of this one) whose acknowledgements we cannot
-        // see, so we keep the session at least as long as that entry promised, padded for
-        // clock drift between us.
-        let own = match self.lease.own.remove(&index) {
-            Some((t, proposed)) if t == term && self.lease.leader_term == Some(term) => {
-                Some(proposed)
-            }
-            _ => None,
-        };
-        match (command.unsealed(), response) {
-            (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
-                let deadline = match own {
-                    Some(_) => now + 1 + ttl_ticks,
-                    None => now + padded(*ttl_ticks, drift),
-                };
-                self.lease.deadline_tick.insert(*session, deadline);
-                if let Some(proposed) = own {
-                    // One tick more than the TTL: a successor counts the TTL from the tick
-                    // after it applies this entry (`padded` adds it), never from before.
-                    self.lease
-                        .coverage_tick
-                        .insert(*session, proposed + 1 + ttl_ticks);
-                    self.lease.coverage_grew = true;
-                }
-            }
-            (Command::Checkpoint { remaining }, Response::Checkpointed) => {
-                if own.is_some() {
-                    self.lease.coverage_grew = true;
-                }
-                for (s, r) in remaining {
-                    if self.sm.session(*s).is_none() {
-                        continue;
-                    }
-                    match own {
-                        Some(proposed) => {
-                            let c = self.lease.coverage_tick.entry(*s).or_insert(0);
-                            *c = (*c).max(proposed + r);
-                        }
-                        None => {
-                            let d = self.lease.deadline_tick.entry(*s).or_insert(0);
-                            *d = (*d).max(now + padded(*r, drift));
-                        }
-                    }
-                }
-            }
-            (_, Response::Ended { session }) => {
-                if !self.raft.config.bugs.keep_ended_deadline {
-                    self.lease.deadline_tick.remove(session);
-                }
-                self.lease.coverage_tick.remove(session);
-                self.lease.renewed.remove(session);
-                self.lease.expiring.remove(session);
-            }
-            _ => {}
-        }
-    }
-
-    /// Leader-only work after every input: checkpoints, expiries, keepalive acks.
-    fn leader_duties(&mut self) {
-        let term = self.raft.term;
-        if self.raft.role != Role::Leader {
-            if self.lease.leader_term.is_some() {
-                self.drop_leader_lease_state();
-            }
-            return;
-        }
-        if self.lease.leader_term != Some(term) {
-            self.drop_leader_lease_state();
-            self.lease.leader_term = Some(term);
-            self.lease.last_checkpoint_tick = self.raft.now_tick;
-        }
-        if !self.raft.leader_ready() {
-            return;
-        }
-        let now = self.raft.now_tick;
-        self.propose_checkpoint_if_due(now);
-        let new_tick = self.lease.duties_tick != Some(now);
-        if new_tick {
-            self.lease.duties_tick = Some(now);
-            self.propose_expiries(now);
-        }
-        if new_tick || std::mem::take(&mut self.lease.coverage_grew) {
-            self.acknowledge_keepalives(now);
-        } else {
-            self.acknowledge_newest_keepalive();
-        }
-    }
-
-    /// Answers the reads that can be answered now, oldest first (see [`crate::read`]).
-    fn serve_reads(&mut self) {
-        if self.reads.pending.is_empty() {
-            return;
-        }
-        if self.raft.role != Role::Leader || self.raft.term != self.reads.term {
-            let leader_hint = self.raft.leader;
-            for r in std::mem::take(&mut self.reads.pending) {
-                self.reads.done.push(ReadResult {
-                    tag: r.tag,
-                    outcome: Err(ProposeError::NotLeader { leader_hint }),
-                });
-            }
-            return;
-        }
-        let bugs = self.raft.config.bugs;
-        let now = self.raft.now_tick;
-        let t = self.raft.config.election_timeout_ticks;
-        let lease = if bugs.read_lease_past_vote_refusal {
-            self.raft
-                .lease_until_tick()
-                .is_some_and(|until| now < until + t)
-        } else {
-            self.raft.lease_valid()
-        };
-        let heard = self.raft.quorum_heard_tick();
-        let complete = self.raft.leader_ready();
-        let applied = self.raft.log.applied;
-        while let Some(r) = self.reads.pending.front() {
-            let confirmed = lease
-                || heard.is_some_and(|h| h > r.received_tick)
-                || bugs.read_without_confirmation;
-            if complete && confirmed && applied >= r.read_index {
-                let r = self.reads.pending.pop_front().expect("just looked");
-                let response = self.sm.query(&r.command).expect("only reads are queued");
-                self.reads.done.push(ReadResult {
-                    tag: r.tag,
-                    outcome: Ok((applied, response)),
-                });
-            } else if now >= r.received_tick + 2 * t {
-                let r = self.reads.pending.pop_front().expect("just looked");
-                self.reads.done.push(ReadResult {
-                    tag: r.tag,
-                    outcome: Err(ProposeError::LeadershipUnconfirmed),
-                });
-            } else {
-                break;
-            }
-        }
-    }
-
-    fn drop_leader_lease_state(&mut self) {
-        self.lease.coverage_tick.clear();
-        self.lease.own.clear();
-        self.lease.renewed.clear();
-        self.lease.pending.clear();
-        self.lease.expiring.clear();
-        self.lease.duties_tick = None;
-        self.lease.coverage_grew = false;
-        self.lease.leader_term = None;
-    }
-
-    fn propose_checkpoint_if_due(&mut self, now: u64) {
-        let interval = self.raft.config.lease_checkpoint_ticks;
-        if now < self.lease.last_checkpoint_tick + interval {
-            return;
-        }
-        // Sessions renewed since the last checkpoint, and sessions with keepalives waiting
-        // for coverage, get a checkpoint that covers keepalives received over the next two
-        // intervals, so that acknowledgements flow without waiting on every commit.
-        let mut sessions: BTreeSet<SessionId> = std::mem::take(&mut self.lease.renewed);
-        sessions.extend(self.lease.pending.iter().map(|p| p.session));
-        let remaining: Vec<(SessionId, u64)> = sessions
-            .into_iter()
-            .filter_map(|s| {
-                self.sm
-                    .session(s)
-                    .map(|info| (s, info.ttl_ticks + 2 * interval))
-            })
-            .collect();
-        if remaining.is_empty() || self.raft.check_can_propose().is_err() {
-            return;
-        }
-        self.lease.last_checkpoint_tick = now;
-        let (index, term) = self
-            .raft
-            .append_as_leader(Payload::Command(Command::Checkpoint { remaining }));
-        self.lease.own.insert(index, (term, now));
-    }
-
-    fn propose_expiries(&mut self, now: u64) {
-        if self.raft.check_can_propose().is_err() {
-            return;
-        }
-        let due: Vec<SessionId> = self
-            .lease
-            .deadline_tick
-            .iter()
-            .filter(|(s, d)| **d <= now && !self.lease.expiring.contains(s))
-            .map(|(s, _)| *s)
-            .take(EXPIRIES_PER_TICK_MAX)
-            .collect();
-        for session in due {
-            self.lease.expiring.insert(session);
-            self.raft
-                .append_as_leader(Payload::Command(Command::Expire { session }));
-        }
-    }
-
-    /// Acknowledge the keepalive that arrived last, if it can be at once; the others wait
-    /// for the next full pass (they were not ackable at the last one, and nothing that
-    /// would change that happened since).
-    fn acknowledge_newest_keepalive(&mut self) {
-        let Some(p) = self.lease.pending.back() else {
-            return;
-        };
-        if self.keepalive_ackable(p) {
-            let p = self.lease.pending.pop_back().expect("just looked");
-            let ttl_ticks = self.sm.session(p.session).expect("ackable").ttl_ticks;
-            self.acks.push(KeepaliveAck {
-                session: p.session,
-                tag: p.tag,
-                ttl_ticks,
-            });
-        }
-    }
-
-    /// Whether `p` can be acknowledged now: the leader lease holds, the session lives and
-    /// is not being expired, and this leader's committed entries oblige any successor to
-    /// keep the session for the TTL counted from the keepalive's arrival.
-    fn keepalive_ackable(&self, p: &PendingAck) -> bool {
-        let Some(info) = self.sm.session(p.session) else {
-            return false;
-        };
-        !self.lease.expiring.contains(&p.session)
-            && self.raft.lease_valid()
-            && self
-                .lease
-                .coverage_tick
-                .get(&p.session)
-                .is_some_and(|c| *c >= p.received_tick + 1 + info.ttl_ticks)
-    }
-
-    fn acknowledge_keepalives(&mut self, now: u64) {
-        if self.lease.pending.is_empty() {
-            return;
-        }
-        let lease_valid = self.raft.lease_valid();
-        let t = self.raft.config.election_timeout_ticks;
-        let mut keep = VecDeque::new();
-        while let Some(p) = self.lease.pending.pop_front() {
-            let Some(info) = self.sm.session(p.session) else {
-                continue;
-            };
-            if self.lease.expiring.contains(&p.session) {
-                continue;
-            }
-            let ttl = info.ttl_ticks;
-            let covered = self
-                .lease
-                .coverage_tick
-                .get(&p.session)
-                .is_some_and(|c| *c >= p.received_tick + 1 + ttl);
-            if lease_valid && covered {
-                self.acks.push(KeepaliveAck {
-                    session: p.session,
-                    tag: p.tag,
-                    ttl_ticks: ttl,
-                });
-            } else if now < p.received_tick + t {
-                keep.push_back(p);
-            }
-            // Older than T: the client has long retried; dropping it loses nothing.
-        }
-        self.lease.pending = keep;
-    }
-}
-
-/// A duration measured on another node's clock, stretched to be safe on ours: twice the
-/// drift over it, rounded up, and one tick for the rounding of our own tick count.
-fn padded(ticks: u64, drift: DriftPpm) -> u64 {
-    ticks
-        .saturating_add(drift.skew_over_ticks(ticks.saturating_mul(2)))
-        .saturating_add(1)
 }
 
 /// Reject commands that break the shared limits before they take space in the log.
