@@ -30,8 +30,7 @@ use crate::message::Message;
 use crate::raft::Raft;
 use crate::read::{PendingRead, ReadResult, Reads, READS_PENDING_MAX};
 use crate::sm::{
-    check_request_id, Command, LeaderChange, RequestId, Response, SessionId, SmError, SmLimits,
-    StateMachine,
+    check_request_id, Command, LeaderChange, RequestId, Response, SessionId, StateMachine,
 };
 use crate::types::{
     Entry, HardState, Index, Membership, NodeId, Payload, Recovered, Snapshot, Term,
@@ -313,9 +312,11 @@ impl Node {
             return Err(ProposeError::ClientCommandNotAllowed);
         }
         self.raft.check_can_propose()?;
-        if let Err(e) = validate_sizes(&self.raft.config.limits, &command) {
-            return Err(ProposeError::Invalid(e));
-        }
+        self.raft
+            .config
+            .limits
+            .check(&command)
+            .map_err(ProposeError::Invalid)?;
         if let Some(id) = id {
             check_request_id(id, &command).map_err(ProposeError::Invalid)?;
         }
@@ -372,7 +373,11 @@ impl Node {
         if !command.is_read() {
             return Err(ProposeError::NotARead);
         }
-        validate_sizes(&self.raft.config.limits, &command).map_err(ProposeError::Invalid)?;
+        self.raft
+            .config
+            .limits
+            .check(&command)
+            .map_err(ProposeError::Invalid)?;
         if self.raft.role != Role::Leader {
             return Err(ProposeError::NotLeader {
                 leader_hint: self.raft.leader,
@@ -770,75 +775,4 @@ impl Node {
             self.raft.compact(applied, self.sm.snapshot());
         }
     }
-}
-
-/// Reject commands that break the shared limits before they take space in the log.
-fn validate_sizes(limits: &SmLimits, command: &Command) -> Result<(), SmError> {
-    fn check(what: &'static str, len: usize, min: usize, max: usize) -> Result<(), SmError> {
-        if len < min || len > max {
-            return Err(SmError::BadSize {
-                what: what.to_string(),
-                len,
-                max,
-            });
-        }
-        Ok(())
-    }
-    match command {
-        Command::Grant { ttl_ticks } => {
-            if *ttl_ticks < limits.ttl_min_ticks || *ttl_ticks > limits.ttl_max_ticks {
-                return Err(SmError::TtlOutOfRange {
-                    ttl_ticks: *ttl_ticks,
-                    min: limits.ttl_min_ticks,
-                    max: limits.ttl_max_ticks,
-                });
-            }
-        }
-        Command::Campaign {
-            election, value, ..
-        } => {
-            check(
-                "election name",
-                election.len(),
-                1,
-                limits.election_name_bytes_max,
-            )?;
-            check("value", value.len(), 0, limits.value_bytes_max)?;
-        }
-        Command::Resign { election, .. }
-        | Command::Transfer { election, .. }
-        | Command::Leader { election } => {
-            check(
-                "election name",
-                election.len(),
-                1,
-                limits.election_name_bytes_max,
-            )?;
-        }
-        Command::FencedPut {
-            key,
-            value,
-            election,
-            ..
-        } => {
-            check("key", key.len(), 1, limits.key_bytes_max)?;
-            check("value", value.len(), 0, limits.value_bytes_max)?;
-            check(
-                "election name",
-                election.len(),
-                1,
-                limits.election_name_bytes_max,
-            )?;
-        }
-        Command::Get { key } => check("key", key.len(), 1, limits.key_bytes_max)?,
-        Command::SetMember { addresses, .. } => {
-            let max = crate::sm::MemberAddresses::BYTES_MAX;
-            check("peer address", addresses.peer.len(), 1, max)?;
-            check("client address", addresses.client.len(), 1, max)?;
-            check("HTTP address", addresses.http.len(), 0, max)?;
-        }
-        Command::Revoke { .. } | Command::Expire { .. } | Command::Checkpoint { .. } => {}
-        Command::Sealed { command, .. } => validate_sizes(limits, command)?,
-    }
-    Ok(())
 }
