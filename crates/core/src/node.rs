@@ -196,6 +196,8 @@ pub struct Node {
     awaiting_advance: bool,
     /// `Ready::applied_through` of the last Ready handed out.
     applied_handed: Index,
+    /// Term and vote at the end of the last input, for the invariant that neither goes back.
+    term_and_vote_seen: (Term, Option<NodeId>),
     /// The state machine's applied index when its invariants were last checked.
     sm_checked_at: std::cell::Cell<Option<Index>>,
     /// The state machine's applied index and the number of session deadlines when the
@@ -263,6 +265,7 @@ impl Node {
             awaiting_advance: false,
             applied_handed: 0,
             sm_checked_at: std::cell::Cell::new(None),
+            term_and_vote_seen: (0, None),
             deadlines_checked_at: std::cell::Cell::new(None),
         };
         node.lease.reset_from_state_machine(&node.raft, &node.sm);
@@ -453,7 +456,7 @@ impl Node {
         self.assert_not_awaiting();
         self.awaiting_advance = true;
         self.applied_handed = self.raft.log.applied;
-        Ready {
+        let ready = Ready {
             applied_through: self.raft.log.applied,
             hard_state: self.raft.take_hard_state(),
             snapshot: self.raft.snapshot_to_persist.take(),
@@ -463,7 +466,9 @@ impl Node {
             leader_changes: std::mem::take(&mut self.leader_changes),
             keepalive_acks: std::mem::take(&mut self.acks),
             reads: std::mem::take(&mut self.reads.done),
-        }
+        };
+        self.assert_cheap_invariants();
+        ready
     }
 
     /// Pipelined persistence (dissertation §10.2.1), for a driver that replicates a leader's
@@ -709,6 +714,35 @@ impl Node {
         self.lease
             .leader_duties(&mut self.raft, &self.sm, &mut self.acks);
         self.reads.serve(&self.raft, &self.sm);
+        self.assert_cheap_invariants();
+    }
+
+    /// The invariants cheap enough (O(1) or O(peers)) to check after every input, in every
+    /// build (TigerBeetle style: `assert!`, not `debug_assert!`); [`Node::check_invariants`]
+    /// adds the ones that walk the log or the state machine. Every public input ends here
+    /// (through `after_input`), so a broken rule stops the node at the input that broke it.
+    ///
+    /// Invariant: the term never decreases, and within one term the vote never changes once
+    /// cast (one vote per term, Raft §5.2), on this node since it started.
+    /// Invariant: the consensus state is consistent (see `Raft::assert_cheap_invariants`).
+    fn assert_cheap_invariants(&mut self) {
+        let (term, vote) = (self.raft.term, self.raft.vote);
+        let (seen_term, seen_vote) = self.term_and_vote_seen;
+        assert!(
+            term >= seen_term,
+            "node {}: term went back from {seen_term} to {term}",
+            self.raft.id
+        );
+        if term == seen_term && seen_vote.is_some() && !self.raft.config.bugs.double_vote {
+            // The injected double vote is the election-safety checker's to catch.
+            assert_eq!(
+                vote, seen_vote,
+                "node {}: vote changed within term {term}",
+                self.raft.id
+            );
+        }
+        self.term_and_vote_seen = (term, vote);
+        self.raft.assert_cheap_invariants();
     }
 
     fn load_snapshot(&mut self, snapshot: &Snapshot) {

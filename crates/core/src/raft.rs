@@ -1196,6 +1196,46 @@ impl Raft {
 
     // ----- invariants ----------------------------------------------------------------
 
+    /// The checks cheap enough for every input (O(peers)), in every build.
+    ///
+    /// Invariant: snapshot ≤ applied ≤ commit ≤ last index (`RaftLog::check_positions`).
+    /// Invariant: the role agrees with the leader field — a leader names itself, a
+    /// (pre-)candidate names no leader — and a (pre-)candidate has no progress map.
+    /// Invariant: for every peer a leader tracks, match < next ≤ last index + 1.
+    /// Invariant: the leader lease never extends past what the quorum granted: it ends no
+    /// later than `T` after the latest tick a quorum acknowledged, which is not in the future.
+    pub(crate) fn assert_cheap_invariants(&self) {
+        self.log.check_positions();
+        let ctx = || format!("node {} term {} role {:?}", self.id, self.term, self.role);
+        match self.role {
+            Role::Leader => assert_eq!(self.leader, Some(self.id), "{}: leader field", ctx()),
+            Role::Candidate | Role::PreCandidate => {
+                assert_eq!(self.leader, None, "{}: campaigning with a leader", ctx());
+                assert!(self.progress.is_empty(), "{}: progress", ctx());
+            }
+            Role::Follower => assert!(self.progress.is_empty(), "{}: progress", ctx()),
+        }
+        let last = self.log.last_index();
+        for (id, p) in &self.progress {
+            assert!(
+                p.match_index < p.next_index && p.next_index <= last + 1,
+                "{}: peer {id} has match {} next {} with last index {last}",
+                ctx(),
+                p.match_index,
+                p.next_index
+            );
+        }
+        if let Some(until) = self.lease_until_tick() {
+            let heard = self.quorum_heard_tick().expect("a lease needs a quorum");
+            assert!(
+                heard <= self.now_tick && until <= heard + self.t(),
+                "{}: lease until {until} from a quorum heard at {heard} (now {})",
+                ctx(),
+                self.now_tick
+            );
+        }
+    }
+
     /// Invariant: a leader voted for itself in its term and names itself leader.
     /// Invariant: no entry is newer than the current term.
     /// Invariant: the effective membership is the latest config in the log or the base.
