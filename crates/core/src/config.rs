@@ -58,6 +58,21 @@ pub struct InjectedBugs {
 }
 
 impl InjectedBugs {
+    /// Whether this build has the bug switches (the `inject-bugs` feature). Without it,
+    /// [`Config::validate`] refuses any switch that is on and [`InjectedBugs::effective`]
+    /// turns them all off, so a shipped binary cannot run with a known bug.
+    pub const BUILT: bool = cfg!(feature = "inject-bugs");
+
+    /// The switches in effect in this build: these with the `inject-bugs` feature, none
+    /// without it.
+    pub fn effective(self) -> InjectedBugs {
+        if InjectedBugs::BUILT {
+            self
+        } else {
+            InjectedBugs::default()
+        }
+    }
+
     /// True if any bug is switched on.
     pub fn any(&self) -> bool {
         self.double_vote
@@ -142,6 +157,9 @@ impl Config {
 
     /// Check every rule a configuration must satisfy.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.bugs.any() && !InjectedBugs::BUILT {
+            return Err(ConfigError::InjectedBugsNotBuilt);
+        }
         if self.id == 0 {
             return Err(ConfigError::ZeroId);
         }
@@ -249,6 +267,9 @@ pub enum ConfigError {
         /// Upper bound.
         max: u64,
     },
+    /// A bug switch is on in a build without the `inject-bugs` feature.
+    #[error("a bug switch is on, but this build has none (build with the inject-bugs feature)")]
+    InjectedBugsNotBuilt,
     /// A limit that must be positive is zero.
     #[error("{0} must be positive")]
     Zero(&'static str),

@@ -279,7 +279,7 @@ impl StateMachine {
     pub fn new(limits: SmLimits, bugs: InjectedBugs) -> StateMachine {
         StateMachine {
             limits,
-            bugs,
+            bugs: bugs.effective(),
             state: State::default(),
             leader_changes: Vec::new(),
         }
@@ -804,7 +804,7 @@ impl StateMachine {
         };
         let machine = StateMachine {
             limits,
-            bugs,
+            bugs: bugs.effective(),
             state,
             leader_changes: Vec::new(),
         };
