@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod drift;
+pub mod event;
 mod lease;
 pub mod log;
 pub mod message;

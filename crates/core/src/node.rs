@@ -25,6 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::{Config, ConfigError};
+use crate::event::NodeEvent;
 use crate::lease::LeaseClock;
 use crate::message::Message;
 use crate::raft::Raft;
@@ -163,6 +164,10 @@ pub struct Ready {
     pub keepalive_acks: Vec<KeepaliveAck>,
     /// Reads answered (served without a log entry, or refused), see [`Node::read`].
     pub reads: Vec<ReadResult>,
+    /// What happened in consensus since the last Ready, in order (elections, leadership
+    /// won and lost and why, leaders learned of, membership changes): for metrics and
+    /// event logs. Nothing to persist or answer.
+    pub events: Vec<NodeEvent>,
     /// Every committed entry up to this index has been applied and its result handed out
     /// (in this Ready's `applied` or an earlier one's, or skipped over by an installed
     /// snapshot). A proposal at or below it that got no result here never will.
@@ -180,6 +185,7 @@ impl Ready {
             && self.leader_changes.is_empty()
             && self.keepalive_acks.is_empty()
             && self.reads.is_empty()
+            && self.events.is_empty()
     }
 }
 
@@ -444,6 +450,7 @@ impl Node {
                 || !self.leader_changes.is_empty()
                 || !self.acks.is_empty()
                 || !self.reads.done.is_empty()
+                || !self.raft.events.is_empty()
                 || self.raft.log.applied != self.applied_handed)
     }
 
@@ -466,6 +473,7 @@ impl Node {
             leader_changes: std::mem::take(&mut self.leader_changes),
             keepalive_acks: std::mem::take(&mut self.acks),
             reads: std::mem::take(&mut self.reads.done),
+            events: std::mem::take(&mut self.raft.events),
         };
         self.assert_cheap_invariants();
         ready

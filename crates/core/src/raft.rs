@@ -10,6 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::config::Config;
+use crate::event::{NodeEvent, StepDownReason};
 use crate::log::RaftLog;
 use crate::message::{Body, Message, RejectHint};
 use crate::quorum::{
@@ -189,6 +190,11 @@ pub(crate) struct Raft {
     pub(crate) snapshot_to_persist: Option<Snapshot>,
 
     pub(crate) msgs: Vec<Message>,
+    /// What happened, for `Ready::events`, in order.
+    pub(crate) events: Vec<NodeEvent>,
+    /// Set by a leader-only code path just before it steps down, with its reason; a leader
+    /// that steps down otherwise saw a higher term.
+    stepping_down: Option<StepDownReason>,
     /// The hard state as last made durable by the driver.
     pub(crate) persisted_hard_state: HardState,
 }
@@ -236,6 +242,8 @@ impl Raft {
             snapshot_to_restore: None,
             snapshot_to_persist: None,
             msgs: Vec::new(),
+            events: Vec::new(),
+            stepping_down: None,
             persisted_hard_state: hard_state,
             config,
         };
@@ -318,10 +326,35 @@ impl Raft {
     }
 
     pub(crate) fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        let (old_term, old_leader) = (self.term, self.leader);
+        match self.role {
+            Role::Leader => {
+                let reason = match (self.stepping_down.take(), self.transfer) {
+                    (Some(reason), _) => reason,
+                    (None, Some(t)) if term > old_term => StepDownReason::Transferred { to: t.to },
+                    (None, None) if term > old_term => StepDownReason::HigherTerm { term },
+                    (None, _) => panic!(
+                        "node {}: leader of term {old_term} stepped down without a reason",
+                        self.id
+                    ),
+                };
+                self.events.push(NodeEvent::SteppedDown {
+                    term: old_term,
+                    reason,
+                });
+            }
+            Role::PreCandidate => self.events.push(NodeEvent::PreVoteLost { term: old_term }),
+            Role::Follower | Role::Candidate => {}
+        }
         self.reset_term(term);
         self.role = Role::Follower;
         self.leader = leader;
         self.progress.clear();
+        if let Some(l) = leader {
+            if (Some(l), term) != (old_leader, old_term) {
+                self.events.push(NodeEvent::LeaderKnown { term, leader: l });
+            }
+        }
     }
 
     fn become_pre_candidate(&mut self) {
@@ -330,6 +363,14 @@ impl Raft {
             Role::Leader,
             "a leader cannot become pre-candidate"
         );
+        if self.role == Role::PreCandidate {
+            // The last round timed out without a majority either way.
+            self.events.push(NodeEvent::PreVoteLost { term: self.term });
+        }
+        self.events.push(NodeEvent::ElectionStarted {
+            term: self.term + 1,
+            pre_vote: true,
+        });
         self.role = Role::PreCandidate;
         self.leader = None;
         self.votes.clear();
@@ -342,6 +383,10 @@ impl Raft {
         self.reset_term(term);
         self.role = Role::Candidate;
         self.vote = Some(self.id);
+        self.events.push(NodeEvent::ElectionStarted {
+            term,
+            pre_vote: false,
+        });
     }
 
     fn become_leader(&mut self) {
@@ -353,6 +398,8 @@ impl Raft {
         );
         self.role = Role::Leader;
         self.leader = Some(self.id);
+        self.events
+            .push(NodeEvent::BecameLeader { term: self.term });
         self.transfer = None;
         self.lease_void = false;
         self.heartbeat_elapsed_ticks = 0;
@@ -1039,6 +1086,7 @@ impl Raft {
         } else if !self.membership.is_voter(self.id) {
             // Removed from the cluster and the removal is committed: stop leading.
             let term = self.term;
+            self.stepping_down = Some(StepDownReason::Removed);
             self.become_follower(term, None);
         }
     }
@@ -1060,8 +1108,12 @@ impl Raft {
         let (index, membership) =
             latest.unwrap_or((self.log.snapshot_index(), self.base_membership.clone()));
         if membership != self.membership {
-            self.membership = membership;
+            let from = std::mem::replace(&mut self.membership, membership);
             self.membership_epoch += 1;
+            self.events.push(NodeEvent::MembershipChanged {
+                from,
+                to: self.membership.clone(),
+            });
         }
         self.membership_index = index;
         self.membership_shape = Some(self.log.shape_version());

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::{Raft, Role};
+use crate::event::StepDownReason;
 use crate::message::Body;
 use crate::quorum::{joint_quorum_min_by, joint_vote_result, VoteResult};
 use crate::types::NodeId;
@@ -67,6 +68,7 @@ impl Raft {
             if self.config.check_quorum && !self.quorum_active() {
                 // Check-quorum (dissertation §6.2): a leader cut off from a majority steps
                 // down so that clients stop waiting on it.
+                self.stepping_down = Some(StepDownReason::LostQuorum);
                 self.become_follower(self.term, None);
                 return;
             }
@@ -78,11 +80,13 @@ impl Raft {
         if let Some(transfer) = &mut self.transfer {
             transfer.elapsed_ticks += 1;
             if transfer.elapsed_ticks >= self.config.election_timeout_ticks {
+                let to = transfer.to;
                 self.transfer = None;
                 if self.lease_void {
                     // TimeoutNow left: the target may still win, so this leader cannot
                     // vouch for its lease again in this term. Stepping down lets a fresh
                     // election restore a leader that can.
+                    self.stepping_down = Some(StepDownReason::TransferTimedOut { to });
                     self.become_follower(self.term, None);
                     return;
                 }
