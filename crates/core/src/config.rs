@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::drift::DriftPpm;
 use crate::sm::SmLimits;
 use crate::types::NodeId;
 
@@ -57,6 +58,21 @@ pub struct InjectedBugs {
 }
 
 impl InjectedBugs {
+    /// Whether this build has the bug switches (the `inject-bugs` feature). Without it,
+    /// [`Config::validate`] refuses any switch that is on and [`InjectedBugs::effective`]
+    /// turns them all off, so a shipped binary cannot run with a known bug.
+    pub const BUILT: bool = cfg!(feature = "inject-bugs");
+
+    /// The switches in effect in this build: these with the `inject-bugs` feature, none
+    /// without it.
+    pub fn effective(self) -> InjectedBugs {
+        if InjectedBugs::BUILT {
+            self
+        } else {
+            InjectedBugs::default()
+        }
+    }
+
     /// True if any bug is switched on.
     pub fn any(&self) -> bool {
         self.double_vote
@@ -79,7 +95,7 @@ impl InjectedBugs {
 }
 
 /// How one node behaves. Every duration is in ticks of the node's own clock.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
     /// This node's id; must be non-zero.
     pub id: NodeId,
@@ -97,9 +113,10 @@ pub struct Config {
     /// Leader steps down if it has not heard from a quorum within T; followers that heard
     /// from a leader within T refuse to vote. Required for the leader lease.
     pub check_quorum: bool,
-    /// Relative clock-rate drift bound between any two nodes (e.g. 0.01 for 1%). Sizes the
-    /// leader-lease safety margin.
-    pub clock_drift_max: f64,
+    /// Bound on the relative clock-rate difference between any two nodes, in parts per
+    /// million (10 000 = 1 %, the default; at most [`DriftPpm::MAX`]). Sizes the leader
+    /// lease's safety margin and the padding of durations measured on other nodes' clocks.
+    pub clock_drift_max: DriftPpm,
     /// Most entries carried by one AppendEntries message.
     pub append_entries_max: usize,
     /// Take a snapshot and compact the log when this many entries were applied since the
@@ -127,7 +144,7 @@ impl Config {
             heartbeat_ticks: 3,
             pre_vote: true,
             check_quorum: true,
-            clock_drift_max: 0.01,
+            clock_drift_max: DriftPpm::DEFAULT,
             append_entries_max: 64,
             snapshot_threshold_entries: 1_000,
             uncommitted_entries_max: 10_000,
@@ -140,6 +157,9 @@ impl Config {
 
     /// Check every rule a configuration must satisfy.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.bugs.any() && !InjectedBugs::BUILT {
+            return Err(ConfigError::InjectedBugsNotBuilt);
+        }
         if self.id == 0 {
             return Err(ConfigError::ZeroId);
         }
@@ -157,7 +177,7 @@ impl Config {
                 election_timeout_ticks: self.election_timeout_ticks,
             });
         }
-        if !(0.0..0.1).contains(&self.clock_drift_max) {
+        if self.clock_drift_max > DriftPpm::MAX {
             return Err(ConfigError::DriftOutOfRange(self.clock_drift_max));
         }
         if self.lease_margin_ticks() * 2 >= self.election_timeout_ticks {
@@ -203,18 +223,21 @@ impl Config {
     }
 
     /// Ticks subtracted from the leader lease to cover clock drift between leader and
-    /// followers (twice the drift bound over T) and tick quantization on both sides.
+    /// followers (twice the drift bound over T, rounded up) and tick quantization on both
+    /// sides (two ticks).
     pub fn lease_margin_ticks(&self) -> u64 {
-        let drift = (self.election_timeout_ticks as f64 * 2.0 * self.clock_drift_max).ceil() as u64;
         if self.bugs.no_lease_drift_margin {
             return 2;
         }
-        drift + 2
+        let drift = self
+            .clock_drift_max
+            .skew_over_ticks(self.election_timeout_ticks.saturating_mul(2));
+        drift.saturating_add(2)
     }
 }
 
 /// A configuration that cannot work.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// Node ids start at 1.
     #[error("node id 0 is reserved; ids start at 1")]
@@ -230,9 +253,9 @@ pub enum ConfigError {
         /// T.
         election_timeout_ticks: u64,
     },
-    /// Drift bound outside [0, 0.1).
-    #[error("clock drift bound {0} is outside [0, 0.1)")]
-    DriftOutOfRange(f64),
+    /// Drift bound above [`DriftPpm::MAX`].
+    #[error("clock drift bound of {0} is above the most accepted, {max}", max = DriftPpm::MAX)]
+    DriftOutOfRange(DriftPpm),
     /// The drift margin would eat the whole leader lease.
     #[error("the lease safety margin leaves no leader lease; raise the election timeout")]
     LeaseMarginTooLarge,
@@ -244,6 +267,9 @@ pub enum ConfigError {
         /// Upper bound.
         max: u64,
     },
+    /// A bug switch is on in a build without the `inject-bugs` feature.
+    #[error("a bug switch is on, but this build has none (build with the inject-bugs feature)")]
+    InjectedBugsNotBuilt,
     /// A limit that must be positive is zero.
     #[error("{0} must be positive")]
     Zero(&'static str),

@@ -8,6 +8,8 @@
 
 pub mod config;
 pub mod drift;
+pub mod event;
+mod lease;
 pub mod log;
 pub mod message;
 pub mod node;

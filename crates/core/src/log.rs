@@ -289,6 +289,13 @@ impl RaftLog {
             }
             self.shape_checked.set(Some(self.shape_version));
         }
+        self.check_positions();
+    }
+
+    /// The O(1) part of [`RaftLog::check_invariants`].
+    ///
+    /// Invariant: snapshot ≤ applied ≤ commit ≤ last index, and applied ≤ persisted ≤ last.
+    pub fn check_positions(&self) {
         assert!(
             self.snapshot_index <= self.applied,
             "applied behind snapshot"

@@ -1,5 +1,10 @@
 //! The node: Raft consensus, the replicated state machine and the leader's lease clock,
-//! behind one sans-IO façade.
+//! behind one sans-IO façade, and the [`Ready`] contract.
+//!
+//! The parts live in their own files: consensus in `raft.rs` (the leader's heartbeats,
+//! check-quorum and leader lease in `raft/leader.rs`), the lease clock and the keepalive
+//! decision in `lease.rs`, reads without log entries in `read.rs`. This file only feeds
+//! them inputs in order and hands out their effects.
 //!
 //! A driver (the simulator, or the server) owns a [`Node`] and loops:
 //!
@@ -17,15 +22,16 @@
 //! must tick for the time it lost *before* stepping them, or the node would judge its
 //! leader lease and a keepalive's arrival by a stale clock.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::{Config, ConfigError};
+use crate::event::NodeEvent;
+use crate::lease::LeaseClock;
 use crate::message::Message;
 use crate::raft::Raft;
 use crate::read::{PendingRead, ReadResult, Reads, READS_PENDING_MAX};
 use crate::sm::{
-    check_request_id, Command, LeaderChange, RequestId, Response, SessionId, SmError, SmLimits,
-    StateMachine,
+    check_request_id, Command, LeaderChange, RequestId, Response, SessionId, StateMachine,
 };
 use crate::types::{
     Entry, HardState, Index, Membership, NodeId, Payload, Recovered, Snapshot, Term,
@@ -33,10 +39,7 @@ use crate::types::{
 
 pub use crate::raft::{ProposeError, Role, StepError};
 
-/// Most keepalives a leader holds while it waits to be able to acknowledge them.
-pub const PENDING_KEEPALIVES_MAX: usize = 100_000;
-/// Most sessions a leader expires in one tick, so that one tick's work stays bounded.
-pub const EXPIRIES_PER_TICK_MAX: usize = 1_000;
+pub use crate::lease::{EXPIRIES_PER_TICK_MAX, PENDING_KEEPALIVES_MAX};
 
 /// A node that cannot be built from its configuration and disk.
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +164,10 @@ pub struct Ready {
     pub keepalive_acks: Vec<KeepaliveAck>,
     /// Reads answered (served without a log entry, or refused), see [`Node::read`].
     pub reads: Vec<ReadResult>,
+    /// What happened in consensus since the last Ready, in order (elections, leadership
+    /// won and lost and why, leaders learned of, membership changes): for metrics and
+    /// event logs. Nothing to persist or answer.
+    pub events: Vec<NodeEvent>,
     /// Every committed entry up to this index has been applied and its result handed out
     /// (in this Ready's `applied` or an earlier one's, or skipped over by an installed
     /// snapshot). A proposal at or below it that got no result here never will.
@@ -178,48 +185,8 @@ impl Ready {
             && self.leader_changes.is_empty()
             && self.keepalive_acks.is_empty()
             && self.reads.is_empty()
+            && self.events.is_empty()
     }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct PendingAck {
-    session: SessionId,
-    tag: u64,
-    received_tick: u64,
-}
-
-/// The node-local lease clock: when this node may expire each session, and what this node
-/// as leader has made durable enough to acknowledge keepalives.
-///
-/// It is not replicated (local clocks differ between nodes) and not persisted: on restart
-/// it is rebuilt from the log conservatively, as if every Grant and Checkpoint had just
-/// been applied, which can only make sessions live longer, never shorter.
-#[derive(Debug, Default)]
-struct LeaseClock {
-    /// Local tick before which this node must not expire a session.
-    deadline_tick: BTreeMap<SessionId, u64>,
-    /// As leader of `term`: local tick up to which this leader's own committed Grant or
-    /// Checkpoint entries oblige any later leader to keep the session. A keepalive is
-    /// acknowledged only if `received + ttl` fits below it.
-    coverage_tick: BTreeMap<SessionId, u64>,
-    /// This leader's proposals of Grant and Checkpoint entries: index → (term, tick proposed).
-    own: BTreeMap<Index, (Term, u64)>,
-    /// Sessions renewed since the last checkpoint proposal.
-    renewed: BTreeSet<SessionId>,
-    pending: VecDeque<PendingAck>,
-    /// Sessions whose Expire was proposed and not yet applied.
-    expiring: BTreeSet<SessionId>,
-    last_checkpoint_tick: u64,
-    /// The tick of the last full pass over expiries and waiting keepalives. Both only
-    /// change with time, with coverage, or with the lease's validity, so a pass per tick
-    /// (and one whenever coverage grows) finds everything a pass per input would, without
-    /// making every input cost O(sessions + waiting keepalives).
-    duties_tick: Option<u64>,
-    /// An own Grant or Checkpoint was applied since the last full pass: waiting keepalives
-    /// may now be covered.
-    coverage_grew: bool,
-    /// The term in which the leader-only parts above were built.
-    leader_term: Option<Term>,
 }
 
 /// A tenure node: Raft, the replicated state machine and the lease clock.
@@ -235,6 +202,8 @@ pub struct Node {
     awaiting_advance: bool,
     /// `Ready::applied_through` of the last Ready handed out.
     applied_handed: Index,
+    /// Term and vote at the end of the last input, for the invariant that neither goes back.
+    term_and_vote_seen: (Term, Option<NodeId>),
     /// The state machine's applied index when its invariants were last checked.
     sm_checked_at: std::cell::Cell<Option<Index>>,
     /// The state machine's applied index and the number of session deadlines when the
@@ -302,9 +271,10 @@ impl Node {
             awaiting_advance: false,
             applied_handed: 0,
             sm_checked_at: std::cell::Cell::new(None),
+            term_and_vote_seen: (0, None),
             deadlines_checked_at: std::cell::Cell::new(None),
         };
-        node.reset_lease_from_state_machine();
+        node.lease.reset_from_state_machine(&node.raft, &node.sm);
         node.apply_committed();
         Ok(node)
     }
@@ -351,9 +321,11 @@ impl Node {
             return Err(ProposeError::ClientCommandNotAllowed);
         }
         self.raft.check_can_propose()?;
-        if let Err(e) = validate_sizes(&self.raft.config.limits, &command) {
-            return Err(ProposeError::Invalid(e));
-        }
+        self.raft
+            .config
+            .limits
+            .check(&command)
+            .map_err(ProposeError::Invalid)?;
         if let Some(id) = id {
             check_request_id(id, &command).map_err(ProposeError::Invalid)?;
         }
@@ -364,7 +336,8 @@ impl Node {
         };
         let (index, term) = self.raft.append_as_leader(payload);
         if is_grant {
-            self.lease.own.insert(index, (term, self.raft.now_tick));
+            self.lease
+                .on_grant_proposed(index, term, self.raft.now_tick);
         }
         self.after_input();
         Ok(Proposed { index, term })
@@ -393,33 +366,8 @@ impl Node {
                 session,
             )));
         }
-        if self.raft.role != Role::Leader {
-            return Err(ProposeError::NotLeader {
-                leader_hint: self.raft.leader,
-            });
-        }
-        // A session whose expiry this leader already proposed is as good as gone: an
-        // acknowledgement now would promise time that the committed expiry takes away.
-        let info = match self.sm.session(session) {
-            Some(info) if !self.lease.expiring.contains(&session) => info,
-            _ => return Err(ProposeError::UnknownSession(session)),
-        };
-        let ttl = info.ttl_ticks;
-        let now = self.raft.now_tick;
-        // `now` is the floor of the time elapsed, so the keepalive arrived up to one tick
-        // after it: counting from the next tick never expires a session before receive
-        // time + TTL.
-        let deadline = self.lease.deadline_tick.entry(session).or_insert(0);
-        *deadline = (*deadline).max(now + 1 + ttl);
-        self.lease.renewed.insert(session);
-        if self.lease.pending.len() >= PENDING_KEEPALIVES_MAX {
-            self.lease.pending.pop_front();
-        }
-        self.lease.pending.push_back(PendingAck {
-            session,
-            tag,
-            received_tick: now,
-        });
+        self.lease
+            .on_keepalive(&self.raft, &self.sm, session, tag)?;
         self.after_input();
         Ok(())
     }
@@ -434,7 +382,11 @@ impl Node {
         if !command.is_read() {
             return Err(ProposeError::NotARead);
         }
-        validate_sizes(&self.raft.config.limits, &command).map_err(ProposeError::Invalid)?;
+        self.raft
+            .config
+            .limits
+            .check(&command)
+            .map_err(ProposeError::Invalid)?;
         if self.raft.role != Role::Leader {
             return Err(ProposeError::NotLeader {
                 leader_hint: self.raft.leader,
@@ -498,6 +450,7 @@ impl Node {
                 || !self.leader_changes.is_empty()
                 || !self.acks.is_empty()
                 || !self.reads.done.is_empty()
+                || !self.raft.events.is_empty()
                 || self.raft.log.applied != self.applied_handed)
     }
 
@@ -510,7 +463,7 @@ impl Node {
         self.assert_not_awaiting();
         self.awaiting_advance = true;
         self.applied_handed = self.raft.log.applied;
-        Ready {
+        let ready = Ready {
             applied_through: self.raft.log.applied,
             hard_state: self.raft.take_hard_state(),
             snapshot: self.raft.snapshot_to_persist.take(),
@@ -520,7 +473,10 @@ impl Node {
             leader_changes: std::mem::take(&mut self.leader_changes),
             keepalive_acks: std::mem::take(&mut self.acks),
             reads: std::mem::take(&mut self.reads.done),
-        }
+            events: std::mem::take(&mut self.raft.events),
+        };
+        self.assert_cheap_invariants();
+        ready
     }
 
     /// Pipelined persistence (dissertation §10.2.1), for a driver that replicates a leader's
@@ -677,7 +633,7 @@ impl Node {
     /// and checkpoint (padded for clock drift), which is how long it would keep the session
     /// if it became leader now.
     pub fn session_deadline_tick(&self, session: SessionId) -> Option<u64> {
-        self.lease.deadline_tick.get(&session).copied()
+        self.lease.deadline_tick(session)
     }
 
     /// Panics with context if any invariant of the node is broken. Cheap enough to run after
@@ -689,6 +645,7 @@ impl Node {
     /// outlives its session.
     pub fn check_invariants(&self) {
         self.raft.check_invariants();
+        self.lease.check_invariants(&self.raft);
         // The state machine's own check walks all of its state, so run it only when the
         // state changed since the last check.
         let sm_applied = self.sm.applied_index();
@@ -723,14 +680,14 @@ impl Node {
         // Sessions start and end only by applying entries, and a deadline appears or
         // goes away with them; a stray insertion or removal in between changes the map's
         // size. So the two key sets need comparing only when either of those moved.
-        let deadlines_shape = (sm_applied, self.lease.deadline_tick.len());
+        let deadlines_shape = (sm_applied, self.lease.deadlines());
         if self.deadlines_checked_at.get() == Some(deadlines_shape) {
             return;
         }
         self.deadlines_checked_at.set(Some(deadlines_shape));
         // Both are ordered by session id, so one merge walk compares the two key sets.
         let mut sessions = self.sm.sessions().map(|(s, _)| s).peekable();
-        let mut deadlines = self.lease.deadline_tick.keys().copied().peekable();
+        let mut deadlines = self.lease.sessions_with_deadline().peekable();
         loop {
             match (sessions.peek().copied(), deadlines.peek().copied()) {
                 (None, None) => break,
@@ -762,8 +719,38 @@ impl Node {
             self.load_snapshot(&snapshot);
         }
         self.apply_committed();
-        self.leader_duties();
-        self.serve_reads();
+        self.lease
+            .leader_duties(&mut self.raft, &self.sm, &mut self.acks);
+        self.reads.serve(&self.raft, &self.sm);
+        self.assert_cheap_invariants();
+    }
+
+    /// The invariants cheap enough (O(1) or O(peers)) to check after every input, in every
+    /// build (TigerBeetle style: `assert!`, not `debug_assert!`); [`Node::check_invariants`]
+    /// adds the ones that walk the log or the state machine. Every public input ends here
+    /// (through `after_input`), so a broken rule stops the node at the input that broke it.
+    ///
+    /// Invariant: the term never decreases, and within one term the vote never changes once
+    /// cast (one vote per term, Raft §5.2), on this node since it started.
+    /// Invariant: the consensus state is consistent (see `Raft::assert_cheap_invariants`).
+    fn assert_cheap_invariants(&mut self) {
+        let (term, vote) = (self.raft.term, self.raft.vote);
+        let (seen_term, seen_vote) = self.term_and_vote_seen;
+        assert!(
+            term >= seen_term,
+            "node {}: term went back from {seen_term} to {term}",
+            self.raft.id
+        );
+        if term == seen_term && seen_vote.is_some() && !self.raft.config.bugs.double_vote {
+            // The injected double vote is the election-safety checker's to catch.
+            assert_eq!(
+                vote, seen_vote,
+                "node {}: vote changed within term {term}",
+                self.raft.id
+            );
+        }
+        self.term_and_vote_seen = (term, vote);
+        self.raft.assert_cheap_invariants();
     }
 
     fn load_snapshot(&mut self, snapshot: &Snapshot) {
@@ -778,31 +765,7 @@ impl Node {
             ),
         }
         self.leader_changes.extend(self.sm.take_leader_changes());
-        self.reset_lease_from_state_machine();
-    }
-
-    /// The drift bound used to pad durations measured on other nodes' clocks (zero under
-    /// the injected `no_checkpoint_drift_padding` bug).
-    fn padding_drift(&self) -> f64 {
-        if self.raft.config.bugs.no_checkpoint_drift_padding {
-            0.0
-        } else {
-            self.raft.config.clock_drift_max
-        }
-    }
-
-    /// Conservative deadlines for every session, as if its last Grant or Checkpoint had
-    /// been applied just now.
-    fn reset_lease_from_state_machine(&mut self) {
-        let now = self.raft.now_tick;
-        let drift = self.padding_drift();
-        let mut deadlines = BTreeMap::new();
-        for (s, info) in self.sm.sessions() {
-            deadlines.insert(s, now + padded(info.remaining_ticks, drift));
-        }
-        self.lease.deadline_tick = deadlines;
-        self.lease.coverage_tick.clear();
-        self.lease.expiring.clear();
+        self.lease.reset_from_state_machine(&self.raft, &self.sm);
     }
 
     fn apply_committed(&mut self) {
@@ -826,11 +789,17 @@ impl Node {
                 None => (self.sm.apply(index, &command), None),
             };
             if first_applied.is_none() {
-                self.on_applied(index, entry.term, &command, &response);
+                self.lease.on_applied(
+                    &self.raft,
+                    &self.sm,
+                    (index, entry.term),
+                    &command,
+                    &response,
+                );
             } else {
                 // A retry changed nothing; only the lease clock's bookkeeping of own grants
                 // must forget the index.
-                self.lease.own.remove(&index);
+                self.lease.on_retry_applied(index);
             }
             self.applied.push(Applied {
                 index,
@@ -848,351 +817,4 @@ impl Node {
             self.raft.compact(applied, self.sm.snapshot());
         }
     }
-
-    /// Keep the lease clock in step with the replicated sessions.
-    fn on_applied(&mut self, index: Index, term: Term, command: &Command, response: &Response) {
-        let now = self.raft.now_tick;
-        let drift = self.padding_drift();
-        // An entry this node proposed as leader in its current term: its acknowledgements
-        // are tracked exactly, so it only extends coverage. Anything else comes from
-        // another leader (or an earlier life of this one) whose acknowledgements we cannot
-        // see, so we keep the session at least as long as that entry promised, padded for
-        // clock drift between us.
-        let own = match self.lease.own.remove(&index) {
-            Some((t, proposed)) if t == term && self.lease.leader_term == Some(term) => {
-                Some(proposed)
-            }
-            _ => None,
-        };
-        match (command.unsealed(), response) {
-            (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
-                let deadline = match own {
-                    Some(_) => now + 1 + ttl_ticks,
-                    None => now + padded(*ttl_ticks, drift),
-                };
-                self.lease.deadline_tick.insert(*session, deadline);
-                if let Some(proposed) = own {
-                    // One tick more than the TTL: a successor counts the TTL from the tick
-                    // after it applies this entry (`padded` adds it), never from before.
-                    self.lease
-                        .coverage_tick
-                        .insert(*session, proposed + 1 + ttl_ticks);
-                    self.lease.coverage_grew = true;
-                }
-            }
-            (Command::Checkpoint { remaining }, Response::Checkpointed) => {
-                if own.is_some() {
-                    self.lease.coverage_grew = true;
-                }
-                for (s, r) in remaining {
-                    if self.sm.session(*s).is_none() {
-                        continue;
-                    }
-                    match own {
-                        Some(proposed) => {
-                            let c = self.lease.coverage_tick.entry(*s).or_insert(0);
-                            *c = (*c).max(proposed + r);
-                        }
-                        None => {
-                            let d = self.lease.deadline_tick.entry(*s).or_insert(0);
-                            *d = (*d).max(now + padded(*r, drift));
-                        }
-                    }
-                }
-            }
-            (_, Response::Ended { session }) => {
-                if !self.raft.config.bugs.keep_ended_deadline {
-                    self.lease.deadline_tick.remove(session);
-                }
-                self.lease.coverage_tick.remove(session);
-                self.lease.renewed.remove(session);
-                self.lease.expiring.remove(session);
-            }
-            _ => {}
-        }
-    }
-
-    /// Leader-only work after every input: checkpoints, expiries, keepalive acks.
-    fn leader_duties(&mut self) {
-        let term = self.raft.term;
-        if self.raft.role != Role::Leader {
-            if self.lease.leader_term.is_some() {
-                self.drop_leader_lease_state();
-            }
-            return;
-        }
-        if self.lease.leader_term != Some(term) {
-            self.drop_leader_lease_state();
-            self.lease.leader_term = Some(term);
-            self.lease.last_checkpoint_tick = self.raft.now_tick;
-        }
-        if !self.raft.leader_ready() {
-            return;
-        }
-        let now = self.raft.now_tick;
-        self.propose_checkpoint_if_due(now);
-        let new_tick = self.lease.duties_tick != Some(now);
-        if new_tick {
-            self.lease.duties_tick = Some(now);
-            self.propose_expiries(now);
-        }
-        if new_tick || std::mem::take(&mut self.lease.coverage_grew) {
-            self.acknowledge_keepalives(now);
-        } else {
-            self.acknowledge_newest_keepalive();
-        }
-    }
-
-    /// Answers the reads that can be answered now, oldest first (see [`crate::read`]).
-    fn serve_reads(&mut self) {
-        if self.reads.pending.is_empty() {
-            return;
-        }
-        if self.raft.role != Role::Leader || self.raft.term != self.reads.term {
-            let leader_hint = self.raft.leader;
-            for r in std::mem::take(&mut self.reads.pending) {
-                self.reads.done.push(ReadResult {
-                    tag: r.tag,
-                    outcome: Err(ProposeError::NotLeader { leader_hint }),
-                });
-            }
-            return;
-        }
-        let bugs = self.raft.config.bugs;
-        let now = self.raft.now_tick;
-        let t = self.raft.config.election_timeout_ticks;
-        let lease = if bugs.read_lease_past_vote_refusal {
-            self.raft
-                .lease_until_tick()
-                .is_some_and(|until| now < until + t)
-        } else {
-            self.raft.lease_valid()
-        };
-        let heard = self.raft.quorum_heard_tick();
-        let complete = self.raft.leader_ready();
-        let applied = self.raft.log.applied;
-        while let Some(r) = self.reads.pending.front() {
-            let confirmed = lease
-                || heard.is_some_and(|h| h > r.received_tick)
-                || bugs.read_without_confirmation;
-            if complete && confirmed && applied >= r.read_index {
-                let r = self.reads.pending.pop_front().expect("just looked");
-                let response = self.sm.query(&r.command).expect("only reads are queued");
-                self.reads.done.push(ReadResult {
-                    tag: r.tag,
-                    outcome: Ok((applied, response)),
-                });
-            } else if now >= r.received_tick + 2 * t {
-                let r = self.reads.pending.pop_front().expect("just looked");
-                self.reads.done.push(ReadResult {
-                    tag: r.tag,
-                    outcome: Err(ProposeError::LeadershipUnconfirmed),
-                });
-            } else {
-                break;
-            }
-        }
-    }
-
-    fn drop_leader_lease_state(&mut self) {
-        self.lease.coverage_tick.clear();
-        self.lease.own.clear();
-        self.lease.renewed.clear();
-        self.lease.pending.clear();
-        self.lease.expiring.clear();
-        self.lease.duties_tick = None;
-        self.lease.coverage_grew = false;
-        self.lease.leader_term = None;
-    }
-
-    fn propose_checkpoint_if_due(&mut self, now: u64) {
-        let interval = self.raft.config.lease_checkpoint_ticks;
-        if now < self.lease.last_checkpoint_tick + interval {
-            return;
-        }
-        // Sessions renewed since the last checkpoint, and sessions with keepalives waiting
-        // for coverage, get a checkpoint that covers keepalives received over the next two
-        // intervals, so that acknowledgements flow without waiting on every commit.
-        let mut sessions: BTreeSet<SessionId> = std::mem::take(&mut self.lease.renewed);
-        sessions.extend(self.lease.pending.iter().map(|p| p.session));
-        let remaining: Vec<(SessionId, u64)> = sessions
-            .into_iter()
-            .filter_map(|s| {
-                self.sm
-                    .session(s)
-                    .map(|info| (s, info.ttl_ticks + 2 * interval))
-            })
-            .collect();
-        if remaining.is_empty() || self.raft.check_can_propose().is_err() {
-            return;
-        }
-        self.lease.last_checkpoint_tick = now;
-        let (index, term) = self
-            .raft
-            .append_as_leader(Payload::Command(Command::Checkpoint { remaining }));
-        self.lease.own.insert(index, (term, now));
-    }
-
-    fn propose_expiries(&mut self, now: u64) {
-        if self.raft.check_can_propose().is_err() {
-            return;
-        }
-        let due: Vec<SessionId> = self
-            .lease
-            .deadline_tick
-            .iter()
-            .filter(|(s, d)| **d <= now && !self.lease.expiring.contains(s))
-            .map(|(s, _)| *s)
-            .take(EXPIRIES_PER_TICK_MAX)
-            .collect();
-        for session in due {
-            self.lease.expiring.insert(session);
-            self.raft
-                .append_as_leader(Payload::Command(Command::Expire { session }));
-        }
-    }
-
-    /// Acknowledge the keepalive that arrived last, if it can be at once; the others wait
-    /// for the next full pass (they were not ackable at the last one, and nothing that
-    /// would change that happened since).
-    fn acknowledge_newest_keepalive(&mut self) {
-        let Some(p) = self.lease.pending.back() else {
-            return;
-        };
-        if self.keepalive_ackable(p) {
-            let p = self.lease.pending.pop_back().expect("just looked");
-            let ttl_ticks = self.sm.session(p.session).expect("ackable").ttl_ticks;
-            self.acks.push(KeepaliveAck {
-                session: p.session,
-                tag: p.tag,
-                ttl_ticks,
-            });
-        }
-    }
-
-    /// Whether `p` can be acknowledged now: the leader lease holds, the session lives and
-    /// is not being expired, and this leader's committed entries oblige any successor to
-    /// keep the session for the TTL counted from the keepalive's arrival.
-    fn keepalive_ackable(&self, p: &PendingAck) -> bool {
-        let Some(info) = self.sm.session(p.session) else {
-            return false;
-        };
-        !self.lease.expiring.contains(&p.session)
-            && self.raft.lease_valid()
-            && self
-                .lease
-                .coverage_tick
-                .get(&p.session)
-                .is_some_and(|c| *c >= p.received_tick + 1 + info.ttl_ticks)
-    }
-
-    fn acknowledge_keepalives(&mut self, now: u64) {
-        if self.lease.pending.is_empty() {
-            return;
-        }
-        let lease_valid = self.raft.lease_valid();
-        let t = self.raft.config.election_timeout_ticks;
-        let mut keep = VecDeque::new();
-        while let Some(p) = self.lease.pending.pop_front() {
-            let Some(info) = self.sm.session(p.session) else {
-                continue;
-            };
-            if self.lease.expiring.contains(&p.session) {
-                continue;
-            }
-            let ttl = info.ttl_ticks;
-            let covered = self
-                .lease
-                .coverage_tick
-                .get(&p.session)
-                .is_some_and(|c| *c >= p.received_tick + 1 + ttl);
-            if lease_valid && covered {
-                self.acks.push(KeepaliveAck {
-                    session: p.session,
-                    tag: p.tag,
-                    ttl_ticks: ttl,
-                });
-            } else if now < p.received_tick + t {
-                keep.push_back(p);
-            }
-            // Older than T: the client has long retried; dropping it loses nothing.
-        }
-        self.lease.pending = keep;
-    }
-}
-
-/// A duration measured on another node's clock, stretched to be safe on ours.
-fn padded(ticks: u64, drift: f64) -> u64 {
-    ticks + (ticks as f64 * 2.0 * drift).ceil() as u64 + 1
-}
-
-/// Reject commands that break the shared limits before they take space in the log.
-fn validate_sizes(limits: &SmLimits, command: &Command) -> Result<(), SmError> {
-    fn check(what: &'static str, len: usize, min: usize, max: usize) -> Result<(), SmError> {
-        if len < min || len > max {
-            return Err(SmError::BadSize {
-                what: what.to_string(),
-                len,
-                max,
-            });
-        }
-        Ok(())
-    }
-    match command {
-        Command::Grant { ttl_ticks } => {
-            if *ttl_ticks < limits.ttl_min_ticks || *ttl_ticks > limits.ttl_max_ticks {
-                return Err(SmError::TtlOutOfRange {
-                    ttl_ticks: *ttl_ticks,
-                    min: limits.ttl_min_ticks,
-                    max: limits.ttl_max_ticks,
-                });
-            }
-        }
-        Command::Campaign {
-            election, value, ..
-        } => {
-            check(
-                "election name",
-                election.len(),
-                1,
-                limits.election_name_bytes_max,
-            )?;
-            check("value", value.len(), 0, limits.value_bytes_max)?;
-        }
-        Command::Resign { election, .. }
-        | Command::Transfer { election, .. }
-        | Command::Leader { election } => {
-            check(
-                "election name",
-                election.len(),
-                1,
-                limits.election_name_bytes_max,
-            )?;
-        }
-        Command::FencedPut {
-            key,
-            value,
-            election,
-            ..
-        } => {
-            check("key", key.len(), 1, limits.key_bytes_max)?;
-            check("value", value.len(), 0, limits.value_bytes_max)?;
-            check(
-                "election name",
-                election.len(),
-                1,
-                limits.election_name_bytes_max,
-            )?;
-        }
-        Command::Get { key } => check("key", key.len(), 1, limits.key_bytes_max)?,
-        Command::SetMember { addresses, .. } => {
-            let max = crate::sm::MemberAddresses::BYTES_MAX;
-            check("peer address", addresses.peer.len(), 1, max)?;
-            check("client address", addresses.client.len(), 1, max)?;
-            check("HTTP address", addresses.http.len(), 0, max)?;
-        }
-        Command::Revoke { .. } | Command::Expire { .. } | Command::Checkpoint { .. } => {}
-        Command::Sealed { command, .. } => validate_sizes(limits, command)?,
-    }
-    Ok(())
 }

@@ -10,13 +10,15 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::config::Config;
+use crate::event::{NodeEvent, StepDownReason};
 use crate::log::RaftLog;
 use crate::message::{Body, Message, RejectHint};
 use crate::quorum::{
-    committed_index_by, joint_committed_index_by, joint_quorum_min_by, joint_vote_result,
-    vote_result, VoteResult,
+    committed_index_by, joint_committed_index_by, joint_vote_result, vote_result, VoteResult,
 };
 use crate::types::{Entry, HardState, Index, Membership, NodeId, Payload, Snapshot, Term};
+
+mod leader;
 
 /// A node's role (Raft §5.1, plus the pre-candidate of dissertation §9.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -188,6 +190,11 @@ pub(crate) struct Raft {
     pub(crate) snapshot_to_persist: Option<Snapshot>,
 
     pub(crate) msgs: Vec<Message>,
+    /// What happened, for `Ready::events`, in order.
+    pub(crate) events: Vec<NodeEvent>,
+    /// Set by a leader-only code path just before it steps down, with its reason; a leader
+    /// that steps down otherwise saw a higher term.
+    stepping_down: Option<StepDownReason>,
     /// The hard state as last made durable by the driver.
     pub(crate) persisted_hard_state: HardState,
 }
@@ -235,6 +242,8 @@ impl Raft {
             snapshot_to_restore: None,
             snapshot_to_persist: None,
             msgs: Vec::new(),
+            events: Vec::new(),
+            stepping_down: None,
             persisted_hard_state: hard_state,
             config,
         };
@@ -283,50 +292,9 @@ impl Raft {
             && (self.role == Role::Leader || self.leader_contact_elapsed_ticks < self.t())
     }
 
-    /// The local tick until which this leader provably leads: no other node can be elected
-    /// before it, because a quorum heard from it at or after the quorum's acknowledged send
-    /// tick and refuses votes for T after that, and the margin covers drift and rounding.
-    pub(crate) fn lease_until_tick(&self) -> Option<u64> {
-        if self.lease_void || !self.config.check_quorum {
-            return None;
-        }
-        let base = self.quorum_heard_tick()?;
-        Some(base + self.t() - self.config.lease_margin_ticks())
-    }
-
-    /// While leader: the latest local tick `s` such that a quorum (of each half, while
-    /// joint) acknowledged, in this term, a message this leader sent at tick `s` or later.
-    /// Every member of that quorum was still in this term after `s`.
-    pub(crate) fn quorum_heard_tick(&self) -> Option<u64> {
-        if self.role != Role::Leader {
-            return None;
-        }
-        let acked = |id: NodeId| {
-            if id == self.id {
-                Some(self.now_tick)
-            } else {
-                self.progress.get(&id).and_then(|p| p.acked_sent_tick)
-            }
-        };
-        joint_quorum_min_by(&self.membership, acked)
-    }
-
-    /// While leader: send heartbeats at the next tick instead of waiting out the interval
-    /// (a read waits for a quorum to acknowledge a message sent after it arrived).
-    pub(crate) fn heartbeat_at_next_tick(&mut self) {
-        if self.role == Role::Leader {
-            self.heartbeat_elapsed_ticks = self.config.heartbeat_ticks;
-        }
-    }
-
     /// A leadership transfer is in progress.
     pub(crate) fn transferring(&self) -> bool {
         self.transfer.is_some()
-    }
-
-    pub(crate) fn lease_valid(&self) -> bool {
-        self.lease_until_tick()
-            .is_some_and(|until| self.now_tick < until)
     }
 
     /// The leader has applied everything committed before its term, so its view of the
@@ -358,10 +326,35 @@ impl Raft {
     }
 
     pub(crate) fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        let (old_term, old_leader) = (self.term, self.leader);
+        match self.role {
+            Role::Leader => {
+                let reason = match (self.stepping_down.take(), self.transfer) {
+                    (Some(reason), _) => reason,
+                    (None, Some(t)) if term > old_term => StepDownReason::Transferred { to: t.to },
+                    (None, None) if term > old_term => StepDownReason::HigherTerm { term },
+                    (None, _) => panic!(
+                        "node {}: leader of term {old_term} stepped down without a reason",
+                        self.id
+                    ),
+                };
+                self.events.push(NodeEvent::SteppedDown {
+                    term: old_term,
+                    reason,
+                });
+            }
+            Role::PreCandidate => self.events.push(NodeEvent::PreVoteLost { term: old_term }),
+            Role::Follower | Role::Candidate => {}
+        }
         self.reset_term(term);
         self.role = Role::Follower;
         self.leader = leader;
         self.progress.clear();
+        if let Some(l) = leader {
+            if (Some(l), term) != (old_leader, old_term) {
+                self.events.push(NodeEvent::LeaderKnown { term, leader: l });
+            }
+        }
     }
 
     fn become_pre_candidate(&mut self) {
@@ -370,6 +363,14 @@ impl Raft {
             Role::Leader,
             "a leader cannot become pre-candidate"
         );
+        if self.role == Role::PreCandidate {
+            // The last round timed out without a majority either way.
+            self.events.push(NodeEvent::PreVoteLost { term: self.term });
+        }
+        self.events.push(NodeEvent::ElectionStarted {
+            term: self.term + 1,
+            pre_vote: true,
+        });
         self.role = Role::PreCandidate;
         self.leader = None;
         self.votes.clear();
@@ -382,6 +383,10 @@ impl Raft {
         self.reset_term(term);
         self.role = Role::Candidate;
         self.vote = Some(self.id);
+        self.events.push(NodeEvent::ElectionStarted {
+            term,
+            pre_vote: false,
+        });
     }
 
     fn become_leader(&mut self) {
@@ -393,6 +398,8 @@ impl Raft {
         );
         self.role = Role::Leader;
         self.leader = Some(self.id);
+        self.events
+            .push(NodeEvent::BecameLeader { term: self.term });
         self.transfer = None;
         self.lease_void = false;
         self.heartbeat_elapsed_ticks = 0;
@@ -439,54 +446,6 @@ impl Raft {
         {
             self.start_election(false);
         }
-    }
-
-    fn tick_leader(&mut self) {
-        self.leader_contact_elapsed_ticks = 0;
-        self.heartbeat_elapsed_ticks += 1;
-        self.check_quorum_elapsed_ticks += 1;
-
-        if self.check_quorum_elapsed_ticks >= self.t() {
-            self.check_quorum_elapsed_ticks = 0;
-            if self.config.check_quorum && !self.quorum_active() {
-                // Check-quorum (dissertation §6.2): a leader cut off from a majority steps
-                // down so that clients stop waiting on it.
-                self.become_follower(self.term, None);
-                return;
-            }
-            for p in self.progress.values_mut() {
-                p.recent_active = false;
-            }
-        }
-
-        if let Some(transfer) = &mut self.transfer {
-            transfer.elapsed_ticks += 1;
-            if transfer.elapsed_ticks >= self.config.election_timeout_ticks {
-                self.transfer = None;
-                if self.lease_void {
-                    // TimeoutNow left: the target may still win, so this leader cannot
-                    // vouch for its lease again in this term. Stepping down lets a fresh
-                    // election restore a leader that can.
-                    self.become_follower(self.term, None);
-                    return;
-                }
-            }
-        }
-
-        if self.heartbeat_elapsed_ticks >= self.config.heartbeat_ticks {
-            self.heartbeat_elapsed_ticks = 0;
-            self.broadcast_heartbeat();
-        }
-    }
-
-    fn quorum_active(&self) -> bool {
-        let mut votes: BTreeMap<NodeId, bool> = self
-            .progress
-            .iter()
-            .map(|(id, p)| (*id, p.recent_active))
-            .collect();
-        votes.insert(self.id, true);
-        joint_vote_result(&self.membership, &votes) == VoteResult::Won
     }
 
     // ----- elections -----------------------------------------------------------------
@@ -958,12 +917,6 @@ impl Raft {
         }
     }
 
-    fn send_timeout_now(&mut self, to: NodeId) {
-        self.lease_void = true;
-        let term = self.term;
-        self.send(to, term, Body::TimeoutNow);
-    }
-
     // ----- replication ---------------------------------------------------------------
 
     fn send_append(&mut self, to: NodeId) {
@@ -1023,34 +976,6 @@ impl Raft {
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for to in peers {
             self.send_append(to);
-        }
-    }
-
-    /// Heartbeats carry whatever a probing peer still needs and an empty batch otherwise;
-    /// either way they renew followers' contact, the commit index and the leader lease.
-    fn broadcast_heartbeat(&mut self) {
-        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
-        for to in peers {
-            let p = &self.progress[&to];
-            if p.probing || p.next_index <= self.log.last_index() {
-                self.send_append(to);
-            } else {
-                let prev = p.next_index - 1;
-                match self.log.term(prev) {
-                    Some(prev_term) => {
-                        let term = self.term;
-                        let body = Body::AppendEntries {
-                            prev_log_index: prev,
-                            prev_log_term: prev_term,
-                            entries: Vec::new(),
-                            leader_commit: self.log.committed,
-                            sent_tick: self.now_tick,
-                        };
-                        self.send(to, term, body);
-                    }
-                    None => self.send_append(to),
-                }
-            }
         }
     }
 
@@ -1161,6 +1086,7 @@ impl Raft {
         } else if !self.membership.is_voter(self.id) {
             // Removed from the cluster and the removal is committed: stop leading.
             let term = self.term;
+            self.stepping_down = Some(StepDownReason::Removed);
             self.become_follower(term, None);
         }
     }
@@ -1182,8 +1108,12 @@ impl Raft {
         let (index, membership) =
             latest.unwrap_or((self.log.snapshot_index(), self.base_membership.clone()));
         if membership != self.membership {
-            self.membership = membership;
+            let from = std::mem::replace(&mut self.membership, membership);
             self.membership_epoch += 1;
+            self.events.push(NodeEvent::MembershipChanged {
+                from,
+                to: self.membership.clone(),
+            });
         }
         self.membership_index = index;
         self.membership_shape = Some(self.log.shape_version());
@@ -1317,6 +1247,46 @@ impl Raft {
     }
 
     // ----- invariants ----------------------------------------------------------------
+
+    /// The checks cheap enough for every input (O(peers)), in every build.
+    ///
+    /// Invariant: snapshot ≤ applied ≤ commit ≤ last index (`RaftLog::check_positions`).
+    /// Invariant: the role agrees with the leader field — a leader names itself, a
+    /// (pre-)candidate names no leader — and a (pre-)candidate has no progress map.
+    /// Invariant: for every peer a leader tracks, match < next ≤ last index + 1.
+    /// Invariant: the leader lease never extends past what the quorum granted: it ends no
+    /// later than `T` after the latest tick a quorum acknowledged, which is not in the future.
+    pub(crate) fn assert_cheap_invariants(&self) {
+        self.log.check_positions();
+        let ctx = || format!("node {} term {} role {:?}", self.id, self.term, self.role);
+        match self.role {
+            Role::Leader => assert_eq!(self.leader, Some(self.id), "{}: leader field", ctx()),
+            Role::Candidate | Role::PreCandidate => {
+                assert_eq!(self.leader, None, "{}: campaigning with a leader", ctx());
+                assert!(self.progress.is_empty(), "{}: progress", ctx());
+            }
+            Role::Follower => assert!(self.progress.is_empty(), "{}: progress", ctx()),
+        }
+        let last = self.log.last_index();
+        for (id, p) in &self.progress {
+            assert!(
+                p.match_index < p.next_index && p.next_index <= last + 1,
+                "{}: peer {id} has match {} next {} with last index {last}",
+                ctx(),
+                p.match_index,
+                p.next_index
+            );
+        }
+        if let Some(until) = self.lease_until_tick() {
+            let heard = self.quorum_heard_tick().expect("a lease needs a quorum");
+            assert!(
+                heard <= self.now_tick && until <= heard + self.t(),
+                "{}: lease until {until} from a quorum heard at {heard} (now {})",
+                ctx(),
+                self.now_tick
+            );
+        }
+    }
 
     /// Invariant: a leader voted for itself in its term and names itself leader.
     /// Invariant: no entry is newer than the current term.

@@ -29,7 +29,9 @@
 
 use std::collections::VecDeque;
 
-use crate::sm::{Command, Response};
+use crate::lease::leadership_confirmed_after;
+use crate::raft::{ProposeError, Raft, Role};
+use crate::sm::{Command, Response, StateMachine};
 use crate::types::{Index, Term};
 
 /// Most reads a leader holds while it confirms its leadership; more are refused as busy.
@@ -42,7 +44,7 @@ pub struct ReadResult {
     pub tag: u64,
     /// `Ok((index, response))`: the answer in the state after applying `index`. `Err`: the
     /// read was not served (a definite failure; it changed nothing).
-    pub outcome: Result<(Index, Response), crate::raft::ProposeError>,
+    pub outcome: Result<(Index, Response), ProposeError>,
 }
 
 #[derive(Clone, Debug)]
@@ -63,4 +65,51 @@ pub(crate) struct Reads {
     /// The term the pending reads arrived in.
     pub(crate) term: Term,
     pub(crate) done: Vec<ReadResult>,
+}
+
+impl Reads {
+    /// Answers the reads that can be answered now, oldest first (see the module docs).
+    pub(crate) fn serve(&mut self, raft: &Raft, sm: &StateMachine) {
+        if self.pending.is_empty() {
+            return;
+        }
+        if raft.role != Role::Leader || raft.term != self.term {
+            let leader_hint = raft.leader;
+            for r in std::mem::take(&mut self.pending) {
+                self.done.push(ReadResult {
+                    tag: r.tag,
+                    outcome: Err(ProposeError::NotLeader { leader_hint }),
+                });
+            }
+            return;
+        }
+        let bugs = raft.config.bugs;
+        let now = raft.now_tick;
+        let t = raft.config.election_timeout_ticks;
+        let lease_past_vote_refusal = bugs.read_lease_past_vote_refusal
+            && raft.lease_until_tick().is_some_and(|until| now < until + t);
+        let complete = raft.leader_ready();
+        let applied = raft.log.applied;
+        while let Some(r) = self.pending.front() {
+            let confirmed = leadership_confirmed_after(raft, r.received_tick)
+                || lease_past_vote_refusal
+                || bugs.read_without_confirmation;
+            if complete && confirmed && applied >= r.read_index {
+                let r = self.pending.pop_front().expect("just looked");
+                let response = sm.query(&r.command).expect("only reads are queued");
+                self.done.push(ReadResult {
+                    tag: r.tag,
+                    outcome: Ok((applied, response)),
+                });
+            } else if now >= r.received_tick + 2 * t {
+                let r = self.pending.pop_front().expect("just looked");
+                self.done.push(ReadResult {
+                    tag: r.tag,
+                    outcome: Err(ProposeError::LeadershipUnconfirmed),
+                });
+            } else {
+                break;
+            }
+        }
+    }
 }

@@ -131,3 +131,32 @@ pub struct Recovered {
     /// Entries after the snapshot, contiguous, as persisted.
     pub entries: Vec<Entry>,
 }
+
+/// For people: `voters 1,2,3` (`voters none` for a node that has not learned its
+/// membership yet), with the outgoing voters of a joint configuration and the
+/// learners when there are any.
+impl std::fmt::Display for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids = |set: &std::collections::BTreeSet<NodeId>| {
+            if set.is_empty() {
+                return "none".to_string();
+            }
+            set.iter()
+                .map(NodeId::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        write!(f, "voters {}", ids(&self.voters))?;
+        if self.is_joint() {
+            write!(
+                f,
+                " (joint with outgoing voters {})",
+                ids(&self.voters_outgoing)
+            )?;
+        }
+        if !self.learners.is_empty() {
+            write!(f, " learners {}", ids(&self.learners))?;
+        }
+        Ok(())
+    }
+}

@@ -58,7 +58,10 @@
 //! a line `N: field old->new ...` for every change of its role, term, vote, leader, commit,
 //! applied or last index, configuration or transfer target, then the entries it applied
 //! (`N applied i@t Command => Response`), leader changes of tenure elections and keepalive
-//! acknowledgements. With `show-ready` on, each `Ready` is printed in full.
+//! acknowledgements, and the node's own account of what happened (`N event: …`, the
+//! `Display` of each `Ready::events` entry: elections started, pre-votes lost, leadership won
+//! and given up and why, leaders learned of, membership changes), as etcd's testdata prints
+//! its log lines. With `show-ready` on, each `Ready` is printed in full.
 
 mod common;
 
@@ -878,6 +881,9 @@ fn write_ready(out: &mut String, indent: &str, id: NodeId, r: &Ready) {
 }
 
 fn write_client_effects(out: &mut String, indent: &str, id: NodeId, r: &Ready) {
+    for e in &r.events {
+        writeln!(out, "{indent}{id} event: {e}").expect("write");
+    }
     for a in &r.applied {
         writeln!(
             out,

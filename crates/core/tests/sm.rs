@@ -1191,3 +1191,43 @@ fn a_restored_state_machine_still_checks_secrets() {
     assert!(restored.secret_matches(session, Some(&[7; 32])));
     assert!(!restored.secret_matches(session, None));
 }
+
+/// One size check for the leader and every replica: an entry that breaks the limits (one a
+/// leader would have refused before the log) is refused on apply with the very error
+/// `SmLimits::check` gives, and changes nothing, whatever its command.
+#[test]
+fn an_entry_breaking_the_limits_is_refused_on_apply_as_before_the_log() {
+    let mut h = Harness::new();
+    let session = h.grant();
+    h.campaign("e", session);
+    let long = "123456789".to_string();
+    let addresses = MemberAddresses {
+        peer: String::new(),
+        client: "c:1".into(),
+        http: String::new(),
+    };
+    for command in [
+        Command::Grant { ttl_ticks: 101 },
+        campaign(&long, session, b""),
+        Command::Resign {
+            election: long.clone(),
+            session,
+        },
+        Command::Leader {
+            election: long.clone(),
+        },
+        Command::FencedPut {
+            key: "k".into(),
+            value: b"v".to_vec(),
+            election: long.clone(),
+            token: 1,
+        },
+        Command::Get { key: long.clone() },
+        Command::SetMember { node: 4, addresses },
+    ] {
+        let error = limits()
+            .check(&command)
+            .expect_err("each command breaks a limit");
+        h.expect_rejected(command, error);
+    }
+}

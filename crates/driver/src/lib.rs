@@ -216,65 +216,9 @@ pub enum Event {
     ElectionLeaderChanged,
 }
 
-/// Why a leader stopped leading. The core does not say: the reason is inferred from the
-/// status before and after (a higher term, a transfer under way, the node's own place in
-/// the membership), so it names the likely cause rather than the code path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepDownReason {
-    /// A transfer to `to` was under way and a higher term began: the target campaigned.
-    Transferred {
-        /// The transfer's target.
-        to: NodeId,
-    },
-    /// A transfer to `to` ran out its time without a new term; the leader stepped down so
-    /// that a fresh election can restore a leader with a lease.
-    TransferTimedOut {
-        /// The transfer's target.
-        to: NodeId,
-    },
-    /// The node saw a message of a higher term.
-    HigherTerm {
-        /// The term seen.
-        term: Term,
-    },
-    /// The node is no longer a voter of its membership (its removal committed).
-    Removed,
-    /// Nothing else changed: check-quorum found that a majority had not been heard from
-    /// within an election timeout.
-    LostQuorum,
-}
-
-impl StepDownReason {
-    /// A stable name for logs and metrics labels.
-    pub fn name(&self) -> &'static str {
-        match self {
-            StepDownReason::Transferred { .. } => "transferred",
-            StepDownReason::TransferTimedOut { .. } => "transfer-timed-out",
-            StepDownReason::HigherTerm { .. } => "higher-term",
-            StepDownReason::Removed => "removed",
-            StepDownReason::LostQuorum => "lost-quorum",
-        }
-    }
-
-    /// Whether the step-down was asked for (a transfer), not forced on the leader.
-    pub fn is_planned(&self) -> bool {
-        matches!(self, StepDownReason::Transferred { .. })
-    }
-}
-
-impl std::fmt::Display for StepDownReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StepDownReason::Transferred { to } => write!(f, "transferred leadership to {to}"),
-            StepDownReason::TransferTimedOut { to } => {
-                write!(f, "the transfer to {to} did not complete in time")
-            }
-            StepDownReason::HigherTerm { term } => write!(f, "saw a higher term {term}"),
-            StepDownReason::Removed => write!(f, "removed from the voters"),
-            StepDownReason::LostQuorum => write!(f, "lost contact with a quorum (check-quorum)"),
-        }
-    }
-}
+/// Why a leader stopped leading: the core's own reason, from the code path that stopped it
+/// (see `tenure_core::event`), re-exported so that the driver's users name one type.
+pub use tenure_core::event::StepDownReason;
 
 /// Test-only bug switches in the driver core, to prove that the checkers catch them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

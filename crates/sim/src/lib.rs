@@ -11,7 +11,8 @@
 //! seed replays exactly, which the trace hash proves ([`SeedReport::trace_hash`]).
 //!
 //! - **Nodes.** Each node ticks with its own period, 10 ms × (1 + drift) with drift uniform in
-//!   [−ρ/2, ρ/2] (ρ = `Config::clock_drift_max`), from a random phase. Its driver
+//!   [−ρ/2, ρ/2] (ρ = `Config::clock_drift_max`, in integer parts per million like every
+//!   simulated clock rate), from a random phase. Its driver
 //!   ([`driver`]) handles every Ready in the documented order: persist and fsync, `advance()`,
 //!   send, answer clients; and takes Ready again until there is none. In pipelined seeds a
 //!   leader sends a Ready's AppendEntries before its own fsync completes (1–8 ms later),

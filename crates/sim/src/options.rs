@@ -257,15 +257,26 @@ impl InjectBug {
     }
 
     /// Parses a command-line name; the error lists the valid names.
+    ///
+    /// A bug of the core needs the core's bug switches, which only a build with the
+    /// `inject-bugs` feature has (`cargo build -p tenure-cli --features inject-bugs`); in
+    /// any other build naming one is refused here, with that advice.
     pub fn from_name(name: &str) -> Result<InjectBug, String> {
-        InjectBug::ALL
+        let bug = InjectBug::ALL
             .iter()
             .copied()
             .find(|b| b.name() == name)
             .ok_or_else(|| {
                 let names: Vec<&str> = InjectBug::ALL.iter().map(|b| b.name()).collect();
                 format!("unknown bug {name:?}; valid names: {}", names.join(", "))
-            })
+            })?;
+        if InjectBug::core_bugs(Some(bug)).any() && !tenure_core::config::InjectedBugs::BUILT {
+            return Err(format!(
+                "{name} is a bug of the core, and this build has no core bug switches \
+                 (build with --features inject-bugs)"
+            ));
+        }
+        Ok(bug)
     }
 
     /// The checker whose property the bug breaks.

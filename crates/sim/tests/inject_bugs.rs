@@ -118,15 +118,16 @@ fn not_leader_after_snapshot_is_caught_by_exact_outcomes() {
     caught_by_its_checker(InjectBug::NotLeaderAfterSnapshot);
 }
 
-/// The same finding as a fixed seed: `tenure sim --seed 32 --nodes 5` (default phases) fails
+/// The same finding as a fixed seed: `tenure sim --seed 34 --nodes 5` (default phases) fails
 /// with the old behaviour (`--inject-bug not-leader-after-snapshot`) and passes with the fix.
+/// (Seed 32 found it first; with the simulator's clocks in integer ppm, seed 34 does.)
 #[test]
-fn regression_seed_32_answers_a_committed_write_exactly() {
+fn regression_seed_34_answers_a_committed_write_exactly() {
     let opts = SimOptions {
         bug: Some(InjectBug::NotLeaderAfterSnapshot),
         ..SimOptions::default()
     };
-    caught_at(opts, 32);
+    caught_at(opts, 34);
 }
 
 /// Figure 8 (Raft §5.4.2): reached by the scripted figure-8 shape in seeds with small
@@ -157,15 +158,16 @@ fn vote_without_log_check_is_caught_by_leader_completeness() {
 }
 
 /// Duplicated and reordered AppendEntries make a follower drop entries it acknowledged. The
-/// test's short phases rarely get there; with the default phases seed 2 catches it (late, in
-/// the liveness phase, when the leader that lost its copies' acknowledgements is replaced).
+/// test's short phases rarely get there; with the default phases seed 15 is the first that
+/// leader-completeness catches (seeds 1, 2 and 19 stall instead: liveness), which this test
+/// checks alone.
 #[test]
 fn truncate_matching_entries_is_caught_by_leader_completeness() {
     let opts = SimOptions {
         bug: Some(InjectBug::TruncateMatchingEntries),
         ..SimOptions::default()
     };
-    caught_with(opts, 10);
+    caught_at(opts, 15);
 }
 
 /// The node's invariant check compares session and deadline key sets only when the applied
@@ -225,17 +227,17 @@ fn commit_undurable_is_caught_by_leader_completeness() {
 
 /// A leader that serves reads without confirming it still leads: a deposed leader that has
 /// not heard of its successor answers from an old state. `tenure sim --seeds 1..201 --nodes 5
-/// --inject-bug read-without-confirmation` first catches it at seed 7 (default phases).
+/// --inject-bug read-without-confirmation` first catches it at seed 10 (default phases).
 #[test]
 fn read_without_confirmation_is_caught_by_linearizability() {
     let opts = SimOptions {
         bug: Some(InjectBug::ReadWithoutConfirmation),
         ..SimOptions::default()
     };
-    caught_at(opts, 7);
+    caught_at(opts, 10);
 }
 
-/// A leader that serves lease reads past its followers' vote refusal; first caught at seed 7
+/// A leader that serves lease reads past its followers' vote refusal; first caught at seed 16
 /// (default phases).
 #[test]
 fn read_lease_past_vote_refusal_is_caught_by_linearizability() {
@@ -243,5 +245,5 @@ fn read_lease_past_vote_refusal_is_caught_by_linearizability() {
         bug: Some(InjectBug::ReadLeasePastVoteRefusal),
         ..SimOptions::default()
     };
-    caught_at(opts, 7);
+    caught_at(opts, 16);
 }

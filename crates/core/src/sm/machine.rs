@@ -220,30 +220,6 @@ impl Hasher for DigestHasher {
     }
 }
 
-/// Rejects a name or key that is empty or longer than `max` bytes.
-fn check_name(what: &'static str, name: &str, max: usize) -> Result<(), SmError> {
-    if name.is_empty() || name.len() > max {
-        return Err(SmError::BadSize {
-            what: what.to_string(),
-            len: name.len(),
-            max,
-        });
-    }
-    Ok(())
-}
-
-/// Rejects a value longer than `max` bytes; empty values are allowed.
-fn check_value(value: &[u8], max: usize) -> Result<(), SmError> {
-    if value.len() > max {
-        return Err(SmError::BadSize {
-            what: "value".to_string(),
-            len: value.len(),
-            max,
-        });
-    }
-    Ok(())
-}
-
 /// Refuses a request id that cannot belong to its command: zero numbers, a `Grant` without
 /// a nonce or a nonce on anything else, or a session-bound command whose id names another
 /// session. Shared by the leader's admission check and by `apply_request`, so a bad id is
@@ -303,7 +279,7 @@ impl StateMachine {
     pub fn new(limits: SmLimits, bugs: InjectedBugs) -> StateMachine {
         StateMachine {
             limits,
-            bugs,
+            bugs: bugs.effective(),
             state: State::default(),
             leader_changes: Vec::new(),
         }
@@ -354,6 +330,7 @@ impl StateMachine {
                 return Err(SmError::WrongSecret(session));
             }
         }
+        self.limits.check(command)?;
         match command {
             Command::Sealed { .. } => unreachable!("callers unseal first"),
             Command::Grant { ttl_ticks } => self.grant(index, *ttl_ticks, secret.copied()),
@@ -536,14 +513,6 @@ impl StateMachine {
         ttl_ticks: u64,
         secret_hash: Option<SecretHash>,
     ) -> Result<Response, SmError> {
-        let (min, max) = (self.limits.ttl_min_ticks, self.limits.ttl_max_ticks);
-        if !(min..=max).contains(&ttl_ticks) {
-            return Err(SmError::TtlOutOfRange {
-                ttl_ticks,
-                min,
-                max,
-            });
-        }
         let info = SessionInfo {
             ttl_ticks,
             remaining_ticks: ttl_ticks,
@@ -616,8 +585,6 @@ impl StateMachine {
         session: SessionId,
         value: &[u8],
     ) -> Result<Response, SmError> {
-        check_name("election name", name, self.limits.election_name_bytes_max)?;
-        check_value(value, self.limits.value_bytes_max)?;
         let data = &mut self.state.data;
         let candidate = data
             .sessions
@@ -733,8 +700,6 @@ impl StateMachine {
         election: &str,
         token: u64,
     ) -> Result<Response, SmError> {
-        check_name("key", key, self.limits.key_bytes_max)?;
-        check_value(value, self.limits.value_bytes_max)?;
         let latest = match self.state.data.elections.get(election) {
             Some(e) => e.token,
             None => return Err(SmError::UnknownElection(election.to_owned())),
@@ -839,7 +804,7 @@ impl StateMachine {
         };
         let machine = StateMachine {
             limits,
-            bugs,
+            bugs: bugs.effective(),
             state,
             leader_changes: Vec::new(),
         };

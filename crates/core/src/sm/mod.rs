@@ -64,6 +64,70 @@ fn default_results_per_session_max() -> usize {
     32
 }
 
+impl SmLimits {
+    /// The one check of a command's sizes against the limits: TTLs within
+    /// `[ttl_min_ticks, ttl_max_ticks]`, names and keys non-empty and at most their limit,
+    /// values at most `value_bytes_max`, member addresses at most
+    /// [`MemberAddresses::BYTES_MAX`] (peer and client ones non-empty). The leader runs it
+    /// before a command takes space in the log (`Node::propose`, `Node::read`), and every
+    /// replica again when it applies one, so an entry that breaks the limits is refused
+    /// identically everywhere and changes nothing.
+    pub fn check(&self, command: &Command) -> Result<(), SmError> {
+        fn size(what: &'static str, len: usize, min: usize, max: usize) -> Result<(), SmError> {
+            if len < min || len > max {
+                return Err(SmError::BadSize {
+                    what: what.to_string(),
+                    len,
+                    max,
+                });
+            }
+            Ok(())
+        }
+        let election_name =
+            |name: &str| size("election name", name.len(), 1, self.election_name_bytes_max);
+        match command {
+            Command::Grant { ttl_ticks } => {
+                if !(self.ttl_min_ticks..=self.ttl_max_ticks).contains(ttl_ticks) {
+                    return Err(SmError::TtlOutOfRange {
+                        ttl_ticks: *ttl_ticks,
+                        min: self.ttl_min_ticks,
+                        max: self.ttl_max_ticks,
+                    });
+                }
+            }
+            Command::Campaign {
+                election, value, ..
+            } => {
+                election_name(election)?;
+                size("value", value.len(), 0, self.value_bytes_max)?;
+            }
+            Command::Resign { election, .. }
+            | Command::Transfer { election, .. }
+            | Command::Leader { election } => election_name(election)?,
+            Command::FencedPut {
+                key,
+                value,
+                election,
+                ..
+            } => {
+                size("key", key.len(), 1, self.key_bytes_max)?;
+                size("value", value.len(), 0, self.value_bytes_max)?;
+                election_name(election)?;
+            }
+            Command::Get { key } => size("key", key.len(), 1, self.key_bytes_max)?,
+            Command::SetMember { addresses, .. } => {
+                let max = MemberAddresses::BYTES_MAX;
+                size("peer address", addresses.peer.len(), 1, max)?;
+                size("client address", addresses.client.len(), 1, max)?;
+                size("HTTP address", addresses.http.len(), 0, max)?;
+            }
+            Command::Revoke { .. } | Command::Expire { .. } | Command::Checkpoint { .. } => {}
+            Command::Sealed { command, .. } => self.check(command)?,
+        }
+        Ok(())
+    }
+}
+
 impl Default for SmLimits {
     fn default() -> SmLimits {
         SmLimits {

@@ -5,7 +5,7 @@ use tenure_core::sm::{Command, SessionId};
 
 use super::{
     key_of, Belief, Campaign, Client, ClientAction, ClientEnv, ClientTimer, Frozen, OpKind,
-    Session, ELECTIONS, FREEZE_TTL_FACTOR, THINK_LOCAL_US, TTL_TICKS,
+    Session, ELECTIONS, FREEZE_TTL_PERMILLE, THINK_LOCAL_US, TTL_TICKS,
 };
 use crate::time::US_PER_MS;
 
@@ -175,8 +175,10 @@ impl Client {
 
     pub(super) fn freeze(&mut self, session: Session, belief: Belief, env: &mut ClientEnv<'_>) {
         let ttl_true_us = self.clock.true_duration(session.ttl_local_us());
-        let factor = env.rng.uniform(FREEZE_TTL_FACTOR.0, FREEZE_TTL_FACTOR.1);
-        let duration_us = (ttl_true_us as f64 * factor) as u64;
+        let permille = env
+            .rng
+            .between(FREEZE_TTL_PERMILLE.0, FREEZE_TTL_PERMILLE.1);
+        let duration_us = ttl_true_us * permille / 1_000;
         self.freeze_gen += 1;
         self.frozen = Some(Frozen {
             stale_write: Some((belief.election.clone(), belief.token)),

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use tenure_core::drift::DriftPpm;
 use tenure_core::sm::{Command, RequestId, SessionId};
 use tenure_core::types::{Index, NodeId};
 
@@ -42,8 +43,8 @@ const REQUEST_TIMEOUT_LOCAL_US: u64 = 300 * US_PER_MS;
 const BACKOFF_LOCAL_US: (u64, u64) = (5 * US_PER_MS, 30 * US_PER_MS);
 /// Session TTLs clients ask for, in ticks (300 ms to 1.5 s).
 const TTL_TICKS: (u64, u64) = (30, 150);
-/// How far past its TTL a frozen client sleeps, as a multiple of the TTL.
-const FREEZE_TTL_FACTOR: (f64, f64) = (1.2, 3.0);
+/// How long a frozen client sleeps, in thousandths of its TTL (1.2 to 3 TTLs).
+const FREEZE_TTL_PERMILLE: (u64, u64) = (1_200, 2_999);
 /// Keepalives remembered while waiting for their acks.
 const KEEPALIVES_REMEMBERED_MAX: usize = 16;
 
@@ -164,7 +165,7 @@ pub struct ClientEnv<'a> {
     /// The `lease-from-receive-time` bug is on.
     pub lease_from_receive: bool,
     /// The drift bound ρ.
-    pub drift_max: f64,
+    pub drift_max: DriftPpm,
     /// Source of operation ids, unique in the run.
     pub next_op: &'a mut OpId,
 }
@@ -280,7 +281,7 @@ pub struct Client {
 
 impl Client {
     /// A client with a random clock, talking to a random node at first.
-    pub fn new(id: ClientId, rng: &mut SimRng, nodes: &[NodeId], drift_max: f64) -> Client {
+    pub fn new(id: ClientId, rng: &mut SimRng, nodes: &[NodeId], drift_max: DriftPpm) -> Client {
         let clock = DriftingClock::random(rng, drift_max);
         let target = *rng.pick(nodes).expect("a cluster has nodes");
         Client {

@@ -1,6 +1,7 @@
 //! What a client makes of replies and leadership news: completing operations, renewing its
 //! lease from keepalive acks, and starting or stopping to believe it leads.
 
+use tenure_core::drift::{holder_margin_us, DriftPpm};
 use tenure_core::sm::{Command, Response, SessionId, SmError};
 use tenure_core::types::Index;
 
@@ -278,9 +279,12 @@ impl Client {
         }
     }
 
-    pub(super) fn lease_deadline_local(&self, session: &Session, drift_max: f64) -> u64 {
+    /// DESIGN rule 4 on the client's own clock: the lease base (the send time of its last
+    /// acknowledged keepalive) plus the TTL, minus the holder's margin, whose fixed part is
+    /// one nominal tick (the TTL is counted in the nodes' ticks).
+    pub(super) fn lease_deadline_local(&self, session: &Session, drift_max: DriftPpm) -> u64 {
         let ttl_us = session.ttl_local_us();
-        let margin_us = (ttl_us as f64 * 2.0 * drift_max).ceil() as u64 + TICK_NOMINAL_US;
+        let margin_us = holder_margin_us(ttl_us, drift_max, TICK_NOMINAL_US);
         (session.lease_base_local_us + ttl_us).saturating_sub(margin_us)
     }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use tenure_core::config::Config;
+use tenure_core::drift::DriftPpm;
 use tenure_core::sm::{Command, Response, SessionId};
 use tenure_core::types::NodeId;
 
@@ -20,7 +21,7 @@ use crate::protocol::{Addr, Packet};
 use crate::queue::EventQueue;
 use crate::report::{SeedReport, Stats, Violation};
 use crate::rng::SimRng;
-use crate::time::{SimTimeUs, TICK_NOMINAL_US, US_PER_MS};
+use crate::time::{slowest_tick_us, Rate, SimTimeUs, US_PER_MS};
 use crate::trace::{Trace, TraceKind};
 
 mod inject;
@@ -35,8 +36,8 @@ const VOTE_CRASH_DOWNTIME_US: (u64, u64) = (US_PER_MS, 30 * US_PER_MS);
 const KEEPALIVES_TRACKED_MAX: usize = 4_096;
 /// Share of seeds whose drift bound ρ is drawn from `WIDE_DRIFT_MAX` instead of the default.
 const WIDE_DRIFT_SHARE: f64 = 0.3;
-/// Range of the wide drift bounds (the configuration accepts up to 0.1).
-const WIDE_DRIFT_MAX: (f64, f64) = (0.02, 0.09);
+/// Range of the wide drift bounds (the configuration accepts up to 10 %).
+const WIDE_DRIFT_MAX: (DriftPpm, DriftPpm) = (DriftPpm(20_000), DriftPpm(90_000));
 /// Range of the per-seed snapshot threshold.
 const SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (32, 256);
 /// Share of seeds with a tiny snapshot threshold: snapshots race in-flight proposals and
@@ -61,7 +62,7 @@ const LONG_CHECKPOINT_SHARE: f64 = 0.25;
 /// refusal by whole ticks, and a successor can be elected inside that window.
 const LEASE_EDGE_SHARE: f64 = 0.15;
 /// Drift bounds of the lease-edge seeds.
-const LEASE_EDGE_DRIFT: (f64, f64) = (0.085, 0.099);
+const LEASE_EDGE_DRIFT: (DriftPpm, DriftPpm) = (DriftPpm(85_000), DriftPpm(99_000));
 /// Election timeouts of the lease-edge seeds, in ticks.
 const LEASE_EDGE_TIMEOUT_TICKS: (u64, u64) = (50, 80);
 /// Share of seeds whose leaders pipeline persistence: they replicate a Ready's entries while
@@ -147,7 +148,7 @@ pub struct World {
     quiesced: bool,
     next_partition_id: u64,
     next_op: OpId,
-    drift_max: f64,
+    drift_max: DriftPpm,
     /// Entries applied between snapshots, drawn per seed: small values make snapshots and
     /// `InstallSnapshot` frequent (and keep the core's per-step invariant checks cheap).
     snapshot_threshold_entries: u64,
@@ -193,14 +194,14 @@ impl World {
         if opts.faults && rng.chance(WIDE_DRIFT_SHARE) {
             // Wide drift bounds make every drift margin and padding many ticks long, so that
             // losing one of them shows instead of hiding in the tick-rounding allowances.
-            template.clock_drift_max = rng.uniform(WIDE_DRIFT_MAX.0, WIDE_DRIFT_MAX.1);
+            template.clock_drift_max = draw_drift(&mut rng, WIDE_DRIFT_MAX);
         }
         // Drawn from a stream of its own, so that adding these left every other draw of every
         // seed as it was.
         let mut own = SimRng::new(seed ^ 0x6c65_6173_6563_6b70);
         let lease_edge = opts.faults && own.chance(LEASE_EDGE_SHARE);
         if lease_edge {
-            template.clock_drift_max = own.uniform(LEASE_EDGE_DRIFT.0, LEASE_EDGE_DRIFT.1);
+            template.clock_drift_max = draw_drift(&mut own, LEASE_EDGE_DRIFT);
             template.election_timeout_ticks =
                 own.between(LEASE_EDGE_TIMEOUT_TICKS.0, LEASE_EDGE_TIMEOUT_TICKS.1);
         }
@@ -232,7 +233,7 @@ impl World {
         } else {
             64
         };
-        let wide = template.clock_drift_max > 0.01;
+        let wide = template.clock_drift_max > DriftPpm::DEFAULT;
         let clocks_at_bound = lease_edge
             || (opts.faults && rng.chance(if wide { 0.7 } else { CLOCKS_AT_BOUND_SHARE }));
         let decommission_linger_us = if opts.faults && rng.chance(0.5) {
@@ -240,8 +241,7 @@ impl World {
         } else {
             0
         };
-        let slowest_tick_us = (TICK_NOMINAL_US as f64 * (1.0 + drift_max / 2.0)).ceil() as u64;
-        let election_timeout_us = template.election_timeout_ticks * slowest_tick_us;
+        let election_timeout_us = template.election_timeout_ticks * slowest_tick_us(drift_max);
         let mut world = World {
             opts: opts.clone(),
             now_us: 0,
@@ -319,17 +319,12 @@ impl World {
     /// 10 ms × (1 + drift), drift uniform in [-ρ/2, ρ/2].
     /// In seeds with clocks at the bound, ±ρ/2 at random, so that pairs of nodes differ by ρ.
     fn draw_tick_period(&mut self) -> u64 {
-        let drift = if self.clocks_at_bound {
-            if self.rng.chance(0.5) {
-                self.drift_max / 2.0
-            } else {
-                -self.drift_max / 2.0
-            }
+        let rate = if self.clocks_at_bound {
+            Rate::at_bound(self.drift_max, self.rng.chance(0.5))
         } else {
-            self.rng
-                .uniform(-self.drift_max / 2.0, self.drift_max / 2.0)
+            Rate::uniform(&mut self.rng, self.drift_max)
         };
-        (TICK_NOMINAL_US as f64 * (1.0 + drift)).round() as u64
+        rate.tick_period_us()
     }
 
     /// Runs the seed to the end or to the first violation.
@@ -369,7 +364,7 @@ impl World {
             .log(0, || format!("fault mix: {}", self.mix.describe()));
         self.trace.log(0, || {
             format!(
-                "seed shape: drift bound {:.3}{}, snapshot every {} entries, at most {} entries per AppendEntries, removed members linger {} ms",
+                "seed shape: drift bound {}{}, snapshot every {} entries, at most {} entries per AppendEntries, removed members linger {} ms",
                 self.drift_max,
                 if self.clocks_at_bound { " (clocks at the bound)" } else { "" },
                 self.snapshot_threshold_entries,
@@ -1048,4 +1043,9 @@ fn body_code(kind: &str) -> u64 {
     let mut h = crate::hash::Fnv64::new();
     h.str(kind);
     h.finish()
+}
+
+/// A drift bound uniform in `[lo, hi)`.
+fn draw_drift(rng: &mut SimRng, (lo, hi): (DriftPpm, DriftPpm)) -> DriftPpm {
+    DriftPpm(rng.between(u64::from(lo.0), u64::from(hi.0) - 1) as u32)
 }
