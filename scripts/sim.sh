@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 scripts/services.sh install-build-deps
-cargo build --release -p tenure-cli
+cargo build --release -p tenure-cli --features inject-bugs
 exec "$CARGO_TARGET_DIR/release/tenure" sim --seeds 1..2001 --nodes 5 "$@"
