@@ -591,6 +591,32 @@ fn admit_action<T: for<'de> Deserialize<'de>>(
     })
 }
 
+/// An admin action's body, admitted by [`admit_action`]: as an extractor, the handler runs
+/// only for an admin, from the page's own origin, with a body of the expected shape.
+struct AdminAction<T>(T);
+
+impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<HttpState> for AdminAction<T> {
+    type Rejection = Response;
+
+    async fn from_request(
+        req: axum::extract::Request,
+        s: &HttpState,
+    ) -> Result<AdminAction<T>, Response> {
+        let peer = req
+            .extensions()
+            .get::<ConnectInfo<HttpPeer>>()
+            .map(|c| c.0.clone())
+            .unwrap_or_default();
+        let headers = req.headers().clone();
+        let body = String::from_request(req, s)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        admit_action(s, &peer, &headers, &body)
+            .map(AdminAction)
+            .map_err(|refused| *refused)
+    }
+}
+
 fn refusal(s: &HttpState, e: ApiError) -> Response {
     let code = match &e {
         ApiError::NotLeader { .. } => StatusCode::CONFLICT,
@@ -623,14 +649,8 @@ struct TransferBody {
 
 async fn transfer_leadership(
     State(s): State<HttpState>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-    body: String,
+    AdminAction(TransferBody { to }): AdminAction<TransferBody>,
 ) -> Response {
-    let to = match admit_action::<TransferBody>(&s, &peer, &headers, &body) {
-        Ok(b) => b.to,
-        Err(refused) => return *refused,
-    };
     let timeout = Duration::from_millis(s.config.request_timeout_ms);
     match s
         .driver
@@ -654,14 +674,8 @@ struct RemoveBody {
 
 async fn remove_member(
     State(s): State<HttpState>,
-    ConnectInfo(peer): ConnectInfo<HttpPeer>,
-    headers: HeaderMap,
-    body: String,
+    AdminAction(RemoveBody { id }): AdminAction<RemoveBody>,
 ) -> Response {
-    let id = match admit_action::<RemoveBody>(&s, &peer, &headers, &body) {
-        Ok(b) => b.id,
-        Err(refused) => return *refused,
-    };
     let m = s.driver.published.borrow().status.membership.clone();
     if !m.all_nodes().contains(&id) {
         return answer(
