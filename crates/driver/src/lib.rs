@@ -36,6 +36,7 @@
 
 use std::collections::BTreeMap;
 
+use tenure_core::event::NodeEvent;
 use tenure_core::node::{Applied, KeepaliveAck, Node, ProposeError, Ready, Role, Status};
 use tenure_core::read::ReadResult;
 use tenure_core::sm::{Command, RequestId, Response, SessionId, SmError};
@@ -136,9 +137,9 @@ pub struct KeepaliveAnswer<K> {
 
 /// Something the server counts in its metrics and logs (the simulator drains and drops them).
 ///
-/// Role, leader, term, membership and transfer events are found by comparing the node's
-/// [`Status`] after each input with the one before (see [`DriverCore::observe`]); expiries
-/// and fenced rejections by looking at applied entries.
+/// Elections, step-downs (with the core's own reason), leaders learned of and membership
+/// changes come from the core's account, `Ready::events` (see [`DriverCore::on_ready`]);
+/// expiries and fenced rejections from the applied entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A proposal of this node was applied this long after it was proposed.
@@ -160,7 +161,7 @@ pub enum Event {
     StepDown {
         /// The term it led in.
         term: Term,
-        /// Why, as far as the status change tells.
+        /// Why, from the code path that stopped it.
         reason: StepDownReason,
     },
     /// A pre-vote round was lost (pre-candidate back to follower).
@@ -256,6 +257,8 @@ pub struct ReadyParts<'a> {
     pub keepalive_acks: &'a [KeepaliveAck],
     /// `Ready::reads`.
     pub reads: &'a [ReadResult],
+    /// `Ready::events`.
+    pub events: &'a [NodeEvent],
 }
 
 struct PendingProposal<P> {
@@ -476,74 +479,15 @@ impl<P, K> DriverCore<P, K> {
         });
     }
 
-    /// After any input or tick: changes of role, leader, term and membership become events,
-    /// and a node that no longer leads refuses the keepalives it holds (it will never
-    /// acknowledge them).
-    ///
-    /// The core reports no reasons, so they are inferred here from the status before and
-    /// after the input: a leader whose term rose saw a higher term (or, with a transfer
-    /// under way, handed over); one that is no longer a voter was removed; one whose term
-    /// stayed put with a transfer under way gave up the transfer; anything else is
-    /// check-quorum. A pre-candidate that restarts its round without changing role or term
-    /// looks unchanged and is not reported again.
+    /// After any input or tick: note when the node lost its leader (for the leaderless time
+    /// a later [`Event::LeaderKnown`] reports), and a node that no longer leads refuses the
+    /// keepalives it holds (it will never acknowledge them). What happened in consensus is
+    /// the core's own account, taken from `Ready::events` in [`DriverCore::on_ready`].
     pub fn observe(&mut self, node: &Node, now_us: Micros) {
         node.refresh_status(&mut self.next_status);
-        let (was, now) = (&self.last_status, &self.next_status);
-        let events = &mut self.out.events;
-        if was.role == Role::Leader && now.role != Role::Leader {
-            let reason = match was.transferring_to {
-                Some(to) if now.term > was.term => StepDownReason::Transferred { to },
-                _ if now.term > was.term => StepDownReason::HigherTerm { term: now.term },
-                _ if !now.membership.is_voter(now.id) => StepDownReason::Removed,
-                Some(to) => StepDownReason::TransferTimedOut { to },
-                None => StepDownReason::LostQuorum,
-            };
-            events.push(Event::StepDown {
-                term: was.term,
-                reason,
-            });
-        }
-        if was.role == Role::PreCandidate && now.role == Role::Follower {
-            events.push(Event::PreVoteLost { term: was.term });
-        }
-        if now.role == Role::PreCandidate && was.role != Role::PreCandidate {
-            events.push(Event::ElectionStarted {
-                term: now.term + 1,
-                pre_vote: true,
-            });
-        }
-        // A candidate whose election timed out campaigns again in the next term without
-        // changing role.
-        if now.role == Role::Candidate && (was.role != Role::Candidate || now.term != was.term) {
-            events.push(Event::ElectionStarted {
-                term: now.term,
-                pre_vote: false,
-            });
-        }
-        // A leader in a new term is news even if it is the same node as before.
-        if (now.leader, now.term) != (was.leader, was.term) {
-            match now.leader {
-                None => {
-                    self.leaderless_since_us.get_or_insert(now_us);
-                }
-                Some(leader) => {
-                    let leaderless_us = self
-                        .leaderless_since_us
-                        .take()
-                        .map(|since| now_us.saturating_sub(since));
-                    events.push(Event::LeaderKnown {
-                        term: now.term,
-                        leader,
-                        leaderless_us,
-                    });
-                }
-            }
-        }
-        if now.membership_epoch != was.membership_epoch && now.membership != was.membership {
-            events.push(Event::MembershipChanged {
-                from: was.membership.clone(),
-                to: now.membership.clone(),
-            });
+        let now = &self.next_status;
+        if now.leader.is_none() {
+            self.leaderless_since_us.get_or_insert(now_us);
         }
         let (role, leader) = (now.role, now.leader);
         std::mem::swap(&mut self.last_status, &mut self.next_status);
@@ -554,6 +498,45 @@ impl<P, K> DriverCore<P, K> {
             for (_, p) in std::mem::take(&mut self.keepalives) {
                 self.refuse_keepalive(p, why.clone());
             }
+        }
+    }
+
+    /// The core's events of one Ready as the driver's: a leader learned of (this node itself
+    /// when it won) with the time the node had none.
+    fn note_core_events(&mut self, node: &Node, now_us: Micros, events: &[NodeEvent]) {
+        for e in events {
+            let event = match e {
+                NodeEvent::ElectionStarted { term, pre_vote } => Event::ElectionStarted {
+                    term: *term,
+                    pre_vote: *pre_vote,
+                },
+                NodeEvent::PreVoteLost { term } => Event::PreVoteLost { term: *term },
+                NodeEvent::SteppedDown { term, reason } => Event::StepDown {
+                    term: *term,
+                    reason: *reason,
+                },
+                NodeEvent::BecameLeader { term } => self.leader_known(*term, node.id(), now_us),
+                NodeEvent::LeaderKnown { term, leader } => {
+                    self.leader_known(*term, *leader, now_us)
+                }
+                NodeEvent::MembershipChanged { from, to } => Event::MembershipChanged {
+                    from: from.clone(),
+                    to: to.clone(),
+                },
+            };
+            self.out.events.push(event);
+        }
+    }
+
+    fn leader_known(&mut self, term: Term, leader: NodeId, now_us: Micros) -> Event {
+        let leaderless_us = self
+            .leaderless_since_us
+            .take()
+            .map(|since| now_us.saturating_sub(since));
+        Event::LeaderKnown {
+            term,
+            leader,
+            leaderless_us,
         }
     }
 
@@ -571,12 +554,14 @@ impl<P, K> DriverCore<P, K> {
                 leader_changes: ready.leader_changes.len(),
                 keepalive_acks: &ready.keepalive_acks,
                 reads: &ready.reads,
+                events: &ready.events,
             },
         );
     }
 
     /// [`DriverCore::on_ready`] for a driver that already moved the Ready's parts elsewhere.
     pub fn on_ready_parts(&mut self, node: &Node, now_us: Micros, ready: ReadyParts<'_>) {
+        self.note_core_events(node, now_us, ready.events);
         for a in ready.applied {
             self.count_applied(a);
             self.decide_index(node, now_us, a.index, Some(a));

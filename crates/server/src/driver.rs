@@ -815,7 +815,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 }
                 Event::MembershipChanged { from, to } => {
                     m.membership_changes.fetch_add(1, Relaxed);
-                    let (from, to_text) = (describe(&from), describe(&to));
+                    let (from, to_text) = (from.to_string(), to.to_string());
                     tracing::info!(
                         event = "membership_changed",
                         node,
@@ -1027,22 +1027,6 @@ fn ids(set: &BTreeSet<NodeId>) -> String {
         .map(NodeId::to_string)
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// A membership for people: `voters 1,2,3`, with the outgoing voters of a joint
-/// configuration and the learners when there are any.
-fn describe(m: &Membership) -> String {
-    let mut text = format!("voters {}", ids(&m.voters));
-    if m.is_joint() {
-        text.push_str(&format!(
-            " (joint with outgoing voters {})",
-            ids(&m.voters_outgoing)
-        ));
-    }
-    if !m.learners.is_empty() {
-        text.push_str(&format!(" learners {}", ids(&m.learners)));
-    }
-    text
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ struct AfterFsync {
     leader_changes: Vec<tenure_core::sm::LeaderChange>,
     keepalive_acks: Vec<tenure_core::node::KeepaliveAck>,
     reads: Vec<tenure_core::read::ReadResult>,
+    events: Vec<tenure_core::event::NodeEvent>,
 }
 
 /// Who a proposal's answer goes to: the driver core's reply handle in the simulator.
@@ -464,8 +465,9 @@ impl NodeSlot {
             keepalive_acks,
             reads,
             applied_through,
-            // The simulator judges behaviour with its checkers, not the core's own account.
-            events: _,
+            // The simulator judges behaviour with its checkers, not the core's own account;
+            // the driver core turns it into the events a server counts and logs.
+            events,
         } = ready;
         ctx.trace.event(
             TraceKind::Ready,
@@ -525,6 +527,7 @@ impl NodeSlot {
             leader_changes,
             keepalive_acks,
             reads,
+            events,
         };
         if self.pipelined && wrote_entries {
             let leader_term = self.node.as_ref().and_then(|n| {
@@ -648,6 +651,7 @@ impl NodeSlot {
             leader_changes,
             keepalive_acks,
             reads,
+            events,
         } = rest;
 
         // 2. Tell the node its Ready is durable.
@@ -679,6 +683,7 @@ impl NodeSlot {
                 leader_changes: leader_changes.len(),
                 keepalive_acks: &keepalive_acks,
                 reads: &reads,
+                events: &events,
             };
             in_core(|| core.on_ready_parts(node, ctx.now_us, parts));
         }

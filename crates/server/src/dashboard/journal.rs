@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
-use tenure_core::types::{Membership, NodeId};
+use tenure_core::types::NodeId;
 use tenure_driver::{Event, StepDownReason};
 use tokio::sync::broadcast;
 
@@ -232,11 +232,7 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
             fields.insert("joint", Value::from(to.is_joint()));
             (
                 "membership_changed",
-                format!(
-                    "node {node}: membership changed from {} to {}",
-                    membership_text(from),
-                    membership_text(to)
-                ),
+                format!("node {node}: membership changed from {from} to {to}"),
             )
         }
         Event::SessionExpired { session } => {
@@ -273,26 +269,6 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
 
 fn ids_value(set: &BTreeSet<NodeId>) -> Value {
     Value::from(set.iter().copied().collect::<Vec<_>>())
-}
-
-fn membership_text(m: &Membership) -> String {
-    let ids = |s: &BTreeSet<NodeId>| {
-        s.iter()
-            .map(NodeId::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let mut text = format!("voters {}", ids(&m.voters));
-    if m.is_joint() {
-        text.push_str(&format!(
-            " (joint with outgoing {})",
-            ids(&m.voters_outgoing)
-        ));
-    }
-    if !m.learners.is_empty() {
-        text.push_str(&format!(" learners {}", ids(&m.learners)));
-    }
-    text
 }
 
 #[cfg(test)]
