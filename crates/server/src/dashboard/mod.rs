@@ -652,18 +652,15 @@ async fn transfer_leadership(
     AdminAction(TransferBody { to }): AdminAction<TransferBody>,
 ) -> Response {
     let timeout = Duration::from_millis(s.config.request_timeout_ms);
-    match s
+    let done = s
         .driver
         .call(|reply| ClientRequest::TransferLeader { to, reply }, timeout)
-        .await
-    {
-        Ok(()) => answer(
-            StatusCode::OK,
-            "ok",
-            format!("leadership transfer to node {to} started"),
-        ),
-        Err(e) => refusal(&s, e),
-    }
+        .await;
+    acted(
+        &s,
+        done,
+        format!("leadership transfer to node {to} started"),
+    )
 }
 
 #[derive(Deserialize)]
@@ -688,12 +685,18 @@ async fn remove_member(
     voters.remove(&id);
     learners.remove(&id);
     let timeout = Duration::from_millis(s.config.request_timeout_ms);
-    match s.driver.change_membership(voters, learners, timeout).await {
-        Ok(_) => answer(
-            StatusCode::OK,
-            "ok",
-            format!("node {id} was removed (the membership change is committed)"),
-        ),
-        Err(e) => refusal(&s, e),
+    let done = s.driver.change_membership(voters, learners, timeout).await;
+    acted(
+        &s,
+        done,
+        format!("node {id} was removed (the membership change is committed)"),
+    )
+}
+
+/// An admin action's answer: `ok` with what was done, or the refusal.
+fn acted<T>(s: &HttpState, done: Result<T, ApiError>, what: String) -> Response {
+    match done {
+        Ok(_) => answer(StatusCode::OK, "ok", what),
+        Err(e) => refusal(s, e),
     }
 }
