@@ -154,12 +154,7 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
             if args.nodes.is_empty() {
                 return Err("at least one --node is required (or give --config)".into());
             }
-            // Start from the file format's defaults by parsing a minimal document.
-            let minimal = format!(
-                "id = {id}\ndata_dir = {:?}\n[nodes]\n",
-                data_dir.display().to_string()
-            );
-            toml::from_str::<ServerConfig>(&minimal).map_err(|e| e.to_string())?
+            ServerConfig::with_defaults(id, BTreeMap::new(), data_dir)
         }
     };
     if !args.nodes.is_empty() {

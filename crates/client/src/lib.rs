@@ -134,6 +134,7 @@
 //! | `etcd://[user:pw@]h1:p,h2:p`, `etcds://[user:pw@]h1:p,h2:p?ca=F[&cert=F&key=F]` | an etcd (v3 API) cluster, with etcd's election recipe, TLS with `etcds://`; no [`Leadership::transfer`] |
 //! | `postgres://user[:pw]@host:port/db[?sslmode=…&sslrootcert=F]` (or `postgresql://`) | PostgreSQL: a lease row per election, the database clock as arbiter; no [`Leadership::transfer`] |
 //! | `zk://[user:pw@]h1:p,h2:p[/chroot]` (or `zookeeper://`) | ZooKeeper's election recipe, digest authentication and owner-only ACLs with `user:pw`; no [`Leadership::transfer`] |
+//! | `embedded:CLUSTER[/ID]` | a tenure node running in this process ([`embedded`], the `embedded` feature): the replicas of the application are the cluster |
 //!
 //! What each security option checks, and what it leaves open, is in the docs of
 //! `backend/etcd.rs`, `backend/postgres.rs` and `backend/zk.rs` and in `docs/SECURITY.md` ("Clients"). Every URL parameter a backend does
@@ -155,6 +156,7 @@
 
 mod backend;
 pub mod channel;
+pub mod embedded;
 mod error;
 pub mod fence;
 mod redact;
@@ -319,6 +321,17 @@ impl Client {
             }
             url::Target::Postgres(url) => Arc::new(backend::postgres::Pg::connect(&url).await?),
             url::Target::Zk(parsed) => Arc::new(backend::zk::Zk::connect(url, parsed).await?),
+            url::Target::Embedded(name) => {
+                let node_url = embedded::url_of(&name)?;
+                let url::Target::Cluster(target) = url::Target::parse(&node_url)? else {
+                    return Err(Error::Backend(format!(
+                        "embedded:{name} names {node_url}, not a tenure:// URL"
+                    )));
+                };
+                Arc::new(backend::cluster::Remote::new(channel::LeaderChannel::new(
+                    &node_url, &target,
+                )?))
+            }
         };
         Ok(Client {
             backend,

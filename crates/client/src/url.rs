@@ -5,7 +5,8 @@
 //! User, password and query values are percent-decoded (a password holding `@`, `:`, `/`,
 //! `?`, `#`, `%` or `&` must be written percent-encoded, as in any URL). The password is kept
 //! in a [`Password`], whose `Debug` never shows it. `postgres://` URLs are PostgreSQL's own
-//! and parsed by its driver; `memory:NAME` names an in-process world.
+//! and parsed by its driver; `memory:NAME` names an in-process world, `embedded:CLUSTER[/ID]`
+//! a node running in this process.
 
 use crate::{Error, Result};
 
@@ -27,11 +28,13 @@ pub(crate) enum Target {
     Postgres(String),
     /// `zk://` or `zookeeper://`.
     Zk(HostsUrl),
+    /// `embedded:CLUSTER[/ID]`: a node running in this process ([`crate::embedded`]).
+    Embedded(String),
 }
 
 /// The schemes [`Target::parse`] knows, for the error that names an unknown one.
 const UNKNOWN_SCHEME: &str =
-    "unknown scheme; use tenure://, etcd://, etcds://, postgres://, zk:// or memory:";
+    "unknown scheme; use tenure://, etcd://, etcds://, postgres://, zk://, memory: or embedded:";
 
 /// A parsed `tenure://HOST:PORT[,HOST:PORT…][?ca=F[&cert=F&key=F]][&token_file=F][&discover=B]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +68,15 @@ impl Target {
         };
         Ok(match scheme {
             "memory" => Target::Memory(rest.trim_start_matches("//").to_string()),
+            "embedded" => {
+                let name = rest.trim_start_matches("//");
+                if name.is_empty() {
+                    return Err(bad(
+                        "expected embedded:CLUSTER or embedded:CLUSTER/ID".into()
+                    ));
+                }
+                Target::Embedded(name.to_string())
+            }
             "tenure" => Target::Cluster(ClusterUrl::parse(authority()?).map_err(bad)?),
             "etcd" | "etcds" => Target::Etcd {
                 tls: scheme == "etcds",

@@ -3,7 +3,8 @@
 //! `tenure-testkit`: TLS and client authentication on), a real single-node etcd started by
 //! `scripts/services.sh start-etcd`, a real PostgreSQL started by `scripts/services.sh
 //! start-postgres`, and a real standalone ZooKeeper started by `scripts/services.sh
-//! start-zookeeper` (install them with `scripts/services.sh install-etcd`,
+//! start-zookeeper`, and three embedded nodes in the test's own process (`embedded:`,
+//! `tenure::embedded`) (install the servers with `scripts/services.sh install-etcd`,
 //! `install-postgres`, `install-zookeeper`; a case fails, never skips, without its server).
 //! Each backend's server is started by the first case that needs it and shared by the
 //! cases that run meanwhile (each campaigns in elections named after itself); the last of
@@ -84,6 +85,7 @@ contract_for!(cluster, shared_cluster);
 contract_for!(etcd, shared_etcd);
 contract_for!(postgres, shared_postgres);
 contract_for!(zookeeper, shared_zookeeper);
+contract_for!(embedded, shared_embedded);
 
 /// Run `case` against `shared`'s URL in a runtime of its own, with an election named after
 /// the case; then check that the server logged no password.
@@ -619,6 +621,62 @@ fn shared_cluster() -> Arc<Shared> {
         let url = cluster.url();
         runtime().block_on(cluster.wait_ready());
         Shared::new(url, None, cluster)
+    })
+}
+
+/// Three embedded nodes in this test process (`tenure::embedded`, TLS and client
+/// authentication on, one port each), reached as `embedded:tenure/2`: a node that may or may
+/// not lead, so that requests follow the leader over the shared ports.
+fn shared_embedded() -> Arc<Shared> {
+    shared(slot!(), || {
+        let lock = tenure_testkit::ClusterLock::acquire();
+        let dir = tempfile::Builder::new()
+            .prefix("tenure-embedded-contract-")
+            .tempdir()
+            .expect("a temporary directory");
+        let certs = dir.path().join("certs");
+        tenure_testkit::ClientTls::issue(&certs);
+        let ports = tenure_testkit::free_ports(3);
+        let replicas: std::collections::BTreeMap<u64, tenure::embedded::HostPort> = (1..=3)
+            .map(|id| {
+                let addr = format!("127.0.0.1:{}", ports[id as usize - 1]);
+                (id, addr.parse().expect("an address"))
+            })
+            .collect();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the embedded nodes");
+        let nodes = rt.block_on(async {
+            let mut nodes = Vec::new();
+            for id in 1..=3 {
+                let mut config = tenure::embedded::EmbeddedConfig::new(
+                    id,
+                    replicas.clone(),
+                    dir.path().join(format!("node-{id}")),
+                )
+                .tls(&certs, tenure_testkit::APP_CLIENT);
+                config.server.cluster_id = tenure_testkit::CLUSTER_ID.into();
+                config.server.election_timeout_ms = tenure_testkit::ELECTION_TIMEOUT_MS;
+                config.server.heartbeat_ms = tenure_testkit::HEARTBEAT_MS;
+                config.server.tick_ms = tenure_testkit::TICK_MS;
+                nodes.push(tenure::embedded::start(config).await.expect("start a node"));
+            }
+            let client = nodes[1].client().await.expect("a client");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            // A leader answers "unknown election"; without one, the call fails otherwise.
+            while let Err(e) = client.leader("contract-ready").await {
+                if matches!(e, Error::UnknownElection(_)) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no Raft leader within 10 s: {e}");
+                tokio::time::sleep(ms(20)).await;
+            }
+            nodes
+        });
+        let url = format!("embedded:{}", nodes[1].name());
+        Shared::new(url, None, (nodes, rt, dir, lock))
     })
 }
 

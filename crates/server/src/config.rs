@@ -28,6 +28,29 @@ pub struct NodeAddrs {
     pub http: HostPort,
 }
 
+impl NodeAddrs {
+    /// The same `HOST:PORT` for peers, clients and HTTP: one port serves all three
+    /// (connections are told apart by their first bytes), as an embedded node does.
+    pub fn one_port(addr: HostPort) -> NodeAddrs {
+        NodeAddrs {
+            peer: addr.clone(),
+            client: addr.clone(),
+            http: addr,
+        }
+    }
+
+    /// The distinct addresses, in the order peer, client, HTTP.
+    pub fn ports(&self) -> Vec<&HostPort> {
+        let mut ports: Vec<&HostPort> = Vec::with_capacity(3);
+        for a in [&self.peer, &self.client, &self.http] {
+            if !ports.contains(&a) {
+                ports.push(a);
+            }
+        }
+        ports
+    }
+}
+
 /// `HOST:PORT` strings in the TOML file.
 mod host_port {
     use super::HostPort;
@@ -288,7 +311,8 @@ pub enum ConfigError {
     #[error("node id 0 is reserved; ids start at 1")]
     ZeroId,
     /// Two nodes share an address (as written: two names for one machine are not caught
-    /// here, but binding or dialing then fails with the address named).
+    /// here, but binding or dialing then fails with the address named). One node may
+    /// name one port for several of its protocols.
     #[error("address {0} is used twice")]
     DuplicateAddr(HostPort),
     /// A duration or limit is out of range.
@@ -316,6 +340,42 @@ pub enum ConfigError {
 }
 
 impl ServerConfig {
+    /// A configuration with every setting at its default (those of the file format).
+    pub fn with_defaults(
+        id: NodeId,
+        nodes: BTreeMap<NodeId, NodeAddrs>,
+        data_dir: PathBuf,
+    ) -> ServerConfig {
+        ServerConfig {
+            id,
+            cluster_id: default_cluster_id(),
+            nodes,
+            data_dir,
+            join: false,
+            tick_ms: default_tick_ms(),
+            election_timeout_ms: default_election_timeout_ms(),
+            heartbeat_ms: default_heartbeat_ms(),
+            ttl_min_ms: default_ttl_min_ms(),
+            ttl_max_ms: default_ttl_max_ms(),
+            connections_max: default_connections_max(),
+            connections_per_ip_max: default_connections_per_ip_max(),
+            http_connections_max: default_http_connections_max(),
+            handshake_timeout_ms: default_handshake_timeout_ms(),
+            idle_timeout_ms: default_idle_timeout_ms(),
+            streams_per_connection_max: default_streams_per_connection_max(),
+            keepalive_streams_max: default_keepalive_streams_max(),
+            observe_streams_max: default_observe_streams_max(),
+            message_bytes_max: default_message_bytes_max(),
+            request_timeout_ms: default_request_timeout_ms(),
+            snapshot_threshold_entries: default_snapshot_threshold(),
+            fault_injection: false,
+            tls: None,
+            insecure: false,
+            admin_clients: default_admin_clients(),
+            auth_file: None,
+        }
+    }
+
     /// Read a TOML file.
     pub fn from_toml_file(path: &std::path::Path) -> Result<ServerConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
@@ -341,9 +401,11 @@ impl ServerConfig {
         if !self.nodes.contains_key(&self.id) {
             return Err(ConfigError::UnknownSelf(self.id));
         }
+        // A node may serve several protocols on one port (its addresses name the same
+        // port: see `shared_port`), but no two nodes share one.
         let mut seen = std::collections::BTreeSet::new();
         for a in self.nodes.values() {
-            for addr in [&a.peer, &a.client, &a.http] {
+            for addr in a.ports() {
                 if !seen.insert(addr) {
                     return Err(ConfigError::DuplicateAddr(addr.clone()));
                 }
@@ -606,6 +668,33 @@ mod tests {
         assert_eq!(core.election_timeout_ticks, 20);
         assert_eq!(core.heartbeat_ticks, 4);
         assert_eq!(core.initial_voters, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn the_coded_defaults_are_the_file_formats() {
+        let minimal: ServerConfig =
+            toml::from_str("id = 1\ndata_dir = \"/tmp/x\"\n[nodes]\n").expect("parses");
+        assert_eq!(
+            ServerConfig::with_defaults(1, BTreeMap::new(), "/tmp/x".into()),
+            minimal
+        );
+    }
+
+    #[test]
+    fn a_node_may_serve_everything_on_one_port_but_no_two_nodes_share_one() {
+        let one = GOOD
+            .replace("127.0.0.1:8002", "127.0.0.1:7002")
+            .replace("127.0.0.1:9002", "127.0.0.1:7002");
+        let c = parse(&one).expect("parses");
+        c.validate().expect("node 2 serves all three protocols on 7002");
+        assert_eq!(c.me().ports().len(), 1);
+        assert_eq!(
+            c.me(),
+            &NodeAddrs::one_port("127.0.0.1:7002".parse().expect("an address"))
+        );
+        let shared = one.replace("127.0.0.1:9003", "127.0.0.1:7002");
+        let e = parse(&shared).expect("parses").validate().expect_err("two nodes");
+        assert!(e.to_string().contains("127.0.0.1:7002 is used twice"), "{e}");
     }
 
     #[test]

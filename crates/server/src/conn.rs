@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tenure_transport::Incoming;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
@@ -94,18 +95,22 @@ impl Gate {
         })
     }
 
-    /// Accepts on `listener`, admits, waits (in a task per connection) for each one's first
-    /// byte, and hands on the connections that are within every limit.
-    pub fn serve(self, listener: TcpListener) -> mpsc::Receiver<(Conn, SocketAddr)> {
+    /// Accepts on `listener` (a port of its own, or this protocol's share of a shared
+    /// one), admits, waits (in a task per connection) for each one's first byte, and hands
+    /// on the connections that are within every limit.
+    pub fn serve(self, listener: impl Into<Incoming>) -> mpsc::Receiver<(Conn, SocketAddr)> {
+        let mut listener = listener.into();
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = match listener.accept().await {
-                    Ok(accepted) => {
+                    // The shared port has closed.
+                    None => return,
+                    Some(Ok(accepted)) => {
                         self.accept_failing.store(false, Relaxed);
                         accepted
                     }
-                    Err(e) => {
+                    Some(Err(e)) => {
                         // Out of file descriptors, most likely: back off, keep serving.
                         self.accept_failing.store(true, Relaxed);
                         tracing::warn!("accept failed: {e}");
@@ -281,7 +286,7 @@ impl<Io> ChannelListener<Io> {
 
 impl ChannelListener<Conn> {
     /// The plaintext HTTP port: `listener` served through `gate`.
-    pub fn gated(listener: TcpListener, gate: Gate) -> std::io::Result<Self> {
+    pub fn gated(listener: Incoming, gate: Gate) -> std::io::Result<Self> {
         let local = listener.local_addr()?;
         Ok(ChannelListener::new(gate.serve(listener), local))
     }

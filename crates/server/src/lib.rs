@@ -17,8 +17,10 @@ pub mod config;
 pub mod conn;
 pub mod dashboard;
 pub mod driver;
+pub mod embed;
 pub mod http;
 pub mod metrics;
+pub mod shared_port;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -163,13 +165,15 @@ fn injected_driver_bugs() -> Result<tenure_driver::DriverBugs, ServerError> {
 }
 
 /// The three listeners a server needs, bound by the caller (so tests can bind port 0).
+/// Where a node's addresses name one port for several protocols, each of them gets its
+/// share of that port ([`shared_port`]).
 pub struct Listeners {
     /// Raft peers.
-    pub peer: TcpListener,
+    pub peer: tenure_transport::Incoming,
     /// gRPC clients.
-    pub client: TcpListener,
+    pub client: tenure_transport::Incoming,
     /// HTTP.
-    pub http: TcpListener,
+    pub http: tenure_transport::Incoming,
 }
 
 impl Listeners {
@@ -178,13 +182,34 @@ impl Listeners {
     /// loopback addresses are bound, whatever a name resolves to. A failure names the
     /// address, the port it is for and the flag that gave it.
     pub async fn bind(config: &ServerConfig) -> Result<Listeners, ServerError> {
+        use shared_port::Protocol;
         let me = config.me();
         let loopback_only = config.tls.is_none() && !config.insecure;
-        let bind = |what, addr| bind_one(config.id, what, addr, loopback_only);
+        let handshake = Duration::from_millis(config.handshake_timeout_ms);
+        let wanted = [
+            (Protocol::Peer, &me.peer),
+            (Protocol::Client, &me.client),
+            (Protocol::Http, &me.http),
+        ];
+        let mut incoming = BTreeMap::new();
+        for addr in me.ports() {
+            let here: Vec<Protocol> = wanted
+                .iter()
+                .filter(|(_, a)| *a == addr)
+                .map(|(p, _)| *p)
+                .collect();
+            let listener = bind_one(config.id, here[0].name(), addr, loopback_only).await?;
+            if let [only] = here[..] {
+                incoming.insert(only, listener.into());
+            } else {
+                incoming.extend(shared_port::share(listener, &here, handshake)?);
+            }
+        }
+        let mut take = |p| incoming.remove(&p).expect("every protocol has an address");
         Ok(Listeners {
-            peer: bind("peer", &me.peer).await?,
-            client: bind("client", &me.client).await?,
-            http: bind("http", &me.http).await?,
+            peer: take(Protocol::Peer),
+            client: take(Protocol::Client),
+            http: take(Protocol::Http),
         })
     }
 }

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_transport::Incoming;
 use tenure_transport::{ClientAuth, PeerTls, TlsFiles, TlsMaterial};
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -86,7 +86,7 @@ impl NodeTls {
 /// timed), and each TLS handshake runs in its own task (bounded in time and number), so
 /// that a slow or silent client holds up nobody else.
 pub(crate) fn https_listener(
-    listener: TcpListener,
+    listener: Incoming,
     gate: Gate,
     acceptor: TlsAcceptor,
     handshake_timeout: Duration,

@@ -183,7 +183,8 @@ fn is_newer_than_sources(bin: &Path, workspace: &Path) -> bool {
 /// outgoing connection can never take the port of a node that is down for a restart.
 const PORT_RANGE: std::ops::Range<u16> = 20_000..32_000;
 
-fn free_ports(n: usize) -> Vec<u16> {
+/// `n` distinct loopback ports that were free a moment ago (for clusters run in-process).
+pub fn free_ports(n: usize) -> Vec<u16> {
     // A cheap pseudo-random walk seeded by the clock and the process id; each candidate is
     // checked by binding it. Held listeners keep the candidates distinct until all are found.
     let mut state = (std::process::id() as u64) << 32
@@ -492,8 +493,21 @@ pub struct ClientTls {
     http: tokio_rustls::TlsConnector,
 }
 
+/// The harness's one-cluster-at-a-time lock, for clusters run in the test's own process
+/// (embedded nodes): held until dropped, as [`Cluster`] holds it.
+pub struct ClusterLock(#[allow(dead_code)] FileLock); // Held for its lock.
+
+impl ClusterLock {
+    /// Wait for the lock.
+    pub fn acquire() -> ClusterLock {
+        ClusterLock(FileLock::acquire("tenure-server-tests-cluster.lock"))
+    }
+}
+
 impl ClientTls {
-    fn issue(dir: &Path) -> ClientTls {
+    /// Issue into `dir` what the harness's clusters use: a CA, certificates for nodes 1 to
+    /// 9 of cluster [`CLUSTER_ID`], and for the clients [`ADMIN_CLIENT`] and [`APP_CLIENT`].
+    pub fn issue(dir: &Path) -> ClientTls {
         use tenure_transport::certs::{files, issue, CertsRequest};
         issue(
             dir,
@@ -545,7 +559,7 @@ impl Cluster {
     pub fn start(opts: Options) -> Cluster {
         // Build (or find) the binary before taking the lock: building holds no cluster.
         tenure_binary();
-        let lock = FileLock::acquire("tenure-server-tests-cluster.lock");
+        let ClusterLock(lock) = ClusterLock::acquire();
         let ports = free_ports(opts.nodes * 3);
         let addrs: BTreeMap<u64, Addrs> = (0..opts.nodes)
             .map(|i| {

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_core::types::NodeId;
-use tokio::net::TcpListener;
 
 use crate::addr::HostPort;
 use crate::codec::{
@@ -44,8 +43,9 @@ pub struct TransportConfig {
     /// a misconfigured address cannot merge two clusters.
     pub cluster_id: String,
     /// Where peers connect to. Passed in already bound so that tests (and the server's
-    /// `--listen :0`) can bind port 0 and learn the port before peers are configured.
-    pub listener: TcpListener,
+    /// `--listen :0`) can bind port 0 and learn the port before peers are configured; or
+    /// the peer connections of a port shared with the client API ([`Incoming::Handed`]).
+    pub listener: crate::Incoming,
     /// Every other node and where it listens. Only these ids may connect, and only these
     /// ids can be sent to. Must not contain [`TransportConfig::id`]. A host name is
     /// resolved on every dial, so a peer that moves to a new IP address under its name is
@@ -92,13 +92,13 @@ impl TransportConfig {
     pub fn new<A: Into<HostPort>>(
         id: NodeId,
         cluster_id: impl Into<String>,
-        listener: TcpListener,
+        listener: impl Into<crate::Incoming>,
         peers: BTreeMap<NodeId, A>,
     ) -> TransportConfig {
         TransportConfig {
             id,
             cluster_id: cluster_id.into(),
-            listener,
+            listener: listener.into(),
             peers: peers.into_iter().map(|(id, a)| (id, a.into())).collect(),
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
             outbound_queue_max: OUTBOUND_QUEUE_MAX_DEFAULT,

@@ -15,7 +15,7 @@ use bytes::BytesMut;
 use tenure_core::message::Message;
 use tenure_core::types::NodeId;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{timeout_at, Instant};
@@ -152,7 +152,7 @@ impl Drop for Registration {
 /// Accepts connections until shutdown, then waits for every reader to finish. Dropping the
 /// listener on return closes the port.
 pub(crate) async fn run_acceptor(
-    listener: TcpListener,
+    mut listener: crate::Incoming,
     ctx: Arc<InboundCtx>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -161,7 +161,9 @@ pub(crate) async fn run_acceptor(
         tokio::select! {
             _ = shutdown_requested(&mut shutdown) => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, addr)) => match Arc::clone(&ctx.slots).try_acquire_owned() {
+                // The shared port that handed connections over has closed.
+                None => break,
+                Some(Ok((stream, addr))) => match Arc::clone(&ctx.slots).try_acquire_owned() {
                     Ok(permit) => {
                         let ctx = Arc::clone(&ctx);
                         let shutdown = shutdown.clone();
@@ -176,7 +178,7 @@ pub(crate) async fn run_acceptor(
                         drop(stream);
                     }
                 },
-                Err(e) => {
+                Some(Err(e)) => {
                     warn!(node = ctx.shared.id, error = %e, "accept failed");
                     tokio::select! {
                         _ = shutdown_requested(&mut shutdown) => break,

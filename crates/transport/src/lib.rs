@@ -21,7 +21,8 @@
 //! and closed; the node keeps serving everyone else and never panics on input.
 //!
 //! [`Transport::start`] takes an already bound [`tokio::net::TcpListener`] so that tests
-//! can bind port 0.
+//! can bind port 0, or ([`Incoming::Handed`]) the peer connections of a port it shares with
+//! the client API, sorted by the port's owner.
 //!
 //! # Frame format (protocol version 1)
 //!
@@ -78,6 +79,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 mod inbound;
+mod incoming;
 pub mod metrics;
 mod outbound;
 pub mod tls;
@@ -91,6 +93,7 @@ pub use codec::{
 };
 pub use config::TransportConfig;
 pub use error::{ConfigError, Result, SendError, TransportError};
+pub use incoming::Incoming;
 pub use metrics::{PeerState, TransportMetrics};
 pub use tls::{node_name, ClientAuth, PeerTls, TlsError, TlsFiles, TlsMaterial};
 pub use transport::{PeerChange, Transport, TransportHandle};
