@@ -122,9 +122,9 @@ pub struct ServerArgs {
 /// The format of the server's log lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
-    /// `2026-01-01T00:00:00Z  INFO tenure_server::driver: this node leads term 3 event="leader_elected" …`
+    /// `2026-01-01T00:00:00Z  INFO tenure_server::driver: became leader of term 3 after 185.1 ms without a leader event="leader_elected" …`
     Text,
-    /// `{"timestamp":"…","level":"INFO","message":"this node leads term 3","event":"leader_elected",…}`
+    /// `{"timestamp":"…","level":"INFO","message":"became leader of term 3 after 185.1 ms without a leader","event":"leader_elected",…}`
     Json,
 }
 

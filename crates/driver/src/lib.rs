@@ -217,6 +217,103 @@ pub enum Event {
     ElectionLeaderChanged,
 }
 
+impl Event {
+    /// The event's stable name, as logs (`event=`) and the dashboard's journal give it;
+    /// `me` is the node that saw it (a leader learned of is `leader_elected` when it is
+    /// `me`).
+    pub fn kind(&self, me: NodeId) -> &'static str {
+        match self {
+            Event::Committed { .. } => "committed",
+            Event::Renewed { .. } => "renewed",
+            Event::LeaseAgeAtRenewal { .. } => "lease_age_at_renewal",
+            Event::StepDown { .. } => "step_down",
+            Event::PreVoteLost { .. } => "pre_vote_lost",
+            Event::ElectionStarted { .. } => "election_started",
+            Event::LeaderKnown { leader, .. } if *leader == me => "leader_elected",
+            Event::LeaderKnown { .. } => "leader_known",
+            Event::MembershipChanged { .. } => "membership_changed",
+            Event::SessionExpired { .. } => "session_expired",
+            Event::FencedRejection { .. } => "fenced_write_rejected",
+            Event::ElectionLeaderChanged => "election_leader_changed",
+        }
+    }
+
+    /// The event in words, as node `me` saw it: the one wording of the server's log line
+    /// and of the dashboard's journal. Clients' strings (keys) are quoted and escaped.
+    pub fn worded(&self, me: NodeId) -> Worded<'_> {
+        Worded { event: self, me }
+    }
+}
+
+/// [`Event::worded`]: an event's words, by `Display`.
+#[derive(Debug)]
+pub struct Worded<'a> {
+    event: &'a Event,
+    me: NodeId,
+}
+
+impl std::fmt::Display for Worded<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |us: Micros| us as f64 / 1000.0;
+        match self.event {
+            Event::Committed { latency_us } => {
+                write!(f, "a proposal committed in {:.1} ms", ms(*latency_us))
+            }
+            Event::Renewed { latency_us } => {
+                write!(f, "a keepalive acknowledged in {:.1} ms", ms(*latency_us))
+            }
+            Event::LeaseAgeAtRenewal { age_us } => {
+                write!(
+                    f,
+                    "a lease renewed {:.1} ms after its last renewal",
+                    ms(*age_us)
+                )
+            }
+            // The consensus's own events are worded by the core (`NodeEvent`'s Display).
+            Event::StepDown { term, reason } => NodeEvent::SteppedDown {
+                term: *term,
+                reason: *reason,
+            }
+            .fmt(f),
+            Event::PreVoteLost { term } => NodeEvent::PreVoteLost { term: *term }.fmt(f),
+            Event::ElectionStarted { term, pre_vote } => NodeEvent::ElectionStarted {
+                term: *term,
+                pre_vote: *pre_vote,
+            }
+            .fmt(f),
+            Event::LeaderKnown {
+                term,
+                leader,
+                leaderless_us,
+            } => {
+                if *leader == self.me {
+                    NodeEvent::BecameLeader { term: *term }.fmt(f)?;
+                } else {
+                    NodeEvent::LeaderKnown {
+                        term: *term,
+                        leader: *leader,
+                    }
+                    .fmt(f)?;
+                }
+                match leaderless_us {
+                    Some(us) => write!(f, " after {:.1} ms without a leader", ms(*us)),
+                    None => Ok(()),
+                }
+            }
+            Event::MembershipChanged { from, to } => NodeEvent::MembershipChanged {
+                from: from.clone(),
+                to: to.clone(),
+            }
+            .fmt(f),
+            Event::SessionExpired { session } => write!(f, "session {session} expired"),
+            Event::FencedRejection { key, error, .. } => {
+                write!(f, "fenced write to {key:?} rejected: {error}")
+            }
+            Event::ElectionLeaderChanged => f.write_str("an election's leader changed"),
+        }
+    }
+}
+
 /// Why a leader stopped leading: the core's own reason, from the code path that stopped it
 /// (see `tenure_core::event`), re-exported so that the driver's users name one type.
 pub use tenure_core::event::StepDownReason;

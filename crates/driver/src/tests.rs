@@ -227,3 +227,37 @@ fn a_keepalive_for_an_unknown_session_leaves_nothing_behind() {
         "unknown sessions were remembered"
     );
 }
+
+#[test]
+fn events_are_named_and_worded_once_with_the_cores_words_for_consensus() {
+    use tenure_core::event::NodeEvent;
+    let won = Event::LeaderKnown {
+        term: 4,
+        leader: 2,
+        leaderless_us: Some(1_260),
+    };
+    assert_eq!(won.kind(2), "leader_elected");
+    assert_eq!(won.kind(1), "leader_known");
+    assert_eq!(
+        won.worded(2).to_string(),
+        format!(
+            "{} after 1.3 ms without a leader",
+            NodeEvent::BecameLeader { term: 4 }
+        )
+    );
+    assert_eq!(
+        won.worded(1).to_string(),
+        "node 2 leads term 4 after 1.3 ms without a leader"
+    );
+    let lost = Event::PreVoteLost { term: 3 };
+    assert_eq!(lost.kind(1), "pre_vote_lost");
+    assert_eq!(
+        lost.worded(1).to_string(),
+        NodeEvent::PreVoteLost { term: 3 }.to_string()
+    );
+    let expired = Event::SessionExpired { session: 9 };
+    assert_eq!(
+        (expired.kind(1), expired.worded(1).to_string().as_str()),
+        ("session_expired", "session 9 expired")
+    );
+}

@@ -686,15 +686,22 @@ mod tests {
             .replace("127.0.0.1:8002", "127.0.0.1:7002")
             .replace("127.0.0.1:9002", "127.0.0.1:7002");
         let c = parse(&one).expect("parses");
-        c.validate().expect("node 2 serves all three protocols on 7002");
+        c.validate()
+            .expect("node 2 serves all three protocols on 7002");
         assert_eq!(c.me().ports().len(), 1);
         assert_eq!(
             c.me(),
             &NodeAddrs::one_port("127.0.0.1:7002".parse().expect("an address"))
         );
         let shared = one.replace("127.0.0.1:9003", "127.0.0.1:7002");
-        let e = parse(&shared).expect("parses").validate().expect_err("two nodes");
-        assert!(e.to_string().contains("127.0.0.1:7002 is used twice"), "{e}");
+        let e = parse(&shared)
+            .expect("parses")
+            .validate()
+            .expect_err("two nodes");
+        assert!(
+            e.to_string().contains("127.0.0.1:7002 is used twice"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -718,68 +718,40 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
         // operator greps for `event=step_down`, a log pipeline reads the JSON fields.
         for event in out.events {
             self.journal.note(node, &event);
-            match event {
-                Event::Committed { latency_us } => m.commit_latency.observe(us(latency_us)),
-                Event::Renewed { latency_us } => m.lease_renewal.observe(us(latency_us)),
-                Event::LeaseAgeAtRenewal { age_us } => m.lease_age_at_renewal.observe(us(age_us)),
+            // The event's name and words are the driver's (`Event::kind`, `Event::worded`),
+            // the same as the dashboard's journal shows.
+            let kind = event.kind(node);
+            let words = event.worded(node);
+            match &event {
+                Event::Committed { latency_us } => m.commit_latency.observe(us(*latency_us)),
+                Event::Renewed { latency_us } => m.lease_renewal.observe(us(*latency_us)),
+                Event::LeaseAgeAtRenewal { age_us } => m.lease_age_at_renewal.observe(us(*age_us)),
                 Event::StepDown { term, reason } => {
                     m.step_downs.fetch_add(1, Relaxed);
-                    log_step_down(node, term, reason);
+                    log_step_down(node, *term, *reason, &words);
                 }
                 Event::PreVoteLost { term } => {
                     m.pre_votes_lost.fetch_add(1, Relaxed);
                     self.pre_votes_lost_in_a_row += 1;
                     let lost = self.pre_votes_lost_in_a_row;
+                    // A node that cannot win (a removed member, one the others refuse)
+                    // pre-votes every election timeout: the first lost round of a streak
+                    // is news, the rest are debug.
                     if lost == 1 {
-                        tracing::info!(
-                            event = "pre_vote_lost",
-                            node,
-                            term,
-                            "lost a pre-vote round for term {}; staying follower (more \
-                             lost rounds before a leader is known are logged at debug)",
-                            term + 1
-                        );
+                        tracing::info!(event = kind, node, term, "{words}");
                     } else {
-                        tracing::debug!(
-                            event = "pre_vote_lost",
-                            node,
-                            term,
-                            lost_in_a_row = lost,
-                            "lost a pre-vote round for term {} again",
-                            term + 1
-                        );
+                        tracing::debug!(event = kind, node, term, lost_in_a_row = lost, "{words}");
                     }
                 }
                 Event::ElectionStarted { term, pre_vote } => {
-                    // A node that cannot win (a removed member, one the others refuse)
-                    // pre-votes every election timeout: the first round of a streak is
-                    // news, the rest are not.
-                    if pre_vote && self.pre_votes_lost_in_a_row == 0 {
-                        tracing::info!(
-                            event = "election_started",
-                            node,
-                            term,
-                            pre_vote,
-                            "pre-vote round for term {term} started (no term changes yet)"
-                        );
-                    } else if pre_vote {
-                        tracing::debug!(
-                            event = "election_started",
-                            node,
-                            term,
-                            pre_vote,
-                            "pre-vote round for term {term} started again"
-                        );
-                    } else {
+                    if !pre_vote {
                         self.pre_votes_lost_in_a_row = 0;
                         m.elections_started.fetch_add(1, Relaxed);
-                        tracing::info!(
-                            event = "election_started",
-                            node,
-                            term,
-                            pre_vote,
-                            "election for term {term} started"
-                        );
+                    }
+                    if *pre_vote && self.pre_votes_lost_in_a_row > 0 {
+                        tracing::debug!(event = kind, node, term, pre_vote, "{words}");
+                    } else {
+                        tracing::info!(event = kind, node, term, pre_vote, "{words}");
                     }
                 }
                 Event::LeaderKnown {
@@ -790,34 +762,16 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     m.leader_changes.fetch_add(1, Relaxed);
                     self.pre_votes_lost_in_a_row = 0;
                     if let Some(gap) = leaderless_us {
-                        m.failover.observe(us(gap));
+                        m.failover.observe(us(*gap));
                     }
                     let leaderless_ms = leaderless_us.map(|gap| gap as f64 / 1000.0);
-                    if leader == node {
-                        tracing::info!(
-                            event = "leader_elected",
-                            node,
-                            term,
-                            leader,
-                            leaderless_ms,
-                            "this node leads term {term}"
-                        );
-                    } else {
-                        tracing::info!(
-                            event = "leader_known",
-                            node,
-                            term,
-                            leader,
-                            leaderless_ms,
-                            "node {leader} leads term {term}"
-                        );
-                    }
+                    tracing::info!(event = kind, node, term, leader, leaderless_ms, "{words}");
                 }
                 Event::MembershipChanged { from, to } => {
                     m.membership_changes.fetch_add(1, Relaxed);
                     let (from, to_text) = (from.to_string(), to.to_string());
                     tracing::info!(
-                        event = "membership_changed",
+                        event = kind,
                         node,
                         from = from.as_str(),
                         to = to_text.as_str(),
@@ -825,17 +779,12 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                         voters_outgoing = ids(&to.voters_outgoing).as_str(),
                         learners = ids(&to.learners).as_str(),
                         joint = to.is_joint(),
-                        "membership changed from {from} to {to_text}"
+                        "{words}"
                     );
                 }
                 Event::SessionExpired { session } => {
                     m.session_expiries.fetch_add(1, Relaxed);
-                    tracing::info!(
-                        event = "session_expired",
-                        node,
-                        session,
-                        "session {session} expired"
-                    );
+                    tracing::info!(event = kind, node, session, "{words}");
                 }
                 Event::FencedRejection {
                     key,
@@ -850,14 +799,14 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     // forge a line. Values are never logged.
                     let reason = error.to_string();
                     tracing::info!(
-                        event = "fenced_write_rejected",
+                        event = kind,
                         node,
                         key = key.as_str(),
                         election = election.as_str(),
                         token,
                         current,
                         reason = reason.as_str(),
-                        "fenced write rejected: {reason}"
+                        "{words}"
                     );
                 }
                 Event::ElectionLeaderChanged => {
@@ -989,7 +938,12 @@ pub fn most_caught_up_voter(
 }
 
 /// A step-down is a warning unless it was a transfer someone asked for.
-fn log_step_down(node: NodeId, term: Term, reason: StepDownReason) {
+fn log_step_down(
+    node: NodeId,
+    term: Term,
+    reason: StepDownReason,
+    words: &tenure_driver::Worded<'_>,
+) {
     let (to, seen_term) = match reason {
         StepDownReason::Transferred { to } | StepDownReason::TransferTimedOut { to } => {
             (Some(to), None)
@@ -1006,7 +960,7 @@ fn log_step_down(node: NodeId, term: Term, reason: StepDownReason) {
             reason = reason_name,
             to,
             seen_term,
-            "stopped leading term {term}: {reason}"
+            "{words}"
         );
     } else {
         tracing::warn!(
@@ -1016,7 +970,7 @@ fn log_step_down(node: NodeId, term: Term, reason: StepDownReason) {
             reason = reason_name,
             to,
             seen_term,
-            "stopped leading term {term}: {reason}"
+            "{words}"
         );
     }
 }

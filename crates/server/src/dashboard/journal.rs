@@ -140,46 +140,31 @@ fn now_ms() -> u64 {
 
 type Described = (&'static str, BTreeMap<&'static str, Value>, String);
 
-/// The page's view of a driver event: kind, fields and words (those of the log line), or
-/// `None` for what only the metrics count (latencies, election leader changes).
+/// The page's view of a driver event: kind, fields and words (the driver's, as in the log
+/// line: `Event::kind`, `Event::worded`), or `None` for what only the metrics count
+/// (latencies, election leader changes) and for the repeats of a pre-vote streak.
 fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<Described> {
     let mut fields = BTreeMap::new();
-    let described = match event {
+    match event {
         Event::Committed { .. }
         | Event::Renewed { .. }
         | Event::LeaseAgeAtRenewal { .. }
         | Event::ElectionLeaderChanged => return None,
         Event::ElectionStarted { term, pre_vote } => {
+            if *pre_vote && *pre_vote_streak {
+                return None;
+            }
+            if !pre_vote {
+                *pre_vote_streak = false;
+            }
             fields.insert("term", Value::from(*term));
             fields.insert("pre_vote", Value::from(*pre_vote));
-            if *pre_vote {
-                if *pre_vote_streak {
-                    return None;
-                }
-                (
-                    "election_started",
-                    format!("node {node}: pre-vote round for term {term} started"),
-                )
-            } else {
-                *pre_vote_streak = false;
-                (
-                    "election_started",
-                    format!("node {node}: election for term {term} started"),
-                )
-            }
         }
         Event::PreVoteLost { term } => {
             if std::mem::replace(pre_vote_streak, true) {
                 return None;
             }
             fields.insert("term", Value::from(*term));
-            (
-                "pre_vote_lost",
-                format!(
-                    "node {node}: lost a pre-vote round for term {}; stays follower",
-                    term + 1
-                ),
-            )
         }
         Event::LeaderKnown {
             term,
@@ -189,23 +174,8 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
             *pre_vote_streak = false;
             fields.insert("term", Value::from(*term));
             fields.insert("leader", Value::from(*leader));
-            let gap = leaderless_us.map(|us| us as f64 / 1000.0);
-            if let Some(ms) = gap {
-                fields.insert("leaderless_ms", Value::from(ms));
-            }
-            let after = gap
-                .map(|ms| format!(" after {ms:.1} ms without a leader"))
-                .unwrap_or_default();
-            if *leader == node {
-                (
-                    "leader_elected",
-                    format!("node {node} was elected leader of term {term}{after}"),
-                )
-            } else {
-                (
-                    "leader_known",
-                    format!("node {node}: node {leader} leads term {term}{after}"),
-                )
+            if let Some(us) = leaderless_us {
+                fields.insert("leaderless_ms", Value::from(*us as f64 / 1000.0));
             }
         }
         Event::StepDown { term, reason } => {
@@ -220,34 +190,22 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
                 }
                 StepDownReason::Removed | StepDownReason::LostQuorum => {}
             }
-            (
-                "step_down",
-                format!("node {node} stopped leading term {term}: {reason}"),
-            )
         }
-        Event::MembershipChanged { from, to } => {
+        Event::MembershipChanged { to, .. } => {
             fields.insert("voters", ids_value(&to.voters));
             fields.insert("voters_outgoing", ids_value(&to.voters_outgoing));
             fields.insert("learners", ids_value(&to.learners));
             fields.insert("joint", Value::from(to.is_joint()));
-            (
-                "membership_changed",
-                format!("node {node}: membership changed from {from} to {to}"),
-            )
         }
         Event::SessionExpired { session } => {
             fields.insert("session", Value::from(*session));
-            (
-                "session_expired",
-                format!("node {node}: session {session} expired"),
-            )
         }
         Event::FencedRejection {
             key,
             election,
             token,
             current,
-            error,
+            ..
         } => {
             // Keys and election names are the clients' strings: they travel as JSON
             // strings and the page sets them as text, never as markup. Values are not shown.
@@ -257,14 +215,11 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
             if let Some(current) = current {
                 fields.insert("current", Value::from(*current));
             }
-            (
-                "fenced_write_rejected",
-                format!("node {node}: fenced write to {key:?} rejected: {error}"),
-            )
         }
-    };
+    }
     fields.insert("node", Value::from(node));
-    Some((described.0, fields, described.1))
+    let words = format!("node {node}: {}", event.worded(node));
+    Some((event.kind(node), fields, words))
 }
 
 fn ids_value(set: &BTreeSet<NodeId>) -> Value {
@@ -307,7 +262,7 @@ mod tests {
         assert_eq!(live.kind, "leader_elected");
         assert_eq!(
             live.text,
-            "node 1 was elected leader of term 999 after 1.5 ms without a leader"
+            "node 1: became leader of term 999 after 1.5 ms without a leader"
         );
     }
 
