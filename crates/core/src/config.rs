@@ -18,6 +18,10 @@ pub struct InjectedBugs {
     pub stale_fence_accepted: bool,
     /// Leave the vote out of the hard state that must be persisted before replying.
     pub no_vote_persist: bool,
+    /// Treat a changed term or vote like a changed commit index: `Ready::must_sync` is
+    /// false for them, so a driver writes them without an fsync and a crash can lose a
+    /// vote that was already sent.
+    pub unsynced_vote: bool,
     /// Commit an entry of an earlier term by counting its replicas, without waiting for an
     /// entry of the leader's own term to reach a majority (Raft §5.4.2, Figure 8).
     pub old_term_commit: bool,
@@ -79,6 +83,7 @@ impl InjectedBugs {
             || self.commit_without_majority
             || self.stale_fence_accepted
             || self.no_vote_persist
+            || self.unsynced_vote
             || self.old_term_commit
             || self.joint_vote_one_half
             || self.joint_commit_one_half

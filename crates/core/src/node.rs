@@ -139,7 +139,10 @@ pub struct KeepaliveAck {
 
 /// Everything the driver must do after feeding the node inputs, in this order:
 ///
-/// 1. Make `hard_state`, `snapshot` and `entries` durable (write and fsync).
+/// 1. Make `hard_state`, `snapshot` and `entries` durable (write and fsync). When
+///    `must_sync` is false the only change is the hard state's commit index, which may be
+///    written without an fsync ([`crate::storage::Storage::persist_commit`]): a lost commit
+///    index is learned again from the log and the leader, so nothing waits on it.
 /// 2. Call [`Node::advance`].
 /// 3. Send `messages` (never before step 1: votes and acknowledgements promise durability).
 /// 4. Hand `applied`, `leader_changes` and `keepalive_acks` to clients; these come from
@@ -148,6 +151,10 @@ pub struct KeepaliveAck {
 pub struct Ready {
     /// Term, vote and commit index to persist, if they changed.
     pub hard_state: Option<HardState>,
+    /// Whether step 1 must fsync: entries, a snapshot, or a new term or vote are to be
+    /// persisted. False when only the commit index changed (one fsync per write instead
+    /// of two: the entries' own, not another for the commit index that follows them).
+    pub must_sync: bool,
     /// A snapshot to persist; then discard stored entries up to `snapshot.index` (all of
     /// them if the stored entry at `snapshot.index` has another term).
     pub snapshot: Option<Snapshot>,
@@ -463,11 +470,21 @@ impl Node {
         self.assert_not_awaiting();
         self.awaiting_advance = true;
         self.applied_handed = self.raft.log.applied;
+        let before = self.raft.persisted_hard_state;
+        let hard_state = self.raft.take_hard_state();
+        let snapshot = self.raft.snapshot_to_persist.take();
+        let entries = self.raft.log.take_unstable();
+        // A term or vote must be durable before any message that depends on it leaves (a
+        // vote granted, a term's messages); a commit index need not be (docs/GUARANTEES.md, "One fsync per write").
+        let term_or_vote = hard_state
+            .is_some_and(|hs| (hs.term, hs.vote) != (before.term, before.vote))
+            && !self.raft.config.bugs.unsynced_vote;
         let ready = Ready {
             applied_through: self.raft.log.applied,
-            hard_state: self.raft.take_hard_state(),
-            snapshot: self.raft.snapshot_to_persist.take(),
-            entries: self.raft.log.take_unstable(),
+            must_sync: term_or_vote || snapshot.is_some() || !entries.is_empty(),
+            hard_state,
+            snapshot,
+            entries,
             messages: std::mem::take(&mut self.raft.msgs),
             applied: std::mem::take(&mut self.applied),
             leader_changes: std::mem::take(&mut self.leader_changes),

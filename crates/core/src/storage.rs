@@ -32,6 +32,16 @@ pub trait Storage {
         snapshot: Option<&Snapshot>,
         entries: &[Entry],
     ) -> Result<(), Self::Error>;
+
+    /// Store `hard_state`, which differs from the stored one in its commit index only
+    /// (a Ready whose `must_sync` is false). It need not be durable on return: a crash may
+    /// lose it (and anything else not yet durable), never what an earlier call made durable,
+    /// and the next [`Storage::persist`] makes it durable along with its own parts. Losing
+    /// a commit index is safe: a restarted node learns it again from its log and its leader.
+    /// The default makes it durable anyway.
+    fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), Self::Error> {
+        self.persist(Some(hard_state), None, &[])
+    }
 }
 
 /// Apply a Ready's persistent parts to an in-memory image of the disk, with exactly the

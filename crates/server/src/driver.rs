@@ -653,7 +653,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
     fn process_ready(&mut self) -> Result<(), StorageFailed> {
         while self.node.has_ready() {
             let mut ready = self.node.ready();
-            if ready.hard_state.is_some() || ready.snapshot.is_some() || !ready.entries.is_empty() {
+            if ready.must_sync {
                 let started = Instant::now();
                 self.storage
                     .persist(
@@ -663,6 +663,11 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     )
                     .map_err(|e| StorageFailed(e.to_string()))?;
                 self.metrics.fsync_latency.observe(started.elapsed());
+            } else if let Some(hs) = &ready.hard_state {
+                // Only the commit index moved: written, not fsynced (one fsync per write).
+                self.storage
+                    .persist_commit(hs)
+                    .map_err(|e| StorageFailed(e.to_string()))?;
             }
             if let Some(snapshot) = &ready.snapshot {
                 self.log_snapshot_persisted(snapshot.index, snapshot.term);

@@ -281,6 +281,12 @@ impl tenure_core::storage::Storage for Disk {
         self.write(snapshot.cloned(), entries.to_vec(), hard_state.copied());
         self.fsync()
     }
+
+    fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), StorageError> {
+        // Written, not fsynced: a crash before the next fsync loses it.
+        self.write(None, Vec::new(), Some(*hard_state));
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -294,6 +300,32 @@ mod tests {
             index,
             payload: Payload::Noop,
         }
+    }
+
+    #[test]
+    fn a_commit_index_alone_is_not_fsynced_and_a_crash_loses_only_it() {
+        use tenure_core::storage::Storage as _;
+        let mut disk = Disk::default();
+        let hs = |commit| HardState {
+            term: 1,
+            vote: Some(1),
+            commit,
+        };
+        disk.persist(Some(&hs(1)), None, &[entry(1, 1), entry(2, 1)])
+            .expect("persist");
+        disk.persist_commit(&hs(2)).expect("persist_commit");
+        assert_eq!(disk.recovered().hard_state, hs(1), "not durable yet");
+        disk.crash();
+        let r = disk.recovered();
+        assert_eq!((r.hard_state, r.entries.len()), (hs(1), 2));
+        disk.persist_commit(&hs(2)).expect("persist_commit");
+        disk.persist(None, None, &[entry(3, 1)]).expect("persist");
+        disk.crash();
+        assert_eq!(
+            disk.recovered().hard_state,
+            hs(2),
+            "the next persist made it durable"
+        );
     }
 
     #[test]

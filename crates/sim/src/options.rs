@@ -102,6 +102,9 @@ pub enum InjectBug {
     /// The vote is not persisted, so a restarted node votes again in the same term (core
     /// switch `no_vote_persist`).
     NoVotePersist,
+    /// A new term or vote is written without an fsync, as only a commit index may be
+    /// (core switch `unsynced_vote`): a crash can lose a vote already granted.
+    UnsyncedVote,
     /// Clients time their lease from the receipt of a keepalive ack instead of from the send
     /// of the keepalive (a simulator-side client bug).
     LeaseFromReceiveTime,
@@ -184,11 +187,12 @@ pub enum InjectBug {
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 18] = [
+    pub const ALL: [InjectBug; 19] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
         InjectBug::NoVotePersist,
+        InjectBug::UnsyncedVote,
         InjectBug::LeaseFromReceiveTime,
         InjectBug::NotLeaderAfterSnapshot,
         InjectBug::OldTermCommit,
@@ -216,6 +220,7 @@ impl InjectBug {
             Some(InjectBug::CommitWithoutMajority) => b.commit_without_majority = true,
             Some(InjectBug::StaleFenceAccepted) => b.stale_fence_accepted = true,
             Some(InjectBug::NoVotePersist) => b.no_vote_persist = true,
+            Some(InjectBug::UnsyncedVote) => b.unsynced_vote = true,
             Some(InjectBug::OldTermCommit) => b.old_term_commit = true,
             Some(InjectBug::JointVoteOneHalf) => b.joint_vote_one_half = true,
             Some(InjectBug::JointCommitOneHalf) => b.joint_commit_one_half = true,
@@ -239,6 +244,7 @@ impl InjectBug {
             InjectBug::CommitWithoutMajority => "commit-without-majority",
             InjectBug::StaleFenceAccepted => "stale-fence-accepted",
             InjectBug::NoVotePersist => "no-vote-persist",
+            InjectBug::UnsyncedVote => "unsynced-vote",
             InjectBug::LeaseFromReceiveTime => "lease-from-receive-time",
             InjectBug::NotLeaderAfterSnapshot => "not-leader-after-snapshot",
             InjectBug::OldTermCommit => "old-term-commit",
@@ -285,7 +291,7 @@ impl InjectBug {
             InjectBug::DoubleVote => "election-safety",
             InjectBug::CommitWithoutMajority => "leader-completeness",
             InjectBug::StaleFenceAccepted => "fencing",
-            InjectBug::NoVotePersist => "election-safety",
+            InjectBug::NoVotePersist | InjectBug::UnsyncedVote => "election-safety",
             InjectBug::LeaseFromReceiveTime => "lease-safety",
             InjectBug::NotLeaderAfterSnapshot => "exact-outcomes",
             InjectBug::OldTermCommit => "leader-completeness",

@@ -106,6 +106,11 @@ fn no_vote_persist_is_caught_by_election_safety() {
 }
 
 #[test]
+fn unsynced_vote_is_caught_by_election_safety() {
+    caught_by_its_checker(InjectBug::UnsyncedVote);
+}
+
+#[test]
 fn lease_from_receive_time_is_caught_by_lease_safety() {
     caught_by_its_checker(InjectBug::LeaseFromReceiveTime);
 }

@@ -1,13 +1,13 @@
 //! The simulator's disk passes the same storage conformance suite as the server's
 //! write-ahead log (`tenure_wal::conformance`), so "persisted" means one thing in both.
-//! Reopening is a crash that loses nothing unsynced (every `persist` fsyncs), followed by
-//! recovery from the durable part.
+//! Reopening is a crash (losing what is unsynced: a `persist_commit` not yet followed by a
+//! `persist`), followed by recovery from the durable part.
 
 use tenure_sim::disk::{Disk, WalLayout};
 
 fn reopen(mut disk: Disk) -> Disk {
-    // Every `persist` fsyncs, so a crash here loses nothing; what recovery reads afterwards
-    // is the durable part only.
+    // Every `persist` fsyncs, so a crash here loses at most a `persist_commit`'s commit
+    // index (the suite reopens only after a `persist`); recovery reads the durable part.
     disk.crash();
     disk
 }
@@ -30,5 +30,6 @@ mod sim_disk {
         newer_snapshot_replaces_older,
         empty_persist_changes_nothing,
         large_batch_round_trips,
+        unsynced_commit_index_is_made_durable_by_the_next_persist,
     );
 }

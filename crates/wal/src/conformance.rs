@@ -98,6 +98,7 @@ macro_rules! conformance_tests {
             newer_snapshot_replaces_older,
             empty_persist_changes_nothing,
             large_batch_round_trips,
+            unsynced_commit_index_is_made_durable_by_the_next_persist,
             random_persists_match_the_model,
         );
     };
@@ -145,6 +146,14 @@ impl<'a, S: Storage> Probe<'a, S> {
             .persist(hs.as_ref(), snapshot.as_ref(), &entries)
             .unwrap_or_else(|e| panic!("{check}: persist failed: {e}"));
         apply_to_image(&mut self.model, hs.as_ref(), snapshot.as_ref(), &entries);
+    }
+
+    fn persist_commit(&mut self, hs: HardState) {
+        let check = self.check;
+        self.storage()
+            .persist_commit(&hs)
+            .unwrap_or_else(|e| panic!("{check}: persist_commit failed: {e}"));
+        apply_to_image(&mut self.model, Some(&hs), None, &[]);
     }
 
     /// `recover` equals the model now, and again after a restart.
@@ -220,6 +229,30 @@ pub fn hard_state_round_trips<S: Storage>(
     p.verify("after moving to term 2 without a vote");
     p.persist(Some(hard_state(2, Some(3), 7)), None, vec![]);
     p.verify("after voting for 3 in term 2");
+}
+
+/// A commit index stored by `persist_commit` (not necessarily durable yet) is made durable
+/// by the next `persist` along with its own parts, also where that persist starts a new
+/// segment.
+pub fn unsynced_commit_index_is_made_durable_by_the_next_persist<S: Storage>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut p = Probe::new(
+        "unsynced_commit_index_is_made_durable_by_the_next_persist",
+        fresh,
+        reopen,
+    );
+    p.persist(Some(hard_state(1, Some(1), 2)), None, entries(1..=5, 1));
+    p.persist_commit(hard_state(1, Some(1), 4));
+    p.persist(None, None, entries(6..=6, 1));
+    p.verify("after the next persist");
+    for commit in 5..=6 {
+        p.persist_commit(hard_state(1, Some(1), commit));
+    }
+    p.persist(Some(hard_state(2, None, 6)), None, entries(7..=40, 2));
+    p.verify("after commit indexes 5 and 6, then a new term and 34 entries");
+    assert_eq!(p.model.hard_state.commit, 6);
 }
 
 /// Entries appended over several persists all come back, in order.

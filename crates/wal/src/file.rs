@@ -22,8 +22,9 @@ pub const LOCK_FILE: &str = "LOCK";
 /// How long the log's fsyncs took, for the server's fsync-latency metric.
 ///
 /// Counts the one `fdatasync` of the segment that every non-empty
-/// [`Storage::persist`] ends with: the wait a Ready pays before its messages may leave.
-/// Snapshot files and directory fsyncs are not included.
+/// [`Storage::persist`] ends with: the wait a Ready pays before its messages may leave
+/// ([`Storage::persist_commit`] writes without one; the fsync a rotation gives its records
+/// is counted too). Snapshot files and directory fsyncs are not included.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FsyncStats {
     /// Number of persist fsyncs since the storage was opened.
@@ -71,6 +72,10 @@ pub struct FileStorage {
     /// Set when a write or fsync failed: the disk's content is then unknown.
     poisoned: Option<String>,
     fsync: FsyncStats,
+    /// The active segment holds bytes written since its last fsync (a commit index stored
+    /// by `persist_commit`): synced before the segment is left behind by a rotation, so
+    /// that only the newest segment's tail can ever be lost.
+    unsynced: bool,
 }
 
 impl FileStorage {
@@ -184,6 +189,7 @@ impl FileStorage {
             repaired,
             poisoned: None,
             fsync: FsyncStats::default(),
+            unsynced: false,
         };
         // A crash between a snapshot and its compaction leaves dead segments behind.
         dir_changed |= storage.remove_dead_segments()?;
@@ -300,11 +306,24 @@ impl FileStorage {
 
     /// Write one encoded persist (after its snapshot file, if any) and fsync it; start a new
     /// segment first if the active one is full. Any error here poisons the storage.
-    fn write_persist(&mut self, snapshot_file: Option<(u64, &[u8])>, wal: &[u8]) -> Result<()> {
+    /// Write one persist's records (and its snapshot file), fsynced unless `sync` is false
+    /// (a commit index alone: see [`Storage::persist_commit`]).
+    fn write_persist(
+        &mut self,
+        snapshot_file: Option<(u64, &[u8])>,
+        wal: &[u8],
+        sync: bool,
+    ) -> Result<()> {
         if let Some((seq, bytes)) = snapshot_file {
             self.write_snapshot_file(seq, bytes)?;
         }
         let rotate = self.active_bytes >= self.options.segment_bytes_max;
+        if rotate && self.unsynced {
+            let path = self.dir.join(segment_name(self.active_seq));
+            let took = timed_sync(&self.active, &path)?;
+            self.note_fsync(took, 0);
+            self.unsynced = false;
+        }
         if rotate {
             let seq = self.active_seq + 1;
             let header = SegmentHeader {
@@ -331,8 +350,14 @@ impl FileStorage {
             self.active
                 .write_all(wal)
                 .map_err(WalError::io("write", &path))?;
-            let took = timed_sync(&self.active, &path)?;
-            self.note_fsync(took, wal.len());
+            if sync {
+                let took = timed_sync(&self.active, &path)?;
+                self.note_fsync(took, wal.len());
+                self.unsynced = false;
+            } else {
+                self.fsync.bytes_written += wal.len() as u64;
+                self.unsynced = true;
+            }
             self.active_bytes += wal.len() as u64;
         }
         Ok(())
@@ -369,6 +394,7 @@ impl FileStorage {
         hard_state: Option<&HardState>,
         snapshot: Option<&Snapshot>,
         entries: &[Entry],
+        sync: bool,
     ) -> Result<()> {
         // Encode and check everything first: input over a limit fails with nothing written.
         let snapshot_file = match snapshot {
@@ -412,6 +438,7 @@ impl FileStorage {
                 .as_ref()
                 .map(|(s, b)| (s.file_seq, b.as_slice())),
             &wal,
+            sync,
         );
         if let Err(e) = written {
             self.poisoned = Some(e.to_string());
@@ -515,7 +542,17 @@ impl Storage for FileStorage {
         if hard_state.is_none() && snapshot.is_none() && entries.is_empty() {
             return Ok(());
         }
-        self.persist_inner(hard_state, snapshot, entries)
+        self.persist_inner(hard_state, snapshot, entries, true)
+    }
+
+    /// Appends the hard state's record without an fsync; the next persist's fsync (or the
+    /// rotation that leaves this segment behind) makes it durable. A crash before that cuts
+    /// it as a torn tail at the next open.
+    fn persist_commit(&mut self, hard_state: &HardState) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        self.persist_inner(Some(hard_state), None, &[], false)
     }
 }
 
