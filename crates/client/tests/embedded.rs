@@ -81,11 +81,18 @@ impl Replicas {
         self.nodes[&id].1.as_ref().expect("running")
     }
 
-    /// Stop replica `id`'s node (as its process ending would).
+    /// Replica `id`'s runtime: its clients and campaigns run there, as in its process.
+    fn rt(&self, id: u64) -> &tokio::runtime::Runtime {
+        &self.nodes[&id].0
+    }
+
+    /// End replica `id` as its process ending would: its node stops, and every task of its
+    /// runtime (its client's keepalives included) is gone.
     fn stop(&mut self, id: u64) {
-        let (rt, node) = self.nodes.get_mut(&id).expect("a replica");
-        let node = node.take().expect("running");
+        let (rt, node) = self.nodes.remove(&id).expect("a replica");
+        let node = node.expect("running");
         rt.block_on(node.shutdown()).expect("a clean stop");
+        rt.shutdown_background();
     }
 }
 
@@ -113,18 +120,20 @@ async fn raft_ready(client: &Client) {
 #[test]
 fn replicas_elect_among_themselves_and_replace_a_stopped_leader() {
     let mut replicas = Replicas::start(3, true);
-    let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let mut clients = BTreeMap::new();
     for id in 1..=3 {
-        let client = rt.block_on(replicas.node(id).client()).expect("a client");
+        let client = replicas
+            .rt(id)
+            .block_on(replicas.node(id).client())
+            .expect("a client");
         clients.insert(id, client);
     }
-    rt.block_on(raft_ready(&clients[&1]));
+    replicas.rt(1).block_on(raft_ready(&clients[&1]));
     let (tx, mut won) = tokio::sync::mpsc::unbounded_channel();
     let mut campaigns = Vec::new();
     for (&id, client) in &clients {
         let (client, tx) = (client.clone(), tx.clone());
-        campaigns.push(rt.spawn(async move {
+        campaigns.push(replicas.rt(id).spawn(async move {
             let l = client
                 .campaign(
                     "nightly-close",
@@ -138,19 +147,21 @@ fn replicas_elect_among_themselves_and_replace_a_stopped_leader() {
             eprintln!("replica {id} lost leadership: {lost}");
         }));
     }
+    let rt = tokio::runtime::Runtime::new().expect("the test's runtime");
     let (first, first_token) = rt
         .block_on(async { tokio::time::timeout(Duration::from_secs(10), won.recv()).await })
         .expect("someone leads within 10 s")
         .expect("a winner");
     rt.block_on(async { tokio::time::sleep(Duration::from_millis(300)).await });
     assert!(won.try_recv().is_err(), "two replicas lead at once");
-    let written = rt
+    let written = replicas
+        .rt(first)
         .block_on(clients[&first].fenced_put("close/day", b"1", "nightly-close", first_token))
         .expect("the leader writes");
     assert!(written > 0);
 
-    // The leader's process ends: its node stops and its client with it.
-    campaigns[(first - 1) as usize].abort();
+    // The leader's process ends: its node, its client and its campaign with it (no revoke
+    // is sent: the session ends by expiry).
     clients.remove(&first);
     replicas.stop(first);
     let (second, second_token) = rt
@@ -162,7 +173,7 @@ fn replicas_elect_among_themselves_and_replace_a_stopped_leader() {
         second_token > first_token,
         "{second_token} after {first_token}"
     );
-    let refused = rt.block_on(clients[&second].fenced_put(
+    let refused = replicas.rt(second).block_on(clients[&second].fenced_put(
         "close/day",
         b"stale",
         "nightly-close",
@@ -172,7 +183,9 @@ fn replicas_elect_among_themselves_and_replace_a_stopped_leader() {
         matches!(refused, Err(Error::StaleToken { current, .. }) if current == second_token),
         "{refused:?}"
     );
-    rt.block_on(clients[&second].fenced_put("close/day", b"2", "nightly-close", second_token))
+    replicas
+        .rt(second)
+        .block_on(clients[&second].fenced_put("close/day", b"2", "nightly-close", second_token))
         .expect("the new leader writes");
     for c in campaigns {
         c.abort();
