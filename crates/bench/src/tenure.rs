@@ -459,16 +459,36 @@ impl Cluster for TenureCluster {
         let start = Instant::now() + Duration::from_millis(200);
         let end = start + window;
         let mut set = JoinSet::new();
+        let moved = Arc::new(AtomicU64::new(0));
         for s in 0..streams {
             let mine: Vec<u64> = ids.iter().copied().skip(s).step_by(streams).collect();
-            let ch = self.channel(leader, Duration::from_secs(3600));
-            let counted = counted.clone();
-            set.spawn(renew_stream(ch, mine, per_stream, start, end, counted));
+            let nodes: Vec<Channel> = (0..self.addrs.len())
+                .map(|i| self.channel(i, Duration::from_secs(3600)))
+                .collect();
+            let stream = RenewStream {
+                nodes,
+                leader,
+                inflight: per_stream,
+                start,
+                end,
+                counted: counted.clone(),
+                moved: moved.clone(),
+            };
+            set.spawn(stream.run(mine));
         }
         while let Some(r) = set.join_next().await {
             r.context("a keepalive task panicked")??;
         }
         let n = counted.load(Ordering::Relaxed);
+        let moved = moved.load(Ordering::Relaxed);
+        if moved > 0 {
+            // Counted honestly: the renewals lost while the stream moved are not counted.
+            eprintln!(
+                "[tenure] keepalives: the Raft leader changed during the window; \
+                 {moved} stream(s) reopened at the new leader"
+            );
+        }
+        let leader = self.leader().await.unwrap_or(leader);
         revoke_many(self.channel(leader, Duration::from_secs(10)), ids).await;
         Ok(n)
     }
@@ -566,54 +586,115 @@ impl Drop for Held {
     }
 }
 
-/// Renew `ids` on one KeepAlive stream, round robin, with at most `inflight` requests
-/// unanswered; count the acknowledgements received in [start, end).
-async fn renew_stream(
-    ch: Channel,
-    ids: Vec<u64>,
+/// One KeepAlive stream of the keepalives scenario: renews its leases round robin, with at
+/// most `inflight` requests unanswered, and counts the acknowledgements received in
+/// [start, end). Should the Raft leader change during the window (the stream is answered
+/// `not-leader` or ends), the stream is reopened at the new leader; the requests in flight
+/// then are lost, not counted.
+struct RenewStream {
+    /// A channel per node.
+    nodes: Vec<Channel>,
+    /// The node believed to lead.
+    leader: usize,
     inflight: usize,
     start: Instant,
     end: Instant,
     counted: Arc<AtomicU64>,
-) -> anyhow::Result<()> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let (tx, rx) = mpsc::channel(inflight.max(1) * 2);
-    let mut responses = SessionsClient::new(ch)
-        .keep_alive(ReceiverStream::new(rx))
-        .await
-        .context("open a KeepAlive stream")?
-        .into_inner();
-    let mut next = 0usize;
-    let mut seq = 0u64;
-    let mut outstanding = 0usize;
-    tokio::time::sleep_until(start.into()).await;
-    loop {
-        while outstanding < inflight && Instant::now() < end {
-            seq += 1;
-            let req = v1::KeepAliveRequest {
-                session_id: ids[next],
-                seq,
-                session_secret: tenure_proto::process_session_secret(),
-            };
-            next = (next + 1) % ids.len();
-            if tx.send(req).await.is_err() {
-                bail!("the KeepAlive stream closed");
-            }
-            outstanding += 1;
-        }
-        if outstanding == 0 {
+    /// How many times a stream of the scenario was reopened at a new leader.
+    moved: Arc<AtomicU64>,
+}
+
+/// Streams reopened at most this many times in one window before the scenario gives up.
+const MAX_REOPENS: u32 = 5;
+
+impl RenewStream {
+    async fn run(mut self, ids: Vec<u64>) -> anyhow::Result<()> {
+        if ids.is_empty() {
             return Ok(());
         }
-        let r = tokio::time::timeout(Duration::from_secs(10), responses.message())
+        tokio::time::sleep_until(self.start.into()).await;
+        let mut next = 0usize;
+        let mut seq = 0u64;
+        let mut reopens = 0;
+        loop {
+            let e = match self.renew(&ids, &mut next, &mut seq).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if reopens >= MAX_REOPENS || Instant::now() >= self.end {
+                return Err(e);
+            }
+            reopens += 1;
+            self.leader = self
+                .find_leader(Duration::from_secs(5))
+                .await
+                .with_context(|| format!("after {e:#}"))?;
+            self.moved.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// One stream at `self.leader`, until the window ends (Ok) or the stream fails.
+    async fn renew(&self, ids: &[u64], next: &mut usize, seq: &mut u64) -> anyhow::Result<()> {
+        let (tx, rx) = mpsc::channel(self.inflight.max(1) * 2);
+        let mut responses = SessionsClient::new(self.nodes[self.leader].clone())
+            .keep_alive(ReceiverStream::new(rx))
             .await
-            .context("no keepalive answer in 10 s")?
-            .context("KeepAlive stream")?
-            .ok_or_else(|| anyhow!("the KeepAlive stream ended"))?;
-        outstanding -= 1;
-        if r.ttl_ms > 0 && Instant::now() < end {
-            counted.fetch_add(1, Ordering::Relaxed);
+            .context("open a KeepAlive stream")?
+            .into_inner();
+        let mut outstanding = 0usize;
+        loop {
+            while outstanding < self.inflight && Instant::now() < self.end {
+                *seq += 1;
+                let req = v1::KeepAliveRequest {
+                    session_id: ids[*next],
+                    seq: *seq,
+                    session_secret: tenure_proto::process_session_secret(),
+                };
+                *next = (*next + 1) % ids.len();
+                if tx.send(req).await.is_err() {
+                    bail!("the KeepAlive stream closed");
+                }
+                outstanding += 1;
+            }
+            if outstanding == 0 {
+                return Ok(());
+            }
+            let r = tokio::time::timeout(Duration::from_secs(10), responses.message())
+                .await
+                .context("no keepalive answer in 10 s")?
+                .context("KeepAlive stream")?
+                .ok_or_else(|| anyhow!("the KeepAlive stream ended"))?;
+            outstanding -= 1;
+            if r.ttl_ms > 0 && Instant::now() < self.end {
+                self.counted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The node that says it leads, asked every 20 ms for at most `within`.
+    async fn find_leader(&self, within: Duration) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            let views = join_all(self.nodes.iter().map(|ch| async move {
+                let mut c = ClusterClient::new(ch.clone());
+                let req = tonic::Request::new(v1::StatusRequest {});
+                tokio::time::timeout(Duration::from_millis(300), c.status(req))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(tonic::Response::into_inner)
+            }))
+            .await;
+            if let Some(i) = views
+                .iter()
+                .position(|v| v.as_ref().is_some_and(|v| v.role == "leader"))
+            {
+                return Ok(i);
+            }
+            if Instant::now() >= deadline {
+                bail!("no tenure node leads after {within:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
