@@ -59,6 +59,11 @@ pub struct InjectedBugs {
     /// A leader serves lease reads for an election timeout longer than its lease: past the
     /// time its followers stop refusing votes for others.
     pub read_lease_past_vote_refusal: bool,
+    /// With `fast_election` on, a follower drops its vote refusal and campaigns as soon as
+    /// its connection to the leader closes, without the proof that the leader's process is
+    /// gone (a refused reconnect): a forged or middlebox reset ends the leader's lease
+    /// behind its back.
+    pub close_drops_vote_refusal: bool,
 }
 
 impl InjectedBugs {
@@ -96,6 +101,7 @@ impl InjectedBugs {
             || self.keep_ended_deadline
             || self.read_without_confirmation
             || self.read_lease_past_vote_refusal
+            || self.close_drops_vote_refusal
     }
 }
 
@@ -133,6 +139,13 @@ pub struct Config {
     pub lease_checkpoint_ticks: u64,
     /// Seed of this node's random generator (election timeouts). Runs replay from it.
     pub seed: u64,
+    /// Failover in about one round trip when the leader's process dies (off by default):
+    /// a follower whose connection to its leader closed, and whose immediate reconnect was
+    /// refused (nothing listens on the leader's peer port: its process is gone), drops its
+    /// vote refusal and campaigns at once instead of waiting out the election timeout (see
+    /// [`crate::node::Node::peer_reconnect_refused`] and docs/GUARANTEES.md "Fast election").
+    #[serde(default)]
+    pub fast_election: bool,
     /// Limits shared by every replica's state machine.
     pub limits: SmLimits,
     /// Test-only bug switches.
@@ -155,6 +168,7 @@ impl Config {
             uncommitted_entries_max: 10_000,
             lease_checkpoint_ticks: 5,
             seed: id,
+            fast_election: false,
             limits: SmLimits::default(),
             bugs: InjectedBugs::default(),
         }

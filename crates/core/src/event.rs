@@ -101,6 +101,14 @@ pub enum NodeEvent {
         /// The leader.
         leader: NodeId,
     },
+    /// With fast election on: the connection to `leader` closed and a reconnect was refused,
+    /// so its process is gone; this follower dropped its vote refusal.
+    LeaderGone {
+        /// The term `leader` led.
+        term: Term,
+        /// The leader that is gone.
+        leader: NodeId,
+    },
     /// The effective membership changed (a configuration entry was appended, committed into
     /// its final form, truncated away, or arrived with a snapshot).
     MembershipChanged {
@@ -136,6 +144,11 @@ impl fmt::Display for NodeEvent {
             NodeEvent::LeaderKnown { term, leader } => {
                 write!(f, "node {leader} leads term {term}")
             }
+            NodeEvent::LeaderGone { term, leader } => write!(
+                f,
+                "the process of node {leader}, leader of term {term}, is gone (its connection \
+                 closed and its peer port refused a reconnect); vote refusal dropped"
+            ),
             NodeEvent::MembershipChanged { from, to } => {
                 write!(f, "membership changed from {from} to {to}")
             }

@@ -30,6 +30,12 @@ pub const EXPIRIES_PER_TICK_MAX: usize = 1_000;
 /// `received_tick` (DESIGN rule 4): it holds its leader lease, or a quorum acknowledged a
 /// message it sent after that tick. Keepalives and reads without a log entry both ask this.
 pub(crate) fn leadership_confirmed_after(raft: &Raft, received_tick: u64) -> bool {
+    // Once TimeoutNow is out, the transferee wins with votes that ignore the refusal, so a
+    // quorum round can only show that it had not won yet when the round was acknowledged,
+    // not now: nothing is confirmed for the rest of the term.
+    if raft.transfer_sent() {
+        return false;
+    }
     raft.lease_valid()
         || raft
             .quorum_heard_tick()

@@ -421,6 +421,24 @@ impl Node {
         Ok(())
     }
 
+    /// The transport's connection to peer `peer` closed (it ended; no reconnect has been
+    /// tried yet). Changes nothing on its own: a connection of a live node can close too.
+    pub fn peer_connection_closed(&mut self, peer: NodeId) {
+        self.assert_not_awaiting();
+        self.raft.peer_connection_closed(peer);
+        self.after_input();
+    }
+
+    /// After [`Node::peer_connection_closed`], the transport's immediate reconnect to
+    /// `peer`'s peer port was refused: nothing listens there, so the peer's process is gone.
+    /// With [`crate::config::Config::fast_election`] on, a follower of that peer drops its
+    /// vote refusal and campaigns at once.
+    pub fn peer_reconnect_refused(&mut self, peer: NodeId) {
+        self.assert_not_awaiting();
+        self.raft.peer_reconnect_refused(peer);
+        self.after_input();
+    }
+
     /// Hand Raft leadership to `to` (leader only).
     pub fn transfer_leadership(&mut self, to: NodeId) -> Result<(), ProposeError> {
         self.assert_not_awaiting();

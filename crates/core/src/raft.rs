@@ -4,7 +4,7 @@
 //! Section numbers refer to the Raft paper ("In Search of an Understandable Consensus
 //! Algorithm", extended version) and Ongaro's dissertation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -179,6 +179,10 @@ pub(crate) struct Raft {
     /// Set once this leader sent TimeoutNow: another node may win at any moment, so this
     /// leader's lease is over for the rest of its term.
     lease_void: bool,
+    /// (leader, term): this follower's connection to the leader of `term` closed and it has
+    /// not heard from that leader since. A refused reconnect then proves the leader's
+    /// process gone (`fast_election`); anything heard from the leader clears it.
+    leader_closed: Option<(NodeId, Term)>,
     /// Index of this leader's first entry of its term.
     pub(crate) term_start_index: Index,
 
@@ -237,6 +241,7 @@ impl Raft {
             progress: BTreeMap::new(),
             transfer: None,
             lease_void: false,
+            leader_closed: None,
             term_start_index: 0,
             snapshot,
             snapshot_to_restore: None,
@@ -732,7 +737,75 @@ impl Raft {
         }
         self.election_elapsed_ticks = 0;
         self.leader_contact_elapsed_ticks = 0;
+        // The leader is alive after all: a close seen before this proves nothing.
+        self.leader_closed = None;
         true
+    }
+
+    // ----- fast election ---------------------------------------------------------------
+
+    /// The transport's connection to `peer` closed. Proves nothing on its own (a middlebox
+    /// or a forged reset can close a connection of a live leader); remembered so that a
+    /// refused reconnect that follows can.
+    pub(crate) fn peer_connection_closed(&mut self, peer: NodeId) {
+        if !self.config.fast_election || !self.follows(peer) {
+            return;
+        }
+        self.leader_closed = Some((peer, self.term));
+        if self.config.bugs.close_drops_vote_refusal {
+            self.leader_gone(peer);
+        }
+    }
+
+    /// A reconnect to `peer`'s peer port, made after its connection closed, was refused:
+    /// nothing listens there, so `peer`'s process is gone (a node keeps its peer listener
+    /// open for as long as its driver runs). If `peer` is the leader this follower promised
+    /// its vote refusal to, and nothing was heard from it since the close, that leader can
+    /// no longer act on its lease: drop the refusal and campaign now (docs/GUARANTEES.md
+    /// "Fast election").
+    pub(crate) fn peer_reconnect_refused(&mut self, peer: NodeId) {
+        if self.config.fast_election
+            && self.follows(peer)
+            && self.leader_closed == Some((peer, self.term))
+        {
+            self.leader_gone(peer);
+        }
+    }
+
+    fn follows(&self, peer: NodeId) -> bool {
+        self.role == Role::Follower && self.leader == Some(peer)
+    }
+
+    fn leader_gone(&mut self, leader: NodeId) {
+        self.leader_closed = None;
+        self.leader = None;
+        self.leader_contact_elapsed_ticks = self.leader_contact_elapsed_ticks.max(self.t());
+        self.events.push(NodeEvent::LeaderGone {
+            term: self.term,
+            leader,
+        });
+        if !self.promotable() {
+            return;
+        }
+        // Every follower of the dead leader learns of it within a round trip; if all
+        // campaigned at once, each would vote for itself and the votes would split. They
+        // take turns instead, one tick apart in the order of their ids: the first campaigns
+        // now, the next one tick later (if the first one's pre-vote reached a voter that
+        // had not yet learned the leader is gone, or the first one is down too), and so on.
+        let rank = self
+            .membership
+            .voters
+            .iter()
+            .chain(&self.membership.voters_outgoing)
+            .filter(|v| **v != leader && **v < self.id)
+            .collect::<BTreeSet<_>>()
+            .len() as u64;
+        if rank == 0 {
+            self.start_election(false);
+        } else {
+            self.election_elapsed_ticks = 0;
+            self.randomized_timeout_milliticks = rank * 1000;
+        }
     }
 
     fn handle_append(

@@ -23,7 +23,7 @@
 //!
 //! ```text
 //! cluster n=3 [prevote=false] [checkquorum=false] [snapshot=10] [election=15] [heartbeat=3]
-//!         [checkpoint=5] [uncommitted=N] [show-ready=true]
+//!         [checkpoint=5] [uncommitted=N] [fast=true] [show-ready=true]
 //! add-node 4                       start node 4 with no membership: it waits to hear a leader
 //! tick [n=1] [node=2 | nodes=1,2]  tick nodes (all live ones by default); nothing is delivered
 //! tick until=campaign              tick all live nodes until one's election timer fires
@@ -40,6 +40,8 @@
 //!                                  get KEY, leader ELECTION
 //! keepalive 1 session=S [tag=T]
 //! transfer 1 to=2
+//! closed 2 peer=1                  node 2's transport saw its connection to node 1 end
+//! refused 2 peer=1                 node 2's reconnect to node 1's peer port was refused
 //! members 1 voters=1,2,3,4 [learners=5]
 //! partition 1 | 2 3                cut every link between the groups, both ways
 //! isolate 2                        cut node 2 from everyone
@@ -82,6 +84,7 @@ use tenure_core::types::{Entry, Membership, NodeId, Payload, Recovered};
 const SCRIPTS: &[&str] = &[
     "check_quorum.txt",
     "elections.txt",
+    "fast_election.txt",
     "lease.txt",
     "membership.txt",
     "prevote.txt",
@@ -98,6 +101,11 @@ fn check_quorum() {
 #[test]
 fn elections() {
     run_script("elections.txt");
+}
+
+#[test]
+fn fast_election() {
+    run_script("fast_election.txt");
 }
 
 #[test]
@@ -362,6 +370,20 @@ impl Harness {
                 let tag = a.num("tag").unwrap_or(0);
                 self.input(id, &mut out, "", |n| n.keepalive(session, tag));
             }
+            "closed" => {
+                let peer = a.req("peer");
+                self.input(a.node(0), &mut out, "", |n| {
+                    n.peer_connection_closed(peer);
+                    Ok::<(), String>(())
+                });
+            }
+            "refused" => {
+                let peer = a.req("peer");
+                self.input(a.node(0), &mut out, "", |n| {
+                    n.peer_reconnect_refused(peer);
+                    Ok::<(), String>(())
+                });
+            }
             "transfer" => {
                 let to = a.req("to");
                 self.input(a.node(0), &mut out, "", |n| n.transfer_leadership(to));
@@ -474,6 +496,9 @@ impl Harness {
         }
         if let Some(v) = a.flag("checkquorum") {
             template.check_quorum = v;
+        }
+        if let Some(v) = a.flag("fast") {
+            template.fast_election = v;
         }
         if let Some(v) = a.num("snapshot") {
             template.snapshot_threshold_entries = v;

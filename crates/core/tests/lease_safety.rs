@@ -6,6 +6,7 @@
 mod common;
 
 use common::Cluster;
+use tenure_core::message::Body;
 use tenure_core::node::Node;
 use tenure_core::sm::{Command, Response, SessionId};
 use tenure_core::types::{NodeId, Payload};
@@ -149,6 +150,71 @@ fn design_rule_4_no_keepalive_is_acknowledged_once_the_expiry_is_proposed() {
             "keepalive received at tick {received} was acknowledged with ttl 10, yet the \
              session ended at tick {}",
             now(&c, l)
+        );
+    }
+}
+
+/// Once a leader has sent TimeoutNow, its transferee can win at any moment with votes that
+/// ignore the vote refusal, so a quorum round answered after that proves only that the
+/// transferee had not won yet when the round was answered, not when the leader counts it.
+/// A keepalive waiting for such a round is never acknowledged (the simulator found this race
+/// with five nodes: a keepalive acknowledged in term N after a leader of term N+1 won).
+///
+/// Here the leader's lease has run out (its followers' answers were held back), so a
+/// keepalive waits for a quorum round; the leader then sends TimeoutNow, which stays in
+/// flight (it is lost), while both followers answer every round: the keepalive must still
+/// not be acknowledged.
+#[test]
+fn design_rule_4_no_keepalive_is_confirmed_after_timeout_now() {
+    // Checkpoints every 10 ticks cover keepalives for 20 ticks after they are proposed:
+    // longer than the leader lease, so that a keepalive can be covered and still need a
+    // quorum round.
+    let mut c = Cluster::with_config(3, |cfg| cfg.lease_checkpoint_ticks = 10);
+    let l = c.elect();
+    let s = granted(&mut c, l, 100);
+    let to = c
+        .nodes
+        .keys()
+        .copied()
+        .find(|id| *id != l)
+        .expect("two followers");
+    // A first keepalive gets a checkpoint proposed and committed, and is acknowledged.
+    c.node_mut(l).keepalive(s, 1).expect("session is live");
+    let mut waited = 0;
+    while !acked(&c, l, 1) {
+        c.tick();
+        waited += 1;
+        assert!(waited < 30, "the first keepalive was never acknowledged");
+    }
+    // Only the leader ticks, and nothing it sends arrives, until its lease is over (less
+    // than an election timeout: it still leads).
+    let mut held = 0;
+    while c.node(l).status().lease_until_tick > Some(c.node(l).status().now_tick) {
+        c.node_mut(l).tick();
+        c.flush();
+        c.inflight.clear();
+        held += 1;
+        assert!(held < 100, "the lease never ran out");
+    }
+    assert_eq!(c.leaders(), vec![l], "still the leader");
+
+    c.node_mut(l).keepalive(s, 7).expect("session is live");
+    c.flush();
+    assert!(
+        !acked(&c, l, 7),
+        "no lease: the keepalive waits for a round"
+    );
+    c.lose = |m| matches!(m.body, Body::TimeoutNow);
+    c.node_mut(l)
+        .transfer_leadership(to)
+        .expect("a voter with a full log");
+    assert_eq!(c.node(l).status().transferring_to, Some(to));
+    for _ in 0..5 {
+        c.tick();
+        assert!(c.node(l).status().transferring_to.is_some());
+        assert!(
+            !acked(&c, l, 7),
+            "a keepalive was confirmed by a quorum round answered after TimeoutNow was sent"
         );
     }
 }

@@ -186,6 +186,14 @@ pub enum Event {
         /// Time without a known leader before, if there was such a gap.
         leaderless_us: Option<Micros>,
     },
+    /// With fast election on: the leader's connection closed and its peer port refused a
+    /// reconnect, so its process is gone and this follower campaigns at once.
+    LeaderGone {
+        /// The term the gone leader led.
+        term: Term,
+        /// The gone leader.
+        leader: NodeId,
+    },
     /// The node's effective membership changed (a configuration entry was appended,
     /// committed into its final form, truncated away, or arrived with a snapshot).
     MembershipChanged {
@@ -231,6 +239,7 @@ impl Event {
             Event::ElectionStarted { .. } => "election_started",
             Event::LeaderKnown { leader, .. } if *leader == me => "leader_elected",
             Event::LeaderKnown { .. } => "leader_known",
+            Event::LeaderGone { .. } => "leader_gone",
             Event::MembershipChanged { .. } => "membership_changed",
             Event::SessionExpired { .. } => "session_expired",
             Event::FencedRejection { .. } => "fenced_write_rejected",
@@ -300,6 +309,11 @@ impl std::fmt::Display for Worded<'_> {
                     None => Ok(()),
                 }
             }
+            Event::LeaderGone { term, leader } => NodeEvent::LeaderGone {
+                term: *term,
+                leader: *leader,
+            }
+            .fmt(f),
             Event::MembershipChanged { from, to } => NodeEvent::MembershipChanged {
                 from: from.clone(),
                 to: to.clone(),
@@ -616,6 +630,10 @@ impl<P, K> DriverCore<P, K> {
                 NodeEvent::LeaderKnown { term, leader } => {
                     self.leader_known(*term, *leader, now_us)
                 }
+                NodeEvent::LeaderGone { term, leader } => Event::LeaderGone {
+                    term: *term,
+                    leader: *leader,
+                },
                 NodeEvent::MembershipChanged { from, to } => Event::MembershipChanged {
                     from: from.clone(),
                     to: to.clone(),

@@ -772,6 +772,10 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     let leaderless_ms = leaderless_us.map(|gap| gap as f64 / 1000.0);
                     tracing::info!(event = kind, node, term, leader, leaderless_ms, "{words}");
                 }
+                Event::LeaderGone { term, leader } => {
+                    m.fast_elections.fetch_add(1, Relaxed);
+                    tracing::info!(event = kind, node, term, leader, "{words}");
+                }
                 Event::MembershipChanged { from, to } => {
                     m.membership_changes.fetch_add(1, Relaxed);
                     let (from, to_text) = (from.to_string(), to.to_string());

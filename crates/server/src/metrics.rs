@@ -132,6 +132,9 @@ pub struct Metrics {
     pub snapshots_installed: AtomicU64,
     /// Changes of this node's effective membership.
     pub membership_changes: AtomicU64,
+    /// Times this follower found its leader's process gone (fast election) and campaigned
+    /// at once.
+    pub fast_elections: AtomicU64,
     /// The peer transport, whose counters `/metrics` shows per peer; set once it has
     /// started (a node whose transport is not up yet shows none).
     pub transport: std::sync::OnceLock<tenure_transport::TransportHandle>,
@@ -177,6 +180,7 @@ impl Default for Metrics {
             snapshots_sent: AtomicU64::new(0),
             snapshots_installed: AtomicU64::new(0),
             membership_changes: AtomicU64::new(0),
+            fast_elections: AtomicU64::new(0),
             transport: std::sync::OnceLock::new(),
         }
     }
@@ -334,6 +338,13 @@ impl Metrics {
             "tenure_membership_changes_total",
             "Changes of this node's effective membership.",
             &self.membership_changes,
+        );
+        counter(
+            &mut out,
+            "tenure_leader_gone_total",
+            "Times this follower found its leader's process gone (its connection closed, its \
+             peer port refused a reconnect) and campaigned at once (fast election).",
+            &self.fast_elections,
         );
         if let Some(transport) = self.transport.get() {
             render_transport(&mut out, transport);

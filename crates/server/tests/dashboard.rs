@@ -284,9 +284,10 @@ async fn the_page_and_its_data_are_for_observers_and_admins_and_fill_every_membe
     // `/status` tells vote, last index and version, to the cluster's nodes too.
     let status = get_json(&c, follower, As::Node(leader), "/status").await;
     assert_eq!(status["id"], follower);
-    assert_eq!(
-        status["vote"].as_u64().map(|v| v == leader || v != 0),
-        Some(true),
+    // The vote is a node id, or null in a term this node learned of from a leader without
+    // voting (an election under a loaded test machine can leave the follower there).
+    assert!(
+        status["vote"].is_null() || status["vote"].as_u64().is_some_and(|v| v != 0),
         "{status}"
     );
     assert!(

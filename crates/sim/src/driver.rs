@@ -17,7 +17,9 @@ use tenure_core::config::Config;
 use tenure_core::message::Body;
 use tenure_core::node::{Node, ProposeError, Ready, Role, Status};
 use tenure_core::types::{Index, NodeId};
-use tenure_driver::{DriverBugs, DriverCore, Failure, KeepaliveOutcome, Outcome, ReadyParts};
+use tenure_driver::{
+    DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Outcome, ReadyParts,
+};
 
 use crate::core_call::in_core;
 use crate::disk::{Disk, TornWrite};
@@ -114,6 +116,9 @@ pub struct NodeSlot {
     pub tick_period_us: u64,
     /// Paused: not ticked, and packets are held until it resumes.
     pub paused: bool,
+    /// The process just exited (crashed or shut down): its kernel closes its connections,
+    /// which the world tells the peers about (fast-election seeds), then clears this.
+    pub exited: bool,
     /// Bumped at every pause, so that a stale resume event is ignored.
     pub pause_gen: u64,
     /// Packets that arrived while paused, in arrival order.
@@ -170,6 +175,7 @@ impl NodeSlot {
             incarnation: 0,
             tick_period_us,
             paused: false,
+            exited: false,
             pause_gen: 0,
             held: VecDeque::new(),
             missed_ticks: 0,
@@ -236,6 +242,21 @@ impl NodeSlot {
         self.after_fsync = None;
         self.fsync_to_schedule = false;
         self.incarnation += 1;
+        self.exited = true;
+    }
+
+    /// The transport's connection to `peer` closed (`refused`: and the reconnect made
+    /// right after was refused).
+    pub fn peer_closed(&mut self, peer: NodeId, refused: bool, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(node) = self.node.as_mut() else {
+            return Drive::Running;
+        };
+        if refused {
+            in_core(|| node.peer_reconnect_refused(peer));
+        } else {
+            in_core(|| node.peer_connection_closed(peer));
+        }
+        self.drive(ctx)
     }
 
     /// One tick of the node's clock.
@@ -404,6 +425,11 @@ impl NodeSlot {
             self.reply(client, reply, ctx);
         }
         // Events feed the server's metrics; the trace already records roles and terms.
+        ctx.stats.leaders_gone += out
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::LeaderGone { .. }))
+            .count() as u64;
     }
 
     /// Records entries newly covered by the node's commit index.

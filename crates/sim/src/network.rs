@@ -84,7 +84,8 @@ impl Network {
         }
     }
 
-    fn delay(&self, rng: &mut SimRng) -> SimTimeUs {
+    /// A one-way delay on a link, as a packet sent now would see it.
+    pub fn delay(&self, rng: &mut SimRng) -> SimTimeUs {
         if self.faults_on && rng.chance(self.faults.long_delay) {
             rng.between(LONG_DELAY_US.0, LONG_DELAY_US.1)
         } else if self.faults_on && self.faults.slow_delay_max_us > 0 {

@@ -183,11 +183,16 @@ pub enum InjectBug {
     /// `read_lease_past_vote_refusal`). A leader cut off from the others keeps answering
     /// reads after they elected a successor that completed writes.
     ReadLeasePastVoteRefusal,
+    /// With fast election on, a follower drops its vote refusal as soon as its connection
+    /// to the leader closes, without the refused reconnect that proves the leader's process
+    /// gone (core switch `close_drops_vote_refusal`). Forged resets of a live leader's
+    /// connections then let its followers elect a successor while its lease holds.
+    CloseDropsVoteRefusal,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 19] = [
+    pub const ALL: [InjectBug; 20] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
@@ -207,6 +212,7 @@ impl InjectBug {
         InjectBug::KeepEndedDeadline,
         InjectBug::ReadWithoutConfirmation,
         InjectBug::ReadLeasePastVoteRefusal,
+        InjectBug::CloseDropsVoteRefusal,
     ];
 
     /// The core's switches for this bug (all off for a simulator-side bug).
@@ -233,6 +239,7 @@ impl InjectBug {
             Some(InjectBug::KeepEndedDeadline) => b.keep_ended_deadline = true,
             Some(InjectBug::ReadWithoutConfirmation) => b.read_without_confirmation = true,
             Some(InjectBug::ReadLeasePastVoteRefusal) => b.read_lease_past_vote_refusal = true,
+            Some(InjectBug::CloseDropsVoteRefusal) => b.close_drops_vote_refusal = true,
         }
         b
     }
@@ -259,6 +266,7 @@ impl InjectBug {
             InjectBug::KeepEndedDeadline => "keep-ended-deadline",
             InjectBug::ReadWithoutConfirmation => "read-without-confirmation",
             InjectBug::ReadLeasePastVoteRefusal => "read-lease-past-vote-refusal",
+            InjectBug::CloseDropsVoteRefusal => "close-drops-vote-refusal",
         }
     }
 
@@ -306,6 +314,7 @@ impl InjectBug {
             InjectBug::KeepEndedDeadline => "node-invariant",
             InjectBug::ReadWithoutConfirmation => "linearizability",
             InjectBug::ReadLeasePastVoteRefusal => "linearizability",
+            InjectBug::CloseDropsVoteRefusal => "lease-safety",
         }
     }
 }

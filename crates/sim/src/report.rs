@@ -54,6 +54,9 @@ pub struct Stats {
     pub sessions_expired: u64,
     /// Entries committed (highest commit index seen).
     pub committed_index: u64,
+    /// Fast elections: followers that learned their leader's process was gone (closed
+    /// connection, refused reconnect) and dropped their vote refusal.
+    pub leaders_gone: u64,
 }
 
 impl Stats {
@@ -77,6 +80,7 @@ impl Stats {
         self.stale_writes_rejected += other.stale_writes_rejected;
         self.sessions_expired += other.sessions_expired;
         self.committed_index += other.committed_index;
+        self.leaders_gone += other.leaders_gone;
     }
 }
 

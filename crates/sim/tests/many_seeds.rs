@@ -45,6 +45,7 @@ fn two_thousand_seeds_with_faults_pass_every_checker() {
         "pause",
         "membership-change",
         "client-freeze",
+        "forged-reset",
     ] {
         assert!(
             total.faults.get(kind).copied().unwrap_or(0) > 0,
@@ -57,6 +58,10 @@ fn two_thousand_seeds_with_faults_pass_every_checker() {
         "no stale write was ever rejected"
     );
     assert!(total.sessions_expired > 0, "no session ever expired");
+    assert!(
+        total.leaders_gone > 0,
+        "no follower ever learned that its leader's process was gone (fast election)"
+    );
     let simulated_s: u64 = reports.iter().map(|r| r.simulated_us).sum::<u64>() / 1_000_000;
     eprintln!(
         "{SEEDS} seeds, {simulated_s} simulated s in {:.1} s",

@@ -45,6 +45,12 @@ impl Raft {
         joint_quorum_min_by(&self.membership, acked)
     }
 
+    /// This leader sent TimeoutNow in its term: its transferee may be elected at any moment,
+    /// with votes that ignore the vote refusal.
+    pub(crate) fn transfer_sent(&self) -> bool {
+        self.lease_void
+    }
+
     pub(crate) fn lease_valid(&self) -> bool {
         self.lease_until_tick()
             .is_some_and(|until| self.now_tick < until)

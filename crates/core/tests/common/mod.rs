@@ -50,6 +50,8 @@ pub struct Cluster {
     pub inflight: Vec<Message>,
     /// Pairs (from, to) whose messages are dropped.
     pub cut: BTreeSet<(NodeId, NodeId)>,
+    /// Messages this returns true for are lost in flight (a message-kind partition).
+    pub lose: fn(&Message) -> bool,
     pub applied: BTreeMap<NodeId, Vec<Applied>>,
     pub acks: BTreeMap<NodeId, Vec<KeepaliveAck>>,
     pub changes: BTreeMap<NodeId, Vec<LeaderChange>>,
@@ -69,6 +71,7 @@ impl Cluster {
             configs: BTreeMap::new(),
             inflight: Vec::new(),
             cut: BTreeSet::new(),
+            lose: |_| false,
             applied: BTreeMap::new(),
             acks: BTreeMap::new(),
             changes: BTreeMap::new(),
@@ -130,7 +133,7 @@ impl Cluster {
             }
             let msgs = std::mem::take(&mut self.inflight);
             for m in msgs {
-                if self.cut.contains(&(m.from, m.to)) {
+                if self.cut.contains(&(m.from, m.to)) || (self.lose)(&m) {
                     continue;
                 }
                 if let Some(node) = self.nodes.get_mut(&m.to) {

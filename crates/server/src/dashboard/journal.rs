@@ -166,6 +166,10 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
             }
             fields.insert("term", Value::from(*term));
         }
+        Event::LeaderGone { term, leader } => {
+            fields.insert("term", Value::from(*term));
+            fields.insert("leader", Value::from(*leader));
+        }
         Event::LeaderKnown {
             term,
             leader,

@@ -75,6 +75,9 @@ impl World {
         if self.rng.chance(self.mix.transfer) {
             self.raft_transfer();
         }
+        if self.fast_election && self.rng.chance(self.forged_reset) {
+            self.forge_resets();
+        }
         self.decommission_removed();
     }
 

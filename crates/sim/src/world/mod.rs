@@ -24,6 +24,7 @@ use crate::rng::SimRng;
 use crate::time::{slowest_tick_us, Rate, SimTimeUs, US_PER_MS};
 use crate::trace::{Trace, TraceKind};
 
+mod closes;
 mod inject;
 mod scenario;
 
@@ -73,6 +74,9 @@ const FSYNC_US: (u64, u64) = (US_PER_MS, 8 * US_PER_MS);
 /// In the safety phase, probability that a leader crashes instead of completing a pipelined
 /// fsync: its entries are on followers' disks, possibly committed, and not on its own.
 const FSYNC_CRASH_P: f64 = 0.1;
+/// Share of seeds whose nodes run with fast election on (`Config::fast_election`): they
+/// learn of closed connections and refused reconnects, and forged resets are a fault.
+const FAST_ELECTION_SHARE: f64 = 0.5;
 /// Longest time a removed member keeps running.
 const DECOMMISSION_LINGER_US_MAX: u64 = 2_000 * US_PER_MS;
 
@@ -112,6 +116,13 @@ enum Event {
     CrashNow {
         node: NodeId,
         incarnation: u64,
+    },
+    /// A step of a closed peer connection at `at` (fast-election seeds; see `closes`).
+    Connection {
+        at: NodeId,
+        incarnation: u64,
+        peer: NodeId,
+        step: closes::Close,
     },
     Heal,
     Quiesce,
@@ -182,6 +193,12 @@ pub struct World {
     hush: bool,
     /// Leaders pipeline persistence in this seed (`PIPELINED_SHARE`).
     pipelined: bool,
+    /// Nodes run with fast election on (`FAST_ELECTION_SHARE`), and learn of closed
+    /// connections (`closes`).
+    fast_election: bool,
+    /// Per fault tick: probability of forged resets of the leader's connections (fast
+    /// election seeds only).
+    forged_reset: f64,
 }
 
 impl World {
@@ -206,6 +223,11 @@ impl World {
                 own.between(LEASE_EDGE_TIMEOUT_TICKS.0, LEASE_EDGE_TIMEOUT_TICKS.1);
         }
         let pipelined = opts.faults && own.chance(PIPELINED_SHARE);
+        // A stream of its own again, so that every earlier draw of every seed stays as it was.
+        let mut fast = SimRng::new(seed ^ 0x6661_7374_656c_6563);
+        let fast_election =
+            fast.chance(FAST_ELECTION_SHARE) || opts.bug == Some(InjectBug::CloseDropsVoteRefusal);
+        let forged_reset = fast.uniform(closes::FORGED_RESET.0, closes::FORGED_RESET.1);
         if lease_edge {
             // A fast network: the window in which a lease without its margin outlasts the
             // vote refusal is a few ticks, and round trips must not fill it.
@@ -283,6 +305,8 @@ impl World {
             lease_edge,
             hush: false,
             pipelined,
+            fast_election,
+            forged_reset,
         };
         for id in voters.iter().copied() {
             let config = world.node_config(id, voters.clone());
@@ -309,6 +333,7 @@ impl World {
         config.election_timeout_ticks = self.election_timeout_ticks;
         config.lease_checkpoint_ticks = self.lease_checkpoint_ticks;
         config.clock_drift_max = self.drift_max;
+        config.fast_election = self.fast_election;
         config.bugs = InjectBug::core_bugs(self.opts.bug);
         config
             .validate()
@@ -337,6 +362,7 @@ impl World {
             if self.scenario.is_some() {
                 self.scenario_watch();
             }
+            self.announce_exits();
             self.flush();
             self.check_step();
             if !self.violations.is_empty() {
@@ -364,12 +390,17 @@ impl World {
             .log(0, || format!("fault mix: {}", self.mix.describe()));
         self.trace.log(0, || {
             format!(
-                "seed shape: drift bound {}{}, snapshot every {} entries, at most {} entries per AppendEntries, removed members linger {} ms",
+                "seed shape: drift bound {}{}, snapshot every {} entries, at most {} entries per AppendEntries, removed members linger {} ms{}",
                 self.drift_max,
                 if self.clocks_at_bound { " (clocks at the bound)" } else { "" },
                 self.snapshot_threshold_entries,
                 self.append_entries_max,
-                self.decommission_linger_us / US_PER_MS
+                self.decommission_linger_us / US_PER_MS,
+                if self.fast_election {
+                    format!(", fast election (forged resets {:.3}/tick)", self.forged_reset)
+                } else {
+                    String::new()
+                }
             )
         });
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
@@ -751,6 +782,12 @@ impl World {
                     self.schedule_restart(node, DOWNTIME_US.0, DOWNTIME_US.1);
                 }
             }
+            Event::Connection {
+                at,
+                incarnation,
+                peer,
+                step,
+            } => self.on_connection(at, incarnation, peer, step),
             Event::Heal => self.heal(),
             Event::Quiesce => self.quiesced = true,
             Event::End => self.end(),
