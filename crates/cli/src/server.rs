@@ -41,6 +41,12 @@ pub struct ServerArgs {
     /// Heartbeat interval in milliseconds (at most T/5).
     #[arg(long)]
     heartbeat_ms: Option<u64>,
+    /// Fast election: followers of a leader whose process exited (its connection closed
+    /// and its peer port refuses a dial) campaign at once instead of waiting out the
+    /// election timeout. Only where nothing else answers dials to the peer port with a
+    /// refusal (no firewall REJECT rule; see docs/GUARANTEES.md "Fast election").
+    #[arg(long)]
+    fast_election: bool,
     /// Shortest session TTL clients may ask for, in milliseconds.
     #[arg(long)]
     ttl_min_ms: Option<u64>,
@@ -194,6 +200,9 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
             cert: cert.clone(),
             key: key.clone(),
         });
+    }
+    if args.fast_election {
+        config.fast_election = true;
     }
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = args.$f { config.$f = v; } )* };

@@ -429,14 +429,22 @@ impl Node {
         self.after_input();
     }
 
-    /// After [`Node::peer_connection_closed`], the transport's immediate reconnect to
-    /// `peer`'s peer port was refused: nothing listens there, so the peer's process is gone.
-    /// With [`crate::config::Config::fast_election`] on, a follower of that peer drops its
-    /// vote refusal and campaigns at once.
-    pub fn peer_reconnect_refused(&mut self, peer: NodeId) {
+    /// After [`Node::peer_connection_closed`], a dial to `peer`'s peer port was refused:
+    /// nothing listens there, so the peer's process is gone. `dialed_in_epoch` is what
+    /// [`Node::follow_epoch`] returned before the dial started (an older value is always
+    /// safe: the refusal is then ignored). With [`crate::config::Config::fast_election`]
+    /// on, a follower of that peer drops its vote refusal and campaigns at once.
+    pub fn peer_reconnect_refused(&mut self, peer: NodeId, dialed_in_epoch: u64) {
         self.assert_not_awaiting();
-        self.raft.peer_reconnect_refused(peer);
+        self.raft.peer_reconnect_refused(peer, dialed_in_epoch);
         self.after_input();
+    }
+
+    /// A counter that changes whenever the (term, leader) this node knows changes. A
+    /// transport stamps each dial with the value it last saw, so that a refusal is counted
+    /// only against the leadership the node already followed when the dial started.
+    pub fn follow_epoch(&self) -> u64 {
+        self.raft.follow_epoch()
     }
 
     /// Hand Raft leadership to `to` (leader only).
@@ -750,6 +758,7 @@ impl Node {
     }
 
     fn after_input(&mut self) {
+        self.raft.note_follow_epoch();
         if let Some(snapshot) = self.raft.snapshot_to_restore.take() {
             self.load_snapshot(&snapshot);
         }

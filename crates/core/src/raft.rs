@@ -179,10 +179,15 @@ pub(crate) struct Raft {
     /// Set once this leader sent TimeoutNow: another node may win at any moment, so this
     /// leader's lease is over for the rest of its term.
     lease_void: bool,
-    /// (leader, term): this follower's connection to the leader of `term` closed and it has
-    /// not heard from that leader since. A refused reconnect then proves the leader's
-    /// process gone (`fast_election`); anything heard from the leader clears it.
+    /// (leader, term): this follower's connection to the leader of `term` closed. A
+    /// refused reconnect that follows proves the leader's process gone (`fast_election`).
     leader_closed: Option<(NodeId, Term)>,
+    /// Bumped whenever the (term, leader) this node knows changes; a refused dial counts
+    /// only if the dial started while the node already followed the leader it refuses
+    /// (`peer_reconnect_refused`).
+    follow_epoch: u64,
+    /// The (term, leader) `follow_epoch` belongs to.
+    follow_seen: (Term, Option<NodeId>),
     /// Index of this leader's first entry of its term.
     pub(crate) term_start_index: Index,
 
@@ -242,6 +247,8 @@ impl Raft {
             transfer: None,
             lease_void: false,
             leader_closed: None,
+            follow_epoch: 0,
+            follow_seen: (0, None),
             term_start_index: 0,
             snapshot,
             snapshot_to_restore: None,
@@ -737,8 +744,6 @@ impl Raft {
         }
         self.election_elapsed_ticks = 0;
         self.leader_contact_elapsed_ticks = 0;
-        // The leader is alive after all: a close seen before this proves nothing.
-        self.leader_closed = None;
         true
     }
 
@@ -760,16 +765,33 @@ impl Raft {
     /// A reconnect to `peer`'s peer port, made after its connection closed, was refused:
     /// nothing listens there, so `peer`'s process is gone (a node keeps its peer listener
     /// open for as long as its driver runs). If `peer` is the leader this follower promised
-    /// its vote refusal to, and nothing was heard from it since the close, that leader can
-    /// no longer act on its lease: drop the refusal and campaign now (docs/GUARANTEES.md
-    /// "Fast election").
-    pub(crate) fn peer_reconnect_refused(&mut self, peer: NodeId) {
+    /// its vote refusal to, and the dial started while this node already followed it
+    /// (`dialed_in_epoch` is [`Raft::follow_epoch`] as of the dial's start), the process
+    /// that led this term is gone and no other process can lead it: drop the refusal and
+    /// campaign (docs/GUARANTEES.md "Fast election"). A dial from an earlier epoch may have
+    /// been refused while the leader was down before it restarted and won a later term.
+    pub(crate) fn peer_reconnect_refused(&mut self, peer: NodeId, dialed_in_epoch: u64) {
         if self.config.fast_election
             && self.follows(peer)
             && self.leader_closed == Some((peer, self.term))
+            && dialed_in_epoch == self.follow_epoch
         {
             self.leader_gone(peer);
         }
+    }
+
+    /// Counts a change of the (term, leader) this node knows; called after every input.
+    pub(crate) fn note_follow_epoch(&mut self) {
+        let now = (self.term, self.leader);
+        if now != self.follow_seen {
+            self.follow_seen = now;
+            self.follow_epoch += 1;
+        }
+    }
+
+    /// See [`Raft::peer_reconnect_refused`].
+    pub(crate) fn follow_epoch(&self) -> u64 {
+        self.follow_epoch
     }
 
     fn follows(&self, peer: NodeId) -> bool {

@@ -41,7 +41,9 @@
 //! keepalive 1 session=S [tag=T]
 //! transfer 1 to=2
 //! closed 2 peer=1                  node 2's transport saw its connection to node 1 end
-//! refused 2 peer=1                 node 2's reconnect to node 1's peer port was refused
+//! refused 2 peer=1 [stale=true]    node 2's reconnect to node 1's peer port was refused (a
+//!                                  stale one: the dial started before node 2's term or leader
+//!                                  last changed)
 //! members 1 voters=1,2,3,4 [learners=5]
 //! partition 1 | 2 3                cut every link between the groups, both ways
 //! isolate 2                        cut node 2 from everyone
@@ -379,8 +381,11 @@ impl Harness {
             }
             "refused" => {
                 let peer = a.req("peer");
+                // `stale=true`: the dial started before the node's (term, leader) last changed.
+                let stale = a.flag("stale").unwrap_or(false);
                 self.input(a.node(0), &mut out, "", |n| {
-                    n.peer_reconnect_refused(peer);
+                    let epoch = n.follow_epoch() - u64::from(stale);
+                    n.peer_reconnect_refused(peer, epoch);
                     Ok::<(), String>(())
                 });
             }

@@ -195,6 +195,14 @@ pub struct ServerConfig {
     /// Heartbeat interval, at most T/5.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// Fast election (off by default): when this node's connection to its leader closes
+    /// and the leader's peer port then refuses a dial (its process exited), campaign at
+    /// once instead of waiting out the election timeout. Sound only where nothing but the
+    /// leader's own process answers a dial to its peer port with a refusal: no firewall
+    /// `REJECT` rule in front of it, `net.ipv4.tcp_abort_on_overflow` off (see
+    /// docs/GUARANTEES.md "Fast election").
+    #[serde(default)]
+    pub fast_election: bool,
     /// Shortest session TTL a client may ask for.
     #[serde(default = "default_ttl_min_ms")]
     pub ttl_min_ms: u64,
@@ -355,6 +363,7 @@ impl ServerConfig {
             tick_ms: default_tick_ms(),
             election_timeout_ms: default_election_timeout_ms(),
             heartbeat_ms: default_heartbeat_ms(),
+            fast_election: false,
             ttl_min_ms: default_ttl_min_ms(),
             ttl_max_ms: default_ttl_max_ms(),
             connections_max: default_connections_max(),
@@ -589,6 +598,7 @@ impl ServerConfig {
         cfg.heartbeat_ticks = (self.heartbeat_ms / self.tick_ms).max(1);
         cfg.lease_checkpoint_ticks = cfg.heartbeat_ticks.max(1);
         cfg.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        cfg.fast_election = self.fast_election;
         // Election timeouts must differ between nodes and between restarts of one node;
         // outside the simulator nothing needs to be replayed, so mix in the process id.
         cfg.seed = self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(std::process::id());

@@ -209,6 +209,11 @@ pub enum Input {
     Wake,
     /// A message from a peer.
     Peer(Message),
+    /// The transport's connection to a peer closed (fast election).
+    PeerClosed(NodeId),
+    /// The transport's dial to a peer was refused: nothing listens on its peer port. With
+    /// the node's follow epoch as of the dial's start ([`Outbox::set_follow_epoch`]).
+    PeerRefused(NodeId, u64),
     /// A client request.
     Client(ClientRequest),
     /// Stop after handling what is queued.
@@ -219,6 +224,10 @@ pub enum Input {
 pub trait Outbox: Send + 'static {
     /// Send without blocking; a message that cannot be sent may be dropped (Raft retries).
     fn send(&self, message: Message);
+
+    /// The node's follow epoch after a batch, for the transport to stamp its dials with
+    /// (fast election); nothing by default.
+    fn set_follow_epoch(&self, _epoch: u64) {}
 }
 
 /// What the driver publishes after every batch, for the API and HTTP layers.
@@ -519,6 +528,8 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
         match input {
             Input::Wake => {}
             Input::Shutdown => return true,
+            Input::PeerClosed(peer) => self.node.peer_connection_closed(peer),
+            Input::PeerRefused(peer, epoch) => self.node.peer_reconnect_refused(peer, epoch),
             Input::Peer(m) => {
                 // An accepted InstallSnapshot moves the node's snapshot to its index and term
                 // at once; the Ready that persists it says when it is installed for good.
@@ -884,6 +895,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
     }
 
     fn publish(&mut self) {
+        self.outbox.set_follow_epoch(self.node.follow_epoch());
         let status = self.node.status();
         let m = &self.metrics;
         m.term.store(status.term, Relaxed);

@@ -255,6 +255,10 @@ impl Outbox for TransportOutbox {
         // A message that cannot be queued is dropped; Raft retransmits what matters.
         let _ = self.0.send(message);
     }
+
+    fn set_follow_epoch(&self, epoch: u64) {
+        self.0.set_event_stamp(epoch);
+    }
 }
 
 /// Says at start what is encrypted and who is authenticated, loudly when not.
@@ -385,6 +389,27 @@ pub async fn run(
             }
         }
     });
+    // Fast election: closed connections and refused dials, in the order the writers saw
+    // them. The node acts on them only while it follows a leader whose connection closed.
+    let peer_events = config.fast_election.then(|| {
+        let mut events = transport
+            .take_peer_events()
+            .expect("nothing else takes the transport's events");
+        let inputs = handle.inputs.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                let input = match event {
+                    tenure_transport::PeerEvent::Closed(peer) => Input::PeerClosed(peer),
+                    tenure_transport::PeerEvent::Refused { peer, stamp } => {
+                        Input::PeerRefused(peer, stamp)
+                    }
+                };
+                if inputs.send(input).await.is_err() {
+                    break;
+                }
+            }
+        })
+    });
     // The driver counts ticks from the monotonic clock; this only wakes it up.
     let inputs = handle.inputs.clone();
     let waker = tokio::spawn(async move {
@@ -497,6 +522,9 @@ pub async fn run(
     let _ = handle.inputs.send(Input::Shutdown).await;
     waker.abort();
     forward.abort();
+    if let Some(task) = peer_events {
+        task.abort();
+    }
     peers_follow.abort();
     step_down.abort();
     // Graceful shutdown waits for clients to finish, and a client holding a stream (or one
@@ -514,10 +542,13 @@ pub async fn run(
     if tokio::time::timeout(deadline, http_task).await.is_err() {
         http_abort.abort();
     }
-    transport.shutdown().await;
+    // The driver stops before the transport closes the peer listener: while this node can
+    // still lead, its peer port accepts, so that a refused dial proves to its followers that
+    // it can no longer act as leader (fast election; docs/GUARANTEES.md).
     let result = tokio::task::spawn_blocking(move || driver_thread.join())
         .await
         .map_err(|e| ServerError::Driver(e.to_string()))?;
+    transport.shutdown().await;
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(ServerError::Driver(e.to_string())),

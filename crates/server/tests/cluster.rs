@@ -106,6 +106,60 @@ async fn leader_killed_new_leader_keeps_acknowledged_writes_and_old_leader_catch
     );
 }
 
+/// Fast election (`--fast-election`): kill -9 the leader and its followers see their
+/// connections close and its peer port refuse the redial, so they elect a successor at once
+/// instead of waiting out the election timeout, which is long here (1 s): without fast
+/// election no follower could campaign before about 900 ms (T minus a heartbeat). A frozen
+/// leader (SIGSTOP) keeps its sockets open, and is replaced only after the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_election_replaces_a_killed_leader_at_once_and_a_frozen_one_after_the_timeout() {
+    let mut c = Cluster::start(
+        Options::nodes(3)
+            .timing(1000, 100, 10)
+            .args(&["--fast-election"]),
+    );
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(15)).await;
+    // Let every connection settle (the writers' redial-at-once is for connections that
+    // lived).
+    tokio::time::sleep(ms(500)).await;
+    let survivors = c.others(&[leader]);
+    let killed_at = Instant::now();
+    c.kill(leader);
+    let (next, _) = c.wait_for_leader(&survivors, secs(15)).await;
+    let took = killed_at.elapsed();
+    assert!(
+        took < ms(600),
+        "fast election took {took:?} (the election timeout is 1 s)"
+    );
+    let mut gone = 0.0;
+    for id in &survivors {
+        gone += c.metric(*id, "tenure_leader_gone_total").await;
+    }
+    assert!(gone >= 1.0, "no survivor counted a leader_gone event");
+    assert!(
+        c.log(next).contains("leader_gone")
+            || c.log(survivors[0]).contains("leader_gone")
+            || c.log(survivors[1]).contains("leader_gone"),
+        "no leader_gone event in the survivors' logs"
+    );
+
+    // The old leader comes back as a follower; now freeze the new one.
+    c.start_node(leader);
+    c.wait_caught_up(next, &[leader], secs(15)).await;
+    tokio::time::sleep(ms(500)).await;
+    let others = c.others(&[next]);
+    let frozen_at = Instant::now();
+    c.pause(next);
+    let (third, _) = c.wait_for_leader(&others, secs(15)).await;
+    let took = frozen_at.elapsed();
+    assert_ne!(third, next);
+    assert!(
+        took >= ms(800),
+        "a frozen leader was replaced after {took:?}, before the election timeout"
+    );
+    c.resume(next);
+}
+
 /// SIGSTOP the leader past the election timeout: the others elect a new leader; a Put sent
 /// to the frozen leader (it waits in its socket) is never acknowledged as committed, because
 /// it never was; after SIGCONT the old leader steps down and follows the new one.

@@ -245,18 +245,27 @@ impl NodeSlot {
         self.exited = true;
     }
 
-    /// The transport's connection to `peer` closed (`refused`: and the reconnect made
-    /// right after was refused).
-    pub fn peer_closed(&mut self, peer: NodeId, refused: bool, ctx: &mut DriveCtx<'_>) -> Drive {
+    /// The transport's connection to `peer` closed (`refused: None`), or the reconnect made
+    /// after it was refused (`Some(epoch)`: the node's follow epoch when the dial started).
+    pub fn peer_closed(
+        &mut self,
+        peer: NodeId,
+        refused: Option<u64>,
+        ctx: &mut DriveCtx<'_>,
+    ) -> Drive {
         let Some(node) = self.node.as_mut() else {
             return Drive::Running;
         };
-        if refused {
-            in_core(|| node.peer_reconnect_refused(peer));
-        } else {
-            in_core(|| node.peer_connection_closed(peer));
+        match refused {
+            Some(epoch) => in_core(|| node.peer_reconnect_refused(peer, epoch)),
+            None => in_core(|| node.peer_connection_closed(peer)),
         }
         self.drive(ctx)
+    }
+
+    /// The node's follow epoch (0 while it is down), as a dial is stamped with it.
+    pub fn follow_epoch(&self) -> u64 {
+        self.node.as_ref().map_or(0, Node::follow_epoch)
     }
 
     /// One tick of the node's clock.

@@ -220,15 +220,15 @@ fn no_lease_drift_margin_is_caught_by_lease_safety() {
 }
 
 /// Reached in pipelined seeds, where leaders replicate while their own fsync runs and some
-/// crash before it completes; first caught at seed 44 (default phases; seed 699 before fast
-/// election seeds changed the runs of half the seeds).
+/// crash before it completes; first caught at seed 101 (default phases). The seed moves
+/// whenever a change reshapes the runs (it was 699, then 44), so the test scans for it.
 #[test]
 fn commit_undurable_is_caught_by_leader_completeness() {
     let opts = SimOptions {
         bug: Some(InjectBug::CommitUndurable),
         ..SimOptions::default()
     };
-    caught_at(opts, 44);
+    caught_with(opts, 1_000);
 }
 
 /// A leader that serves reads without confirming it still leads: a deposed leader that has

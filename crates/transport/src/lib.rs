@@ -96,4 +96,4 @@ pub use error::{ConfigError, Result, SendError, TransportError};
 pub use incoming::Incoming;
 pub use metrics::{PeerState, TransportMetrics};
 pub use tls::{node_name, ClientAuth, PeerTls, TlsError, TlsFiles, TlsMaterial};
-pub use transport::{PeerChange, Transport, TransportHandle};
+pub use transport::{PeerChange, PeerEvent, Transport, TransportHandle, PEER_EVENTS_MAX};

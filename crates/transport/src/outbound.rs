@@ -17,7 +17,7 @@ use crate::addr::HostPort;
 use crate::backoff::Backoff;
 use crate::codec::{encode_hello, encode_message_into, Hello, PROTOCOL_VERSION};
 use crate::metrics::PeerShared;
-use crate::transport::{shutdown_requested, Limits, PeerIo, Shared};
+use crate::transport::{shutdown_requested, Limits, PeerEvent, PeerIo, Shared};
 
 /// What a writer needs besides its queue and the shutdown signal.
 pub(crate) struct OutboundCtx {
@@ -55,7 +55,11 @@ pub(crate) async fn run(
     // Log the first failure of a streak loudly and the retries quietly, so that a peer that
     // is down for an hour does not fill the log.
     let mut failures_in_a_row: u64 = 0;
+    // Whether the next lost connection is redialed without a pause: once at first, and again
+    // after each connection that lived long.
+    let mut quick_redial = true;
     loop {
+        let stamp = ctx.shared.stamp.load(Ordering::Acquire);
         let connected = tokio::select! {
             _ = shutdown_requested(&mut shutdown) => return,
             result = connect(&ctx) => result,
@@ -81,13 +85,27 @@ pub(crate) async fn run(
                         warn!(node = ctx.shared.id, peer = ctx.peer_id, addr = %ctx.peer.addr, error = %e, "connection to peer lost; reconnecting");
                     }
                 }
+                ctx.shared.peer_event(PeerEvent::Closed(ctx.peer_id));
                 // A connection that lived long is evidence the peer is healthy again; one
                 // that dies at once (say, refused at the handshake) must not make us spin.
                 if since.elapsed() >= ctx.limits.reconnect_backoff_max {
                     backoff.reset();
+                    quick_redial = true;
+                }
+                // Redial at once after a connection that lived: if the peer's process
+                // exited, its port now refuses the dial, and that refusal is what lets a
+                // follower of a dead leader campaign without waiting (fast election).
+                if std::mem::take(&mut quick_redial) {
+                    continue;
                 }
             }
-            Err(e) => {
+            Err(Dial { error: e, refused }) => {
+                if refused {
+                    ctx.shared.peer_event(PeerEvent::Refused {
+                        peer: ctx.peer_id,
+                        stamp,
+                    });
+                }
                 ctx.shared.counters.connect_failures.inc();
                 ctx.peer.connect_failures.inc();
                 failures_in_a_row += 1;
@@ -110,9 +128,26 @@ pub(crate) async fn run(
     }
 }
 
+/// A failed connection attempt.
+struct Dial {
+    error: io::Error,
+    /// The TCP connect itself was refused on every address of the peer (nothing listens
+    /// there), as opposed to timing out, failing to resolve, or failing later.
+    refused: bool,
+}
+
+impl From<io::Error> for Dial {
+    fn from(error: io::Error) -> Dial {
+        Dial {
+            error,
+            refused: false,
+        }
+    }
+}
+
 /// Dials the peer, runs the TLS handshake if TLS is on (checking that the peer's
 /// certificate names it), and sends the hello, within the connect and write timeouts.
-async fn connect(ctx: &OutboundCtx) -> io::Result<Box<dyn PeerIo>> {
+async fn connect(ctx: &OutboundCtx) -> Result<Box<dyn PeerIo>, Dial> {
     let stream = timeout(ctx.limits.connect_timeout, dial(&ctx.peer.addr))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
@@ -150,21 +185,27 @@ async fn connect(ctx: &OutboundCtx) -> io::Result<Box<dyn PeerIo>> {
 
 /// Resolves `addr` now (a name is looked up on every dial, so a peer that moved to a new IP
 /// address under its name is found again) and connects to the first of its addresses that
-/// accepts, in the resolver's order.
-async fn dial(addr: &HostPort) -> io::Result<TcpStream> {
+/// accepts, in the resolver's order. Refused only if every address refused.
+async fn dial(addr: &HostPort) -> Result<TcpStream, Dial> {
     let mut last = None;
+    let mut refused = true;
     for a in addr.resolve().await? {
         match TcpStream::connect(a).await {
             Ok(stream) => return Ok(stream),
-            Err(e) => last = Some(io::Error::new(e.kind(), format!("{a}: {e}"))),
+            Err(e) => {
+                refused &= e.kind() == io::ErrorKind::ConnectionRefused;
+                last = Some(io::Error::new(e.kind(), format!("{a}: {e}")));
+            }
         }
     }
-    Err(last.unwrap_or_else(|| {
-        io::Error::new(
+    match last {
+        Some(error) => Err(Dial { error, refused }),
+        None => Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("{addr} resolves to no address"),
         )
-    }))
+        .into()),
+    }
 }
 
 /// Writes queued messages until the connection fails or the writer must stop.

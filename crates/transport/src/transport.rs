@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use rand_chacha::rand_core::SeedableRng;
@@ -21,6 +21,28 @@ use crate::inbound::{self, InboundCtx};
 use crate::metrics::{Counters, PeerShared, PeerState, TransportMetrics};
 use crate::outbound::{self, OutboundCtx};
 
+/// Most connection events ([`PeerEvent`]) waiting for the node; more are dropped (and
+/// logged): an event lost costs a fast election its speed, never its safety.
+pub const PEER_EVENTS_MAX: usize = 1024;
+
+/// What a writer saw happen to its connection to a peer, in the order it happened, for
+/// fast election (`Config::fast_election`, docs/GUARANTEES.md "Fast election").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerEvent {
+    /// An established outbound connection to the peer ended (closed or reset by the far
+    /// side, or failed); the writer redials at once. Proves nothing on its own.
+    Closed(NodeId),
+    /// A dial to the peer was refused at the TCP level on every address its name resolves
+    /// to (a reset answering the SYN): nothing listens on its peer port. `stamp` is the
+    /// value of [`TransportHandle::set_event_stamp`] when the dial started.
+    Refused {
+        /// The peer dialed.
+        peer: NodeId,
+        /// The owner's stamp as of the dial's start.
+        stamp: u64,
+    },
+}
+
 /// State shared by the handle and every task. Tasks hold this, never the handle's inner
 /// state, so that dropping the last handle really does stop them.
 #[derive(Debug)]
@@ -37,6 +59,27 @@ pub(crate) struct Shared {
     pub(crate) peers: RwLock<BTreeMap<NodeId, Arc<PeerShared>>>,
     /// Mutual TLS, if on.
     pub(crate) tls: Option<crate::tls::PeerTls>,
+    /// Connection events for the node, once it asked for them
+    /// ([`TransportHandle::take_peer_events`]).
+    pub(crate) events: OnceLock<mpsc::Sender<PeerEvent>>,
+    /// The owner's stamp for refusals ([`TransportHandle::set_event_stamp`]).
+    pub(crate) stamp: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    /// Hands `event` to the node without waiting; drops it if the node is that far behind.
+    pub(crate) fn peer_event(&self, event: PeerEvent) {
+        let Some(events) = self.events.get() else {
+            return;
+        };
+        if let Err(mpsc::error::TrySendError::Full(event)) = events.try_send(event) {
+            warn!(
+                node = self.id,
+                ?event,
+                "connection event dropped: the node is behind"
+            );
+        }
+    }
 }
 
 /// The limits and timeouts the tasks need, copied out of the configuration.
@@ -132,6 +175,8 @@ impl Transport {
             counters: Counters::default(),
             peers: RwLock::new(BTreeMap::new()),
             tls: config.tls,
+            events: OnceLock::new(),
+            stamp: std::sync::atomic::AtomicU64::new(0),
         });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue_max);
@@ -204,6 +249,21 @@ impl TransportHandle {
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.inner.shared.id
+    }
+
+    /// The receiver of this transport's connection events (closed connections and refused
+    /// dials, per peer, in order), for fast election; the transport reports none until this
+    /// is called, and `None` if it was called before.
+    pub fn take_peer_events(&self) -> Option<mpsc::Receiver<PeerEvent>> {
+        let (tx, rx) = mpsc::channel(PEER_EVENTS_MAX);
+        self.inner.shared.events.set(tx).ok().map(|()| rx)
+    }
+
+    /// Sets the stamp that each later dial carries into its [`PeerEvent::Refused`]: the
+    /// node's follow epoch, so that it can tell a refusal of a dial that started before its
+    /// leader changed.
+    pub fn set_event_stamp(&self, stamp: u64) {
+        self.inner.shared.stamp.store(stamp, Ordering::Release);
     }
 
     /// The address the transport accepts peer connections on.

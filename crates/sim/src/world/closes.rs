@@ -32,8 +32,9 @@ pub(super) enum Close {
     Seen,
     /// `at`'s redial reaches `peer`'s side now.
     Redial,
-    /// The redial was refused; `at` learns it.
-    Refused,
+    /// The redial was refused; `at` learns it. `epoch` is `at`'s follow epoch when the
+    /// redial started, as the server's transport stamps it.
+    Refused { epoch: u64 },
 }
 
 impl World {
@@ -118,12 +119,15 @@ impl World {
             );
             return;
         }
+        // A redial is stamped as it starts; its answer comes a round trip later, when the
+        // node may follow someone else.
+        let epoch = slot.follow_epoch();
         match step {
             Close::Seen => {
                 self.trace.log(self.now_us, || {
                     format!("node {at}: connection to {peer} closed")
                 });
-                self.drive_close(at, peer, false);
+                self.drive_close(at, peer, None);
                 let delay = self.network.delay(&mut self.rng);
                 self.queue.push(
                     self.now_us + delay,
@@ -147,21 +151,23 @@ impl World {
                             at,
                             incarnation,
                             peer,
-                            step: Close::Refused,
+                            step: Close::Refused { epoch },
                         },
                     );
                 }
             }
-            Close::Refused => {
+            Close::Refused { epoch } => {
                 self.trace.log(self.now_us, || {
                     format!("node {at}: reconnect to {peer} refused")
                 });
-                self.drive_close(at, peer, true);
+                self.drive_close(at, peer, Some(epoch));
             }
         }
     }
 
-    fn drive_close(&mut self, at: NodeId, peer: NodeId, refused: bool) {
+    /// Tells node `at` of a closed connection (`refused: None`) or of a refused redial
+    /// stamped with its follow epoch.
+    fn drive_close(&mut self, at: NodeId, peer: NodeId, refused: Option<u64>) {
         let drive = self.with_node(at, |slot, ctx| slot.peer_closed(peer, refused, ctx));
         self.after_drive(at, drive.unwrap_or(Drive::Running));
     }
