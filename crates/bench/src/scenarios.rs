@@ -107,6 +107,17 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
             if systems.len() == 1 { "is" } else { "are" }
         );
     }
+    if !chosen
+        .iter()
+        .any(|s| matches!(s, Scenario::CrashFailover | Scenario::PauseFailover))
+        && systems.iter().all(|s| s.fast_election())
+    {
+        bail!(
+            "{} {} measured in the crash-failover and pause-failover scenarios only",
+            names(&systems),
+            if systems.len() == 1 { "is" } else { "are" }
+        );
+    }
     if !chosen.contains(&Scenario::Takeover) && systems.iter().all(|s| s.backend_only()) {
         bail!(
             "{} {} measured in the takeover scenario only",
@@ -116,6 +127,12 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     }
     let tls_skipped = skip_line(&chosen, &systems, System::tls, "write and keepalives");
     let backends_skipped = skip_line(&chosen, &systems, System::backend_only, "takeover");
+    let fast_skipped = skip_line(
+        &chosen,
+        &systems,
+        System::fast_election,
+        "crash-failover and pause-failover",
+    );
     println!(
         "tenure bench: {} on {} under {}{} ({} build{}); results in {}",
         names(&chosen),
@@ -140,7 +157,11 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         },
         args.out.display()
     );
-    for line in tls_skipped.iter().chain(&backends_skipped) {
+    for line in tls_skipped
+        .iter()
+        .chain(&backends_skipped)
+        .chain(&fast_skipped)
+    {
         println!("{line}");
     }
     let started = Instant::now();
@@ -179,7 +200,11 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
             args.rounds
         ));
     }
-    for line in tls_skipped.iter().chain(&backends_skipped) {
+    for line in tls_skipped
+        .iter()
+        .chain(&backends_skipped)
+        .chain(&fast_skipped)
+    {
         table.push_str(&format!("\n{line}\n"));
     }
     println!("\n{table}");
@@ -258,6 +283,8 @@ fn skip_line(
 fn measured_in(system: System, scenario: Scenario) -> bool {
     if system.backend_only() {
         scenario == Scenario::Takeover
+    } else if system.fast_election() {
+        matches!(scenario, Scenario::CrashFailover | Scenario::PauseFailover)
     } else {
         measures_tls(scenario) || !system.tls()
     }
@@ -906,7 +933,7 @@ async fn still_leads(
 /// What a system's reads are, for the notes under the read table.
 fn read_method(system: System) -> &'static str {
     match system {
-        System::Tenure | System::TenureTls => {
+        System::Tenure | System::TenureTls | System::TenureFast => {
             "leader read: Leader of an election that has a leader; key read: Get of a fenced key \
              holding 64 bytes; both sent to the Raft leader"
         }
@@ -1274,7 +1301,7 @@ fn note_granted_ttl(
             "etcd's shortest lease is 1.5 election timeouts, in whole seconds"
         }
         System::Zookeeper => "ZooKeeper's shortest session timeout is 2 tickTimes",
-        System::Tenure | System::TenureTls => "the cluster's --ttl-min-ms",
+        System::Tenure | System::TenureTls | System::TenureFast => "the cluster's --ttl-min-ms",
         System::Postgres | System::Memory => "the backend's own bound",
     };
     report.note(

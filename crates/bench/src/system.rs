@@ -24,6 +24,9 @@ pub enum System {
     /// tenure with `--tls-dir`: mutual TLS between peers, TLS with a client certificate on
     /// the gRPC and HTTP ports.
     TenureTls,
+    /// tenure with `--fast-election`: followers of a leader whose process exited campaign
+    /// at once. Measured in the failover scenarios only.
+    TenureFast,
     Etcd,
     /// etcd with https client and peer URLs, client certificates required on both.
     EtcdTls,
@@ -39,9 +42,10 @@ pub enum System {
 impl System {
     /// Every system, in the order of every table (each TLS variant next to its plaintext
     /// system, so that they run close together in time).
-    pub const ALL: [System; 7] = [
+    pub const ALL: [System; 8] = [
         System::Tenure,
         System::TenureTls,
+        System::TenureFast,
         System::Etcd,
         System::EtcdTls,
         System::Zookeeper,
@@ -50,9 +54,10 @@ impl System {
     ];
 
     /// The systems of a run that names none: every cluster, not the client backends.
-    pub const DEFAULT: [System; 5] = [
+    pub const DEFAULT: [System; 6] = [
         System::Tenure,
         System::TenureTls,
+        System::TenureFast,
         System::Etcd,
         System::EtcdTls,
         System::Zookeeper,
@@ -62,6 +67,7 @@ impl System {
         match self {
             System::Tenure => "tenure",
             System::TenureTls => "tenure-tls",
+            System::TenureFast => "tenure-fast",
             System::Etcd => "etcd",
             System::EtcdTls => "etcd-tls",
             System::Zookeeper => "zookeeper",
@@ -74,6 +80,12 @@ impl System {
     /// processes here ([`Cluster`]): it is measured through the library only.
     pub fn backend_only(self) -> bool {
         matches!(self, System::Postgres | System::Memory)
+    }
+
+    /// Whether the cluster runs with fast election on (measured in the failover scenarios
+    /// only).
+    pub fn fast_election(self) -> bool {
+        self == System::TenureFast
     }
 
     /// Whether the cluster runs with TLS on.
@@ -265,9 +277,10 @@ pub async fn start(
     env: &Env,
 ) -> anyhow::Result<Box<dyn Cluster>> {
     let cluster: Box<dyn Cluster> = match system {
-        System::Tenure | System::TenureTls => {
-            Box::new(crate::tenure::TenureCluster::start(profile, env, system.tls()).await?)
-        }
+        System::Tenure | System::TenureTls | System::TenureFast => Box::new(
+            crate::tenure::TenureCluster::start(profile, env, system.tls(), system.fast_election())
+                .await?,
+        ),
         System::Etcd | System::EtcdTls => {
             Box::new(crate::etcd::EtcdCluster::start(profile, env, system.tls()).await?)
         }

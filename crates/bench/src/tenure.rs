@@ -48,6 +48,8 @@ pub struct TenureCluster {
     writers: AtomicU64,
     /// With TLS on: the certificates and the clients' TLS.
     tls: Option<Tls>,
+    /// Started with `--fast-election`.
+    fast_election: bool,
     /// What every reader reads, created by the first one.
     read_target: tokio::sync::OnceCell<ReadTarget>,
 }
@@ -76,7 +78,12 @@ struct Tls {
 
 impl TenureCluster {
     /// Start 3 nodes, with TLS on every port if `tls`.
-    pub async fn start(profile: Profile, env: &Env, tls: bool) -> anyhow::Result<TenureCluster> {
+    pub async fn start(
+        profile: Profile,
+        env: &Env,
+        tls: bool,
+        fast_election: bool,
+    ) -> anyhow::Result<TenureCluster> {
         let ports = free_ports(9)?;
         let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let addrs = (0..3)
@@ -105,6 +112,7 @@ impl TenureCluster {
             procs: (0..3).map(|_| None).collect(),
             writers: AtomicU64::new(0),
             tls,
+            fast_election,
             read_target: tokio::sync::OnceCell::new(),
         };
         for i in 0..3 {
@@ -134,6 +142,9 @@ impl TenureCluster {
             cmd.arg("--tls-dir")
                 .arg(&tls.dir)
                 .args(["--cluster-id", TLS_CLUSTER_ID]);
+        }
+        if self.fast_election {
+            cmd.arg("--fast-election");
         }
         cmd.env("NO_COLOR", "1");
         let p = Proc::spawn(cmd, &dir.join(format!("n{i}.log")))?;

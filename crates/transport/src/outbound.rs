@@ -55,9 +55,6 @@ pub(crate) async fn run(
     // Log the first failure of a streak loudly and the retries quietly, so that a peer that
     // is down for an hour does not fill the log.
     let mut failures_in_a_row: u64 = 0;
-    // Whether the next lost connection is redialed without a pause: once at first, and again
-    // after each connection that lived long.
-    let mut quick_redial = true;
     loop {
         let stamp = ctx.shared.stamp.load(Ordering::Acquire);
         let connected = tokio::select! {
@@ -90,12 +87,13 @@ pub(crate) async fn run(
                 // that dies at once (say, refused at the handshake) must not make us spin.
                 if since.elapsed() >= ctx.limits.reconnect_backoff_max {
                     backoff.reset();
-                    quick_redial = true;
                 }
-                // Redial at once after a connection that lived: if the peer's process
-                // exited, its port now refuses the dial, and that refusal is what lets a
-                // follower of a dead leader campaign without waiting (fast election).
-                if std::mem::take(&mut quick_redial) {
+                // Redial at once after a connection that lived at least the shortest
+                // backoff (so that one refused at the handshake cannot make us spin): if the
+                // peer's process exited, its port now refuses the dial, and that refusal is
+                // what lets a follower of a dead leader campaign without waiting (fast
+                // election).
+                if since.elapsed() >= ctx.limits.reconnect_backoff_min {
                     continue;
                 }
             }
