@@ -35,6 +35,10 @@ pub struct NemesisArgs {
     /// Candidate clients per election.
     #[arg(long, default_value_t = 3)]
     candidates: usize,
+    /// Start the servers with fast election on (`fast_election = true`): a killed leader is
+    /// replaced as soon as its followers see its port refuse a dial.
+    #[arg(long)]
+    fast_election: bool,
     /// Start the servers with TENURE_INJECT_BUG set to this (test the tester).
     #[arg(long)]
     inject_bug: Option<String>,
@@ -80,6 +84,7 @@ pub fn run(args: NemesisArgs) -> ExitCode {
             .unwrap_or([20, 50, 10_000][(seed % 3) as usize]),
         elections: args.elections.max(1),
         candidates: args.candidates.max(1),
+        fast_election: args.fast_election,
         inject_bug: args.inject_bug,
         keep_dir: args.keep_dir,
         history_file: args.history_file,

@@ -30,6 +30,8 @@ pub struct ServerOptions {
     /// How long a server lets a request wait. Longer than the targeted fault, so that a write
     /// in flight at a cut-off leader is still waiting when that leader catches up.
     pub request_timeout_ms: u64,
+    /// `fast_election = true` in every server's configuration.
+    pub fast_election: bool,
     /// Extra environment for every server (e.g. `TENURE_INJECT_BUG`).
     pub env: Vec<(String, String)>,
 }
@@ -194,6 +196,9 @@ impl Cluster {
             self.opts.snapshot_threshold_entries,
             self.opts.request_timeout_ms,
         );
+        if self.opts.fast_election {
+            toml.push_str("fast_election = true\n");
+        }
         for (n, a) in &self.addrs {
             toml.push_str(&format!(
                 "[nodes.{n}]\npeer = \"{}\"\nclient = \"{}\"\nhttp = \"{}\"\n",

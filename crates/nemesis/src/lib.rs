@@ -53,6 +53,8 @@ pub struct Options {
     pub elections: usize,
     /// Candidate clients per election.
     pub candidates: usize,
+    /// The servers run with `fast_election = true`.
+    pub fast_election: bool,
     /// `TENURE_INJECT_BUG` for the servers, if any.
     pub inject_bug: Option<String>,
     /// Keep the temporary directory (logs, data) for a post-mortem.
@@ -75,6 +77,9 @@ impl Options {
             self.elections,
             self.candidates,
         );
+        if self.fast_election {
+            cmd.push_str(" --fast-election");
+        }
         if let Some(b) = &self.inject_bug {
             let _ = write!(cmd, " --inject-bug {b}");
         }
@@ -116,13 +121,18 @@ impl Report {
         let o = &self.options;
         let _ = writeln!(
             out,
-            "tenure nemesis: seed {}, {} nodes, {} s of faults, snapshot threshold {} entries, {} elections x {} candidates{}",
+            "tenure nemesis: seed {}, {} nodes, {} s of faults, snapshot threshold {} entries, {} elections x {} candidates{}{}",
             o.seed,
             o.nodes,
             o.duration.as_secs(),
             o.snapshot_threshold_entries,
             o.elections,
             o.candidates,
+            if o.fast_election {
+                ", fast election"
+            } else {
+                ""
+            },
             o.inject_bug
                 .as_ref()
                 .map(|b| format!(", servers with TENURE_INJECT_BUG={b}"))
@@ -253,6 +263,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         // Longer than the targeted fault's write may wait; every workload request gives up
         // long before, so a server-side timeout never answers a workload request.
         request_timeout_ms: 30_000,
+        fast_election: options.fast_election,
         env,
     };
     let cluster =
