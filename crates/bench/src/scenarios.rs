@@ -454,8 +454,18 @@ async fn measure_system(
             let t = Instant::now();
             for trial in 0..sizes.failover_trials {
                 match fault_trial(&mut c, fault, sizes.settle).await {
-                    Ok(took) => {
-                        eprintln!("{tag} {name} {:>3}: {:>8.1} ms", trial + 1, as_ms(took));
+                    Ok((took, rounds)) => {
+                        let said = rounds.map_or(String::new(), |r| {
+                            format!(
+                                " ({} election(s), {} pre-vote(s) lost)",
+                                r.elections, r.pre_votes_lost
+                            )
+                        });
+                        eprintln!(
+                            "{tag} {name} {:>3}: {:>8.1} ms{said}",
+                            trial + 1,
+                            as_ms(took)
+                        );
                         sample(
                             report,
                             name,
@@ -467,6 +477,28 @@ async fn measure_system(
                             trial,
                             as_ms(took),
                         );
+                        if let Some(r) = rounds {
+                            for (metric, value) in [
+                                ("elections started per trial", r.elections),
+                                ("pre-votes lost per trial", r.pre_votes_lost),
+                                (
+                                    "elections without a winner per trial",
+                                    r.elections.saturating_sub(1),
+                                ),
+                            ] {
+                                sample(
+                                    report,
+                                    name,
+                                    metric,
+                                    "count",
+                                    Better::Lower,
+                                    system,
+                                    profile,
+                                    trial,
+                                    value as f64,
+                                );
+                            }
+                        }
                     }
                     Err(e) if e.downcast_ref::<Unsupported>().is_some() => {
                         report.note(name, system, profile, format!("{e}"));
@@ -553,11 +585,40 @@ enum Fault {
 /// One fault of the leader, timed from the fault to the first write acknowledged by the
 /// survivors (crash, pause) or by the new leader (transfer); then the cluster is made whole
 /// and stable again.
+/// What the survivors of one trial did to elect a leader (tenure only: read from their
+/// `/metrics` before the fault and once the first write after it was acknowledged).
+#[derive(Clone, Copy, Debug)]
+struct Rounds {
+    /// Real elections started (terms campaigned in), summed over the survivors.
+    elections: u64,
+    /// Pre-vote rounds lost, summed over the survivors.
+    pre_votes_lost: u64,
+}
+
+/// The survivors' election counters, summed; `None` for a system without them.
+async fn election_counters(c: &dyn Cluster, nodes: &[usize]) -> Option<(f64, f64)> {
+    let (mut elections, mut lost) = (0.0, 0.0);
+    for &i in nodes {
+        let text = c.metrics(i).await.ok()??;
+        elections += prometheus_value(&text, "tenure_elections_started_total")?;
+        lost += prometheus_value(&text, "tenure_pre_votes_lost_total")?;
+    }
+    Some((elections, lost))
+}
+
+/// The value of an unlabelled sample `name` in a Prometheus text exposition.
+fn prometheus_value(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?.strip_prefix(' ')?;
+        rest.trim().parse().ok()
+    })
+}
+
 async fn fault_trial(
     c: &mut Box<dyn Cluster>,
     fault: Fault,
     settle: Duration,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<(Duration, Option<Rounds>)> {
     let leader = c.wait_stable(STABLE_WITHIN).await?;
     let n = c.len();
     let target = (leader + 1) % n;
@@ -574,6 +635,8 @@ async fn fault_trial(
     let pid = c
         .pid(leader)
         .ok_or_else(|| anyhow!("the leader has no process"))?;
+    let survivors: Vec<usize> = (0..n).filter(|&i| i != leader).collect();
+    let before = election_counters(c.as_ref(), &survivors).await;
     let t0 = Instant::now();
     match fault {
         Fault::Crash => c.kill(leader)?,
@@ -581,6 +644,11 @@ async fn fault_trial(
         Fault::Transfer => c.transfer(target).await?,
     }
     let took = first_ack(w, t0, Duration::from_secs(120)).await;
+    let after = election_counters(c.as_ref(), &survivors).await;
+    let rounds = before.zip(after).map(|((e0, l0), (e1, l1))| Rounds {
+        elections: (e1 - e0).max(0.0) as u64,
+        pre_votes_lost: (l1 - l0).max(0.0) as u64,
+    });
     // Make the cluster whole again before reporting, also on failure.
     match fault {
         Fault::Crash => c.restart(leader)?,
@@ -605,7 +673,7 @@ async fn fault_trial(
         }
     }
     c.wait_stable(STABLE_WITHIN).await?;
-    Ok(took)
+    Ok((took, rounds))
 }
 
 /// Send a write every 5 ms (each given 2 s) until one is acknowledged; the time from `t0`
@@ -1559,4 +1627,25 @@ async fn probe(system: System, profile: Profile, env: &Env) -> anyhow::Result<()
     );
     l.resign().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prometheus_value;
+
+    #[test]
+    fn a_counter_is_read_by_its_exact_name_only() {
+        let text = "# HELP tenure_elections_started_total Elections.\n\
+                    # TYPE tenure_elections_started_total counter\n\
+                    tenure_elections_started_total_other 9\n\
+                    tenure_elections_started_total 3\n\
+                    tenure_pre_votes_lost_total{node=\"1\"} 4\n";
+        assert_eq!(
+            prometheus_value(text, "tenure_elections_started_total"),
+            Some(3.0)
+        );
+        // Labelled samples are not the unlabelled counter.
+        assert_eq!(prometheus_value(text, "tenure_pre_votes_lost_total"), None);
+        assert_eq!(prometheus_value(text, "tenure_missing_total"), None);
+    }
 }
