@@ -469,7 +469,7 @@ async fn measure_system(
                         sample(
                             report,
                             name,
-                            "fault → first acknowledged write",
+                            FAILOVER_METRIC,
                             "ms",
                             Better::Lower,
                             system,
@@ -510,7 +510,12 @@ async fn measure_system(
             let done = report
                 .samples
                 .iter()
-                .filter(|s| s.scenario == name && s.system == system && s.profile == profile)
+                .filter(|s| {
+                    s.scenario == name
+                        && s.system == system
+                        && s.profile == profile
+                        && s.metric == FAILOVER_METRIC
+                })
                 .count();
             if done > 0 {
                 let line = format!("{done} trials took {:.0} s", t.elapsed().as_secs_f64());
@@ -585,6 +590,9 @@ enum Fault {
 /// One fault of the leader, timed from the fault to the first write acknowledged by the
 /// survivors (crash, pause) or by the new leader (transfer); then the cluster is made whole
 /// and stable again.
+/// The failover scenarios' timing, one sample per trial.
+const FAILOVER_METRIC: &str = "fault → first acknowledged write";
+
 /// What the survivors of one trial did to elect a leader (tenure only: read from their
 /// `/metrics` before the fault and once the first write after it was acknowledged).
 #[derive(Clone, Copy, Debug)]
