@@ -4,7 +4,7 @@
 //! Section numbers refer to the Raft paper ("In Search of an Understandable Consensus
 //! Algorithm", extended version) and Ongaro's dissertation.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -817,11 +817,9 @@ impl Raft {
         let rank = self
             .membership
             .voters
-            .iter()
-            .chain(&self.membership.voters_outgoing)
+            .union(&self.membership.voters_outgoing)
             .filter(|v| **v != leader && **v < self.id)
-            .collect::<BTreeSet<_>>()
-            .len() as u64;
+            .count() as u64;
         if rank == 0 {
             self.start_election(false);
         } else {

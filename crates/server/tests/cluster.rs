@@ -137,9 +137,9 @@ async fn fast_election_replaces_a_killed_leader_at_once_and_a_frozen_one_after_t
     }
     assert!(gone >= 1.0, "no survivor counted a leader_gone event");
     assert!(
-        c.log(next).contains("leader_gone")
-            || c.log(survivors[0]).contains("leader_gone")
-            || c.log(survivors[1]).contains("leader_gone"),
+        survivors
+            .iter()
+            .any(|id| c.log(*id).contains("leader_gone")),
         "no leader_gone event in the survivors' logs"
     );
 

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -63,23 +63,7 @@ pub(crate) struct Shared {
     /// ([`TransportHandle::take_peer_events`]).
     pub(crate) events: OnceLock<mpsc::Sender<PeerEvent>>,
     /// The owner's stamp for refusals ([`TransportHandle::set_event_stamp`]).
-    pub(crate) stamp: std::sync::atomic::AtomicU64,
-}
-
-impl Shared {
-    /// Hands `event` to the node without waiting; drops it if the node is that far behind.
-    pub(crate) fn peer_event(&self, event: PeerEvent) {
-        let Some(events) = self.events.get() else {
-            return;
-        };
-        if let Err(mpsc::error::TrySendError::Full(event)) = events.try_send(event) {
-            warn!(
-                node = self.id,
-                ?event,
-                "connection event dropped: the node is behind"
-            );
-        }
-    }
+    pub(crate) stamp: AtomicU64,
 }
 
 /// The limits and timeouts the tasks need, copied out of the configuration.
@@ -176,7 +160,7 @@ impl Transport {
             peers: RwLock::new(BTreeMap::new()),
             tls: config.tls,
             events: OnceLock::new(),
-            stamp: std::sync::atomic::AtomicU64::new(0),
+            stamp: AtomicU64::new(0),
         });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_queue_max);
@@ -417,6 +401,20 @@ impl TransportHandle {
 }
 
 impl Shared {
+    /// Hands `event` to the node without waiting; drops it if the node is that far behind.
+    pub(crate) fn peer_event(&self, event: PeerEvent) {
+        let Some(events) = self.events.get() else {
+            return;
+        };
+        if let Err(mpsc::error::TrySendError::Full(event)) = events.try_send(event) {
+            warn!(
+                node = self.id,
+                ?event,
+                "connection event dropped: the node is behind"
+            );
+        }
+    }
+
     /// The current peers (read-locked).
     pub(crate) fn peers(
         &self,

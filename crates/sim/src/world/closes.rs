@@ -67,15 +67,7 @@ impl World {
             }
             let delay = self.network.delay(&mut self.rng);
             let incarnation = self.nodes[&at].incarnation;
-            self.queue.push(
-                self.now_us + delay,
-                Event::Connection {
-                    at,
-                    incarnation,
-                    peer,
-                    step: Close::Seen,
-                },
-            );
+            self.schedule_connection(delay, at, incarnation, peer, Close::Seen);
         }
     }
 
@@ -108,15 +100,7 @@ impl World {
         }
         if slot.paused || slot.persisting() {
             // The transport's task runs when the process does.
-            self.queue.push(
-                self.now_us + RETRY_US,
-                Event::Connection {
-                    at,
-                    incarnation,
-                    peer,
-                    step,
-                },
-            );
+            self.schedule_connection(RETRY_US, at, incarnation, peer, step);
             return;
         }
         // A redial is stamped as it starts; its answer comes a round trip later, when the
@@ -129,15 +113,7 @@ impl World {
                 });
                 self.drive_close(at, peer, None);
                 let delay = self.network.delay(&mut self.rng);
-                self.queue.push(
-                    self.now_us + delay,
-                    Event::Connection {
-                        at,
-                        incarnation,
-                        peer,
-                        step: Close::Redial,
-                    },
-                );
+                self.schedule_connection(delay, at, incarnation, peer, Close::Redial);
             }
             Close::Redial => {
                 let down = self.nodes.get(&peer).is_none_or(|s| !s.is_up());
@@ -145,15 +121,8 @@ impl World {
                     && !self.network.is_blocked(Addr::Node(peer), Addr::Node(at));
                 if down && both_ways {
                     let delay = self.network.delay(&mut self.rng);
-                    self.queue.push(
-                        self.now_us + delay,
-                        Event::Connection {
-                            at,
-                            incarnation,
-                            peer,
-                            step: Close::Refused { epoch },
-                        },
-                    );
+                    let step = Close::Refused { epoch };
+                    self.schedule_connection(delay, at, incarnation, peer, step);
                 }
             }
             Close::Refused { epoch } => {
@@ -163,6 +132,26 @@ impl World {
                 self.drive_close(at, peer, Some(epoch));
             }
         }
+    }
+
+    /// Schedules `step` of `at`'s connection to `peer`, `after` from now.
+    fn schedule_connection(
+        &mut self,
+        after: SimTimeUs,
+        at: NodeId,
+        incarnation: u64,
+        peer: NodeId,
+        step: Close,
+    ) {
+        self.queue.push(
+            self.now_us + after,
+            Event::Connection {
+                at,
+                incarnation,
+                peer,
+                step,
+            },
+        );
     }
 
     /// Tells node `at` of a closed connection (`refused: None`) or of a refused redial
