@@ -188,6 +188,10 @@ pub(crate) struct Raft {
     follow_epoch: u64,
     /// The (term, leader) `follow_epoch` belongs to.
     follow_seen: (Term, Option<NodeId>),
+    /// The last tick at which this node refused a pre-vote because it still heard from its
+    /// leader: if the leader turns out gone right after, that candidate raced this node's
+    /// own news of it (fast election's turns).
+    pre_vote_refused_tick: Option<u64>,
     /// Index of this leader's first entry of its term.
     pub(crate) term_start_index: Index,
 
@@ -249,6 +253,7 @@ impl Raft {
             leader_closed: None,
             follow_epoch: 0,
             follow_seen: (0, None),
+            pre_vote_refused_tick: None,
             term_start_index: 0,
             snapshot,
             snapshot_to_restore: None,
@@ -644,8 +649,12 @@ impl Raft {
                 last_log_index,
                 last_log_term,
             } => {
+                let in_lease = self.in_vote_lease();
+                if in_lease {
+                    self.pre_vote_refused_tick = Some(self.now_tick);
+                }
                 let granted = m.term > self.term
-                    && !self.in_vote_lease()
+                    && !in_lease
                     && (self.log.is_up_to_date(last_log_index, last_log_term)
                         || self.config.bugs.vote_without_log_check);
                 let term = if granted { m.term } else { self.term };
@@ -812,14 +821,22 @@ impl Raft {
         // Every follower of the dead leader learns of it within a round trip; if all
         // campaigned at once, each would vote for itself and the votes would split. They
         // take turns instead, one tick apart in the order of their ids: the first campaigns
-        // now, the next one tick later (if the first one's pre-vote reached a voter that
-        // had not yet learned the leader is gone, or the first one is down too), and so on.
-        let rank = self
-            .membership
-            .voters
-            .union(&self.membership.voters_outgoing)
-            .filter(|v| **v != leader && **v < self.id)
-            .count() as u64;
+        // now, the next one tick later (in case the first one is down too), and so on. A
+        // follower that refused a pre-vote in this tick or the last, because it had not yet
+        // learned that the leader is gone, goes now: that candidate's round is lost (its
+        // pre-vote waits, it does not campaign), and this one can win it at once.
+        let raced = self
+            .pre_vote_refused_tick
+            .is_some_and(|t| self.now_tick <= t + 1);
+        let rank = if raced {
+            0
+        } else {
+            self.membership
+                .voters
+                .union(&self.membership.voters_outgoing)
+                .filter(|v| **v != leader && **v < self.id)
+                .count() as u64
+        };
         if rank == 0 {
             self.start_election(false);
         } else {

@@ -258,12 +258,13 @@ fn read_lease_past_vote_refusal_is_caught_by_linearizability() {
 /// the leader closes, without waiting for the refused reconnect that proves the leader's
 /// process gone: a forged reset of a live leader's connections lets a new leader be elected
 /// while the old one still holds its lease. `tenure sim --seeds 1..60 --nodes 5 --inject-bug
-/// close-drops-vote-refusal` first catches it at seed 5 (default phases).
+/// close-drops-vote-refusal` first catches it at seed 6 (default phases); the test scans for
+/// it, as the seed moves whenever the runs change shape.
 #[test]
 fn close_drops_vote_refusal_is_caught_by_lease_safety() {
     let opts = SimOptions {
         bug: Some(InjectBug::CloseDropsVoteRefusal),
         ..SimOptions::default()
     };
-    caught_at(opts, 5);
+    caught_with(opts, 100);
 }
