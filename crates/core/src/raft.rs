@@ -820,8 +820,8 @@ impl Raft {
         }
         // Every follower of the dead leader learns of it within a round trip; if all
         // campaigned at once, each would vote for itself and the votes would split. They
-        // take turns instead, one tick apart in the order of their ids: the first campaigns
-        // now, the next one tick later (in case the first one is down too), and so on. A
+        // take turns instead, a tick apart in the order of their ids: the first campaigns
+        // now, the next a whole tick later (in case the first one is down too), and so on. A
         // follower that refused a pre-vote in this tick or the last, because it had not yet
         // learned that the leader is gone, goes now: that candidate's round is lost (its
         // pre-vote waits, it does not campaign), and this one can win it at once.
@@ -840,8 +840,11 @@ impl Raft {
         if rank == 0 {
             self.start_election(false);
         } else {
+            // The timer fires on the (rank + 1)-th tick from now, so at least `rank` whole
+            // ticks from now: the next tick may be a moment away, and a turn taken then
+            // would start a second candidate while the first one's votes are in flight.
             self.election_elapsed_ticks = 0;
-            self.randomized_timeout_milliticks = rank * 1000;
+            self.randomized_timeout_milliticks = (rank + 1) * 1000;
         }
     }
 
