@@ -35,6 +35,10 @@ use std::time::{Duration, Instant};
 use tenure::{CampaignOptions, Client, Error, LeaderEvent, Lost};
 use tokio_stream::StreamExt as _;
 
+#[path = "common/replicas.rs"]
+mod replicas;
+use replicas::{raft_ready, Replicas};
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -629,54 +633,14 @@ fn shared_cluster() -> Arc<Shared> {
 /// not lead, so that requests follow the leader over the shared ports.
 fn shared_embedded() -> Arc<Shared> {
     shared(slot!(), || {
-        let lock = tenure_testkit::ClusterLock::acquire();
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-embedded-contract-")
-            .tempdir()
-            .expect("a temporary directory");
-        let certs = dir.path().join("certs");
-        tenure_testkit::ClientTls::issue(&certs);
-        let ports = tenure_testkit::free_ports(3);
-        let replicas: std::collections::BTreeMap<u64, tenure::embedded::HostPort> = (1..=3)
-            .map(|id| {
-                let addr = format!("127.0.0.1:{}", ports[id as usize - 1]);
-                (id, addr.parse().expect("an address"))
-            })
-            .collect();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime for the embedded nodes");
-        let nodes = rt.block_on(async {
-            let mut nodes = Vec::new();
-            for id in 1..=3 {
-                let mut config = tenure::embedded::EmbeddedConfig::new(
-                    id,
-                    replicas.clone(),
-                    dir.path().join(format!("node-{id}")),
-                )
-                .tls(&certs, tenure_testkit::APP_CLIENT);
-                config.server.cluster_id = tenure_testkit::CLUSTER_ID.into();
-                config.server.election_timeout_ms = tenure_testkit::ELECTION_TIMEOUT_MS;
-                config.server.heartbeat_ms = tenure_testkit::HEARTBEAT_MS;
-                config.server.tick_ms = tenure_testkit::TICK_MS;
-                nodes.push(tenure::embedded::start(config).await.expect("start a node"));
-            }
-            let client = nodes[1].client().await.expect("a client");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            // A leader answers "unknown election"; without one, the call fails otherwise.
-            while let Err(e) = client.leader("contract-ready").await {
-                if matches!(e, Error::UnknownElection(_)) {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "no Raft leader within 10 s: {e}");
-                tokio::time::sleep(ms(20)).await;
-            }
-            nodes
-        });
-        let url = format!("embedded:{}", nodes[1].name());
-        Shared::new(url, None, (nodes, rt, dir, lock))
+        let replicas = Replicas::start(3, true);
+        let client = replicas
+            .rt(2)
+            .block_on(replicas.node(2).client())
+            .expect("a client");
+        replicas.rt(2).block_on(raft_ready(&client));
+        let url = format!("embedded:{}", replicas.node(2).name());
+        Shared::new(url, None, replicas)
     })
 }
 
