@@ -649,8 +649,8 @@ fn shared_etcd() -> Arc<Shared> {
         // TLS with a client certificate, and a user with a password: security on, as it
         // should be in production.
         let certs = TestCerts::issue();
-        let etcd = Etcd::start_secure(&certs);
-        let url = etcd.url_for(PASSWORD_IN_URL, Some(&certs));
+        let etcd = Service::etcd_secure(&certs);
+        let url = etcd.etcd_url(PASSWORD_IN_URL, Some(&certs));
         let logs = etcd.dir.path().to_path_buf();
         Shared::new(url, Some(logs), (etcd, certs))
     })
@@ -660,7 +660,7 @@ fn shared_postgres() -> Arc<Shared> {
     shared(slot!(), || {
         // TLS with the server's certificate verified (its name included), and a password.
         let certs = TestCerts::issue();
-        let pg = Postgres::start_secure(&certs);
+        let pg = Service::postgres_secure(&certs);
         assert!(pg.url.contains("sslmode=verify-full"), "{}", pg.url);
         let url = with_password(&pg.url, "tenure", PASSWORD_IN_URL);
         let logs = pg.dir.path().to_path_buf();
@@ -671,8 +671,8 @@ fn shared_postgres() -> Arc<Shared> {
 fn shared_zookeeper() -> Arc<Shared> {
     shared(slot!(), || {
         // Digest authentication, and znodes that only that identity may touch.
-        let zk = ZooKeeper::start();
-        let url = zk.url_for("tenure", PASSWORD_IN_URL);
+        let zk = Service::zookeeper();
+        let url = zk.zk_url("tenure", PASSWORD_IN_URL);
         let logs = zk.dir.path().to_path_buf();
         Shared::new(url, Some(logs), zk)
     })
@@ -815,13 +815,13 @@ async fn still_leads(c: &Client, l: &tenure::Leadership, election: &str) {
 #[test]
 fn etcd_refuses_wrong_passwords_plaintext_missing_client_certificates_and_other_cas() {
     let certs = TestCerts::issue();
-    let etcd = Etcd::start_secure(&certs);
+    let etcd = Service::etcd_secure(&certs);
     let rt = runtime();
     rt.block_on(async {
         let election = "etcd-refusals";
-        let (c, l) = holder(&etcd.url_for(PASSWORD_IN_URL, Some(&certs)), election).await;
+        let (c, l) = holder(&etcd.etcd_url(PASSWORD_IN_URL, Some(&certs)), election).await;
 
-        let err = refusal(&etcd.url_for(WRONG_PASSWORD, Some(&certs))).await;
+        let err = refusal(&etcd.etcd_url(WRONG_PASSWORD, Some(&certs))).await;
         assert!(
             matches!(err, Error::AuthenticationFailed(_)),
             "wrong password: {err:?}"
@@ -843,14 +843,14 @@ fn etcd_refuses_wrong_passwords_plaintext_missing_client_certificates_and_other_
         // TLS without a client certificate, where the server requires one.
         // With TLS 1.3 the server refuses after the client's side of the handshake is
         // done, so the client may only see its connection dropped.
-        let err = refusal(&etcd.url_for(PASSWORD_IN_URL, None)).await;
+        let err = refusal(&etcd.etcd_url(PASSWORD_IN_URL, None)).await;
         assert!(
             matches!(err, Error::Tls(_) | Error::Unavailable(_)),
             "no client certificate: {err:?}"
         );
 
         // A CA that did not sign the server's certificate.
-        let other = etcd.url_for(PASSWORD_IN_URL, Some(&certs)).replacen(
+        let other = etcd.etcd_url(PASSWORD_IN_URL, Some(&certs)).replacen(
             &certs.ca().display().to_string(),
             &certs.other_ca().display().to_string(),
             1,
@@ -867,7 +867,7 @@ fn etcd_refuses_wrong_passwords_plaintext_missing_client_certificates_and_other_
 #[test]
 fn postgres_sslmodes_verify_what_they_say_and_wrong_passwords_and_plaintext_are_refused() {
     let certs = TestCerts::issue();
-    let pg = Postgres::start_secure(&certs);
+    let pg = Service::postgres_secure(&certs);
     let port = pg.port;
     let ca = certs.ca().display().to_string();
     let other_ca = certs.other_ca().display().to_string();
@@ -954,7 +954,7 @@ fn postgres_sslmodes_verify_what_they_say_and_wrong_passwords_and_plaintext_are_
 /// `prefer` and no `sslmode` do connect.
 #[test]
 fn postgres_require_refuses_a_server_without_tls() {
-    let pg = Postgres::start_with(&[("SVC_PASSWORD", PASSWORD.into())]);
+    let pg = Service::postgres_with(&[("SVC_PASSWORD", PASSWORD.into())]);
     let url = with_password(&pg.url, "tenure", PASSWORD_IN_URL);
     let rt = runtime();
     rt.block_on(async {
@@ -975,11 +975,11 @@ fn postgres_require_refuses_a_server_without_tls() {
 #[test]
 fn zookeeper_strangers_cannot_touch_an_authenticated_election() {
     use zookeeper_client as zkc;
-    let zk = ZooKeeper::start();
+    let zk = Service::zookeeper();
     let rt = runtime();
     rt.block_on(async {
         let election = "zk-strangers";
-        let (c, l) = holder(&zk.url_for("tenure", PASSWORD_IN_URL), election).await;
+        let (c, l) = holder(&zk.zk_url("tenure", PASSWORD_IN_URL), election).await;
         let dir = format!("/tenure/elections/{election}");
         let hosts = format!("127.0.0.1:{}", zk.port);
 
@@ -1033,10 +1033,7 @@ fn zookeeper_strangers_cannot_touch_an_authenticated_election() {
         }
 
         // The library says so with a typed error, for a wrong password and for none.
-        for url in [
-            zk.url_for("tenure", WRONG_PASSWORD),
-            format!("zk://{hosts}"),
-        ] {
+        for url in [zk.zk_url("tenure", WRONG_PASSWORD), format!("zk://{hosts}")] {
             let other = Client::connect(&url)
                 .await
                 .expect("connect (ZooKeeper's digest scheme accepts any identity)");
@@ -1147,155 +1144,100 @@ impl TestCerts {
     }
 }
 
-/// Run `scripts/services.sh COMMAND DIR OWNER-PID` with `env`; returns the URL it printed.
-fn start_service(command: &str, dir: &Path, env: &[(&str, String)], install: &str) -> String {
-    let out = Command::new("bash")
-        .arg(Etcd::services())
-        .arg(command)
-        .arg(dir)
-        .arg(std::process::id().to_string())
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run scripts/services.sh");
-    assert!(
-        out.status.success(),
-        "{command} failed (is it installed? run `scripts/services.sh {install}`):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = String::from_utf8_lossy(&out.stdout);
-    out.trim().lines().last().unwrap_or_default().to_string()
+/// `scripts/services.sh`, which installs, starts and stops the external servers.
+fn services_sh() -> PathBuf {
+    Path::new(
+        &std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
+    )
+    .join("../../scripts/services.sh")
 }
 
-/// The port `scripts/services.sh` wrote into `dir`.
-fn service_port(dir: &Path) -> u16 {
-    std::fs::read_to_string(dir.join("port"))
-        .expect("services.sh writes DIR/port")
-        .trim()
-        .parse()
-        .expect("a port number")
-}
-
-/// A standalone ZooKeeper server started (and stopped) by `scripts/services.sh`. Digest
-/// authentication needs nothing of the server: the ACLs the client sets do the work.
-struct ZooKeeper {
+/// A server that `scripts/services.sh start-NAME` started on loopback in a temporary
+/// directory, stopped (`stop-NAME`) when dropped, its logs then checked for passwords.
+struct Service {
+    name: &'static str,
     dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl ZooKeeper {
-    fn start() -> ZooKeeper {
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-zk-contract-")
-            .tempdir()
-            .expect("a temporary directory");
-        let url = start_service("start-zookeeper", dir.path(), &[], "install-zookeeper");
-        assert!(url.starts_with("zk://"), "start-zookeeper printed {url:?}");
-        let port = service_port(dir.path());
-        ZooKeeper { dir, port }
-    }
-
-    /// `zk://USER:PASSWORD@127.0.0.1:PORT`: digest authentication as `USER:PASSWORD`.
-    fn url_for(&self, user: &str, password: &str) -> String {
-        format!("zk://{user}:{password}@127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for ZooKeeper {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(Etcd::services())
-            .arg("stop-zookeeper")
-            .arg(self.dir.path())
-            .stdin(Stdio::null())
-            .status();
-        assert_no_password_in_logs(self.dir.path());
-    }
-}
-
-/// A PostgreSQL server started (and stopped) by `scripts/services.sh`.
-struct Postgres {
-    dir: tempfile::TempDir,
-    /// What `start-postgres` printed (without the password).
+    /// What `start-NAME` printed: the server's URL, without a password.
     url: String,
+    /// The port `start-NAME` wrote into its directory.
     port: u16,
 }
 
-impl Postgres {
-    /// With the security options of `scripts/services.sh start-postgres` in `env`.
-    fn start_with(env: &[(&str, String)]) -> Postgres {
+impl Service {
+    /// `start-NAME` with the security options in `env`; its URL must start with `scheme`.
+    fn start(name: &'static str, env: &[(&str, String)], scheme: &str) -> Service {
         let dir = tempfile::Builder::new()
-            .prefix("tenure-pg-contract-")
+            .prefix(&format!("tenure-{name}-contract-"))
             .tempdir()
             .expect("a temporary directory");
-        let url = start_service("start-postgres", dir.path(), env, "install-postgres");
+        let out = Command::new("bash")
+            .arg(services_sh())
+            .arg(format!("start-{name}"))
+            .arg(dir.path())
+            .arg(std::process::id().to_string())
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run scripts/services.sh");
         assert!(
-            url.starts_with("postgres://"),
-            "start-postgres printed {url:?}"
+            out.status.success(),
+            "start-{name} failed (is it installed? run `scripts/services.sh install-{name}`):\n{}",
+            String::from_utf8_lossy(&out.stderr)
         );
-        let port = service_port(dir.path());
-        Postgres { dir, url, port }
+        let out = String::from_utf8_lossy(&out.stdout);
+        let url = out.trim().lines().last().unwrap_or_default().to_string();
+        assert!(url.starts_with(scheme), "start-{name} printed {url:?}");
+        let port = std::fs::read_to_string(dir.path().join("port"))
+            .expect("services.sh writes DIR/port")
+            .trim()
+            .parse()
+            .expect("a port number");
+        Service {
+            name,
+            dir,
+            url,
+            port,
+        }
     }
 
-    /// TLS with the server certificate of `certs` (and plaintext refused), and the role
-    /// `tenure` with [`PASSWORD`]; the printed URL verifies the server against `certs`' CA.
-    fn start_secure(certs: &TestCerts) -> Postgres {
+    /// A standalone ZooKeeper server. Digest authentication needs nothing of the server: the
+    /// ACLs the client sets do the work.
+    fn zookeeper() -> Service {
+        Service::start("zookeeper", &[], "zk://")
+    }
+
+    /// A PostgreSQL server with the security options of `start-postgres` in `env`.
+    fn postgres_with(env: &[(&str, String)]) -> Service {
+        Service::start("postgres", env, "postgres://")
+    }
+
+    /// PostgreSQL with TLS with the server certificate of `certs` (and plaintext refused),
+    /// and the role `tenure` with [`PASSWORD`]; the printed URL verifies the server against
+    /// `certs`' CA.
+    fn postgres_secure(certs: &TestCerts) -> Service {
         let mut env = certs.server_env();
         env.push(("SVC_PASSWORD", PASSWORD.into()));
-        Postgres::start_with(&env)
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(Etcd::services())
-            .arg("stop-postgres")
-            .arg(self.dir.path())
-            .stdin(Stdio::null())
-            .status();
-        assert_no_password_in_logs(self.dir.path());
-    }
-}
-
-/// A single etcd node started (and stopped) by `scripts/services.sh`.
-struct Etcd {
-    dir: tempfile::TempDir,
-    /// What `start-etcd` printed (`etcds://tenure@127.0.0.1:PORT?ca=…`, no password).
-    url: String,
-    port: u16,
-}
-
-impl Etcd {
-    fn services() -> PathBuf {
-        Path::new(
-            &std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for tests"),
-        )
-        .join("../../scripts/services.sh")
+        Service::postgres_with(&env)
     }
 
-    /// TLS only, with the server certificate of `certs`, client certificates required, and
-    /// authentication on: the user `tenure` with [`PASSWORD`].
-    fn start_secure(certs: &TestCerts) -> Etcd {
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-etcd-test-")
-            .tempdir()
-            .expect("a temporary directory");
+    /// A single etcd node, TLS only, with the server certificate of `certs`, client
+    /// certificates required, and authentication on: the user `tenure` with [`PASSWORD`].
+    /// It prints `etcds://tenure@127.0.0.1:PORT?ca=…`.
+    fn etcd_secure(certs: &TestCerts) -> Service {
         let mut env = certs.server_env();
         env.push(("SVC_CLIENT_CERT_AUTH", "1".into()));
         env.push(("SVC_PASSWORD", PASSWORD.into()));
-        let url = start_service("start-etcd", dir.path(), &env, "install-etcd");
-        assert!(
-            url.starts_with("etcds://tenure@127.0.0.1:"),
-            "start-etcd printed {url:?}"
-        );
-        let port = service_port(dir.path());
-        Etcd { dir, url, port }
+        Service::start("etcd", &env, "etcds://tenure@127.0.0.1:")
     }
 
-    /// The URL as user `tenure` with `password`, and with the client certificate of
+    /// ZooKeeper's URL with digest authentication as `user:password`.
+    fn zk_url(&self, user: &str, password: &str) -> String {
+        format!("zk://{user}:{password}@127.0.0.1:{}", self.port)
+    }
+
+    /// etcd's URL as user `tenure` with `password`, and with the client certificate of
     /// `client` if given.
-    fn url_for(&self, password: &str, client: Option<&TestCerts>) -> String {
+    fn etcd_url(&self, password: &str, client: Option<&TestCerts>) -> String {
         let mut url = with_password(&self.url, "tenure", password);
         if let Some(certs) = client {
             url.push_str(&certs.client_query("cert", "key"));
@@ -1304,10 +1246,11 @@ impl Etcd {
     }
 }
 
-impl Drop for Etcd {
+impl Drop for Service {
     fn drop(&mut self) {
-        let _ = Command::new(Self::services())
-            .arg("stop-etcd")
+        let _ = Command::new("bash")
+            .arg(services_sh())
+            .arg(format!("stop-{}", self.name))
             .arg(self.dir.path())
             .stdin(Stdio::null())
             .status();

@@ -20,7 +20,6 @@ fn opts(ttl_ms: u64) -> CampaignOptions {
     }
 }
 
-
 /// Three replicas campaign, each through its own node; one leads; when its node stops,
 /// another replica leads with a higher token, and a stale token's fenced write is refused.
 #[test]

@@ -7,10 +7,28 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::*;
-use tenure_core::message::{Body, Message};
-use tenure_core::types::{Membership, Snapshot};
-use tenure_transport::{SendError, Transport};
+use tenure_transport::{SendError, Transport, TransportConfig};
 use tokio::net::TcpListener;
+
+/// A listener on `addr` again, once the port is free.
+async fn rebind(addr: std::net::SocketAddr) -> TcpListener {
+    bounded("rebinding the port", async {
+        loop {
+            match TcpListener::bind(addr).await {
+                Ok(listener) => return listener,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await
+}
+
+/// Waits until `node` has counted `n` messages dropped because it blocks their peer.
+async fn dropped_blocked(node: &Node, n: u64) {
+    let handle = node.handle.clone();
+    let what = format!("node {} to count {n} messages dropped as blocked", node.id);
+    wait_until(&what, move || handle.metrics().dropped_blocked == n).await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_exchange_messages() {
@@ -93,26 +111,8 @@ async fn restarted_peer_is_reconnected_and_served_again() {
     }
 
     // Start it again on the same port.
-    let listener = bounded("rebinding the port", async {
-        loop {
-            match TcpListener::bind(addr).await {
-                Ok(listener) => return listener,
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    })
-    .await;
     let peers = nodes.iter().map(|n| (n.id, n.addr)).collect();
-    let (handle, inbound) = Transport::start(config(2, listener, peers)).expect("restart");
-    nodes.insert(
-        1,
-        Node {
-            id: 2,
-            addr,
-            handle,
-            inbound,
-        },
-    );
+    nodes.insert(1, start(config(2, rebind(addr).await, peers), addr));
     wait_all_connected(&nodes).await;
 
     for (i, from) in [(0, 1), (2, 3)] {
@@ -145,36 +145,24 @@ async fn restarted_peer_is_reconnected_and_served_again() {
 /// the whole backoff.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_connects_to_us_is_dialled_back_at_once() {
-    let slow = |id, listener, peers| {
-        let mut c = config(id, listener, peers);
+    let slow = |c: &mut TransportConfig| {
         // Without the wake-up, the writer would wait 15 to 30 s before dialling again.
         c.reconnect_backoff_min = Duration::from_secs(30);
         c.reconnect_backoff_max = Duration::from_secs(30);
-        c
     };
-    let (l1, l2) = (bind().await, bind().await);
-    let (a1, a2) = (l1.local_addr().unwrap(), l2.local_addr().unwrap());
-    let (h1, _in1) = Transport::start(slow(1, l1, BTreeMap::from([(2, a2)]))).expect("start 1");
-    let (h2, _in2) = Transport::start(slow(2, l2, BTreeMap::from([(1, a1)]))).expect("start 2");
+    let [one, two] = pair(&[], slow).await;
+    let (h1, a1, a2) = (one.handle.clone(), one.addr, two.addr);
     let connected =
         |h: &tenure_transport::TransportHandle, peer| h.peer_states()[&peer].outbound_connected;
     let h = h1.clone();
     wait_until("node 1 to reach node 2", move || connected(&h, 2)).await;
-    h2.shutdown().await;
+    two.handle.shutdown().await;
     let h = h1.clone();
     wait_until("node 1 to see node 2 go", move || !connected(&h, 2)).await;
 
-    let listener = bounded("rebinding the port", async {
-        loop {
-            match TcpListener::bind(a2).await {
-                Ok(listener) => return listener,
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    })
-    .await;
-    let (h2, mut in2) =
-        Transport::start(slow(2, listener, BTreeMap::from([(1, a1)]))).expect("restart 2");
+    let mut cfg2 = config(2, rebind(a2).await, BTreeMap::from([(1, a1)]));
+    slow(&mut cfg2);
+    let mut restarted = start(cfg2, a2);
     let started = std::time::Instant::now();
     let h = h1.clone();
     wait_until("node 1 to dial the restarted node 2 back", move || {
@@ -187,9 +175,9 @@ async fn a_peer_that_connects_to_us_is_dialled_back_at_once() {
         started.elapsed()
     );
     h1.send(message(1, 2, 7)).expect("queued");
-    assert_eq!(recv(&mut in2).await.term, 7);
+    assert_eq!(recv(&mut restarted.inbound).await.term, 7);
     h1.shutdown().await;
-    h2.shutdown().await;
+    restarted.handle.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,11 +198,7 @@ async fn set_blocked_drops_both_directions_and_unblocking_restores() {
         .handle
         .send(message(2, 1, 2))
         .expect("node 2 is not blocking");
-    let handle = nodes[0].handle.clone();
-    wait_until("node 1 to drop node 2's message", move || {
-        handle.metrics().dropped_blocked == 2
-    })
-    .await;
+    dropped_blocked(&nodes[0], 2).await;
     // Node 3 is unaffected, both ways.
     nodes[2].handle.send(message(3, 1, 3)).expect("queued");
     assert_eq!(recv(&mut nodes[0].inbound).await.term, 3);
@@ -263,12 +247,8 @@ async fn five_nodes_with_one_partitioned_away() {
         let expected: Vec<u64> = (1..=4).filter(|&p| p != node.id).collect();
         assert_eq!(from, expected);
     }
-    let isolated = nodes[4].handle.clone();
     // Four refused at send, four dropped on arrival.
-    wait_until("node 5 to drop what the others sent it", move || {
-        isolated.metrics().dropped_blocked == 8
-    })
-    .await;
+    dropped_blocked(&nodes[4], 8).await;
     assert!(nodes[4].inbound.try_recv().is_err());
     for node in nodes.iter_mut().take(4) {
         assert!(
@@ -304,20 +284,7 @@ async fn full_queue_drops_instead_of_blocking() {
     let (handle, _inbound) = Transport::start(cfg).expect("start");
     wait_connected(&handle, &[2]).await;
 
-    let big = Message {
-        from: 1,
-        to: 2,
-        term: 1,
-        body: Body::InstallSnapshot {
-            snapshot: Snapshot {
-                index: 1,
-                term: 1,
-                membership: Membership::new([1, 2]),
-                data: vec![0xab; 256 * 1024],
-            },
-            sent_tick: 0,
-        },
-    };
+    let big = snapshot_message(1, 2, vec![0xab; 256 * 1024]);
     let count = 400; // 100 MiB in all: far beyond any loopback socket buffers.
     let mut full = 0;
     let started = std::time::Instant::now();
@@ -369,38 +336,9 @@ async fn send_refuses_unknown_peers_and_foreign_senders() {
 
 #[tokio::test]
 async fn oversize_message_is_dropped_and_the_connection_survives() {
-    let mut nodes = Vec::new();
-    let (l1, l2) = (bind().await, bind().await);
-    let (a1, a2) = (
-        l1.local_addr().expect("addr"),
-        l2.local_addr().expect("addr"),
-    );
-    for (id, listener, peer, addr) in [(1, l1, 2, a2), (2, l2, 1, a1)] {
-        let mut cfg = config(id, listener, BTreeMap::from([(peer, addr)]));
-        cfg.frame_bytes_max = 64 * 1024;
-        let (handle, inbound) = Transport::start(cfg).expect("start");
-        nodes.push(Node {
-            id,
-            addr: a1,
-            handle,
-            inbound,
-        });
-    }
+    let mut nodes = pair(&[], |cfg| cfg.frame_bytes_max = 64 * 1024).await;
     wait_all_connected(&nodes).await;
-    let big = Message {
-        from: 1,
-        to: 2,
-        term: 1,
-        body: Body::InstallSnapshot {
-            snapshot: Snapshot {
-                index: 1,
-                term: 1,
-                membership: Membership::new([1, 2]),
-                data: vec![0; 100 * 1024],
-            },
-            sent_tick: 0,
-        },
-    };
+    let big = snapshot_message(1, 2, vec![0; 100 * 1024]);
     nodes[0]
         .handle
         .send(big)
@@ -499,11 +437,7 @@ async fn directed_blocks_make_one_way_links() {
         .handle
         .send(message(2, 1, 2))
         .expect("queued at node 2");
-    let handle = nodes[0].handle.clone();
-    wait_until("node 1 to drop node 2's message", move || {
-        handle.metrics().dropped_blocked == 1
-    })
-    .await;
+    dropped_blocked(&nodes[0], 1).await;
 
     // Now mute towards node 2: node 1 hears it, but cannot answer.
     nodes[0]

@@ -1,6 +1,9 @@
 //! The frame codec: round trips, each corruption's typed error, and random input.
 
+mod common;
+
 use bytes::BytesMut;
+use common::framed;
 use proptest::prelude::*;
 use tenure_core::message::{Body, Message, RejectHint};
 use tenure_core::sm::Command;
@@ -23,6 +26,13 @@ fn heartbeat(term: u64) -> Message {
             sent_tick: 17,
         },
     }
+}
+
+/// A heartbeat's frame with byte `at` replaced by `byte`.
+fn corrupted(at: usize, byte: u8) -> Vec<u8> {
+    let mut frame = encode_frame(&heartbeat(1)).expect("encodes");
+    frame[at] = byte;
+    frame
 }
 
 fn decode_all(bytes: &[u8]) -> Result<Option<Message>, CodecError> {
@@ -231,13 +241,7 @@ proptest! {
         payload in proptest::collection::vec(any::<u8>(), 0..512),
         hello_flag in any::<bool>(),
     ) {
-        let mut frame = Vec::new();
-        frame.extend_from_slice(b"TNR1");
-        frame.push(PROTOCOL_VERSION);
-        frame.push(u8::from(hello_flag));
-        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&crc32c::crc32c(&payload).to_be_bytes());
-        frame.extend_from_slice(&payload);
+        let frame = framed(u8::from(hello_flag), &payload);
         let _ = FrameDecoder::default().decode_frame(&mut BytesMut::from(&frame[..]));
     }
 
@@ -260,8 +264,7 @@ proptest! {
 
 #[test]
 fn wrong_magic_is_bad_magic() {
-    let mut frame = encode_frame(&heartbeat(1)).expect("encodes");
-    frame[0] = b'X';
+    let frame = corrupted(0, b'X');
     assert!(matches!(decode_all(&frame), Err(CodecError::BadMagic { found }) if found == b"XNR1"));
     // Detected from the very first byte, without waiting for a whole header.
     assert!(matches!(decode_all(b"G"), Err(CodecError::BadMagic { .. })));
@@ -273,8 +276,7 @@ fn wrong_magic_is_bad_magic() {
 
 #[test]
 fn unknown_version_is_unsupported_version() {
-    let mut frame = encode_frame(&heartbeat(1)).expect("encodes");
-    frame[4] = 2;
+    let frame = corrupted(4, 2);
     assert!(matches!(
         decode_all(&frame),
         Err(CodecError::UnsupportedVersion { found: 2 })
@@ -287,8 +289,7 @@ fn unknown_version_is_unsupported_version() {
 
 #[test]
 fn unknown_flag_bits_are_unknown_flags() {
-    let mut frame = encode_frame(&heartbeat(1)).expect("encodes");
-    frame[5] = 0b1000_0000;
+    let frame = corrupted(5, 0b1000_0000);
     assert!(matches!(
         decode_all(&frame),
         Err(CodecError::UnknownFlags { flags: 0b1000_0000 })
@@ -337,20 +338,7 @@ fn frame_exactly_at_the_cap_is_accepted_and_one_byte_more_is_not() {
 
 #[test]
 fn encoding_a_message_over_the_default_cap_fails() {
-    let m = Message {
-        from: 1,
-        to: 2,
-        term: 1,
-        body: Body::InstallSnapshot {
-            snapshot: Snapshot {
-                index: 1,
-                term: 1,
-                membership: Membership::new([1]),
-                data: vec![0; FRAME_BYTES_MAX_DEFAULT],
-            },
-            sent_tick: 0,
-        },
-    };
+    let m = common::snapshot_message(1, 2, vec![0; FRAME_BYTES_MAX_DEFAULT]);
     assert!(
         matches!(encode_frame(&m), Err(CodecError::TooLarge { max, .. }) if max == FRAME_BYTES_MAX_DEFAULT)
     );
@@ -375,14 +363,11 @@ fn flipped_payload_bit_is_checksum_mismatch() {
 #[test]
 fn checksummed_garbage_is_malformed() {
     for payload in [&[][..], &[0xff; 7][..], &[0u8; 3][..]] {
-        let mut frame = b"TNR1".to_vec();
-        frame.push(PROTOCOL_VERSION);
-        frame.push(0);
-        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&crc32c::crc32c(payload).to_be_bytes());
-        frame.extend_from_slice(payload);
         assert!(
-            matches!(decode_all(&frame), Err(CodecError::Malformed(_))),
+            matches!(
+                decode_all(&framed(0, payload)),
+                Err(CodecError::Malformed(_))
+            ),
             "{payload:?}"
         );
     }
@@ -394,10 +379,7 @@ fn trailing_bytes_inside_a_payload_are_malformed() {
     let frame = encode_frame(&heartbeat(1)).expect("encodes");
     let mut payload = frame[HEADER_BYTES..].to_vec();
     payload.push(0);
-    let mut bad = frame[..6].to_vec();
-    bad.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    bad.extend_from_slice(&crc32c::crc32c(&payload).to_be_bytes());
-    bad.extend_from_slice(&payload);
+    let bad = framed(frame[5], &payload);
     assert!(matches!(decode_all(&bad), Err(CodecError::Malformed(_))));
 }
 
@@ -410,21 +392,13 @@ fn a_lying_length_inside_the_payload_does_not_allocate_it() {
     // the entries' length.
     let at = 3 * 8 + 4 + 2 * 8;
     payload[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
-    let mut bad = frame[..6].to_vec();
-    bad.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    bad.extend_from_slice(&crc32c::crc32c(&payload).to_be_bytes());
-    bad.extend_from_slice(&payload);
+    let bad = framed(frame[5], &payload);
     assert!(matches!(decode_all(&bad), Err(CodecError::Malformed(_))));
 }
 
 #[test]
 fn hello_where_a_message_is_expected_is_unexpected_frame() {
-    let hello = encode_hello(&Hello {
-        cluster_id: "c".into(),
-        node_id: 1,
-        protocol_version: PROTOCOL_VERSION,
-    })
-    .expect("encodes");
+    let hello = common::hello("c", 1);
     assert!(matches!(
         decode_all(&hello),
         Err(CodecError::UnexpectedFrame {

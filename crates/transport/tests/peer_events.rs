@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tenure_transport::{encode_hello, Hello, PeerEvent, PROTOCOL_VERSION};
+use tenure_transport::PeerEvent;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -71,13 +71,7 @@ async fn a_live_peer_whose_connection_is_reset_is_closed_but_never_refused() {
     let mut forged = TcpStream::connect(nodes[1].addr)
         .await
         .expect("dial node 2");
-    let hello = encode_hello(&Hello {
-        cluster_id: CLUSTER.to_string(),
-        node_id: 1,
-        protocol_version: PROTOCOL_VERSION,
-    })
-    .expect("encode");
-    forged.write_all(&hello).await.expect("hello");
+    forged.write_all(&hello(CLUSTER, 1)).await.expect("hello");
     assert_eq!(next(&mut events).await, PeerEvent::Closed(2));
     drop(forged);
 

@@ -14,9 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use tenure_transport::certs::{files, issue, CertsRequest};
-use tenure_transport::{
-    encode_frame, encode_hello, Hello, PeerTls, TlsFiles, TlsMaterial, Transport, PROTOCOL_VERSION,
-};
+use tenure_transport::{encode_frame, PeerTls, TlsFiles, TlsMaterial, Transport};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -59,33 +57,13 @@ impl Setup {
 async fn setup() -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     issue_into(dir.path(), CLUSTER, vec![1, 2, 3]);
-    let (l1, l2, l3) = (bind().await, bind().await, bind().await);
-    let (a1, a2, a3) = (
-        l1.local_addr().expect("addr"),
-        l2.local_addr().expect("addr"),
-        l3.local_addr().expect("addr"),
-    );
-    drop(l3);
-    let mut cfg1 = config(1, l1, BTreeMap::from([(2, a2), (3, a3)]));
-    cfg1.tls = Some(PeerTls::new(&material(dir.path(), 1)).expect("tls 1"));
-    let (handle, inbound) = Transport::start(cfg1).expect("start node 1");
-    let node1 = Node {
-        id: 1,
-        addr: a1,
-        handle,
-        inbound,
-    };
-    let mut cfg2 = config(2, l2, BTreeMap::from([(1, a1)]));
-    cfg2.tls = Some(PeerTls::new(&material(dir.path(), 2)).expect("tls 2"));
-    let (handle, inbound) = Transport::start(cfg2).expect("start node 2");
-    let node2 = Node {
-        id: 2,
-        addr: a2,
-        handle,
-        inbound,
-    };
-    wait_connected(&node1.handle, &[2]).await;
-    wait_connected(&node2.handle, &[1]).await;
+    let nodes = pair(&[3], |cfg| {
+        let id = cfg.id;
+        cfg.tls = Some(PeerTls::new(&material(dir.path(), id)).expect("tls"));
+    })
+    .await;
+    wait_all_connected(&nodes).await;
+    let [node1, node2] = nodes;
     Setup {
         _dir: dir,
         node1,
@@ -93,18 +71,9 @@ async fn setup() -> Setup {
     }
 }
 
-fn hello(node_id: u64) -> Vec<u8> {
-    encode_hello(&Hello {
-        cluster_id: CLUSTER.into(),
-        node_id,
-        protocol_version: PROTOCOL_VERSION,
-    })
-    .expect("hello encodes")
-}
-
 /// A hello claiming `claimed`, then a message from it, written on `stream`.
 async fn speak_as<S: AsyncWrite + Unpin>(stream: &mut S, claimed: u64, term: u64) {
-    let mut bytes = hello(claimed);
+    let mut bytes = hello(CLUSTER, claimed);
     bytes.extend(encode_frame(&message(claimed, 1, term)).expect("encodes"));
     // The node may close while we write; what matters is what it delivers.
     let _ = stream.write_all(&bytes).await;

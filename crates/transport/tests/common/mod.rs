@@ -7,8 +7,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tenure_core::message::{Body, Message};
-use tenure_core::types::NodeId;
-use tenure_transport::{Transport, TransportConfig, TransportHandle};
+use tenure_core::types::{Membership, NodeId, Snapshot};
+use tenure_transport::{
+    encode_hello, Hello, Transport, TransportConfig, TransportHandle, PROTOCOL_VERSION,
+};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
@@ -52,6 +54,41 @@ pub struct Node {
     pub inbound: mpsc::Receiver<Message>,
 }
 
+/// Starts a transport with `cfg`, whose listener is bound at `addr`.
+pub fn start(cfg: TransportConfig, addr: SocketAddr) -> Node {
+    let id = cfg.id;
+    let (handle, inbound) =
+        Transport::start(cfg).unwrap_or_else(|e| panic!("start node {id}: {e}"));
+    Node {
+        id,
+        addr,
+        handle,
+        inbound,
+    }
+}
+
+/// Starts nodes 1 and 2, each the other's peer (not waiting for them to connect). Node 1
+/// also has the peers `absent`, at addresses where nobody listens (their ports are closed
+/// once bound). `tune` adjusts each node's configuration before the node starts.
+pub async fn pair(absent: &[NodeId], tune: impl Fn(&mut TransportConfig)) -> [Node; 2] {
+    let (l1, l2) = (bind().await, bind().await);
+    let (a1, a2) = (
+        l1.local_addr().expect("addr"),
+        l2.local_addr().expect("addr"),
+    );
+    let mut peers1 = BTreeMap::from([(2, a2)]);
+    for &id in absent {
+        // The listener drops at once: nobody listens for this peer.
+        peers1.insert(id, bind().await.local_addr().expect("addr"));
+    }
+    let mut cfg1 = config(1, l1, peers1);
+    tune(&mut cfg1);
+    let node1 = start(cfg1, a1);
+    let mut cfg2 = config(2, l2, BTreeMap::from([(1, a1)]));
+    tune(&mut cfg2);
+    [node1, start(cfg2, a2)]
+}
+
 /// Starts nodes `1..=n`, each with all the others as peers.
 pub async fn cluster(n: u64) -> Vec<Node> {
     let mut listeners = BTreeMap::new();
@@ -69,13 +106,7 @@ pub async fn cluster(n: u64) -> Vec<Node> {
             .filter(|(&p, _)| p != id)
             .map(|(&p, &a)| (p, a))
             .collect();
-        let (handle, inbound) = Transport::start(config(id, listener, peers)).expect("start");
-        nodes.push(Node {
-            id,
-            addr: addrs[&id],
-            handle,
-            inbound,
-        });
+        nodes.push(start(config(id, listener, peers), addrs[&id]));
     }
     nodes
 }
@@ -129,6 +160,51 @@ pub fn message(from: NodeId, to: NodeId, term: u64) -> Message {
             sent_tick: term,
         },
     }
+}
+
+/// A snapshot of `data` from `from` to `to`, both voters.
+pub fn snapshot_message(from: NodeId, to: NodeId, data: Vec<u8>) -> Message {
+    Message {
+        from,
+        to,
+        term: 1,
+        body: Body::InstallSnapshot {
+            snapshot: Snapshot {
+                index: 1,
+                term: 1,
+                membership: Membership::new([from, to]),
+                data,
+            },
+            sent_tick: 0,
+        },
+    }
+}
+
+/// The handshake frame of node `node_id` of cluster `cluster_id`, speaking `version`.
+pub fn hello_with_version(cluster_id: &str, node_id: NodeId, version: u8) -> Vec<u8> {
+    encode_hello(&Hello {
+        cluster_id: cluster_id.to_string(),
+        node_id,
+        protocol_version: version,
+    })
+    .expect("hello encodes")
+}
+
+/// The handshake frame of node `node_id` of cluster `cluster_id`.
+pub fn hello(cluster_id: &str, node_id: NodeId) -> Vec<u8> {
+    hello_with_version(cluster_id, node_id, PROTOCOL_VERSION)
+}
+
+/// A frame around `payload` with `flags`, its length and checksum right (whatever the
+/// payload holds). The checksum is CRC-32C, from the `crc32c` crate.
+pub fn framed(flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = b"TNR1".to_vec();
+    frame.push(PROTOCOL_VERSION);
+    frame.push(flags);
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&crc32c::crc32c(payload).to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
 }
 
 pub async fn recv(inbound: &mut mpsc::Receiver<Message>) -> Message {
