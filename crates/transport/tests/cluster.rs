@@ -23,6 +23,14 @@ async fn rebind(addr: std::net::SocketAddr) -> TcpListener {
     .await
 }
 
+/// `node` refuses to send a message to `to`, whom it blocks.
+fn refused_as_blocked(node: &Node, to: u64, term: u64) {
+    assert_eq!(
+        node.handle.send(message(node.id, to, term)),
+        Err(SendError::Blocked { to })
+    );
+}
+
 /// Waits until `node` has counted `n` messages dropped because it blocks their peer.
 async fn dropped_blocked(node: &Node, n: u64) {
     let handle = node.handle.clone();
@@ -189,10 +197,7 @@ async fn set_blocked_drops_both_directions_and_unblocking_restores() {
     assert!(nodes[0].handle.peer_states()[&2].blocked);
 
     // Outbound: refused at send.
-    assert_eq!(
-        nodes[0].handle.send(message(1, 2, 1)),
-        Err(SendError::Blocked { to: 2 })
-    );
+    refused_as_blocked(&nodes[0], 2, 1);
     // Inbound: node 2 can send, but node 1 drops it on arrival.
     nodes[1]
         .handle
@@ -443,10 +448,7 @@ async fn directed_blocks_make_one_way_links() {
     nodes[0]
         .handle
         .set_blocked_directed(BTreeSet::new(), BTreeSet::from([2]));
-    assert_eq!(
-        nodes[0].handle.send(message(1, 2, 3)),
-        Err(SendError::Blocked { to: 2 })
-    );
+    refused_as_blocked(&nodes[0], 2, 3);
     nodes[1]
         .handle
         .send(message(2, 1, 4))

@@ -289,9 +289,8 @@ fn unknown_version_is_unsupported_version() {
 
 #[test]
 fn unknown_flag_bits_are_unknown_flags() {
-    let frame = corrupted(5, 0b1000_0000);
     assert!(matches!(
-        decode_all(&frame),
+        decode_all(&corrupted(5, 0b1000_0000)),
         Err(CodecError::UnknownFlags { flags: 0b1000_0000 })
     ));
 }

@@ -281,12 +281,7 @@ impl Backend for Etcd {
     fn capabilities(&self) -> Capabilities {
         // Each candidate watches only its predecessor's key; the recipe is FIFO by create
         // revision, with no hand-over to a named candidate.
-        Capabilities {
-            scheme: "etcd",
-            transfer: false,
-            wakes_only_next: true,
-            fenced_keys: false,
-        }
+        Capabilities::recipe("etcd", true)
     }
 
     fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {

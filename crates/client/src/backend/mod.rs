@@ -37,6 +37,19 @@ pub(crate) struct Capabilities {
     pub fenced_keys: bool,
 }
 
+impl Capabilities {
+    /// A recipe over an engine's own primitives: a queue of candidates, no hand-over to a
+    /// named one and no fenced keys; `wakes_only_next` if a change wakes only the next.
+    pub const fn recipe(scheme: &'static str, wakes_only_next: bool) -> Capabilities {
+        Capabilities {
+            scheme,
+            transfer: false,
+            wakes_only_next,
+            fenced_keys: false,
+        }
+    }
+}
+
 /// Sessions, elections and (where the backend has them) fenced keys, as one backend serves
 /// them. Every method is a definite answer, a typed failure, or [`Error::Indeterminate`].
 #[async_trait::async_trait]

@@ -582,12 +582,7 @@ impl Backend for Pg {
     fn capabilities(&self) -> Capabilities {
         // LISTEN/NOTIFY wakes every listener (DESIGN.md's "Backends" table); the lease goes to
         // the oldest live candidate.
-        Capabilities {
-            scheme: "postgres",
-            transfer: false,
-            wakes_only_next: false,
-            fenced_keys: false,
-        }
+        Capabilities::recipe("postgres", false)
     }
 
     fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {

@@ -357,12 +357,7 @@ impl Zk {
 impl Backend for Zk {
     fn capabilities(&self) -> Capabilities {
         // Each candidate watches only its predecessor; the smallest sequence leads.
-        Capabilities {
-            scheme: "zk",
-            transfer: false,
-            wakes_only_next: true,
-            fenced_keys: false,
-        }
+        Capabilities::recipe("zk", true)
     }
 
     fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {
