@@ -65,10 +65,10 @@ pub struct SnapOp {
     pub keep_tail: bool,
 }
 
-/// One `persist` call or one part of it, as written. Field order is shared with
-/// [`PersistPart`], which reads it back.
-#[derive(Serialize)]
-pub struct PersistPartRef<'a> {
+/// One `persist` call or one part of it: written as [`PersistPartRef`] (borrowing the
+/// entries), read back as [`PersistPart`] (owning them), in one field order.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Part<E> {
     /// Persist calls are numbered 1, 2, … with no gaps.
     pub persist_seq: u64,
     /// Parts of one persist are numbered 0, 1, … in one segment.
@@ -83,27 +83,14 @@ pub struct PersistPartRef<'a> {
     /// at its first index and after) or continues them (appends only).
     pub entries_start: bool,
     /// Entries of this part.
-    pub entries: &'a [Entry],
+    pub entries: E,
 }
 
-/// [`PersistPartRef`] as read back.
-#[derive(Debug, Deserialize)]
-pub struct PersistPart {
-    /// See [`PersistPartRef::persist_seq`].
-    pub persist_seq: u64,
-    /// See [`PersistPartRef::part`].
-    pub part: u32,
-    /// See [`PersistPartRef::last`].
-    pub last: bool,
-    /// See [`PersistPartRef::snapshot`].
-    pub snapshot: Option<SnapOp>,
-    /// See [`PersistPartRef::hard_state`].
-    pub hard_state: Option<HardState>,
-    /// See [`PersistPartRef::entries_start`].
-    pub entries_start: bool,
-    /// See [`PersistPartRef::entries`].
-    pub entries: Vec<Entry>,
-}
+/// A part as written.
+pub type PersistPartRef<'a> = Part<&'a [Entry]>;
+
+/// A part as read back.
+pub type PersistPart = Part<Vec<Entry>>;
 
 /// The content of a snapshot file, as written.
 #[derive(Serialize)]
