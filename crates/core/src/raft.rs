@@ -476,16 +476,23 @@ impl Raft {
                 last_log_index: log.last_index(),
                 last_log_term: log.last_term(),
             });
+            self.count_votes();
         } else {
-            self.become_candidate();
-            self.votes.insert(self.id, true);
-            let term = self.term;
-            self.send_to_voters(term, |log| Body::RequestVote {
-                last_log_index: log.last_index(),
-                last_log_term: log.last_term(),
-                transfer,
-            });
+            self.request_votes(transfer);
         }
+    }
+
+    /// Become a candidate in a new term and ask every voter for its vote (`transfer`: on
+    /// the leader's TimeoutNow, which lets voters set aside their lease).
+    fn request_votes(&mut self, transfer: bool) {
+        self.become_candidate();
+        self.votes.insert(self.id, true);
+        let term = self.term;
+        self.send_to_voters(term, |log| Body::RequestVote {
+            last_log_index: log.last_index(),
+            last_log_term: log.last_term(),
+            transfer,
+        });
         self.count_votes();
     }
 
@@ -508,7 +515,7 @@ impl Raft {
         };
         match result {
             VoteResult::Won => match self.role {
-                Role::PreCandidate => self.start_election_after_pre_vote(),
+                Role::PreCandidate => self.request_votes(false),
                 Role::Candidate => self.become_leader(),
                 _ => {}
             },
@@ -518,18 +525,6 @@ impl Raft {
             }
             VoteResult::Pending => {}
         }
-    }
-
-    fn start_election_after_pre_vote(&mut self) {
-        self.become_candidate();
-        self.votes.insert(self.id, true);
-        let term = self.term;
-        self.send_to_voters(term, |log| Body::RequestVote {
-            last_log_index: log.last_index(),
-            last_log_term: log.last_term(),
-            transfer: false,
-        });
-        self.count_votes();
     }
 
     // ----- messages ------------------------------------------------------------------
@@ -625,16 +620,7 @@ impl Raft {
                     // Tell a stale leader about the newer term so that it steps down; with
                     // pre-vote, nothing else would (dissertation §9.6).
                     let sent_tick = *sent_tick;
-                    self.send(
-                        m.from,
-                        self.term,
-                        Body::AppendEntriesResponse {
-                            success: false,
-                            match_index: 0,
-                            hint: None,
-                            sent_tick,
-                        },
-                    );
+                    self.refuse_append(m.from, None, sent_tick);
                 }
                 Body::PreVote { .. } => {
                     self.send(m.from, self.term, Body::PreVoteResponse { granted: false });
@@ -857,38 +843,20 @@ impl Raft {
         leader_commit: Index,
         sent_tick: u64,
     ) {
-        let term = self.term;
         if prev < self.log.committed {
             // Everything up to our commit index matches the leader (Leader Completeness), so
             // answer with it; the entries before it are old news.
             let committed = self.log.committed;
             let skip = (committed - prev) as usize;
-            if skip < entries.len() {
+            let matched = if skip < entries.len() {
                 let last = self.log.append_from_leader(committed, &entries[skip..]);
                 self.on_log_changed();
                 self.commit_to(leader_commit.min(last));
-                self.send(
-                    from,
-                    term,
-                    Body::AppendEntriesResponse {
-                        success: true,
-                        match_index: last,
-                        hint: None,
-                        sent_tick,
-                    },
-                );
+                last
             } else {
-                self.send(
-                    from,
-                    term,
-                    Body::AppendEntriesResponse {
-                        success: true,
-                        match_index: committed,
-                        hint: None,
-                        sent_tick,
-                    },
-                );
-            }
+                committed
+            };
+            self.accept_append(from, matched, sent_tick);
             return;
         }
         if self.log.term(prev) == Some(prev_term) {
@@ -899,16 +867,7 @@ impl Raft {
             };
             self.on_log_changed();
             self.commit_to(leader_commit.min(last));
-            self.send(
-                from,
-                term,
-                Body::AppendEntriesResponse {
-                    success: true,
-                    match_index: last,
-                    hint: None,
-                    sent_tick,
-                },
-            );
+            self.accept_append(from, last, sent_tick);
         } else {
             let hint = match self.log.term(prev) {
                 None => RejectHint {
@@ -920,34 +879,14 @@ impl Raft {
                     conflict_index: self.log.first_index_of_term(prev, t),
                 },
             };
-            self.send(
-                from,
-                term,
-                Body::AppendEntriesResponse {
-                    success: false,
-                    match_index: 0,
-                    hint: Some(hint),
-                    sent_tick,
-                },
-            );
+            self.refuse_append(from, Some(hint), sent_tick);
         }
     }
 
     fn handle_snapshot(&mut self, from: NodeId, snapshot: Snapshot, sent_tick: u64) {
-        let term = self.term;
         let index = snapshot.index;
         if index <= self.log.committed {
-            let committed = self.log.committed;
-            self.send(
-                from,
-                term,
-                Body::AppendEntriesResponse {
-                    success: true,
-                    match_index: committed,
-                    hint: None,
-                    sent_tick,
-                },
-            );
+            self.accept_append(from, self.log.committed, sent_tick);
             return;
         }
         if self.log.term(index) == Some(snapshot.term) {
@@ -961,16 +900,31 @@ impl Raft {
             self.snapshot_to_persist = Some(snapshot.clone());
             self.snapshot = Some(snapshot);
         }
-        self.send(
-            from,
-            term,
-            Body::AppendEntriesResponse {
-                success: true,
-                match_index: index,
-                hint: None,
-                sent_tick,
-            },
-        );
+        self.accept_append(from, index, sent_tick);
+    }
+
+    /// Tell the leader `to` that our log matches its own up to `match_index`, in answer to
+    /// its message of `sent_tick`.
+    fn accept_append(&mut self, to: NodeId, match_index: Index, sent_tick: u64) {
+        let body = Body::AppendEntriesResponse {
+            success: true,
+            match_index,
+            hint: None,
+            sent_tick,
+        };
+        self.send(to, self.term, body);
+    }
+
+    /// Tell `to` that its entries do not follow on from our log (`hint`: where they may),
+    /// or, without a hint, that its term is stale.
+    fn refuse_append(&mut self, to: NodeId, hint: Option<RejectHint>, sent_tick: u64) {
+        let body = Body::AppendEntriesResponse {
+            success: false,
+            match_index: 0,
+            hint,
+            sent_tick,
+        };
+        self.send(to, self.term, body);
     }
 
     fn handle_append_response(

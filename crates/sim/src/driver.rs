@@ -683,17 +683,6 @@ impl NodeSlot {
 
     /// Steps 2 to 4 of a Ready whose writes are durable.
     fn finish_ready(&mut self, rest: AfterFsync, ctx: &mut DriveCtx<'_>) -> Drive {
-        let AfterFsync {
-            messages,
-            snapshot_index,
-            applied_through,
-            applied,
-            leader_changes,
-            keepalive_acks,
-            reads,
-            events,
-        } = rest;
-
         // 2. Tell the node its Ready is durable.
         let Some(node) = self.node.as_mut() else {
             return Drive::Running;
@@ -702,7 +691,7 @@ impl NodeSlot {
 
         // 3. Send.
         let mut granted_vote = false;
-        for message in &messages {
+        for message in &rest.messages {
             if matches!(message.body, Body::RequestVoteResponse { granted: true }) {
                 granted_vote = true;
                 ctx.obs.push(Observation::VoteGranted {
@@ -712,23 +701,23 @@ impl NodeSlot {
                 });
             }
         }
-        self.send(messages, ctx);
+        self.send(rest.messages, ctx);
 
         // 4. Answer clients: the driver core decides, `deliver` sends.
         if let (Some(node), Some(core)) = (self.node.as_ref(), self.core.as_mut()) {
             let parts = ReadyParts {
-                snapshot_index,
-                applied_through,
-                applied: &applied,
-                leader_changes: leader_changes.len(),
-                keepalive_acks: &keepalive_acks,
-                reads: &reads,
-                events: &events,
+                snapshot_index: rest.snapshot_index,
+                applied_through: rest.applied_through,
+                applied: &rest.applied,
+                leader_changes: rest.leader_changes.len(),
+                keepalive_acks: &rest.keepalive_acks,
+                reads: &rest.reads,
+                events: &rest.events,
             };
             in_core(|| core.on_ready_parts(node, ctx.now_us, parts));
         }
         self.deliver(ctx);
-        for change in &leader_changes {
+        for change in &rest.leader_changes {
             let watchers: Vec<ClientId> = self
                 .watchers
                 .iter()
@@ -739,11 +728,11 @@ impl NodeSlot {
                 self.reply(client, ClientReply::LeaderChanged(change.clone()), ctx);
             }
         }
-        if !applied.is_empty() || !leader_changes.is_empty() {
+        if !rest.applied.is_empty() || !rest.leader_changes.is_empty() {
             ctx.obs.push(Observation::Applied {
                 node: self.id,
-                applied,
-                leader_changes,
+                applied: rest.applied,
+                leader_changes: rest.leader_changes,
             });
         }
 

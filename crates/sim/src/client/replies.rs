@@ -309,15 +309,7 @@ impl Client {
             token,
             until_local_us,
         });
-        self.lapse_gen += 1;
-        env.timer_at_local(
-            &self.clock,
-            until_local_us,
-            ClientTimer::Lapse {
-                generation: self.lapse_gen,
-            },
-        );
-        let until_us = self.clock.true_at(until_local_us);
+        let until_us = self.believe_until(env, election.to_string(), token, until_local_us);
         env.stats.election_leaderships += 1;
         env.trace.log(env.now_us, || {
             format!(
@@ -325,12 +317,6 @@ impl Client {
                 self.id,
                 fmt_time(until_us)
             )
-        });
-        env.obs.push(Observation::Belief {
-            client: self.id,
-            election: election.to_string(),
-            token,
-            until_us: Some(until_us),
         });
     }
 
@@ -345,6 +331,19 @@ impl Client {
         }
         belief.until_local_us = until_local_us;
         let (election, token) = (belief.election.clone(), belief.token);
+        self.believe_until(env, election, token, until_local_us);
+    }
+
+    /// Records that this client believes it leads `election` with `token` until
+    /// `until_local_us` on its own clock, and sets the timer at which it stops; returns that
+    /// moment in true time.
+    fn believe_until(
+        &mut self,
+        env: &mut ClientEnv<'_>,
+        election: String,
+        token: u64,
+        until_local_us: u64,
+    ) -> u64 {
         self.lapse_gen += 1;
         env.timer_at_local(
             &self.clock,
@@ -360,6 +359,7 @@ impl Client {
             token,
             until_us: Some(until_us),
         });
+        until_us
     }
 
     pub(super) fn check_lapse(&mut self, env: &mut ClientEnv<'_>) {

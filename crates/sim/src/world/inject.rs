@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use tenure_core::node::Role;
-use tenure_core::types::NodeId;
+use tenure_core::types::{Membership, NodeId};
 
 use super::{Event, World, DOWNTIME_US};
 use crate::disk::Disk;
@@ -200,23 +200,25 @@ impl World {
         );
     }
 
+    /// The current leader and its membership, when that membership is committed (no change
+    /// is in flight).
+    fn leader_with_committed_membership(&self) -> Option<(NodeId, Membership)> {
+        let leader = self.current_leader()?;
+        let slot = self.nodes.get(&leader)?;
+        if !slot.membership_committed() {
+            return None;
+        }
+        Some((leader, slot.status.as_ref()?.membership.clone()))
+    }
+
     /// Proposes one membership change at the leader: add a fresh node as a learner, promote a
     /// learner, demote or remove a voter. Voters stay between `nodes - 1` and `nodes`.
     fn change_membership(&mut self) {
-        let Some(leader) = self.current_leader() else {
+        let Some((leader, membership)) = self.leader_with_committed_membership() else {
             return;
         };
-        let Some(slot) = self.nodes.get(&leader) else {
-            return;
-        };
-        if !slot.membership_committed() {
-            return;
-        }
-        let Some(status) = slot.status.as_ref() else {
-            return;
-        };
-        let mut voters = status.membership.voters.clone();
-        let mut learners = status.membership.learners.clone();
+        let mut voters = membership.voters.clone();
+        let mut learners = membership.learners.clone();
         let target = self.opts.nodes;
         let what: String;
         if let Some(joining) = self.pending_join {
@@ -250,28 +252,22 @@ impl World {
             return;
         }
         let joining = self.pending_join;
-        let result = self
-            .nodes
-            .get_mut(&leader)
-            .and_then(|s| s.node_mut())
-            .map(|n| {
-                crate::core_call::in_core(|| {
-                    // As the server does: the new node's addresses go into the replicated
-                    // member directory first (replicas' digests cover it, so a directory that
-                    // diverges between replicas, or is lost by a snapshot, is caught).
-                    if let Some(id) = joining {
-                        let _ = n.propose(tenure_core::sm::Command::SetMember {
-                            node: id,
-                            addresses: tenure_core::sm::MemberAddresses {
-                                peer: format!("node-{id}:7000"),
-                                client: format!("node-{id}:7001"),
-                                http: format!("node-{id}:7002"),
-                            },
-                        });
-                    }
-                    n.change_membership(voters.clone(), learners.clone())
-                })
-            });
+        let result = self.in_node(leader, |n| {
+            // As the server does: the new node's addresses go into the replicated
+            // member directory first (replicas' digests cover it, so a directory that
+            // diverges between replicas, or is lost by a snapshot, is caught).
+            if let Some(id) = joining {
+                let _ = n.propose(tenure_core::sm::Command::SetMember {
+                    node: id,
+                    addresses: tenure_core::sm::MemberAddresses {
+                        peer: format!("node-{id}:7000"),
+                        client: format!("node-{id}:7001"),
+                        http: format!("node-{id}:7002"),
+                    },
+                });
+            }
+            n.change_membership(voters.clone(), learners.clone())
+        });
         match result {
             Some(Ok(_)) => {
                 if let Some(joining) = self.pending_join.take() {
@@ -296,9 +292,7 @@ impl World {
             }
             None => {}
         }
-        if let Some(drive) = self.with_node(leader, |slot, ctx| slot.drive(ctx)) {
-            self.after_drive(leader, drive);
-        }
+        self.drive_node(leader);
     }
 
     /// Starts a fresh node (never reusing an id) with an empty disk and no initial voters.
@@ -336,19 +330,10 @@ impl World {
     /// they have been out of it for the seed's linger time (an operator stops a removed
     /// server some time after the change, and until then it runs, ticks and campaigns).
     fn decommission_removed(&mut self) {
-        let Some(leader) = self.current_leader() else {
+        let Some((_, membership)) = self.leader_with_committed_membership() else {
             return;
         };
-        let Some(slot) = self.nodes.get(&leader) else {
-            return;
-        };
-        if !slot.membership_committed() {
-            return;
-        }
-        let Some(status) = slot.status.as_ref() else {
-            return;
-        };
-        let members = status.membership.all_nodes();
+        let members = membership.all_nodes();
         let removed: Vec<NodeId> = self
             .nodes
             .values()
@@ -393,19 +378,13 @@ impl World {
         let Some(to) = self.rng.pick(&voters).copied() else {
             return;
         };
-        let result = self
-            .nodes
-            .get_mut(&leader)
-            .and_then(|s| s.node_mut())
-            .map(|n| crate::core_call::in_core(|| n.transfer_leadership(to)));
+        let result = self.in_node(leader, |n| n.transfer_leadership(to));
         self.stats.fault("raft-transfer");
         self.trace
             .event(TraceKind::Fault, self.now_us, &[10, leader, to]);
         self.trace.log(self.now_us, || {
             format!("transfer: leader {leader} hands Raft leadership to {to}: {result:?}")
         });
-        if let Some(drive) = self.with_node(leader, |slot, ctx| slot.drive(ctx)) {
-            self.after_drive(leader, drive);
-        }
+        self.drive_node(leader);
     }
 }

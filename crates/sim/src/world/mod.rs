@@ -446,6 +446,25 @@ impl World {
         }
     }
 
+    /// Calls `f` on node `id`'s core, as an operator's request would reach it; `None` when
+    /// the node is down or between a Ready and its fsync. What `f` produces goes out with
+    /// the node's next drive ([`World::drive_node`]).
+    pub(super) fn in_node<R>(
+        &mut self,
+        id: NodeId,
+        f: impl FnOnce(&mut tenure_core::node::Node) -> R,
+    ) -> Option<R> {
+        let node = self.nodes.get_mut(&id)?.node_mut()?;
+        Some(crate::core_call::in_core(|| f(node)))
+    }
+
+    /// Drives node `id` now (its messages out, its clients answered), if it is up.
+    pub(super) fn drive_node(&mut self, id: NodeId) {
+        if let Some(drive) = self.with_node(id, |slot, ctx| slot.drive(ctx)) {
+            self.after_drive(id, drive);
+        }
+    }
+
     fn with_node<R>(
         &mut self,
         id: NodeId,

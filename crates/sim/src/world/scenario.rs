@@ -438,14 +438,8 @@ impl World {
         let a = self.start_fresh_node();
         let b = self.start_fresh_node();
         let learners: BTreeSet<NodeId> = [a, b].into_iter().collect();
-        let result = self
-            .nodes
-            .get_mut(&leader)
-            .and_then(|s| s.node_mut())
-            .map(|n| crate::core_call::in_core(|| n.change_membership(voters.clone(), learners)));
-        if let Some(drive) = self.with_node(leader, |slot, ctx| slot.drive(ctx)) {
-            self.after_drive(leader, drive);
-        }
+        let result = self.in_node(leader, |n| n.change_membership(voters.clone(), learners));
+        self.drive_node(leader);
         if !matches!(result, Some(Ok(_))) {
             // The fresh nodes were never added: shut them down again.
             for id in [a, b] {
@@ -507,15 +501,9 @@ impl World {
             new_voters.remove(r);
         }
         new_voters.extend(learners);
-        let result = self
-            .nodes
-            .get_mut(&leader)
-            .and_then(|s| s.node_mut())
-            .map(|n| {
-                crate::core_call::in_core(|| {
-                    n.change_membership(new_voters.clone(), BTreeSet::new())
-                })
-            });
+        let result = self.in_node(leader, |n| {
+            n.change_membership(new_voters.clone(), BTreeSet::new())
+        });
         if !matches!(result, Some(Ok(_))) {
             self.end_scenario("the leader refused the joint change");
             return;
@@ -532,9 +520,7 @@ impl World {
         self.trace.log(self.now_us, || {
             format!("scenario joint-split: leader {leader} replaces {removed:?} with {learners:?} (voters {new_voters:?}); {side:?} split from the rest")
         });
-        if let Some(drive) = self.with_node(leader, |slot, ctx| slot.drive(ctx)) {
-            self.after_drive(leader, drive);
-        }
+        self.drive_node(leader);
         let heal_at = self.now_us + self.rng.between(SPLIT_US.0, SPLIT_US.1);
         self.queue.push(heal_at, super::Event::HealPartition { id });
         // The split heals by itself; the scenario is over.
