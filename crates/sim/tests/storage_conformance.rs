@@ -18,18 +18,5 @@ fn reopen(mut disk: Disk) -> Disk {
 // an error instead of a silently odd disk. The two disks agree on every Raft-shaped input.
 mod sim_disk {
     use super::*;
-    tenure_wal::conformance_tests!(@each || Disk::new(WalLayout::default()), reopen;
-        empty_storage_recovers_empty,
-        hard_state_round_trips,
-        appended_entries_round_trip,
-        conflicting_suffix_is_replaced,
-        snapshot_discards_covered_prefix_and_keeps_matching_tail,
-        snapshot_with_other_term_discards_everything,
-        snapshot_beyond_the_log_discards_everything,
-        one_persist_applies_snapshot_then_entries_then_hard_state,
-        newer_snapshot_replaces_older,
-        empty_persist_changes_nothing,
-        large_batch_round_trips,
-        unsynced_commit_index_is_made_durable_by_the_next_persist,
-    );
+    tenure_wal::conformance_tests!(@raft_shaped || Disk::new(WalLayout::default()), reopen);
 }

@@ -86,6 +86,12 @@ pub fn run_all<S: Storage>(mut fresh: impl FnMut() -> S, mut reopen: impl FnMut(
 #[macro_export]
 macro_rules! conformance_tests {
     ($fresh:expr, $reopen:expr $(,)?) => {
+        $crate::conformance_tests!(@raft_shaped $fresh, $reopen);
+        $crate::conformance_tests!(@each $fresh, $reopen; random_persists_match_the_model);
+    };
+    // Every check but the randomized one, which also feeds batches no driver of the core
+    // produces (gaps after the log, reversed batches, entries under the snapshot).
+    (@raft_shaped $fresh:expr, $reopen:expr $(,)?) => {
         $crate::conformance_tests!(@each $fresh, $reopen;
             empty_storage_recovers_empty,
             hard_state_round_trips,
@@ -99,7 +105,6 @@ macro_rules! conformance_tests {
             empty_persist_changes_nothing,
             large_batch_round_trips,
             unsynced_commit_index_is_made_durable_by_the_next_persist,
-            random_persists_match_the_model,
         );
     };
     (@each $fresh:expr, $reopen:expr; $($name:ident),* $(,)?) => {
