@@ -5,7 +5,11 @@
 //! The references are written from the definitions in the paper, not from the code: slow,
 //! obvious, and independent of sorting tricks.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
+
+use common::noops;
 
 use proptest::prelude::*;
 use tenure_core::log::RaftLog;
@@ -13,7 +17,7 @@ use tenure_core::quorum::{
     committed_index, joint_committed_index, joint_quorum_min, joint_vote_result, majority,
     vote_result, VoteResult,
 };
-use tenure_core::types::{Entry, Index, Membership, NodeId, Payload, Term};
+use tenure_core::types::{Index, Membership, NodeId, Term};
 
 /// Indexes and ticks are drawn below this, so that brute force over `0..=MAX_VALUE` is cheap.
 const MAX_VALUE: u64 = 20;
@@ -237,18 +241,6 @@ impl Model {
     }
 }
 
-fn entries_of(first: Index, terms: &[Term]) -> Vec<Entry> {
-    terms
-        .iter()
-        .enumerate()
-        .map(|(k, t)| Entry {
-            term: *t,
-            index: first + k as Index,
-            payload: Payload::Noop,
-        })
-        .collect()
-}
-
 /// Terms that never decrease, starting at 1 or more: what a valid log holds.
 fn terms(max_len: usize) -> impl Strategy<Value = Vec<Term>> {
     prop::collection::vec(0..=2u64, 0..=max_len).prop_map(|steps| {
@@ -321,7 +313,7 @@ fn build(terms: &[Term], snapshot_index: Index) -> (RaftLog, Model) {
     let log = RaftLog::restored(
         snapshot_index,
         snapshot_term,
-        entries_of(snapshot_index + 1, after),
+        noops(snapshot_index + 1, after),
     );
     let model = Model {
         snapshot_index,
@@ -350,7 +342,7 @@ proptest! {
         let (mut log, mut model) = build(&c.follower, c.snapshot_index);
         assert_same(&log, &model)?;
         let first = c.prev + 1;
-        let sent = entries_of(first, &c.leader[c.prev as usize..c.prev as usize + c.count]);
+        let sent = noops(first, &c.leader[c.prev as usize..c.prev as usize + c.count]);
         let pairs: Vec<(Index, Term)> = sent.iter().map(|e| (e.index, e.term)).collect();
 
         let matched = log.append_from_leader(c.prev, &sent);

@@ -9,15 +9,13 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::Disk;
+use common::{disk_with, noops, Disk};
 use tenure_core::config::{Config, ConfigError, InjectedBugs};
 use tenure_core::drift::DriftPpm;
 use tenure_core::message::{Body, Message};
 use tenure_core::node::{Node, ProposeError, Ready, Role, Status, StepError};
 use tenure_core::sm::{Command, SmLimits, StateMachine};
-use tenure_core::types::{
-    Entry, HardState, Index, Membership, NodeId, Payload, Recovered, Snapshot, Term,
-};
+use tenure_core::types::{Entry, Index, Membership, NodeId, Payload, Recovered, Snapshot, Term};
 
 // ----- helpers -------------------------------------------------------------------------------
 
@@ -32,29 +30,8 @@ fn plain(id: NodeId, voters: &[NodeId]) -> Config {
 /// A node restarted from a disk holding `term`, no vote, and entries with the given terms
 /// at indexes 1, 2, ….
 fn node_with_log(cfg: Config, term: Term, terms: &[Term]) -> Node {
-    let recovered = Recovered {
-        hard_state: HardState {
-            term,
-            vote: None,
-            commit: 0,
-        },
-        snapshot: None,
-        entries: noops(1, terms),
-    };
+    let recovered = disk_with(term, None, 0, noops(1, terms));
     Node::new(cfg, recovered).expect("valid node")
-}
-
-/// No-op entries with the given terms, the first at `first`.
-fn noops(first: Index, terms: &[Term]) -> Vec<Entry> {
-    terms
-        .iter()
-        .enumerate()
-        .map(|(k, t)| Entry {
-            term: *t,
-            index: first + k as Index,
-            payload: Payload::Noop,
-        })
-        .collect()
 }
 
 fn log_terms(n: &Node) -> Vec<Term> {
@@ -600,15 +577,7 @@ fn test_5_3_fast_backtracking_reaches_the_divergence_point_in_few_round_trips() 
     let mut stale_log = vec![1, 1, 1];
     stale_log.extend(std::iter::repeat_n(2, 50));
     let mut net = Net::new(3, |_| {});
-    let disk = |terms: &[Term]| Recovered {
-        hard_state: HardState {
-            term: 4,
-            vote: None,
-            commit: 3,
-        },
-        snapshot: None,
-        entries: noops(1, terms),
-    };
+    let disk = |terms: &[Term]| disk_with(4, None, 3, noops(1, terms));
     net.load(1, disk(&leader_log));
     net.load(2, disk(&stale_log));
     net.load(3, disk(&leader_log));
@@ -831,19 +800,16 @@ fn test_6_a_joint_election_needs_both_majorities() {
         voters_outgoing: [1, 2, 3].into_iter().collect(),
         learners: BTreeSet::new(),
     };
-    let recovered = Recovered {
-        hard_state: HardState {
-            term: 1,
-            vote: None,
-            commit: 1,
-        },
-        snapshot: None,
-        entries: vec![Entry {
+    let recovered = disk_with(
+        1,
+        None,
+        1,
+        vec![Entry {
             term: 1,
             index: 1,
             payload: Payload::Membership(joint),
         }],
-    };
+    );
     let mut n = Node::new(plain(1, &[1, 2, 3]), recovered).expect("node");
     campaign(&mut n);
     let asked: BTreeSet<NodeId> = sent(&mut n).iter().map(|m| m.to).collect();
@@ -1258,15 +1224,7 @@ fn malformed_messages_are_rejected_and_change_nothing() {
     for (what, from, to, term, body, expected) in cases {
         // A follower of term 1 with two entries, one committed; every message has a higher
         // term, so a node that acted on it before validating would at least move its term.
-        let recovered = Recovered {
-            hard_state: HardState {
-                term: 1,
-                vote: Some(1),
-                commit: 1,
-            },
-            snapshot: None,
-            entries: noops(1, &[1, 1]),
-        };
+        let recovered = disk_with(1, Some(1), 1, noops(1, &[1, 1]));
         let mut n = Node::new(plain(2, &[1, 2, 3]), recovered).expect("node");
         readies(&mut n);
         let before = (n.status(), n.log_entries().to_vec(), n.snapshot_meta());

@@ -243,27 +243,7 @@ fn a_lagging_follower_catches_up_from_a_snapshot_and_a_restart_keeps_state() {
 /// vote, rather than refuse its own disk.
 #[test]
 fn restart_adopts_the_term_of_entries_persisted_before_the_hard_state() {
-    use tenure_core::types::{Entry, HardState, Payload, Recovered};
-    let recovered = Recovered {
-        hard_state: HardState {
-            term: 1,
-            vote: Some(1),
-            commit: 1,
-        },
-        snapshot: None,
-        entries: vec![
-            Entry {
-                term: 1,
-                index: 1,
-                payload: Payload::Noop,
-            },
-            Entry {
-                term: 3,
-                index: 2,
-                payload: Payload::Noop,
-            },
-        ],
-    };
+    let recovered = common::disk_with(1, Some(1), 1, common::noops(1, &[1, 3]));
     let node = tenure_core::node::Node::new(
         tenure_core::config::Config::new(1, vec![1, 2, 3]),
         recovered,

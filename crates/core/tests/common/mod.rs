@@ -8,7 +8,34 @@ use tenure_core::config::Config;
 use tenure_core::message::Message;
 use tenure_core::node::{Applied, KeepaliveAck, Node, Role};
 use tenure_core::sm::LeaderChange;
-use tenure_core::types::{Entry, NodeId, Recovered};
+use tenure_core::types::{Entry, HardState, Index, NodeId, Payload, Recovered, Term};
+
+/// No-op entries with the given terms, the first at `first`.
+pub fn noops(first: Index, terms: &[Term]) -> Vec<Entry> {
+    terms
+        .iter()
+        .enumerate()
+        .map(|(k, t)| Entry {
+            term: *t,
+            index: first + k as Index,
+            payload: Payload::Noop,
+        })
+        .collect()
+}
+
+/// A disk that holds `term`, `vote`, `commit` and `entries`, and no snapshot.
+pub fn disk_with(
+    term: Term,
+    vote: Option<NodeId>,
+    commit: Index,
+    entries: Vec<Entry>,
+) -> Recovered {
+    Recovered {
+        hard_state: HardState { term, vote, commit },
+        snapshot: None,
+        entries,
+    }
+}
 
 /// What a node's disk holds.
 #[derive(Clone, Debug, Default)]
