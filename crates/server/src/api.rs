@@ -46,7 +46,7 @@ impl Api {
         Api {
             driver,
             nodes: Arc::new(config.nodes.clone()),
-            timeout: Duration::from_millis(config.request_timeout_ms),
+            timeout: config.request_timeout(),
             tick_ms: config.tick_ms,
             keepalive_streams: StreamPool::new(StreamKind::KeepAlive, config.keepalive_streams_max),
             observe_streams: StreamPool::new(StreamKind::Observe, config.observe_streams_max),

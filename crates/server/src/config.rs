@@ -348,6 +348,11 @@ pub enum ConfigError {
 }
 
 impl ServerConfig {
+    /// [`ServerConfig::request_timeout_ms`] as a duration.
+    pub fn request_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.request_timeout_ms)
+    }
+
     /// A configuration with every setting at its default (those of the file format).
     pub fn with_defaults(
         id: NodeId,

@@ -973,26 +973,25 @@ fn log_step_down(
         StepDownReason::Removed | StepDownReason::LostQuorum => (None, None),
     };
     let reason_name = reason.name();
+    // A planned hand-over is news; any other step-down is a warning. (Tracing's level is
+    // part of each call site, hence the macro.)
+    macro_rules! step_down {
+        ($level:ident) => {
+            tracing::$level!(
+                event = "step_down",
+                node,
+                term,
+                reason = reason_name,
+                to,
+                seen_term,
+                "{words}"
+            )
+        };
+    }
     if reason.is_planned() {
-        tracing::info!(
-            event = "step_down",
-            node,
-            term,
-            reason = reason_name,
-            to,
-            seen_term,
-            "{words}"
-        );
+        step_down!(info);
     } else {
-        tracing::warn!(
-            event = "step_down",
-            node,
-            term,
-            reason = reason_name,
-            to,
-            seen_term,
-            "{words}"
-        );
+        step_down!(warn);
     }
 }
 

@@ -471,7 +471,7 @@ pub async fn run(
         client_gate.clone(),
         handle.clone(),
         config.id,
-        Duration::from_millis(config.request_timeout_ms),
+        config.request_timeout(),
     );
     let incoming = tokio_stream::StreamExt::map(
         tokio_stream::wrappers::ReceiverStream::new(client_gate.clone().serve(listeners.client)),

@@ -317,7 +317,7 @@ async fn cluster(
             (id, addrs, answer)
         }
     });
-    let timeout = Duration::from_millis(s.config.request_timeout_ms);
+    let timeout = s.config.request_timeout();
     let elections = s.driver.list(
         ListRequest::Elections {
             after: String::new(),
@@ -651,7 +651,7 @@ async fn transfer_leadership(
     State(s): State<HttpState>,
     AdminAction(TransferBody { to }): AdminAction<TransferBody>,
 ) -> Response {
-    let timeout = Duration::from_millis(s.config.request_timeout_ms);
+    let timeout = s.config.request_timeout();
     let done = s
         .driver
         .call(|reply| ClientRequest::TransferLeader { to, reply }, timeout)
@@ -684,7 +684,7 @@ async fn remove_member(
     let (mut voters, mut learners) = (m.voters, m.learners);
     voters.remove(&id);
     learners.remove(&id);
-    let timeout = Duration::from_millis(s.config.request_timeout_ms);
+    let timeout = s.config.request_timeout();
     let done = s.driver.change_membership(voters, learners, timeout).await;
     acted(
         &s,
