@@ -119,6 +119,21 @@ pub enum NodeEvent {
     },
 }
 
+impl NodeEvent {
+    /// The event's stable name, as logs (`event=`) and the dashboard's journal give it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NodeEvent::ElectionStarted { .. } => "election_started",
+            NodeEvent::PreVoteLost { .. } => "pre_vote_lost",
+            NodeEvent::BecameLeader { .. } => "leader_elected",
+            NodeEvent::SteppedDown { .. } => "step_down",
+            NodeEvent::LeaderKnown { .. } => "leader_known",
+            NodeEvent::LeaderGone { .. } => "leader_gone",
+            NodeEvent::MembershipChanged { .. } => "membership_changed",
+        }
+    }
+}
+
 impl fmt::Display for NodeEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -40,7 +40,7 @@ use tenure_core::event::NodeEvent;
 use tenure_core::node::{Applied, KeepaliveAck, Node, ProposeError, Ready, Role, Status};
 use tenure_core::read::ReadResult;
 use tenure_core::sm::{Command, RequestId, Response, SessionId, SmError};
-use tenure_core::types::{Index, Membership, NodeId, Term};
+use tenure_core::types::{Index, NodeId, Term};
 
 /// Microseconds on the driver's monotonic clock (real or simulated).
 pub type Micros = u64;
@@ -157,26 +157,10 @@ pub enum Event {
         /// Age.
         age_us: Micros,
     },
-    /// This node stopped leading.
-    StepDown {
-        /// The term it led in.
-        term: Term,
-        /// Why, from the code path that stopped it.
-        reason: StepDownReason,
-    },
-    /// A pre-vote round was lost (pre-candidate back to follower).
-    PreVoteLost {
-        /// The node's term (the round asked for votes in the next one).
-        term: Term,
-    },
-    /// This node started an election: a pre-vote round (pre-candidate) or a real one
-    /// (candidate, which is what the elections metric counts).
-    ElectionStarted {
-        /// The term campaigned for (for a pre-vote round, the term it would campaign in).
-        term: Term,
-        /// A pre-vote round, which changes no term and no vote anywhere.
-        pre_vote: bool,
-    },
+    /// The consensus's own account (`Ready::events`): an election or pre-vote round
+    /// started, a pre-vote lost, a step-down and why, the leader gone, a membership change.
+    /// A leader learned of (or won) is [`Event::LeaderKnown`] instead.
+    Core(NodeEvent),
     /// This node learned of a (new) Raft leader; `leaderless_us` is how long it had none.
     LeaderKnown {
         /// The leader's term.
@@ -185,22 +169,6 @@ pub enum Event {
         leader: NodeId,
         /// Time without a known leader before, if there was such a gap.
         leaderless_us: Option<Micros>,
-    },
-    /// With fast election on: the leader's connection closed and its peer port refused a
-    /// reconnect, so its process is gone and this follower campaigns at once.
-    LeaderGone {
-        /// The term the gone leader led.
-        term: Term,
-        /// The gone leader.
-        leader: NodeId,
-    },
-    /// The node's effective membership changed (a configuration entry was appended,
-    /// committed into its final form, truncated away, or arrived with a snapshot).
-    MembershipChanged {
-        /// The membership before.
-        from: Membership,
-        /// The membership now.
-        to: Membership,
     },
     /// A session was expired by a committed `Expire`.
     SessionExpired {
@@ -234,13 +202,9 @@ impl Event {
             Event::Committed { .. } => "committed",
             Event::Renewed { .. } => "renewed",
             Event::LeaseAgeAtRenewal { .. } => "lease_age_at_renewal",
-            Event::StepDown { .. } => "step_down",
-            Event::PreVoteLost { .. } => "pre_vote_lost",
-            Event::ElectionStarted { .. } => "election_started",
+            Event::Core(e) => e.kind(),
             Event::LeaderKnown { leader, .. } if *leader == me => "leader_elected",
             Event::LeaderKnown { .. } => "leader_known",
-            Event::LeaderGone { .. } => "leader_gone",
-            Event::MembershipChanged { .. } => "membership_changed",
             Event::SessionExpired { .. } => "session_expired",
             Event::FencedRejection { .. } => "fenced_write_rejected",
             Event::ElectionLeaderChanged => "election_leader_changed",
@@ -279,17 +243,7 @@ impl std::fmt::Display for Worded<'_> {
                 )
             }
             // The consensus's own events are worded by the core (`NodeEvent`'s Display).
-            Event::StepDown { term, reason } => NodeEvent::SteppedDown {
-                term: *term,
-                reason: *reason,
-            }
-            .fmt(f),
-            Event::PreVoteLost { term } => NodeEvent::PreVoteLost { term: *term }.fmt(f),
-            Event::ElectionStarted { term, pre_vote } => NodeEvent::ElectionStarted {
-                term: *term,
-                pre_vote: *pre_vote,
-            }
-            .fmt(f),
+            Event::Core(e) => e.fmt(f),
             Event::LeaderKnown {
                 term,
                 leader,
@@ -309,16 +263,6 @@ impl std::fmt::Display for Worded<'_> {
                     None => Ok(()),
                 }
             }
-            Event::LeaderGone { term, leader } => NodeEvent::LeaderGone {
-                term: *term,
-                leader: *leader,
-            }
-            .fmt(f),
-            Event::MembershipChanged { from, to } => NodeEvent::MembershipChanged {
-                from: from.clone(),
-                to: to.clone(),
-            }
-            .fmt(f),
             Event::SessionExpired { session } => write!(f, "session {session} expired"),
             Event::FencedRejection { key, error, .. } => {
                 write!(f, "fenced write to {key:?} rejected: {error}")
@@ -617,27 +561,11 @@ impl<P, K> DriverCore<P, K> {
     fn note_core_events(&mut self, node: &Node, now_us: Micros, events: &[NodeEvent]) {
         for e in events {
             let event = match e {
-                NodeEvent::ElectionStarted { term, pre_vote } => Event::ElectionStarted {
-                    term: *term,
-                    pre_vote: *pre_vote,
-                },
-                NodeEvent::PreVoteLost { term } => Event::PreVoteLost { term: *term },
-                NodeEvent::SteppedDown { term, reason } => Event::StepDown {
-                    term: *term,
-                    reason: *reason,
-                },
                 NodeEvent::BecameLeader { term } => self.leader_known(*term, node.id(), now_us),
                 NodeEvent::LeaderKnown { term, leader } => {
                     self.leader_known(*term, *leader, now_us)
                 }
-                NodeEvent::LeaderGone { term, leader } => Event::LeaderGone {
-                    term: *term,
-                    leader: *leader,
-                },
-                NodeEvent::MembershipChanged { from, to } => Event::MembershipChanged {
-                    from: from.clone(),
-                    to: to.clone(),
-                },
+                e => Event::Core(e.clone()),
             };
             self.out.events.push(event);
         }

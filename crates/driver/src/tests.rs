@@ -249,7 +249,7 @@ fn events_are_named_and_worded_once_with_the_cores_words_for_consensus() {
         won.worded(1).to_string(),
         "node 2 leads term 4 after 1.3 ms without a leader"
     );
-    let lost = Event::PreVoteLost { term: 3 };
+    let lost = Event::Core(NodeEvent::PreVoteLost { term: 3 });
     assert_eq!(lost.kind(1), "pre_vote_lost");
     assert_eq!(
         lost.worded(1).to_string(),

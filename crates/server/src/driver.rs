@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tenure_core::event::NodeEvent;
 use tenure_core::message::{Body, Message};
 use tenure_core::node::{Node, PeerProgress, ProposeError, Role, Status};
 use tenure_core::sm::{Command, LeaderChange, RequestId, Response, SessionId, SmError};
@@ -742,11 +743,11 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 Event::Committed { latency_us } => m.commit_latency.observe(us(*latency_us)),
                 Event::Renewed { latency_us } => m.lease_renewal.observe(us(*latency_us)),
                 Event::LeaseAgeAtRenewal { age_us } => m.lease_age_at_renewal.observe(us(*age_us)),
-                Event::StepDown { term, reason } => {
+                Event::Core(NodeEvent::SteppedDown { term, reason }) => {
                     m.step_downs.fetch_add(1, Relaxed);
                     log_step_down(node, *term, *reason, &words);
                 }
-                Event::PreVoteLost { term } => {
+                Event::Core(NodeEvent::PreVoteLost { term }) => {
                     m.pre_votes_lost.fetch_add(1, Relaxed);
                     self.pre_votes_lost_in_a_row += 1;
                     let lost = self.pre_votes_lost_in_a_row;
@@ -759,7 +760,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                         tracing::debug!(event = kind, node, term, lost_in_a_row = lost, "{words}");
                     }
                 }
-                Event::ElectionStarted { term, pre_vote } => {
+                Event::Core(NodeEvent::ElectionStarted { term, pre_vote }) => {
                     if !pre_vote {
                         self.pre_votes_lost_in_a_row = 0;
                         m.elections_started.fetch_add(1, Relaxed);
@@ -783,11 +784,13 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                     let leaderless_ms = leaderless_us.map(|gap| gap as f64 / 1000.0);
                     tracing::info!(event = kind, node, term, leader, leaderless_ms, "{words}");
                 }
-                Event::LeaderGone { term, leader } => {
+                // The driver reports a leader won or learned of as `Event::LeaderKnown`.
+                Event::Core(NodeEvent::BecameLeader { .. } | NodeEvent::LeaderKnown { .. }) => {}
+                Event::Core(NodeEvent::LeaderGone { term, leader }) => {
                     m.fast_elections.fetch_add(1, Relaxed);
                     tracing::info!(event = kind, node, term, leader, "{words}");
                 }
-                Event::MembershipChanged { from, to } => {
+                Event::Core(NodeEvent::MembershipChanged { from, to }) => {
                     m.membership_changes.fetch_add(1, Relaxed);
                     let (from, to_text) = (from.to_string(), to.to_string());
                     tracing::info!(

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use tenure_core::config::Config;
+use tenure_core::event::NodeEvent;
 use tenure_core::message::Body;
 use tenure_core::node::{Node, ProposeError, Ready, Role, Status};
 use tenure_core::types::{Index, NodeId};
@@ -437,7 +438,7 @@ impl NodeSlot {
         ctx.stats.leaders_gone += out
             .events
             .iter()
-            .filter(|e| matches!(e, Event::LeaderGone { .. }))
+            .filter(|e| matches!(e, Event::Core(NodeEvent::LeaderGone { .. })))
             .count() as u64;
     }
 

@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
+use tenure_core::event::NodeEvent;
 use tenure_core::types::NodeId;
 use tenure_driver::{Event, StepDownReason};
 use tokio::sync::broadcast;
@@ -150,7 +151,9 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
         | Event::Renewed { .. }
         | Event::LeaseAgeAtRenewal { .. }
         | Event::ElectionLeaderChanged => return None,
-        Event::ElectionStarted { term, pre_vote } => {
+        // The driver reports a leader won or learned of as `Event::LeaderKnown`.
+        Event::Core(NodeEvent::BecameLeader { .. } | NodeEvent::LeaderKnown { .. }) => return None,
+        Event::Core(NodeEvent::ElectionStarted { term, pre_vote }) => {
             if *pre_vote && *pre_vote_streak {
                 return None;
             }
@@ -160,13 +163,13 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
             fields.insert("term", Value::from(*term));
             fields.insert("pre_vote", Value::from(*pre_vote));
         }
-        Event::PreVoteLost { term } => {
+        Event::Core(NodeEvent::PreVoteLost { term }) => {
             if std::mem::replace(pre_vote_streak, true) {
                 return None;
             }
             fields.insert("term", Value::from(*term));
         }
-        Event::LeaderGone { term, leader } => {
+        Event::Core(NodeEvent::LeaderGone { term, leader }) => {
             fields.insert("term", Value::from(*term));
             fields.insert("leader", Value::from(*leader));
         }
@@ -182,7 +185,7 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
                 fields.insert("leaderless_ms", Value::from(*us as f64 / 1000.0));
             }
         }
-        Event::StepDown { term, reason } => {
+        Event::Core(NodeEvent::SteppedDown { term, reason }) => {
             fields.insert("term", Value::from(*term));
             fields.insert("reason", Value::from(reason.name()));
             match reason {
@@ -195,7 +198,7 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
                 StepDownReason::Removed | StepDownReason::LostQuorum => {}
             }
         }
-        Event::MembershipChanged { to, .. } => {
+        Event::Core(NodeEvent::MembershipChanged { to, .. }) => {
             fields.insert("voters", ids_value(&to.voters));
             fields.insert("voters_outgoing", ids_value(&to.voters_outgoing));
             fields.insert("learners", ids_value(&to.learners));
@@ -283,12 +286,12 @@ mod tests {
         for _ in 0..5 {
             journal.note(
                 3,
-                &Event::ElectionStarted {
+                &Event::Core(NodeEvent::ElectionStarted {
                     term: 4,
                     pre_vote: true,
-                },
+                }),
             );
-            journal.note(3, &Event::PreVoteLost { term: 4 });
+            journal.note(3, &Event::Core(NodeEvent::PreVoteLost { term: 4 }));
         }
         let kinds: Vec<_> = journal.recent().iter().map(|r| r.kind).collect();
         assert_eq!(kinds, vec!["election_started", "pre_vote_lost"]);
@@ -296,17 +299,17 @@ mod tests {
         journal.note(3, &leader_known(5, 1));
         journal.note(
             3,
-            &Event::ElectionStarted {
+            &Event::Core(NodeEvent::ElectionStarted {
                 term: 6,
                 pre_vote: true,
-            },
+            }),
         );
         journal.note(
             3,
-            &Event::StepDown {
+            &Event::Core(NodeEvent::SteppedDown {
                 term: 6,
                 reason: StepDownReason::HigherTerm { term: 7 },
-            },
+            }),
         );
         let recent = journal.recent();
         let kinds: Vec<_> = recent.iter().map(|r| r.kind).collect();
