@@ -44,21 +44,7 @@ pub fn run(args: BallotArgs) -> ExitCode {
         };
         // Printed after binding, so that whoever started us can connect at once.
         println!("ballot: http://{addr}/");
-        let shutdown = async {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => {
-                        let _ = tokio::signal::ctrl_c().await;
-                        return;
-                    }
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        };
-        match tenure_ballot::serve::serve(listener, shutdown).await {
+        match tenure_ballot::serve::serve(listener, crate::server::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tenure ballot: {e}");

@@ -38,8 +38,8 @@ use tokio_stream::StreamExt as _;
 
 use crate::output;
 use crate::run::{
-    backend_url, check_election, default_value, fail, log, parse_duration, signal_name, Signals,
-    EXIT_BACKEND, EXIT_LOST, EXIT_USAGE,
+    backend_url, block_on, check_election, default_value, fail, log, parse_duration, signal_name,
+    Signals, EXIT_BACKEND, EXIT_LOST, EXIT_USAGE,
 };
 
 /// Which election, where.
@@ -172,17 +172,11 @@ pub struct LeaderArgs {
     target: Target,
 }
 
-fn block_on(f: impl std::future::Future<Output = u8>) -> ExitCode {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => ExitCode::from(rt.block_on(f)),
-        Err(e) => {
-            log(&format!("error: cannot start the runtime: {e}"));
-            ExitCode::from(EXIT_BACKEND)
-        }
-    }
+/// Signals handled, then [`connect`].
+async fn start(target: &Target) -> Result<(Signals, Client, String), u8> {
+    let signals = Signals::install()?;
+    let (client, url) = connect(target).await?;
+    Ok((signals, client, url))
 }
 
 /// The target's election checked and its backend connected, with the URL (for hints).
@@ -219,15 +213,8 @@ fn value_bytes(value: Option<OsString>) -> Vec<u8> {
 /// `tenure campaign`.
 pub fn campaign(args: CampaignArgs) -> ExitCode {
     block_on(async move {
-        let mut signals = match Signals::new() {
-            Ok(s) => s,
-            Err(e) => {
-                log(&format!("error: cannot handle signals: {e}"));
-                return EXIT_BACKEND;
-            }
-        };
-        let (client, url) = match connect(&args.target).await {
-            Ok(c) => c,
+        let (mut signals, client, url) = match start(&args.target).await {
+            Ok(started) => started,
             Err(code) => return code,
         };
         let value = value_bytes(args.value);
@@ -299,15 +286,8 @@ pub fn campaign(args: CampaignArgs) -> ExitCode {
 /// `tenure observe`.
 pub fn observe(args: ObserveArgs) -> ExitCode {
     block_on(async move {
-        let mut signals = match Signals::new() {
-            Ok(s) => s,
-            Err(e) => {
-                log(&format!("error: cannot handle signals: {e}"));
-                return EXIT_BACKEND;
-            }
-        };
-        let (client, url) = match connect(&args.target).await {
-            Ok(c) => c,
+        let (mut signals, client, url) = match start(&args.target).await {
+            Ok(started) => started,
             Err(code) => return code,
         };
         let target = &args.target;

@@ -35,7 +35,7 @@ use tenure_proto::{Reason, LEADER_ADDR_KEY};
 use tonic::Status;
 
 use crate::output;
-use crate::run::{backend_url, log, parse_duration, TlsFlags, EXIT_BACKEND, EXIT_USAGE};
+use crate::run::{backend_url, block_on, log, parse_duration, TlsFlags, EXIT_BACKEND, EXIT_USAGE};
 
 /// Exit code: `tenure status` printed at least one warning.
 pub const EXIT_WARNING: u8 = 1;
@@ -358,19 +358,6 @@ fn is_final(s: &Status) -> bool {
         Reason::of(s),
         Some(Reason::Unauthenticated | Reason::PermissionDenied | Reason::InvalidArgument)
     ) || s.code() == tonic::Code::Unimplemented
-}
-
-fn block_on(f: impl Future<Output = u8>) -> ExitCode {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => ExitCode::from(rt.block_on(f)),
-        Err(e) => {
-            log(&format!("error: cannot start the runtime: {e}"));
-            ExitCode::from(EXIT_BACKEND)
-        }
-    }
 }
 
 fn connect(target: &Target) -> Result<Conn, Failure> {

@@ -620,22 +620,17 @@ mod tests {
             e.starts_with("unknown key \"heartbeats\" (known: heartbeat, missed_beats"),
             "{e}"
         );
-        assert_eq!(
-            parse_config("ttl = 10\n").unwrap_err(),
-            "ttl: a duration is a string such as \"500ms\" or \"1.5s\", not integer"
-        );
-        assert_eq!(
-            parse_config("holders = -3\n").unwrap_err(),
-            "holders: -3 is negative"
-        );
-        assert_eq!(
-            parse_config("holders = 0\n").unwrap_err(),
-            "holders: must be at least 1"
-        );
-        assert_eq!(
-            parse_config("ttl = \"0s\"\n").unwrap_err(),
-            "ttl: must be longer than zero"
-        );
+        for (toml, error) in [
+            (
+                "ttl = 10\n",
+                "ttl: a duration is a string such as \"500ms\" or \"1.5s\", not integer",
+            ),
+            ("holders = -3\n", "holders: -3 is negative"),
+            ("holders = 0\n", "holders: must be at least 1"),
+            ("ttl = \"0s\"\n", "ttl: must be longer than zero"),
+        ] {
+            assert_eq!(parse_config(toml).unwrap_err(), error, "{toml:?}");
+        }
         assert!(parse_config("ttl = \"-1s\"\n")
             .unwrap_err()
             .starts_with("ttl: "));

@@ -166,26 +166,27 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
     // Current-thread on purpose: the command is forked by this (main) thread, which lives as
     // long as the runner, so PR_SET_PDEATHSIG fires exactly when the runner dies.
-    let rt = match tokio::runtime::Builder::new_current_thread()
+    block_on(run_async(args))
+}
+
+/// Runs `f` on a current-thread runtime, to the exit code it returns.
+pub fn block_on(f: impl std::future::Future<Output = u8>) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt,
+        Ok(rt) => ExitCode::from(rt.block_on(f)),
         Err(e) => {
             log(&format!("error: cannot start the runtime: {e}"));
-            return ExitCode::from(EXIT_BACKEND);
+            ExitCode::from(EXIT_BACKEND)
         }
-    };
-    ExitCode::from(rt.block_on(run_async(args)))
+    }
 }
 
 async fn run_async(args: RunArgs) -> u8 {
-    let mut signals = match Signals::new() {
+    let mut signals = match Signals::install() {
         Ok(s) => s,
-        Err(e) => {
-            log(&format!("error: cannot handle signals: {e}"));
-            return EXIT_BACKEND;
-        }
+        Err(code) => return code,
     };
     let url = backend_url(args.backend.as_deref(), &args.tls);
     let client = match Client::connect(&url).await {
@@ -732,12 +733,19 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// Install the handlers (the signals no longer kill the process).
-    pub fn new() -> std::io::Result<Signals> {
-        Ok(Signals {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
+    /// Install the handlers (the signals no longer kill the process); where that fails, the
+    /// reason is logged and the exit code returned.
+    pub fn install() -> Result<Signals, u8> {
+        let install = || -> std::io::Result<Signals> {
+            Ok(Signals {
+                int: signal(SignalKind::interrupt())?,
+                term: signal(SignalKind::terminate())?,
+                hup: signal(SignalKind::hangup())?,
+            })
+        };
+        install().map_err(|e| {
+            log(&format!("error: cannot handle signals: {e}"));
+            EXIT_BACKEND
         })
     }
 

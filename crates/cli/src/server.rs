@@ -294,7 +294,8 @@ fn init_logging(format: LogFormat) {
     };
 }
 
-async fn shutdown_signal() {
+/// Returns at SIGINT or SIGTERM (at SIGINT only where SIGTERM cannot be handled).
+pub(crate) async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(_) => {
