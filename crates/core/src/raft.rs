@@ -192,6 +192,8 @@ pub(crate) struct Raft {
     /// leader: if the leader turns out gone right after, that candidate raced this node's
     /// own news of it (fast election's turns).
     pre_vote_refused_tick: Option<u64>,
+    /// The tick at which this node's latest pre-vote round started.
+    pre_vote_round_tick: u64,
     /// Index of this leader's first entry of its term.
     pub(crate) term_start_index: Index,
 
@@ -254,6 +256,7 @@ impl Raft {
             follow_epoch: 0,
             follow_seen: (0, None),
             pre_vote_refused_tick: None,
+            pre_vote_round_tick: 0,
             term_start_index: 0,
             snapshot,
             snapshot_to_restore: None,
@@ -389,6 +392,7 @@ impl Raft {
             pre_vote: true,
         });
         self.role = Role::PreCandidate;
+        self.pre_vote_round_tick = self.now_tick;
         self.leader = None;
         self.votes.clear();
         self.reset_election_timer();
@@ -480,6 +484,25 @@ impl Raft {
         } else {
             self.request_votes(transfer);
         }
+    }
+
+    /// Whether this node's own pre-vote round, started this tick or the one before, goes
+    /// before a rival's crossing it: two pre-candidates that grant each other both become
+    /// candidates in the same term, each voting for itself, and with two voters left neither
+    /// wins (a split vote costs another randomized timeout). So a fresh round gives way only
+    /// to a rival with a better log, or an as good one and a lower id, or one that already
+    /// refused this round; an older round gives way to anyone, so that a pre-candidate that
+    /// cannot win (cut off from the others) never holds up one that can. Refusing a pre-vote
+    /// is always safe: a grant changes no term and no vote.
+    fn pre_vote_round_goes_first(&self, rival: NodeId, index: Index, term: Term) -> bool {
+        if self.role != Role::PreCandidate
+            || self.now_tick > self.pre_vote_round_tick + 1
+            || self.votes.get(&rival) == Some(&false)
+        {
+            return false;
+        }
+        let mine = (self.log.last_term(), self.log.last_index());
+        (term, index) < mine || ((term, index) == mine && self.id < rival)
     }
 
     /// Become a candidate in a new term and ask every voter for its vote (`transfer`: on
@@ -641,6 +664,7 @@ impl Raft {
                 }
                 let granted = m.term > self.term
                     && !in_lease
+                    && !self.pre_vote_round_goes_first(m.from, last_log_index, last_log_term)
                     && (self.log.is_up_to_date(last_log_index, last_log_term)
                         || self.config.bugs.vote_without_log_check);
                 let term = if granted { m.term } else { self.term };
