@@ -801,6 +801,17 @@ async fn holder(url: &str, election: &str) -> (Client, tenure::Leadership) {
     (c, l)
 }
 
+/// While a holder leads `election` at `url`, `refusals` tries connections that must all be
+/// refused; the holder then still leads, with the same token. (The runtime ends here,
+/// before the caller's server stops.)
+fn refused_while_held(url: &str, election: &str, refusals: impl AsyncFnOnce()) {
+    runtime().block_on(async {
+        let (c, l) = holder(url, election).await;
+        refusals().await;
+        still_leads(&c, &l, election).await;
+    });
+}
+
 /// The holder still leads, with the same token.
 async fn still_leads(c: &Client, l: &tenure::Leadership, election: &str) {
     assert!(l.is_valid(), "the holder lost its leadership");
@@ -816,11 +827,8 @@ async fn still_leads(c: &Client, l: &tenure::Leadership, election: &str) {
 fn etcd_refuses_wrong_passwords_plaintext_missing_client_certificates_and_other_cas() {
     let certs = TestCerts::issue();
     let etcd = Service::etcd_secure(&certs);
-    let rt = runtime();
-    rt.block_on(async {
-        let election = "etcd-refusals";
-        let (c, l) = holder(&etcd.etcd_url(PASSWORD_IN_URL, Some(&certs)), election).await;
-
+    let holder_url = etcd.etcd_url(PASSWORD_IN_URL, Some(&certs));
+    refused_while_held(&holder_url, "etcd-refusals", async || {
         let err = refusal(&etcd.etcd_url(WRONG_PASSWORD, Some(&certs))).await;
         assert!(
             matches!(err, Error::AuthenticationFailed(_)),
@@ -857,11 +865,7 @@ fn etcd_refuses_wrong_passwords_plaintext_missing_client_certificates_and_other_
         );
         let err = refusal(&other).await;
         assert!(matches!(err, Error::Tls(_)), "another CA: {err:?}");
-
-        still_leads(&c, &l, election).await;
     });
-    drop(rt);
-    drop(etcd);
 }
 
 #[test]
@@ -885,12 +889,9 @@ fn postgres_sslmodes_verify_what_they_say_and_wrong_passwords_and_plaintext_are_
             &format!("hostaddr=127.0.0.1&{query}"),
         )
     };
-    let rt = runtime();
-    rt.block_on(async {
-        let election = "pg-refusals";
-        let full = format!("sslmode=verify-full&sslrootcert={ca}");
-        let (c, l) = holder(&good(&full), election).await;
-
+    let full = format!("sslmode=verify-full&sslrootcert={ca}");
+    let election = "pg-refusals";
+    refused_while_held(&good(&full), election, async || {
         // Each mode that should accept this server does.
         for ok in [
             good("sslmode=require"),
@@ -943,11 +944,7 @@ fn postgres_sslmodes_verify_what_they_say_and_wrong_passwords_and_plaintext_are_
             let err = refusal(&bad).await;
             assert!(matches!(err, Error::Tls(_)), "{what}: {err:?}");
         }
-
-        still_leads(&c, &l, election).await;
     });
-    drop(rt);
-    drop(pg);
 }
 
 /// A PostgreSQL server without TLS: `sslmode=require` must not fall back to plaintext, while
