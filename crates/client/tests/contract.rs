@@ -161,10 +161,7 @@ async fn crashed_holder_is_replaced_within_ttl(url: String, election: String) {
     let ttl = ms(800);
     let a = Client::connect(&url).await.expect("connect");
     let b = Client::connect(&url).await.expect("connect");
-    let holder = a
-        .campaign(&election, b"a", opts(ttl))
-        .await
-        .expect("a leads");
+    let holder = leads_as_a(&a, &election, ttl).await;
     let standby = b.join(&election, b"b", opts(ttl)).await.expect("b joins");
     // The crash: keepalives stop, nothing is resigned or revoked.
     holder.stop_keepalives();
@@ -193,14 +190,18 @@ async fn crashed_holder_is_replaced_within_ttl(url: String, election: String) {
     ));
 }
 
+/// `c` campaigns with the value `a` and leads.
+async fn leads_as_a(c: &Client, election: &str, ttl: Duration) -> tenure::Leadership {
+    c.campaign(election, b"a", opts(ttl))
+        .await
+        .expect("a leads")
+}
+
 async fn resign_hands_over_at_once(url: String, election: String) {
     // A long TTL, so that a hand-over through expiry would be obvious.
     let ttl = ms(5000);
     let c = Client::connect(&url).await.expect("connect");
-    let first = c
-        .campaign(&election, b"a", opts(ttl))
-        .await
-        .expect("a leads");
+    let first = leads_as_a(&c, &election, ttl).await;
     let standby = c.join(&election, b"b", opts(ttl)).await.expect("b joins");
     let first_token = first.token();
     let resigned = Instant::now();
@@ -232,10 +233,7 @@ async fn tokens_strictly_increase(url: String, election: String) {
 async fn observe_sees_every_change_in_order(url: String, election: String) {
     let ttl = ms(5000);
     let c = Client::connect(&url).await.expect("connect");
-    let a = c
-        .campaign(&election, b"a", opts(ttl))
-        .await
-        .expect("a leads");
+    let a = leads_as_a(&c, &election, ttl).await;
     let mut changes = c.observe(&election).await.expect("observe");
     let b = c.join(&election, b"b", opts(ttl)).await.expect("b joins");
     let d = c.join(&election, b"d", opts(ttl)).await.expect("d joins");
@@ -270,10 +268,7 @@ async fn observe_sees_every_change_in_order(url: String, election: String) {
 async fn frozen_holder_stops_believing_first(url: String, election: String) {
     let ttl = ms(1000);
     let c = Client::connect(&url).await.expect("connect");
-    let frozen = c
-        .campaign(&election, b"a", opts(ttl))
-        .await
-        .expect("a leads");
+    let frozen = leads_as_a(&c, &election, ttl).await;
     let standby = c.join(&election, b"b", opts(ttl)).await.expect("b joins");
     // Freeze once a keepalive has been acknowledged (the lease moved past the grant's).
     let granted = frozen.valid_until();
@@ -313,10 +308,7 @@ async fn transfer_hands_to_a_named_candidate_or_is_refused_where_unsupported(
 ) {
     let ttl = ms(5000);
     let c = Client::connect(&url).await.expect("connect");
-    let a = c
-        .campaign(&election, b"a", opts(ttl))
-        .await
-        .expect("a leads");
+    let a = leads_as_a(&c, &election, ttl).await;
     let b = c.join(&election, b"b", opts(ttl)).await.expect("b joins");
     let d = c.join(&election, b"d", opts(ttl)).await.expect("d joins");
     if !c.supports_transfer() {
@@ -377,10 +369,7 @@ async fn fenced_keys_follow_the_token_or_are_refused_where_unsupported(
     let ttl = ms(5000);
     let c = Client::connect(&url).await.expect("connect");
     if !c.supports_fenced_keys() {
-        let l = c
-            .campaign(&election, b"a", opts(ttl))
-            .await
-            .expect("a leads");
+        let l = leads_as_a(&c, &election, ttl).await;
         for (what, r) in [
             (
                 "fenced_put",
@@ -398,10 +387,7 @@ async fn fenced_keys_follow_the_token_or_are_refused_where_unsupported(
     }
     let key = format!("{election}/config");
     assert_eq!(c.get(&key).await.expect("get"), None, "never written");
-    let first = c
-        .campaign(&election, b"a", opts(ttl))
-        .await
-        .expect("a leads");
+    let first = leads_as_a(&c, &election, ttl).await;
     let old = first.token();
     let index = c
         .fenced_put(&key, b"v1", &election, old)
