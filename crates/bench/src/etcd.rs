@@ -16,6 +16,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,14 +29,11 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::system::{
-    client_tls, free_ports, issue_certs, poll, which, Cluster, Env, Proc, Profile, ReadKind,
-    Reader, System, Writer, READ_VALUE_BYTES, TLS_CLIENT,
+    client_tls, free_ports, issue_certs, poll, renew_pipelined, which, Cluster, Env, KeepaliveLoad,
+    Procs, Profile, ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES as MEMBERS,
+    READ_VALUE_BYTES, STATUS_TIMEOUT, TLS_CLIENT,
 };
 
-/// Members in a cluster.
-const MEMBERS: usize = 3;
-/// How long a member may take to answer `Status` before `leader()` leaves it out.
-const STATUS_TIMEOUT: Duration = Duration::from_millis(300);
 /// TCP connect timeout of every client (loopback: anything longer means the member is down).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long freshly started members may take to serve clients.
@@ -44,8 +42,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// `move_leader` returns once the transfer is done; etcd itself gives up after a few seconds.
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(15);
-/// Requests in flight while granting, opening streams, revoking and putting candidacies.
-const BULK_IN_FLIGHT: usize = 64;
 /// TTL of the sessions that hold elections, and how often they renew.
 const SESSION_TTL_SECS: i64 = 10;
 const SESSION_RENEW_EVERY: Duration = Duration::from_secs(3);
@@ -56,12 +52,11 @@ const ELECTIONS_PREFIX: &str = "/tenure-bench/elections/";
 /// The key that every reader reads.
 const READ_KEY: &str = "/tenure-bench/read";
 
-/// A 3-member etcd cluster of local processes. Dropping it kills every member (each [`Proc`]
-/// does on drop) and then deletes its directory.
+/// A 3-member etcd cluster of local processes. Dropping it kills every member (each
+/// [`crate::system::Proc`] does on drop) and then deletes its directory.
 pub struct EtcdCluster {
-    profile: Profile,
     /// Before `dir`: fields drop in order, so the members are dead before their data goes.
-    procs: Vec<Option<Proc>>,
+    procs: Procs,
     bin: PathBuf,
     dir: tempfile::TempDir,
     client_ports: Vec<u16>,
@@ -77,17 +72,14 @@ pub struct EtcdCluster {
 }
 
 impl EtcdCluster {
-    /// Start 3 fresh members, with TLS on client and peer URLs if `tls`, and wait until each
-    /// serves clients.
-    pub async fn start(profile: Profile, env: &Env, tls: bool) -> anyhow::Result<EtcdCluster> {
+    /// Start 3 fresh members of `system` (etcd or etcd-tls: with TLS on client and peer URLs),
+    /// and wait until each serves clients.
+    pub async fn start(system: System, profile: Profile, env: &Env) -> anyhow::Result<EtcdCluster> {
         let bin = which("etcd").ok_or_else(|| {
             anyhow!("etcd is not installed: run scripts/services.sh install-etcd")
         })?;
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-bench-etcd-")
-            .tempdir_in(&env.work_dir)
-            .with_context(|| format!("create a directory in {}", env.work_dir.display()))?;
-        let tls = if tls {
+        let dir = env.cluster_dir("etcd")?;
+        let tls = if system.tls() {
             let certs = dir.path().join("certs");
             issue_certs(&certs, MEMBERS)?;
             let options = client_tls(&certs, TLS_CLIENT)?;
@@ -103,8 +95,7 @@ impl EtcdCluster {
             .map(|&p| Arc::new(LazyClient::new(Endpoints::one(p, client_tls))))
             .collect();
         let mut cluster = EtcdCluster {
-            profile,
-            procs: (0..MEMBERS).map(|_| None).collect(),
+            procs: Procs::new(system, profile, "etcd member"),
             bin,
             dir,
             client_ports: client_ports.to_vec(),
@@ -154,7 +145,7 @@ impl EtcdCluster {
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", "tenure-bench"])
             .args(["--logger", "zap", "--log-outputs", "stderr"]);
-        if self.profile == Profile::Equalized {
+        if self.profile() == Profile::Equalized {
             cmd.args(["--heartbeat-interval", "30", "--election-timeout", "150"]);
         }
         if let Some((certs, _)) = &self.tls {
@@ -183,13 +174,6 @@ impl EtcdCluster {
         cmd
     }
 
-    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
-        let proc = Proc::spawn(self.command(i), &self.log(i))
-            .with_context(|| format!("start etcd member {}", Self::name(i)))?;
-        self.procs[i] = Some(proc);
-        Ok(())
-    }
-
     /// Wait until member `i` answers `Status`; returns its member id. Fails early, pointing at
     /// the log, if the process exits (e.g. a port was taken in between).
     async fn await_member(&mut self, i: usize) -> anyhow::Result<u64> {
@@ -198,8 +182,7 @@ impl EtcdCluster {
             if let Some(s) = status(&self.members[i]).await {
                 return Ok(s.member);
             }
-            let running = self.procs[i].as_mut().is_some_and(Proc::running);
-            if !running {
+            if self.procs.exited(i) {
                 bail!(
                     "etcd member {} exited at start; see {}",
                     Self::name(i),
@@ -217,10 +200,6 @@ impl EtcdCluster {
         }
     }
 
-    fn running(&self) -> Vec<usize> {
-        (0..MEMBERS).filter(|&i| self.procs[i].is_some()).collect()
-    }
-
     fn index_of(&self, member: u64) -> Option<usize> {
         self.ids.iter().position(|&id| id == member)
     }
@@ -229,7 +208,7 @@ impl EtcdCluster {
     /// [`STATUS_TIMEOUT`] are left out.
     async fn statuses(&self) -> Vec<(usize, MemberStatus)> {
         let mut set = JoinSet::new();
-        for i in self.running() {
+        for i in self.procs.running() {
             let conn = Arc::clone(&self.members[i]);
             set.spawn(async move { (i, status(&conn).await) });
         }
@@ -256,7 +235,7 @@ impl EtcdCluster {
     /// acknowledged.
     async fn stable_leader(&self) -> Option<usize> {
         let answers = self.statuses().await;
-        if answers.len() != self.running().len() {
+        if answers.len() != self.procs.running().len() {
             return None;
         }
         let leader = self.agreed_leader(&answers)?;
@@ -288,42 +267,19 @@ impl EtcdCluster {
 
 #[async_trait]
 impl Cluster for EtcdCluster {
-    fn system(&self) -> System {
-        if self.tls.is_some() {
-            System::EtcdTls
-        } else {
-            System::Etcd
-        }
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let (command, log) = (self.command(i), self.log(i));
+        self.procs
+            .spawn(i, command, &log)
+            .with_context(|| format!("start etcd member {}", Self::name(i)))
     }
 
-    fn profile(&self) -> Profile {
-        self.profile
+    fn procs(&self) -> &Procs {
+        &self.procs
     }
 
-    fn len(&self) -> usize {
-        MEMBERS
-    }
-
-    fn pid(&self, i: usize) -> Option<u32> {
-        self.procs.get(i)?.as_ref().map(Proc::pid)
-    }
-
-    fn kill(&mut self, i: usize) -> anyhow::Result<()> {
-        let proc = self
-            .procs
-            .get_mut(i)
-            .and_then(Option::take)
-            .ok_or_else(|| anyhow!("etcd member {i} is not running"))?;
-        proc.kill();
-        Ok(())
-    }
-
-    fn restart(&mut self, i: usize) -> anyhow::Result<()> {
-        match self.procs.get(i) {
-            None => bail!("no etcd member {i}"),
-            Some(Some(_)) => bail!("etcd member {i} is running"),
-            Some(None) => self.spawn(i),
-        }
+    fn procs_mut(&mut self) -> &mut Procs {
+        &mut self.procs
     }
 
     async fn leader(&self) -> Option<usize> {
@@ -391,20 +347,14 @@ impl Cluster for EtcdCluster {
         }
     }
 
-    async fn keepalives(
-        &self,
-        leases: usize,
-        ttl: Duration,
-        concurrency: usize,
-        window: Duration,
-    ) -> anyhow::Result<u64> {
+    async fn keepalives(&self, load: KeepaliveLoad) -> anyhow::Result<u64> {
         // Renewals are only ever answered by the leader (followers forward them), so the
         // clients talk to it directly.
         let leader = self.wait_stable(START_TIMEOUT).await?;
         let endpoint = self.endpoints(&[leader])?;
         let clients = connect_many(&endpoint, RENEW_STREAMS).await?;
-        let ids = grant_many(&clients, leases, ttl_secs(ttl)?).await?;
-        let result = renew_multiplexed(&endpoint, &ids, concurrency, window).await;
+        let ids = grant_many(&clients, load.leases, ttl_secs(load.ttl)?).await?;
+        let result = renew_multiplexed(&endpoint, &ids, load.concurrency, load.window).await;
         revoke_many(&clients[0], ids).await;
         result
     }
@@ -793,29 +743,26 @@ async fn renew_stream(
         .context("etcd: LeaseKeepAlive stream")?
         .ok_or_else(|| anyhow!("etcd: the LeaseKeepAlive stream ended"))?;
     tokio::time::sleep_until(start).await;
-    let (mut next, mut outstanding, mut acknowledged) = (0usize, 0usize, 0u64);
-    loop {
-        while outstanding < inflight && Instant::now() < end {
-            let req = raw::LeaseKeepAliveRequest { id: ids[next] };
-            next = (next + 1) % ids.len();
-            if tx.send(req).await.is_err() {
-                bail!("etcd: the LeaseKeepAlive stream closed");
-            }
-            outstanding += 1;
-        }
-        if outstanding == 0 {
-            return Ok(acknowledged);
-        }
-        let r = tokio::time::timeout(Duration::from_secs(10), responses.message())
-            .await
-            .context("etcd: no renewal answered in 10 s")?
-            .context("etcd: LeaseKeepAlive stream")?
-            .ok_or_else(|| anyhow!("etcd: the LeaseKeepAlive stream ended"))?;
-        outstanding -= 1;
-        if r.ttl > 0 && Instant::now() < end {
-            acknowledged += 1;
-        }
-    }
+    let mut next = 0;
+    let request = || {
+        let req = raw::LeaseKeepAliveRequest { id: ids[next] };
+        next = (next + 1) % ids.len();
+        req
+    };
+    let acknowledged = AtomicU64::new(0);
+    let renewed = |r: &raw::LeaseKeepAliveResponse| r.ttl > 0;
+    renew_pipelined(
+        &tx,
+        &mut responses,
+        inflight,
+        end.into_std(),
+        request,
+        renewed,
+        &acknowledged,
+    )
+    .await
+    .context("etcd: LeaseKeepAlive stream")?;
+    Ok(acknowledged.into_inner())
 }
 
 /// One renewal and its answer: `true` if etcd kept the lease (TTL > 0).

@@ -51,6 +51,49 @@ impl Report {
         self.samples.push(s);
     }
 
+    /// Add samples of `metric` (in `unit`, `better` telling which way is better) of
+    /// `scenario`, measured on `system` under `profile`: one per `(trial, value)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &mut self,
+        scenario: &str,
+        metric: &str,
+        unit: &str,
+        better: Better,
+        system: System,
+        profile: Profile,
+        trials: impl IntoIterator<Item = (usize, f64)>,
+    ) {
+        for (trial, value) in trials {
+            self.add(Sample {
+                scenario: scenario.to_string(),
+                metric: metric.to_string(),
+                unit: unit.to_string(),
+                better,
+                system,
+                profile,
+                trial,
+                value,
+            });
+        }
+    }
+
+    /// The samples of one cell: one metric of one scenario, on one system under one profile.
+    pub fn cell<'a>(
+        &'a self,
+        scenario: &'a str,
+        metric: &'a str,
+        system: System,
+        profile: Profile,
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| {
+            s.scenario == scenario
+                && s.metric == metric
+                && s.system == system
+                && s.profile == profile
+        })
+    }
+
     pub fn note(&mut self, scenario: &str, system: System, profile: Profile, text: String) {
         self.notes
             .push((scenario.to_string(), system, profile, text));
@@ -234,14 +277,7 @@ impl Report {
         profile: Profile,
     ) -> Vec<f64> {
         let mut values: Vec<f64> = self
-            .samples
-            .iter()
-            .filter(|s| {
-                s.scenario == scenario
-                    && s.metric == metric
-                    && s.system == system
-                    && s.profile == profile
-            })
+            .cell(scenario, metric, system, profile)
             .map(|s| s.value)
             .collect();
         values.sort_by(f64::total_cmp);
@@ -894,68 +930,43 @@ mod tests {
         assert!(Report::read_csv(&path).is_err());
     }
 
-    fn sample(
-        scenario: &str,
-        metric: &str,
-        unit: &str,
-        better: Better,
-        system: System,
-        profile: Profile,
-        values: &[f64],
-    ) -> Vec<Sample> {
-        values
-            .iter()
-            .enumerate()
-            .map(|(trial, &value)| Sample {
-                scenario: scenario.to_string(),
-                metric: metric.to_string(),
-                unit: unit.to_string(),
-                better,
-                system,
-                profile,
-                trial,
-                value,
-            })
-            .collect()
+    /// Trials 0, 1, … with `values`.
+    fn trials(values: &[f64]) -> impl Iterator<Item = (usize, f64)> + '_ {
+        values.iter().copied().enumerate()
     }
 
     /// Failover: tenure 10..=19 ms, etcd twice as slow, ZooKeeper 1 sample; throughput:
     /// tenure 1000 writes/s vs etcd 4000.
     fn small_report() -> Report {
         let mut report = Report::default();
-        let failover = |system, values: &[f64]| {
-            sample(
+        let tenure: Vec<f64> = (10..20).map(f64::from).collect();
+        let etcd: Vec<f64> = tenure.iter().map(|v| v * 2.0).collect();
+        for (system, values) in [
+            (System::Tenure, &tenure[..]),
+            (System::Etcd, &etcd),
+            (System::Zookeeper, &[3000.0]),
+        ] {
+            report.record(
                 "crash-failover",
                 "fault → first write",
                 "ms",
                 Better::Lower,
                 system,
                 Profile::Equalized,
-                values,
-            )
-        };
-        let tenure: Vec<f64> = (10..20).map(f64::from).collect();
-        let etcd: Vec<f64> = tenure.iter().map(|v| v * 2.0).collect();
-        for s in failover(System::Tenure, &tenure)
-            .into_iter()
-            .chain(failover(System::Etcd, &etcd))
-            .chain(failover(System::Zookeeper, &[3000.0]))
-        {
-            report.add(s);
+                trials(values),
+            );
         }
-        let write = |system, value| {
-            sample(
+        for (system, value) in [(System::Etcd, 4000.0), (System::Tenure, 1000.0)] {
+            report.record(
                 "write",
                 "throughput, 16 clients",
                 "writes/s",
                 Better::Higher,
                 system,
                 Profile::Defaults,
-                &[value],
-            )
-        };
-        report.add(write(System::Etcd, 4000.0).remove(0));
-        report.add(write(System::Tenure, 1000.0).remove(0));
+                [(0, value)],
+            );
+        }
         report.note(
             "write",
             System::Zookeeper,
@@ -1014,28 +1025,24 @@ mod tests {
             for kind in ["leader read", "key read"] {
                 let latencies: Vec<f64> =
                     (1..=1000).map(|v| f64::from(v) * scale / 100.0).collect();
-                for s in sample(
+                report.record(
                     "read",
                     &format!("{kind}: one client, latency"),
                     "ms",
                     Better::Lower,
                     system,
                     Profile::Defaults,
-                    &latencies,
-                ) {
-                    report.add(s);
-                }
-                for s in sample(
+                    trials(&latencies),
+                );
+                report.record(
                     "read",
                     &format!("{kind}: throughput, 16 clients"),
                     "reads/s",
                     Better::Higher,
                     system,
                     Profile::Defaults,
-                    &[10_000.0 / scale],
-                ) {
-                    report.add(s);
-                }
+                    [(0, 10_000.0 / scale)],
+                );
             }
         }
         let md = report.markdown();
@@ -1139,27 +1146,24 @@ mod tests {
             (System::EtcdTls, 3.0),
         ] {
             let latencies: Vec<f64> = (1..=100).map(|v| f64::from(v) * scale).collect();
-            for s in sample(
-                "write",
-                "one client, latency",
-                "ms",
-                Better::Lower,
-                system,
-                Profile::Equalized,
-                &latencies,
-            ) {
-                report.add(s);
-            }
-            for s in sample(
-                "write",
-                "throughput, 1 clients",
-                "writes/s",
-                Better::Higher,
-                system,
-                Profile::Equalized,
-                &[1000.0 / scale],
-            ) {
-                report.add(s);
+            for (metric, unit, better, values) in [
+                ("one client, latency", "ms", Better::Lower, latencies),
+                (
+                    "throughput, 1 clients",
+                    "writes/s",
+                    Better::Higher,
+                    vec![1000.0 / scale],
+                ),
+            ] {
+                report.record(
+                    "write",
+                    metric,
+                    unit,
+                    better,
+                    system,
+                    Profile::Equalized,
+                    trials(&values),
+                );
             }
         }
         report
@@ -1217,17 +1221,15 @@ mod tests {
     fn rounds_continue_trial_numbers() {
         let mut report = Report::default();
         for _round in 0..2 {
-            for s in sample(
+            report.record(
                 "write",
                 "one client, latency",
                 "ms",
                 Better::Lower,
                 System::TenureTls,
                 Profile::Defaults,
-                &[1.0, 2.0, 3.0],
-            ) {
-                report.add(s);
-            }
+                trials(&[1.0, 2.0, 3.0]),
+            );
         }
         report.number_trials();
         let trials: Vec<usize> = report.samples.iter().map(|s| s.trial).collect();

@@ -14,8 +14,10 @@ use anyhow::anyhow;
 use tenure::{CampaignOptions, Client};
 use tenure_core::drift::{holder_margin, DriftPpm, CLIENT_SCHEDULING_ALLOWANCE};
 
-use crate::report::{Better, Report, Sample};
-use crate::system::{self, Cluster, Env, Profile, ReadKind, Reader, System, Unsupported, Writer};
+use crate::report::{Better, Report};
+use crate::system::{
+    self, Cluster, Env, KeepaliveLoad, Profile, ReadKind, Reader, System, Unsupported, Writer,
+};
 use crate::{as_ms, BenchArgs};
 
 /// A benchmark scenario.
@@ -54,7 +56,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         services_script: args.services_script.clone(),
     };
     let systems = if args.systems.is_empty() {
-        System::DEFAULT.to_vec()
+        System::clusters()
     } else {
         args.systems.clone()
     };
@@ -386,31 +388,6 @@ impl Sizes {
     }
 }
 
-/// Add one sample to the report.
-#[allow(clippy::too_many_arguments)]
-fn sample(
-    report: &mut Report,
-    scenario: &str,
-    metric: &str,
-    unit: &str,
-    better: Better,
-    system: System,
-    profile: Profile,
-    trial: usize,
-    value: f64,
-) {
-    report.add(Sample {
-        scenario: scenario.to_string(),
-        metric: metric.to_string(),
-        unit: unit.to_string(),
-        better,
-        system,
-        profile,
-        trial,
-        value,
-    });
-}
-
 /// Every chosen scenario on `system` under `profile`, each group on a fresh cluster.
 async fn measure_system(
     chosen: &[Scenario],
@@ -466,16 +443,14 @@ async fn measure_system(
                             trial + 1,
                             as_ms(took)
                         );
-                        sample(
-                            report,
+                        report.record(
                             name,
                             FAILOVER_METRIC,
                             "ms",
                             Better::Lower,
                             system,
                             profile,
-                            trial,
-                            as_ms(took),
+                            [(trial, as_ms(took))],
                         );
                         if let Some(r) = rounds {
                             for (metric, value) in [
@@ -486,16 +461,14 @@ async fn measure_system(
                                     r.elections.saturating_sub(1),
                                 ),
                             ] {
-                                sample(
-                                    report,
+                                report.record(
                                     name,
                                     metric,
                                     "count",
                                     Better::Lower,
                                     system,
                                     profile,
-                                    trial,
-                                    value as f64,
+                                    [(trial, value as f64)],
                                 );
                             }
                         }
@@ -507,16 +480,7 @@ async fn measure_system(
                     Err(e) => return Err(e.context(format!("{name} trial {}", trial + 1))),
                 }
             }
-            let done = report
-                .samples
-                .iter()
-                .filter(|s| {
-                    s.scenario == name
-                        && s.system == system
-                        && s.profile == profile
-                        && s.metric == FAILOVER_METRIC
-                })
-                .count();
+            let done = report.cell(name, FAILOVER_METRIC, system, profile).count();
             if done > 0 {
                 let line = format!("{done} trials took {:.0} s", t.elapsed().as_secs_f64());
                 eprintln!("{tag} {name}: {line}");
@@ -744,19 +708,15 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
         as_ms(lat[lat.len() - 1]),
         lat.len()
     );
-    for (trial, d) in lat.iter().enumerate() {
-        sample(
-            report,
-            "write",
-            "one client, latency",
-            "ms",
-            Better::Lower,
-            system,
-            profile,
-            trial,
-            as_ms(*d),
-        );
-    }
+    report.record(
+        "write",
+        "one client, latency",
+        "ms",
+        Better::Lower,
+        system,
+        profile,
+        lat.iter().map(|d| as_ms(*d)).enumerate(),
+    );
     for &clients in &sizes.throughput_clients {
         let mut ops = Vec::with_capacity(clients);
         for i in 0..clients {
@@ -827,16 +787,14 @@ async fn node_latencies(
                 delta.count
             );
             for (stat, value) in [("mean", delta.mean_ms()), ("p99 (bucket bound)", p99)] {
-                sample(
-                    report,
+                report.record(
                     "write",
                     &format!("one client: {what}, {stat}"),
                     "ms",
                     Better::Lower,
                     system,
                     profile,
-                    i,
-                    value,
+                    [(i, value)],
                 );
             }
         }
@@ -944,19 +902,15 @@ async fn read(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Re
             at(0.999),
             lat.len()
         );
-        for (trial, d) in lat.iter().enumerate() {
-            sample(
-                report,
-                "read",
-                &format!("{name}: one client, latency"),
-                "ms",
-                Better::Lower,
-                system,
-                profile,
-                trial,
-                as_ms(*d),
-            );
-        }
+        report.record(
+            "read",
+            &format!("{name}: one client, latency"),
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            sorted_ms.iter().copied().enumerate(),
+        );
         for &clients in &sizes.throughput_clients {
             let mut ops = Vec::with_capacity(clients);
             for _ in 0..clients {
@@ -1110,16 +1064,14 @@ impl Throughput<'_> {
     ) {
         let (prefix, noun, clients) = (self.metric_prefix, self.noun, self.clients);
         for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
-            sample(
-                report,
+            report.record(
                 self.scenario,
                 &format!("{prefix}{clients} clients: {noun} latency {name} (HDR)"),
                 "ms",
                 Better::Lower,
                 system,
                 profile,
-                0,
-                load.hist.value_at_quantile(q) as f64 / 1000.0,
+                [(0, load.hist.value_at_quantile(q) as f64 / 1000.0)],
             );
         }
         let rate = load.done as f64 / window.as_secs_f64();
@@ -1139,16 +1091,14 @@ impl Throughput<'_> {
                 ),
             );
         }
-        sample(
-            report,
+        report.record(
             self.scenario,
             &format!("{prefix}throughput, {clients} clients"),
             &format!("{noun}s/s"),
             Better::Higher,
             system,
             profile,
-            0,
-            rate,
+            [(0, rate)],
         );
     }
 }
@@ -1164,23 +1114,26 @@ async fn keepalives(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyh
     let n = sizes.keepalive_leases;
     let t = Instant::now();
     let renewed = c
-        .keepalives(n, Duration::from_secs(30), n, sizes.keepalive_window)
+        .keepalives(KeepaliveLoad {
+            leases: n,
+            ttl: Duration::from_secs(30),
+            concurrency: n,
+            window: sizes.keepalive_window,
+        })
         .await?;
     let rate = renewed as f64 / sizes.keepalive_window.as_secs_f64();
     eprintln!(
         "[{system} {profile}] keepalives: {rate:.0} renewals/s with {n} leases ({:.1} s in all)",
         t.elapsed().as_secs_f64()
     );
-    sample(
-        report,
+    report.record(
         "keepalives",
         &format!("{n} leases, one renewal in flight each"),
         "renewals/s",
         Better::Higher,
         system,
         profile,
-        0,
-        rate,
+        [(0, rate)],
     );
     Ok(())
 }
@@ -1257,27 +1210,23 @@ async fn takeover(
                 trial + 1,
                 as_ms(took)
             );
-            sample(
-                report,
+            report.record(
                 "takeover",
                 &format!("TTL {ttl_name}: holder stops → next leads"),
                 "ms",
                 Better::Lower,
                 system,
                 profile,
-                trial,
-                as_ms(took),
+                [(trial, as_ms(took))],
             );
-            sample(
-                report,
+            report.record(
                 "takeover",
                 &format!("TTL {ttl_name}: next leads, after the lease's end"),
                 "ms",
                 Better::Lower,
                 system,
                 profile,
-                trial,
-                beyond,
+                [(trial, beyond)],
             );
             next.resign().await.context("the candidate resigns")?;
         }
@@ -1297,16 +1246,14 @@ async fn takeover(
             .await
             .context("the candidate never led")??;
         let next = r.context("the candidate's leadership")?;
-        sample(
-            report,
+        report.record(
             "takeover",
             "resign → next leads",
             "ms",
             Better::Lower,
             system,
             profile,
-            trial,
-            as_ms(at - t0),
+            [(trial, as_ms(at - t0))],
         );
         next.resign().await.context("the candidate resigns")?;
     }
@@ -1435,16 +1382,14 @@ async fn herd(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Re
             change + 1,
             WAITERS - change
         );
-        sample(
-            report,
+        report.record(
             "herd",
             "wake-ups per leader change, 50 waiters",
             "wake-ups",
             Better::Lower,
             system,
             profile,
-            change,
-            woken as f64,
+            [(change, woken as f64)],
         );
         holder = next;
     }
@@ -1481,30 +1426,26 @@ async fn elections(
     for (suffix, rss, cpu) in [("", &rss, &cpu), (", before", &empty_rss, &empty_cpu)] {
         for (node, (m, p)) in rss.iter().zip(cpu).enumerate() {
             for (what, unit, value) in [("memory", "MiB", *m), ("idle CPU", "% of a core", *p)] {
-                sample(
-                    report,
+                report.record(
                     "elections",
                     &format!("{n} elections: {what} per node{suffix}"),
                     unit,
                     Better::Lower,
                     system,
                     profile,
-                    node,
-                    value,
+                    [(node, value)],
                 );
             }
         }
     }
-    sample(
-        report,
+    report.record(
         "elections",
         &format!("{n} elections: time to take them all"),
         "ms",
         Better::Lower,
         system,
         profile,
-        0,
-        as_ms(took),
+        [(0, as_ms(took))],
     );
     drop(held);
     Ok(())
@@ -1607,7 +1548,12 @@ async fn probe(system: System, profile: Profile, env: &Env) -> anyhow::Result<()
     println!("[{system} {profile}] restarted {leader}; stable, leader {l}");
     let t = Instant::now();
     let n = c
-        .keepalives(100, Duration::from_secs(10), 16, Duration::from_secs(2))
+        .keepalives(KeepaliveLoad {
+            leases: 100,
+            ttl: Duration::from_secs(10),
+            concurrency: 16,
+            window: Duration::from_secs(2),
+        })
         .await?;
     println!(
         "[{system} {profile}] keepalives: {n} renewals of 100 leases in 2 s (total {:.1} s)",

@@ -4,10 +4,11 @@
 //! [`Reader`].
 
 use std::fmt;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -53,15 +54,14 @@ impl System {
         System::Memory,
     ];
 
-    /// The systems of a run that names none: every cluster, not the client backends.
-    pub const DEFAULT: [System; 6] = [
-        System::Tenure,
-        System::TenureTls,
-        System::TenureFast,
-        System::Etcd,
-        System::EtcdTls,
-        System::Zookeeper,
-    ];
+    /// The systems of a run that names none: every cluster, not the client backends (in the
+    /// order of [`System::ALL`]).
+    pub fn clusters() -> Vec<System> {
+        System::ALL
+            .into_iter()
+            .filter(|s| !s.backend_only())
+            .collect()
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -149,6 +149,17 @@ pub struct Env {
     pub services_script: Option<PathBuf>,
 }
 
+impl Env {
+    /// A fresh temporary directory for a cluster of `system` (`tenure-bench-<system>-…`) in
+    /// [`Env::work_dir`], deleted when dropped.
+    pub fn cluster_dir(&self, system: &str) -> anyhow::Result<tempfile::TempDir> {
+        tempfile::Builder::new()
+            .prefix(&format!("tenure-bench-{system}-"))
+            .tempdir_in(&self.work_dir)
+            .with_context(|| format!("create a directory in {}", self.work_dir.display()))
+    }
+}
+
 /// An operation the system does not have (e.g. leadership transfer in ZooKeeper).
 #[derive(Debug)]
 pub struct Unsupported(pub &'static str);
@@ -161,20 +172,49 @@ impl fmt::Display for Unsupported {
 
 impl std::error::Error for Unsupported {}
 
-/// A running 3-node cluster of one system. Nodes are numbered 0..len(). Dropping it kills
-/// every process and deletes its directory.
+/// The nodes of every cluster.
+pub const NODES: usize = 3;
+/// How long a node may take to answer a question about its role (who leads, what it has
+/// applied) before it counts as not answering.
+pub const STATUS_TIMEOUT: Duration = Duration::from_millis(300);
+/// Requests (or session establishments) in flight when setting up many at once.
+pub const BULK_IN_FLIGHT: usize = 64;
+
+/// A running cluster of [`NODES`] nodes of one system. Nodes are numbered 0..len(). Dropping
+/// it kills every process and deletes its directory.
 #[async_trait]
 #[allow(clippy::len_without_is_empty)] // a cluster always has nodes
 pub trait Cluster: Send + Sync {
-    fn system(&self) -> System;
-    fn profile(&self) -> Profile;
-    fn len(&self) -> usize;
+    fn system(&self) -> System {
+        self.procs().system
+    }
+    fn profile(&self) -> Profile {
+        self.procs().profile
+    }
+    fn len(&self) -> usize {
+        self.procs().procs.len()
+    }
     /// The process of node `i`, while it runs (also while SIGSTOPped).
-    fn pid(&self, i: usize) -> Option<u32>;
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.procs().procs.get(i)?.as_ref().map(Proc::pid)
+    }
     /// SIGKILL node `i` and reap it.
-    fn kill(&mut self, i: usize) -> anyhow::Result<()>;
+    fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        self.procs_mut().kill(i)
+    }
     /// Start killed node `i` again on its data directory.
-    fn restart(&mut self, i: usize) -> anyhow::Result<()>;
+    fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.procs().check_down(i)?;
+        self.spawn(i)
+    }
+    /// Start node `i`'s process on its data directory ([`Procs::spawn`]): at the cluster's
+    /// start, and again in [`Cluster::restart`].
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()>;
+    /// Which system the cluster is, under which profile, and its nodes' processes: what the
+    /// process methods above work on.
+    fn procs(&self) -> &Procs;
+    /// The same, to start and kill nodes.
+    fn procs_mut(&mut self) -> &mut Procs;
     /// The node that the running nodes report as leader, if they agree on one and it runs.
     /// Nodes that do not answer within a short timeout are left out.
     async fn leader(&self) -> Option<usize>;
@@ -191,17 +231,9 @@ pub trait Cluster: Send + Sync {
     /// The URL of this cluster for the `tenure` client library (`tenure://…`, `etcd://…`,
     /// `zk://…`), for the election scenarios.
     fn url(&self) -> String;
-    /// Grant `leases` leases (sessions) of `ttl`, then renew them as fast as the system
-    /// answers during `window`, with at most `concurrency` renewals in flight; returns the
-    /// number of acknowledged renewals in the window. Leases are revoked (or left to expire)
-    /// afterwards.
-    async fn keepalives(
-        &self,
-        leases: usize,
-        ttl: Duration,
-        concurrency: usize,
-        window: Duration,
-    ) -> anyhow::Result<u64>;
+    /// Grant and renew leases as `load` says; returns the number of acknowledged renewals in
+    /// its window. Leases are revoked (or left to expire) afterwards.
+    async fn keepalives(&self, load: KeepaliveLoad) -> anyhow::Result<u64>;
     /// Make `n` elections each have a leader, held by `sessions` sessions (leases) that are
     /// kept alive in the background until the returned guard is dropped.
     async fn hold_elections(
@@ -223,6 +255,78 @@ pub trait Cluster: Send + Sync {
     /// others.
     async fn metrics(&self, _i: usize) -> anyhow::Result<Option<String>> {
         Ok(None)
+    }
+}
+
+/// The load of [`Cluster::keepalives`]: grant `leases` leases (sessions) of `ttl`, then renew
+/// them as fast as the system answers during `window`, with at most `concurrency` renewals
+/// in flight.
+#[derive(Clone, Copy, Debug)]
+pub struct KeepaliveLoad {
+    pub leases: usize,
+    pub ttl: Duration,
+    pub concurrency: usize,
+    pub window: Duration,
+}
+
+/// What every [`Cluster`] keeps alike, for the trait's process methods: which system it is,
+/// under which profile, and the process of each of its [`NODES`] nodes while it runs.
+pub struct Procs {
+    system: System,
+    profile: Profile,
+    /// What errors call a node: `tenure node`, `etcd member`, `zookeeper server`.
+    noun: &'static str,
+    procs: Vec<Option<Proc>>,
+}
+
+impl Procs {
+    /// [`NODES`] nodes of `system` under `profile`, none started yet.
+    pub fn new(system: System, profile: Profile, noun: &'static str) -> Procs {
+        Procs {
+            system,
+            profile,
+            noun,
+            procs: (0..NODES).map(|_| None).collect(),
+        }
+    }
+
+    /// Start node `i`'s process ([`Proc::spawn`]).
+    pub fn spawn(&mut self, i: usize, cmd: Command, log: &Path) -> anyhow::Result<()> {
+        self.procs[i] = Some(Proc::spawn(cmd, log)?);
+        Ok(())
+    }
+
+    /// The nodes whose process runs (started and not killed).
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.procs.len())
+            .filter(|&i| self.procs[i].is_some())
+            .collect()
+    }
+
+    /// Whether node `i`'s process is gone: never started, killed, or exited by itself.
+    pub fn exited(&mut self, i: usize) -> bool {
+        !self.procs[i].as_mut().is_some_and(Proc::running)
+    }
+
+    /// `Ok` if there is a node `i` and it is killed, so that it may be started again.
+    fn check_down(&self, i: usize) -> anyhow::Result<()> {
+        match self.procs.get(i) {
+            None => bail!("no {} {i}", self.noun),
+            Some(Some(_)) => bail!("{} {i} is running", self.noun),
+            Some(None) => Ok(()),
+        }
+    }
+
+    fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        let noun = self.noun;
+        let proc = self
+            .procs
+            .get_mut(i)
+            .ok_or_else(|| anyhow!("no {noun} {i}"))?
+            .take()
+            .ok_or_else(|| anyhow!("{noun} {i} is not running"))?;
+        proc.kill();
+        Ok(())
     }
 }
 
@@ -277,12 +381,11 @@ pub async fn start(
     env: &Env,
 ) -> anyhow::Result<Box<dyn Cluster>> {
     let cluster: Box<dyn Cluster> = match system {
-        System::Tenure | System::TenureTls | System::TenureFast => Box::new(
-            crate::tenure::TenureCluster::start(profile, env, system.tls(), system.fast_election())
-                .await?,
-        ),
+        System::Tenure | System::TenureTls | System::TenureFast => {
+            Box::new(crate::tenure::TenureCluster::start(system, profile, env).await?)
+        }
         System::Etcd | System::EtcdTls => {
-            Box::new(crate::etcd::EtcdCluster::start(profile, env, system.tls()).await?)
+            Box::new(crate::etcd::EtcdCluster::start(system, profile, env).await?)
         }
         System::Zookeeper => Box::new(crate::zk::ZkCluster::start(profile, env).await?),
         System::Postgres | System::Memory => {
@@ -358,13 +461,8 @@ impl Proc {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone().context("clone a log handle")?))
             .stderr(Stdio::from(out));
-        // SAFETY: prctl is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        // SAFETY: `die_with_parent` calls nothing but prctl, which is async-signal-safe.
+        unsafe { cmd.pre_exec(die_with_parent) };
         let child = cmd
             .spawn()
             .with_context(|| format!("start {:?}", cmd.get_program()))?;
@@ -391,6 +489,14 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Have the kernel SIGKILL the calling process when its parent exits (PR_SET_PDEATHSIG): run
+/// in a child between fork and exec.
+fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes no pointers.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    Ok(())
 }
 
 /// Send `sig` to `pid`.
@@ -462,6 +568,76 @@ pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
         }
     }
     bail!("cannot find {n} free loopback ports")
+}
+
+/// `n` groups of `K` free loopback addresses (from [`free_ports`]): for example a peer, a
+/// client and an HTTP address for each of `n` nodes.
+pub fn free_addrs<const K: usize>(n: usize) -> anyhow::Result<Vec<[SocketAddr; K]>> {
+    let ports = free_ports(n * K)?;
+    Ok(ports
+        .chunks_exact(K)
+        .map(|group| std::array::from_fn(|j| SocketAddr::from(([127, 0, 0, 1], group[j]))))
+        .collect())
+}
+
+/// Run `task(0..n)` with at most `limit` in flight; the results, in completion order. The
+/// first failure fails the whole (the tasks still running are aborted).
+pub async fn bounded<T, F, Fut>(n: usize, limit: usize, task: F) -> anyhow::Result<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>> + Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let mut results = Vec::with_capacity(n);
+    let mut next = 0;
+    while next < n || !set.is_empty() {
+        while next < n && set.len() < limit.max(1) {
+            set.spawn(task(next));
+            next += 1;
+        }
+        if let Some(result) = set.join_next().await {
+            results.push(result.context("a setup task panicked")??);
+        }
+    }
+    Ok(results)
+}
+
+/// The keepalives scenario's renewals on one open stream: `request()` after `request()` with
+/// at most `inflight` unanswered until `end`, then the answers still due. Every answer that
+/// `renewed` accepts and that arrives before `end` is counted in `acknowledged` at once (so
+/// that the count survives a stream that fails later). Fails when the stream closes, or when
+/// no answer comes within 10 s.
+pub async fn renew_pipelined<Req, Resp>(
+    tx: &tokio::sync::mpsc::Sender<Req>,
+    responses: &mut tonic::Streaming<Resp>,
+    inflight: usize,
+    end: Instant,
+    mut request: impl FnMut() -> Req,
+    renewed: impl Fn(&Resp) -> bool,
+    acknowledged: &AtomicU64,
+) -> anyhow::Result<()> {
+    let mut outstanding = 0usize;
+    loop {
+        while outstanding < inflight && Instant::now() < end {
+            if tx.send(request()).await.is_err() {
+                bail!("the stream closed");
+            }
+            outstanding += 1;
+        }
+        if outstanding == 0 {
+            return Ok(());
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(10), responses.message())
+            .await
+            .context("no renewal answered in 10 s")?
+            .context("the stream failed")?
+            .ok_or_else(|| anyhow!("the stream ended"))?;
+        outstanding -= 1;
+        if renewed(&answer) && Instant::now() < end {
+            acknowledged.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Retry `f` every 20 ms until it returns `Some`, or fail after `within` with `what`.

@@ -28,28 +28,24 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::system::{
-    client_tls, free_ports, http, issue_certs, poll, Cluster, Env, Proc, Profile, ReadKind, Reader,
-    System, Writer, READ_VALUE_BYTES, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
+    bounded, client_tls, free_addrs, http, issue_certs, poll, renew_pipelined, Cluster, Env,
+    KeepaliveLoad, Procs, Profile, ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES,
+    READ_VALUE_BYTES, STATUS_TIMEOUT, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
 };
 
-/// Requests in flight while granting sessions or campaigning in bulk.
-const BULK_INFLIGHT: usize = 64;
 /// How long one bulk request retries across leader changes.
 const BULK_BUDGET: Duration = Duration::from_secs(30);
 
 pub struct TenureCluster {
-    profile: Profile,
     bin: PathBuf,
     dir: tempfile::TempDir,
     /// Per node: peer, client (gRPC) and HTTP addresses.
     addrs: Vec<[SocketAddr; 3]>,
-    procs: Vec<Option<Proc>>,
+    procs: Procs,
     /// Distinct elections for writers, so that writers never fence each other out.
     writers: AtomicU64,
     /// With TLS on: the certificates and the clients' TLS.
     tls: Option<Tls>,
-    /// Started with `--fast-election`.
-    fast_election: bool,
     /// What every reader reads, created by the first one.
     read_target: tokio::sync::OnceCell<ReadTarget>,
 }
@@ -77,25 +73,18 @@ struct Tls {
 }
 
 impl TenureCluster {
-    /// Start 3 nodes, with TLS on every port if `tls`.
+    /// Start 3 nodes of `system`: tenure, with TLS on every port (tenure-tls) or with fast
+    /// election (tenure-fast).
     pub async fn start(
+        system: System,
         profile: Profile,
         env: &Env,
-        tls: bool,
-        fast_election: bool,
     ) -> anyhow::Result<TenureCluster> {
-        let ports = free_ports(9)?;
-        let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let addrs = (0..3)
-            .map(|i| [a(ports[3 * i]), a(ports[3 * i + 1]), a(ports[3 * i + 2])])
-            .collect();
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-bench-tenure-")
-            .tempdir_in(&env.work_dir)
-            .context("create a temporary directory")?;
-        let tls = if tls {
+        let addrs = free_addrs(NODES)?;
+        let dir = env.cluster_dir("tenure")?;
+        let tls = if system.tls() {
             let certs = dir.path().join("certs");
-            issue_certs(&certs, 3)?;
+            issue_certs(&certs, NODES)?;
             Some(Tls {
                 client: client_tls(&certs, TLS_CLIENT)?,
                 admin: client_tls(&certs, TLS_ADMIN)?,
@@ -105,51 +94,18 @@ impl TenureCluster {
             None
         };
         let mut c = TenureCluster {
-            profile,
             bin: env.tenure_bin.clone(),
             dir,
             addrs,
-            procs: (0..3).map(|_| None).collect(),
+            procs: Procs::new(system, profile, "tenure node"),
             writers: AtomicU64::new(0),
             tls,
-            fast_election,
             read_target: tokio::sync::OnceCell::new(),
         };
-        for i in 0..3 {
+        for i in 0..NODES {
             c.spawn(i)?;
         }
         Ok(c)
-    }
-
-    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
-        let dir = self.dir.path();
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("server")
-            .args(["--id", &(i + 1).to_string()])
-            .arg("--data-dir")
-            .arg(dir.join(format!("n{i}")));
-        // tenure's shipped defaults are the equalized profile's numbers (T = 150 ms,
-        // heartbeat 30 ms); they are spelled out for the equalized profile only, so that the
-        // defaults profile runs whatever the server ships.
-        if self.profile == Profile::Equalized {
-            cmd.args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"]);
-        }
-        for (n, [peer, client, http]) in self.addrs.iter().enumerate() {
-            cmd.arg("--node")
-                .arg(format!("{}={peer},{client},{http}", n + 1));
-        }
-        if let Some(tls) = &self.tls {
-            cmd.arg("--tls-dir")
-                .arg(&tls.dir)
-                .args(["--cluster-id", TLS_CLUSTER_ID]);
-        }
-        if self.fast_election {
-            cmd.arg("--fast-election");
-        }
-        cmd.env("NO_COLOR", "1");
-        let p = Proc::spawn(cmd, &dir.join(format!("n{i}.log")))?;
-        self.procs[i] = Some(p);
-        Ok(())
     }
 
     fn channel(&self, i: usize, timeout: Duration) -> Channel {
@@ -187,14 +143,8 @@ impl TenureCluster {
         self.nodes(&(0..self.addrs.len()).collect::<Vec<_>>())
     }
 
-    fn running(&self) -> Vec<usize> {
-        (0..self.procs.len())
-            .filter(|&i| self.procs[i].is_some())
-            .collect()
-    }
-
     async fn status(&self, i: usize) -> Option<v1::StatusResponse> {
-        let mut c = ClusterClient::new(self.channel(i, Duration::from_millis(300)));
+        let mut c = ClusterClient::new(self.channel(i, STATUS_TIMEOUT));
         c.status(v1::StatusRequest {})
             .await
             .ok()
@@ -204,20 +154,7 @@ impl TenureCluster {
     /// A session of `ttl` and a fencing token of a fresh election.
     async fn session_and_token(&self, ttl: Duration) -> anyhow::Result<(u64, String, u64)> {
         let nodes = self.all()?;
-        let ttl_ms = ttl.as_millis() as u64;
-        let session = nodes
-            .call(BULK_BUDGET, |ch| async move {
-                SessionsClient::new(ch)
-                    .grant(v1::GrantRequest {
-                        ttl_ms,
-                        session_secret: tenure_proto::process_session_secret(),
-                        ..Default::default()
-                    })
-                    .await
-            })
-            .await
-            .context("grant a session")?
-            .session_id;
+        let session = grant(&nodes, ttl).await.context("grant a session")?;
         let n = self.writers.fetch_add(1, Ordering::Relaxed);
         let election = format!("tenure-bench-writer-{n}");
         let token = campaign(&nodes, &election, session).await?;
@@ -254,37 +191,19 @@ impl TenureCluster {
             .await
     }
 
-    /// Grant `n` sessions of `ttl`, `BULK_INFLIGHT` at a time; also returns the leader of
+    /// Grant `n` sessions of `ttl`, `BULK_IN_FLIGHT` at a time; also returns the leader of
     /// the moment (for streams that must start there).
     async fn grant_many(&self, n: usize, ttl: Duration) -> anyhow::Result<(usize, Vec<u64>)> {
         let nodes = self.all()?;
-        let ttl_ms = ttl.as_millis() as u64;
-        let mut ids = Vec::with_capacity(n);
-        let mut set = JoinSet::new();
-        for k in 0..n {
-            if set.len() >= BULK_INFLIGHT {
-                ids.push(join_one(&mut set).await?);
-            }
+        let ids = bounded(n, BULK_IN_FLIGHT, |k| {
             let nodes = nodes.clone();
-            set.spawn(async move {
-                nodes
-                    .call(BULK_BUDGET, |ch| async move {
-                        SessionsClient::new(ch)
-                            .grant(v1::GrantRequest {
-                                ttl_ms,
-                                session_secret: tenure_proto::process_session_secret(),
-                                ..Default::default()
-                            })
-                            .await
-                    })
+            async move {
+                grant(&nodes, ttl)
                     .await
                     .with_context(|| format!("grant session {k}"))
-                    .map(|r| r.session_id)
-            });
-        }
-        while !set.is_empty() {
-            ids.push(join_one(&mut set).await?);
-        }
+            }
+        })
+        .await?;
         let leader = self
             .leader()
             .await
@@ -296,6 +215,23 @@ impl TenureCluster {
 /// A path as it stands in a URL's query (the temporary directories have plain names).
 fn path_str(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// Grant a session of `ttl`; its id.
+async fn grant(nodes: &Nodes, ttl: Duration) -> anyhow::Result<u64> {
+    let ttl_ms = ttl.as_millis() as u64;
+    nodes
+        .call(BULK_BUDGET, |ch| async move {
+            SessionsClient::new(ch)
+                .grant(v1::GrantRequest {
+                    ttl_ms,
+                    session_secret: tenure_proto::process_session_secret(),
+                    ..Default::default()
+                })
+                .await
+        })
+        .await
+        .map(|r| r.session_id)
 }
 
 /// Campaign (idempotent for a session) and wait to lead; the fencing token.
@@ -316,52 +252,48 @@ async fn campaign(nodes: &Nodes, election: &str, session_id: u64) -> anyhow::Res
         .map(|r| r.token)
 }
 
-async fn join_one<T: 'static>(set: &mut JoinSet<anyhow::Result<T>>) -> anyhow::Result<T> {
-    set.join_next()
-        .await
-        .ok_or_else(|| anyhow!("no task"))?
-        .context("a task panicked")?
-}
-
 #[async_trait]
 impl Cluster for TenureCluster {
-    fn system(&self) -> System {
-        if self.tls.is_some() {
-            System::TenureTls
-        } else {
-            System::Tenure
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let dir = self.dir.path();
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("server")
+            .args(["--id", &(i + 1).to_string()])
+            .arg("--data-dir")
+            .arg(dir.join(format!("n{i}")));
+        // tenure's shipped defaults are the equalized profile's numbers (T = 150 ms,
+        // heartbeat 30 ms); they are spelled out for the equalized profile only, so that the
+        // defaults profile runs whatever the server ships.
+        if self.profile() == Profile::Equalized {
+            cmd.args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"]);
         }
-    }
-
-    fn profile(&self) -> Profile {
-        self.profile
-    }
-
-    fn len(&self) -> usize {
-        self.addrs.len()
-    }
-
-    fn pid(&self, i: usize) -> Option<u32> {
-        self.procs[i].as_ref().map(Proc::pid)
-    }
-
-    fn kill(&mut self, i: usize) -> anyhow::Result<()> {
-        let p = self.procs[i]
-            .take()
-            .ok_or_else(|| anyhow!("node {i} is not running"))?;
-        p.kill();
-        Ok(())
-    }
-
-    fn restart(&mut self, i: usize) -> anyhow::Result<()> {
-        if self.procs[i].is_some() {
-            bail!("node {i} is running");
+        for (n, [peer, client, http]) in self.addrs.iter().enumerate() {
+            cmd.arg("--node")
+                .arg(format!("{}={peer},{client},{http}", n + 1));
         }
-        self.spawn(i)
+        if let Some(tls) = &self.tls {
+            cmd.arg("--tls-dir")
+                .arg(&tls.dir)
+                .args(["--cluster-id", TLS_CLUSTER_ID]);
+        }
+        if self.system().fast_election() {
+            cmd.arg("--fast-election");
+        }
+        cmd.env("NO_COLOR", "1");
+        let log = dir.join(format!("n{i}.log"));
+        self.procs.spawn(i, cmd, &log)
+    }
+
+    fn procs(&self) -> &Procs {
+        &self.procs
+    }
+
+    fn procs_mut(&mut self) -> &mut Procs {
+        &mut self.procs
     }
 
     async fn leader(&self) -> Option<usize> {
-        let running = self.running();
+        let running = self.procs.running();
         let views = join_all(running.iter().map(|&i| self.status(i))).await;
         let answered: Vec<&v1::StatusResponse> = views.iter().flatten().collect();
         let first = answered.first()?;
@@ -384,7 +316,7 @@ impl Cluster for TenureCluster {
             within,
             "tenure: every running node follows one leader",
             || async {
-                let running = self.running();
+                let running = self.procs.running();
                 let views = join_all(running.iter().map(|&i| self.status(i))).await;
                 if views.iter().any(Option::is_none) {
                     return None;
@@ -455,20 +387,14 @@ impl Cluster for TenureCluster {
         }
     }
 
-    async fn keepalives(
-        &self,
-        leases: usize,
-        ttl: Duration,
-        concurrency: usize,
-        window: Duration,
-    ) -> anyhow::Result<u64> {
-        let (leader, ids) = self.grant_many(leases, ttl).await?;
+    async fn keepalives(&self, load: KeepaliveLoad) -> anyhow::Result<u64> {
+        let (leader, ids) = self.grant_many(load.leases, load.ttl).await?;
         // A few streams, each with its share of the leases and of the requests in flight.
-        let streams = concurrency.clamp(1, 16);
-        let per_stream = (concurrency / streams).max(1);
+        let streams = load.concurrency.clamp(1, 16);
+        let per_stream = (load.concurrency / streams).max(1);
         let counted = Arc::new(AtomicU64::new(0));
         let start = Instant::now() + Duration::from_millis(200);
-        let end = start + window;
+        let end = start + load.window;
         let mut set = JoinSet::new();
         let moved = Arc::new(AtomicU64::new(0));
         for s in 0..streams {
@@ -515,22 +441,16 @@ impl Cluster for TenureCluster {
         let ch = self.channel(leader, Duration::from_secs(3600));
         let keep = tokio::spawn(keep_sessions(ch.clone(), ids.clone()));
         let nodes = self.all()?;
-        let mut set = JoinSet::new();
-        for k in 0..n {
-            if set.len() >= BULK_INFLIGHT {
-                join_one(&mut set).await?;
-            }
+        bounded(n, BULK_IN_FLIGHT, |k| {
             let nodes = nodes.clone();
             let session_id = ids[k % ids.len()];
-            set.spawn(async move {
+            async move {
                 campaign(&nodes, &format!("tenure-bench-e{k}"), session_id)
                     .await
                     .map(|_| ())
-            });
-        }
-        while !set.is_empty() {
-            join_one(&mut set).await?;
-        }
+            }
+        })
+        .await?;
         Ok(Box::new(Held {
             keep,
             channel: ch,
@@ -652,34 +572,29 @@ impl RenewStream {
             .await
             .context("open a KeepAlive stream")?
             .into_inner();
-        let mut outstanding = 0usize;
-        loop {
-            while outstanding < self.inflight && Instant::now() < self.end {
-                *seq += 1;
-                let req = v1::KeepAliveRequest {
-                    session_id: ids[*next],
-                    seq: *seq,
-                    session_secret: tenure_proto::process_session_secret(),
-                };
-                *next = (*next + 1) % ids.len();
-                if tx.send(req).await.is_err() {
-                    bail!("the KeepAlive stream closed");
-                }
-                outstanding += 1;
-            }
-            if outstanding == 0 {
-                return Ok(());
-            }
-            let r = tokio::time::timeout(Duration::from_secs(10), responses.message())
-                .await
-                .context("no keepalive answer in 10 s")?
-                .context("KeepAlive stream")?
-                .ok_or_else(|| anyhow!("the KeepAlive stream ended"))?;
-            outstanding -= 1;
-            if r.ttl_ms > 0 && Instant::now() < self.end {
-                self.counted.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        let request = || {
+            *seq += 1;
+            let req = v1::KeepAliveRequest {
+                session_id: ids[*next],
+                seq: *seq,
+                session_secret: tenure_proto::process_session_secret(),
+            };
+            *next = (*next + 1) % ids.len();
+            req
+        };
+        let renewed = |r: &v1::KeepAliveResponse| r.ttl_ms > 0;
+        let (inflight, end) = (self.inflight, self.end);
+        renew_pipelined(
+            &tx,
+            &mut responses,
+            inflight,
+            end,
+            request,
+            renewed,
+            &self.counted,
+        )
+        .await
+        .context("KeepAlive stream")
     }
 
     /// The node that says it leads, asked every 20 ms for at most `within`.
@@ -689,7 +604,7 @@ impl RenewStream {
             let views = join_all(self.nodes.iter().map(|ch| async move {
                 let mut c = ClusterClient::new(ch.clone());
                 let req = tonic::Request::new(v1::StatusRequest {});
-                tokio::time::timeout(Duration::from_millis(300), c.status(req))
+                tokio::time::timeout(STATUS_TIMEOUT, c.status(req))
                     .await
                     .ok()
                     .and_then(Result::ok)
@@ -745,7 +660,7 @@ async fn keep_sessions(ch: Channel, ids: Vec<u64>) {
 async fn revoke_many(ch: Channel, ids: Vec<u64>) {
     let mut set = JoinSet::new();
     for id in ids {
-        if set.len() >= BULK_INFLIGHT {
+        if set.len() >= BULK_IN_FLIGHT {
             set.join_next().await;
         }
         let mut c = SessionsClient::new(ch.clone());

@@ -9,7 +9,6 @@
 //! - A lease is a session; an election is ZooKeeper's recipe (an ephemeral sequential znode
 //!   under the election's persistent parent).
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,18 +24,14 @@ use tokio::time::Instant;
 use zookeeper_client as zkc;
 
 use crate::system::{
-    poll, which, Cluster, Env, Proc, Profile, ReadKind, Reader, System, Unsupported, Writer,
-    READ_VALUE_BYTES,
+    bounded, poll, which, Cluster, Env, KeepaliveLoad, Procs, Profile, ReadKind, Reader, System,
+    Unsupported, Writer, BULK_IN_FLIGHT, NODES, READ_VALUE_BYTES, STATUS_TIMEOUT,
 };
 
-/// The servers of an ensemble.
-const NODES: usize = 3;
 /// The server's jar from Debian's `zookeeper` package.
 const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// An SLF4J binding: without one the server logs nothing.
 const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
-/// How long a server may take to answer `srvr` before it counts as not answering.
-const SRVR_TIMEOUT: Duration = Duration::from_millis(300);
 /// How long a server may take to open its client port after being spawned (JVM start).
 const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Idle time after which the client gives up on a connection (and tries another server).
@@ -45,8 +40,6 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 const WRITER_SESSION: Duration = Duration::from_secs(30);
 /// The session timeout of the sessions that hold elections.
 const ELECTION_SESSION: Duration = Duration::from_secs(10);
-/// Requests (or session establishments) in flight when setting up many at once.
-const SETUP_IN_FLIGHT: usize = 64;
 /// Above this many sessions, `keepalives` would run out of file descriptors (limit 20000,
 /// one socket per session).
 const MAX_SESSIONS: usize = 15_000;
@@ -94,17 +87,15 @@ struct Node {
     config: PathBuf,
     log: PathBuf,
     client_port: u16,
-    /// The process, while it runs.
-    proc: Option<Proc>,
 }
 
 /// A running 3-server ZooKeeper ensemble.
 pub struct ZkCluster {
-    profile: Profile,
+    /// Declared before `_dir` so that the servers are killed before their directory goes.
+    procs: Procs,
     timing: Timing,
     java: PathBuf,
     classpath: String,
-    /// Declared before `_dir` so that the servers are killed before their directory goes.
     nodes: Vec<Node>,
     /// Set once [`READ_PATH`] holds its value (written by the first reader).
     read_znode: tokio::sync::OnceCell<()>,
@@ -117,14 +108,11 @@ impl ZkCluster {
     /// JVM answers on its client port (not necessarily with a quorum yet).
     pub async fn start(profile: Profile, env: &Env) -> anyhow::Result<ZkCluster> {
         let (java, classpath) = installation()?;
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-bench-zk-")
-            .tempdir_in(&env.work_dir)
-            .with_context(|| format!("create a directory in {}", env.work_dir.display()))?;
+        let dir = env.cluster_dir("zk")?;
         let timing = Timing::of(profile);
         let nodes = write_configs(dir.path(), &timing)?;
         let mut cluster = ZkCluster {
-            profile,
+            procs: Procs::new(System::Zookeeper, profile, "zookeeper server"),
             timing,
             java,
             classpath,
@@ -141,21 +129,6 @@ impl ZkCluster {
         Ok(cluster)
     }
 
-    /// Start server `i` (same command for the first start and every restart).
-    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
-        let node = &mut self.nodes[i];
-        let mut cmd = Command::new(&self.java);
-        cmd.arg("-Xmx1g")
-            .arg("-cp")
-            .arg(&self.classpath)
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(&node.config);
-        let proc =
-            Proc::spawn(cmd, &node.log).with_context(|| format!("start zookeeper server {i}"))?;
-        node.proc = Some(proc);
-        Ok(())
-    }
-
     /// Wait until server `i` answers `srvr` at all (its JVM is up and listening).
     async fn wait_booted(&mut self, i: usize) -> anyhow::Result<()> {
         let deadline = Instant::now() + BOOT_TIMEOUT;
@@ -163,8 +136,8 @@ impl ZkCluster {
             if srvr(self.nodes[i].client_port).await.is_some() {
                 return Ok(());
             }
-            let node = &mut self.nodes[i];
-            let running = node.proc.as_mut().is_some_and(Proc::running);
+            let running = !self.procs.exited(i);
+            let node = &self.nodes[i];
             if !running || Instant::now() >= deadline {
                 bail!(
                     "zookeeper server {i} did not start serving ({}; log {}):\n{}",
@@ -181,13 +154,6 @@ impl ZkCluster {
         }
     }
 
-    /// The nodes whose process runs.
-    fn running(&self) -> Vec<usize> {
-        (0..NODES)
-            .filter(|&i| self.nodes[i].proc.is_some())
-            .collect()
-    }
-
     /// The connect string of nodes `which` (`host:port,…`).
     fn hosts(&self, which: &[usize]) -> String {
         which
@@ -200,7 +166,7 @@ impl ZkCluster {
     /// The mode each running node reports, by node (`None`: no answer).
     async fn modes(&self) -> Vec<(usize, Option<Mode>)> {
         let mut set = JoinSet::new();
-        for i in self.running() {
+        for i in self.procs.running() {
             let port = self.nodes[i].client_port;
             set.spawn(async move { (i, srvr(port).await.map(|r| Mode::parse(&r))) });
         }
@@ -221,7 +187,7 @@ impl ZkCluster {
             .iter()
             .all(|(_, m)| matches!(m, Some(Mode::Leader | Mode::Follower)));
         let leader = sole_leader(&modes)?;
-        if !settled || modes.len() != self.running().len() {
+        if !settled || modes.len() != self.procs.running().len() {
             return None;
         }
         let writer = ZkWriter::new(self.hosts(&[leader]));
@@ -242,7 +208,7 @@ impl ZkCluster {
     ) -> anyhow::Result<Vec<zkc::Client>> {
         let hosts: Vec<String> = (0..n).map(hosts_of).collect();
         let hosts = Arc::new(hosts);
-        bounded(n, SETUP_IN_FLIGHT, move |k| {
+        bounded(n, BULK_IN_FLIGHT, move |k| {
             let hosts = Arc::clone(&hosts);
             async move {
                 connector(timeout)
@@ -257,44 +223,26 @@ impl ZkCluster {
 
 #[async_trait]
 impl Cluster for ZkCluster {
-    fn system(&self) -> System {
-        System::Zookeeper
+    /// Start server `i` (same command for the first start and every restart).
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let node = &self.nodes[i];
+        let mut cmd = Command::new(&self.java);
+        cmd.arg("-Xmx1g")
+            .arg("-cp")
+            .arg(&self.classpath)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&node.config);
+        self.procs
+            .spawn(i, cmd, &node.log)
+            .with_context(|| format!("start zookeeper server {i}"))
     }
 
-    fn profile(&self) -> Profile {
-        self.profile
+    fn procs(&self) -> &Procs {
+        &self.procs
     }
 
-    fn len(&self) -> usize {
-        NODES
-    }
-
-    fn pid(&self, i: usize) -> Option<u32> {
-        self.nodes.get(i)?.proc.as_ref().map(Proc::pid)
-    }
-
-    fn kill(&mut self, i: usize) -> anyhow::Result<()> {
-        let node = self
-            .nodes
-            .get_mut(i)
-            .ok_or_else(|| anyhow!("no zookeeper server {i}"))?;
-        let proc = node
-            .proc
-            .take()
-            .ok_or_else(|| anyhow!("zookeeper server {i} is not running"))?;
-        proc.kill();
-        Ok(())
-    }
-
-    fn restart(&mut self, i: usize) -> anyhow::Result<()> {
-        let node = self
-            .nodes
-            .get(i)
-            .ok_or_else(|| anyhow!("no zookeeper server {i}"))?;
-        if node.proc.is_some() {
-            bail!("zookeeper server {i} is already running");
-        }
-        self.spawn(i)
+    fn procs_mut(&mut self) -> &mut Procs {
+        &mut self.procs
     }
 
     async fn leader(&self) -> Option<usize> {
@@ -337,13 +285,8 @@ impl Cluster for ZkCluster {
     /// servers, one server each; requests go round-robin over the sessions with at most
     /// `concurrency` in flight. Requests answered after the window are not counted. The
     /// sessions are closed afterwards.
-    async fn keepalives(
-        &self,
-        leases: usize,
-        ttl: Duration,
-        concurrency: usize,
-        window: Duration,
-    ) -> anyhow::Result<u64> {
+    async fn keepalives(&self, load: KeepaliveLoad) -> anyhow::Result<u64> {
+        let (leases, concurrency) = (load.leases, load.concurrency);
         if leases > MAX_SESSIONS {
             bail!(
                 "{leases} ZooKeeper sessions need {leases} sockets; this harness allows at most \
@@ -353,15 +296,15 @@ impl Cluster for ZkCluster {
         if leases == 0 || concurrency == 0 {
             return Ok(0);
         }
-        let running = self.running();
+        let running = self.procs.running();
         if running.is_empty() {
             bail!("no zookeeper server is running");
         }
-        let ttl = ttl.max(self.timing.min_session());
+        let ttl = load.ttl.max(self.timing.min_session());
         let sessions = self
             .open_sessions(leases, ttl, |k| self.hosts(&[running[k % running.len()]]))
             .await?;
-        let answered = renew_for(Arc::new(sessions), concurrency, window).await;
+        let answered = renew_for(Arc::new(sessions), concurrency, load.window).await;
         Ok(answered)
     }
 
@@ -375,14 +318,14 @@ impl Cluster for ZkCluster {
         }
         // Every session may use every running server (the client picks one at random and
         // moves to another if it fails), so the elections survive a server's death.
-        let hosts = self.hosts(&self.running());
+        let hosts = self.hosts(&self.procs.running());
         let clients = self
             .open_sessions(sessions, ELECTION_SESSION, |_| hosts.clone())
             .await?;
         let clients = Arc::new(clients);
         ensure_persistent(&clients[0], ELECTIONS).await?;
         let held = Arc::clone(&clients);
-        bounded(n, SETUP_IN_FLIGHT, move |k| {
+        bounded(n, BULK_IN_FLIGHT, move |k| {
             let clients = Arc::clone(&held);
             async move { campaign(&clients[k % clients.len()], k).await }
         })
@@ -518,29 +461,6 @@ async fn renew_for(sessions: Arc<Vec<zkc::Client>>, concurrency: usize, window: 
     }
     while workers.join_next().await.is_some() {}
     answered.load(Ordering::Relaxed)
-}
-
-/// Run `task(0..n)` with at most `limit` in flight; the results, in completion order. The
-/// first failure fails the whole (the tasks still running are aborted).
-async fn bounded<T, F, Fut>(n: usize, limit: usize, task: F) -> anyhow::Result<Vec<T>>
-where
-    T: Send + 'static,
-    F: Fn(usize) -> Fut,
-    Fut: Future<Output = anyhow::Result<T>> + Send + 'static,
-{
-    let mut set = JoinSet::new();
-    let mut results = Vec::with_capacity(n);
-    let mut next = 0;
-    while next < n || !set.is_empty() {
-        while next < n && set.len() < limit.max(1) {
-            set.spawn(task(next));
-            next += 1;
-        }
-        if let Some(result) = set.join_next().await {
-            results.push(result.context("a setup task panicked")??);
-        }
-    }
-    Ok(results)
 }
 
 /// The session settings every client here uses. `fail_eagerly`: connecting tries each host
@@ -737,7 +657,10 @@ async fn srvr(port: u16) -> Option<String> {
         stream.read_to_string(&mut reply).await.ok()?;
         Some(reply)
     };
-    tokio::time::timeout(SRVR_TIMEOUT, ask).await.ok().flatten()
+    tokio::time::timeout(STATUS_TIMEOUT, ask)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// `java` and the server's classpath, or why ZooKeeper cannot run here.
@@ -778,7 +701,6 @@ fn write_configs(dir: &Path, timing: &Timing) -> anyhow::Result<Vec<Node>> {
                 config,
                 log: dir.join(format!("n{}.log", i + 1)),
                 client_port: client[i],
-                proc: None,
             })
         })
         .collect()

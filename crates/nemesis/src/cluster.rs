@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
 pub use tenure_bench::system::http;
-use tenure_bench::system::{free_ports, signal, Proc};
+use tenure_bench::system::{free_addrs, signal, Proc};
 use tonic::transport::{Channel, Endpoint};
 
 /// Timing and sizing of the servers.
@@ -101,19 +101,9 @@ pub struct Cluster {
 impl Cluster {
     /// Start every node of a fresh cluster.
     pub fn start(bin: &Path, opts: ServerOptions, keep_dir: bool) -> anyhow::Result<Cluster> {
-        let ports = free_ports(opts.nodes * 3)?;
-        let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let addrs: BTreeMap<u64, Addrs> = (0..opts.nodes)
-            .map(|i| {
-                (
-                    i as u64 + 1,
-                    Addrs {
-                        peer: a(ports[3 * i]),
-                        client: a(ports[3 * i + 1]),
-                        http: a(ports[3 * i + 2]),
-                    },
-                )
-            })
+        let addrs: BTreeMap<u64, Addrs> = (1..)
+            .zip(free_addrs(opts.nodes)?)
+            .map(|(id, [peer, client, http])| (id, Addrs { peer, client, http }))
             .collect();
         let dir = tempfile::Builder::new()
             .prefix("tenure-nemesis-")

@@ -116,49 +116,53 @@ impl Client {
         format!("{}:{}", self.name, VALUES.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// One attempt of a unary call at the node addressed (`call` gets its channel), at most
+    /// `timeout`, recorded as `kind`; the next request goes where the outcome says. Returns
+    /// the outcome and the answer if any.
+    async fn call<T, Fut>(
+        &mut self,
+        kind: Kind,
+        timeout: Duration,
+        call: impl FnOnce(Channel) -> Fut,
+        value: impl FnOnce(&T) -> Value,
+    ) -> (Outcome, Option<T>)
+    where
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let fut = call(self.channel());
+        let (outcome, answer, status) = self.rec.call(&self.name, kind, timeout, fut, value).await;
+        self.route(&outcome, status.as_ref());
+        (outcome, answer)
+    }
+
     /// `Grant`; the session and its TTL.
     pub async fn grant(&mut self, ttl_ms: u64) -> Option<(u64, u64)> {
-        let mut c = SessionsClient::new(self.channel());
-        let (o, r, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::Grant { ttl_ms },
-                OP_TIMEOUT,
-                c.grant(v1::GrantRequest {
-                    ttl_ms,
-                    session_secret: tenure_proto::process_session_secret(),
-                    ..Default::default()
-                }),
-                |r: &v1::GrantResponse| Value::Session {
-                    session: r.session_id,
-                    ttl_ms: r.ttl_ms,
-                },
-            )
+        let req = v1::GrantRequest {
+            ttl_ms,
+            session_secret: tenure_proto::process_session_secret(),
+            ..Default::default()
+        };
+        let grant = |ch| async move { SessionsClient::new(ch).grant(req).await };
+        let session = |r: &v1::GrantResponse| Value::Session {
+            session: r.session_id,
+            ttl_ms: r.ttl_ms,
+        };
+        let (_, r) = self
+            .call(Kind::Grant { ttl_ms }, OP_TIMEOUT, grant, session)
             .await;
-        self.route(&o, s.as_ref());
         r.map(|r| (r.session_id, r.ttl_ms))
     }
 
     /// `Revoke`.
     pub async fn revoke(&mut self, session: u64) -> Outcome {
-        let mut c = SessionsClient::new(self.channel());
-        let (o, _, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::Revoke { session },
-                OP_TIMEOUT,
-                c.revoke(v1::RevokeRequest {
-                    session_id: session,
-                    session_secret: tenure_proto::process_session_secret(),
-                    ..Default::default()
-                }),
-                |_| Value::Unit,
-            )
-            .await;
-        self.route(&o, s.as_ref());
-        o
+        let req = v1::RevokeRequest {
+            session_id: session,
+            session_secret: tenure_proto::process_session_secret(),
+            ..Default::default()
+        };
+        let revoke = |ch| async move { SessionsClient::new(ch).revoke(req).await };
+        let kind = Kind::Revoke { session };
+        self.call(kind, OP_TIMEOUT, revoke, |_| Value::Unit).await.0
     }
 
     /// `Campaign`: the token once leading.
@@ -168,7 +172,10 @@ impl Client {
         session: u64,
         timeout: Duration,
     ) -> (Outcome, Option<u64>) {
-        let mut c = ElectionsClient::new(self.channel());
+        let kind = Kind::Campaign {
+            election: election.to_string(),
+            session,
+        };
         let req = v1::CampaignRequest {
             election: election.to_string(),
             session_id: session,
@@ -176,69 +183,41 @@ impl Client {
             session_secret: tenure_proto::process_session_secret(),
             ..Default::default()
         };
-        let (o, r, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::Campaign {
-                    election: election.to_string(),
-                    session,
-                },
-                timeout,
-                c.campaign(req),
-                |r: &v1::CampaignResponse| Value::Token(r.token),
-            )
-            .await;
-        self.route(&o, s.as_ref());
+        let campaign = |ch| async move { ElectionsClient::new(ch).campaign(req).await };
+        let token = |r: &v1::CampaignResponse| Value::Token(r.token);
+        let (o, r) = self.call(kind, timeout, campaign, token).await;
         (o, r.map(|r| r.token))
     }
 
     /// `Resign`.
     pub async fn resign(&mut self, election: &str, session: u64) -> Outcome {
-        let mut c = ElectionsClient::new(self.channel());
-        let (o, _, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::Resign {
-                    election: election.to_string(),
-                    session,
-                },
-                OP_TIMEOUT,
-                c.resign(v1::ResignRequest {
-                    election: election.to_string(),
-                    session_id: session,
-                    session_secret: tenure_proto::process_session_secret(),
-                    ..Default::default()
-                }),
-                |_| Value::Unit,
-            )
-            .await;
-        self.route(&o, s.as_ref());
-        o
+        let req = v1::ResignRequest {
+            election: election.to_string(),
+            session_id: session,
+            session_secret: tenure_proto::process_session_secret(),
+            ..Default::default()
+        };
+        let resign = |ch| async move { ElectionsClient::new(ch).resign(req).await };
+        let kind = Kind::Resign {
+            election: election.to_string(),
+            session,
+        };
+        self.call(kind, OP_TIMEOUT, resign, |_| Value::Unit).await.0
     }
 
     /// `Leader`.
     pub async fn leader(&mut self, election: &str) -> Outcome {
-        let mut c = ElectionsClient::new(self.channel());
-        let (o, _, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::Leader {
-                    election: election.to_string(),
-                },
-                OP_TIMEOUT,
-                c.leader(v1::LeaderRequest {
-                    election: election.to_string(),
-                }),
-                |r: &v1::LeaderResponse| {
-                    Value::Leader(r.leader.as_ref().map(|l| (l.session_id, l.token)))
-                },
-            )
-            .await;
-        self.route(&o, s.as_ref());
-        o
+        let req = v1::LeaderRequest {
+            election: election.to_string(),
+        };
+        let leader = |ch| async move { ElectionsClient::new(ch).leader(req).await };
+        let kind = Kind::Leader {
+            election: election.to_string(),
+        };
+        let seen = |r: &v1::LeaderResponse| {
+            Value::Leader(r.leader.as_ref().map(|l| (l.session_id, l.token)))
+        };
+        self.call(kind, OP_TIMEOUT, leader, seen).await.0
     }
 
     /// A fenced `Put` of a fresh value.
@@ -250,118 +229,77 @@ impl Client {
         timeout: Duration,
     ) -> Outcome {
         let value = self.value();
-        let mut c = FencedKeysClient::new(self.channel());
-        let (o, _, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::Put {
-                    key: key.to_string(),
-                    value: value.clone(),
-                    election: election.to_string(),
-                    token,
-                },
-                timeout,
-                c.put(v1::PutRequest {
-                    key: key.to_string(),
-                    value: value.into_bytes(),
-                    election: election.to_string(),
-                    token,
-                    ..Default::default()
-                }),
-                |r: &v1::PutResponse| Value::Index(r.index),
-            )
-            .await;
-        self.route(&o, s.as_ref());
-        o
+        let req = v1::PutRequest {
+            key: key.to_string(),
+            value: value.as_bytes().to_vec(),
+            election: election.to_string(),
+            token,
+            ..Default::default()
+        };
+        let kind = Kind::Put {
+            key: key.to_string(),
+            value,
+            election: election.to_string(),
+            token,
+        };
+        let put = |ch| async move { FencedKeysClient::new(ch).put(req).await };
+        let index = |r: &v1::PutResponse| Value::Index(r.index);
+        self.call(kind, timeout, put, index).await.0
     }
 
     /// `Get`.
     pub async fn get(&mut self, key: &str) -> Outcome {
-        let mut c = FencedKeysClient::new(self.channel());
-        let (o, _, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::Get {
-                    key: key.to_string(),
-                },
-                OP_TIMEOUT,
-                c.get(v1::GetRequest {
-                    key: key.to_string(),
-                }),
-                |r: &v1::GetResponse| {
-                    Value::Read(r.value.as_ref().map(|v| {
-                        (
-                            String::from_utf8_lossy(&v.value).into_owned(),
-                            v.token,
-                            v.index,
-                        )
-                    }))
-                },
-            )
-            .await;
-        self.route(&o, s.as_ref());
-        o
+        let req = v1::GetRequest {
+            key: key.to_string(),
+        };
+        let get = |ch| async move { FencedKeysClient::new(ch).get(req).await };
+        let read = |r: &v1::GetResponse| {
+            Value::Read(r.value.as_ref().map(|v| {
+                (
+                    String::from_utf8_lossy(&v.value).into_owned(),
+                    v.token,
+                    v.index,
+                )
+            }))
+        };
+        let kind = Kind::Get {
+            key: key.to_string(),
+        };
+        self.call(kind, OP_TIMEOUT, get, read).await.0
     }
 
     /// `TransferLeadership` at the node addressed.
     pub async fn transfer_leadership(&mut self, to: u64) -> Outcome {
-        let mut c = ClusterClient::new(self.channel());
-        let (o, _, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::TransferLeadership { to },
-                OP_TIMEOUT,
-                c.transfer_leadership(v1::TransferLeadershipRequest { to }),
-                |_| Value::Unit,
-            )
-            .await;
-        self.route(&o, s.as_ref());
-        o
+        let req = v1::TransferLeadershipRequest { to };
+        let transfer = |ch| async move { ClusterClient::new(ch).transfer_leadership(req).await };
+        let kind = Kind::TransferLeadership { to };
+        self.call(kind, OP_TIMEOUT, transfer, |_| Value::Unit)
+            .await
+            .0
     }
 
     /// `AddMember` at the node addressed.
     pub async fn add_member(&mut self, id: u64, voter: bool) -> Outcome {
-        let mut c = ClusterClient::new(self.channel());
-        let (o, _, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::AddMember { id, voter },
-                OP_TIMEOUT,
-                c.add_member(v1::MemberRequest {
-                    id,
-                    voter,
-                    ..Default::default()
-                }),
-                |_| Value::Unit,
-            )
-            .await;
-        self.route(&o, s.as_ref());
-        o
+        let req = v1::MemberRequest {
+            id,
+            voter,
+            ..Default::default()
+        };
+        let add = |ch| async move { ClusterClient::new(ch).add_member(req).await };
+        let kind = Kind::AddMember { id, voter };
+        self.call(kind, OP_TIMEOUT, add, |_| Value::Unit).await.0
     }
 
     /// `RemoveMember` at the node addressed.
     pub async fn remove_member(&mut self, id: u64) -> Outcome {
-        let mut c = ClusterClient::new(self.channel());
-        let (o, _, s) = self
-            .rec
-            .call(
-                &self.name,
-                Kind::RemoveMember { id },
-                OP_TIMEOUT,
-                c.remove_member(v1::MemberRequest {
-                    id,
-                    voter: false,
-                    ..Default::default()
-                }),
-                |_| Value::Unit,
-            )
-            .await;
-        self.route(&o, s.as_ref());
-        o
+        let req = v1::MemberRequest {
+            id,
+            voter: false,
+            ..Default::default()
+        };
+        let remove = |ch| async move { ClusterClient::new(ch).remove_member(req).await };
+        let kind = Kind::RemoveMember { id };
+        self.call(kind, OP_TIMEOUT, remove, |_| Value::Unit).await.0
     }
 }
 

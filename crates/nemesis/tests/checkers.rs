@@ -91,6 +91,10 @@ impl H {
     fn lin_violations(&self) -> Vec<String> {
         check_history(&self.0).violations
     }
+    fn assert_linearizable(&self) {
+        let v = self.lin_violations();
+        assert!(v.is_empty(), "{v:?}");
+    }
 }
 
 fn ok_index(i: u64) -> Outcome {
@@ -110,24 +114,24 @@ fn indeterminate() -> Outcome {
 
 #[test]
 fn a_sequential_register_history_is_linearizable() {
-    let mut h = H::default();
-    h.get(None, 0, 5)
+    H::default()
+        .get(None, 0, 5)
         .put("a", 1, 10, 20, ok_index(3))
         .get(Some(("a", 1)), 30, 40)
         .put("b", 1, 50, 60, ok_index(4))
-        .get(Some(("b", 1)), 70, 80);
-    assert!(h.lin_violations().is_empty(), "{:?}", h.lin_violations());
+        .get(Some(("b", 1)), 70, 80)
+        .assert_linearizable();
 }
 
 #[test]
 fn concurrent_operations_may_take_either_order() {
-    let mut h = H::default();
     // The read overlaps both writes: it may see either value.
-    h.put("a", 1, 0, 50, ok_index(3))
+    H::default()
+        .put("a", 1, 0, 50, ok_index(3))
         .put("b", 1, 10, 60, ok_index(4))
         .get(Some(("a", 1)), 20, 70)
-        .get(Some(("b", 1)), 80, 90);
-    assert!(h.lin_violations().is_empty(), "{:?}", h.lin_violations());
+        .get(Some(("b", 1)), 80, 90)
+        .assert_linearizable();
 }
 
 #[test]
@@ -148,13 +152,13 @@ fn an_indeterminate_write_may_take_effect_late_or_never() {
     h.put("a", 1, 0, 5, indeterminate())
         .get(None, 10, 20)
         .get(Some(("a", 1)), 30, 40);
-    assert!(h.lin_violations().is_empty(), "{:?}", h.lin_violations());
+    h.assert_linearizable();
     // Never.
     let mut h = H::default();
     h.put("a", 1, 0, 5, indeterminate())
         .get(None, 10, 20)
         .get(None, 30, 40);
-    assert!(h.lin_violations().is_empty());
+    h.assert_linearizable();
     // But once seen it cannot be unseen.
     let mut h = H::default();
     h.put("a", 1, 0, 5, indeterminate())
@@ -186,7 +190,7 @@ fn stale_token_rejections_are_observations() {
     h.put("a", 2, 0, 10, ok_index(3))
         .put("old", 1, 20, 30, fail(Reason::StaleToken))
         .get(Some(("a", 2)), 40, 50);
-    assert!(h.lin_violations().is_empty(), "{:?}", h.lin_violations());
+    h.assert_linearizable();
     // Rejected as stale although nothing higher was ever stored: wrong.
     let mut h = H::default();
     h.put("a", 1, 0, 10, ok_index(3))
@@ -207,7 +211,7 @@ fn elections_tokens_only_move_forward() {
         .leader(None, 40, 50) // session 1 expired: no leader for a while
         .campaign(2, 2, 30, 60)
         .leader(Some((2, 2)), 70, 80);
-    assert!(h.lin_violations().is_empty(), "{:?}", h.lin_violations());
+    h.assert_linearizable();
     // A read of the old leader after the new one was answered.
     let mut h = H::default();
     h.campaign(1, 1, 0, 10)
