@@ -50,6 +50,13 @@ impl Fixture {
             .0
     }
 
+    /// The leader, a follower, and a URL naming that follower only.
+    fn through_a_follower(&self) -> (u64, u64, String) {
+        let leader = self.leader();
+        let follower = self.cluster.others(&[leader])[0];
+        (leader, follower, self.url_of(follower))
+    }
+
     /// The leader among `among`, once one of them leads.
     fn leader_among(&self, among: &[u64]) -> u64 {
         self.runtime
@@ -116,9 +123,7 @@ fn members_of(v: &Value) -> Vec<(u64, bool)> {
 #[test]
 fn status_shows_every_member_and_marks_a_stopped_one_unreachable() {
     let mut f = Fixture::start();
-    let leader = f.leader();
-    let follower = f.cluster.others(&[leader])[0];
-    let url = f.url_of(follower);
+    let (leader, follower, url) = f.through_a_follower();
 
     // Wait until the leader has heard from both followers in its term.
     let deadline = Instant::now() + secs(10);
@@ -209,10 +214,8 @@ fn status_shows_every_member_and_marks_a_stopped_one_unreachable() {
 #[test]
 fn transfer_leadership_moves_the_leader_with_and_without_a_target() {
     let f = Fixture::start();
-    let leader = f.leader();
-    let target = f.cluster.others(&[leader])[0];
     // Through a node that does not lead: the command finds the leader.
-    let url = f.url_of(target);
+    let (leader, target, url) = f.through_a_follower();
     let v = json_of(
         &ops(
             &url,
@@ -243,9 +246,7 @@ fn transfer_leadership_moves_the_leader_with_and_without_a_target() {
 #[test]
 fn members_remove_add_and_promote_a_configured_node() {
     let f = Fixture::start();
-    let leader = f.leader();
-    let other = f.cluster.others(&[leader])[0];
-    let url = f.url_of(other);
+    let (leader, other, url) = f.through_a_follower();
     let all: Vec<(u64, bool)> = f.cluster.ids().into_iter().map(|id| (id, true)).collect();
     assert_eq!(
         members_of(&json_of(&ops(&url, &["members", "list", "--json"], &[]), 0)),
@@ -344,25 +345,14 @@ fn elections_and_sessions_walk_every_page_and_fenced_writes_follow_the_token() {
         }
         // A second candidate queued behind the writer in the first election.
         let second = sessions[1];
-        let election = names[0].clone();
-        client
-            .clone()
-            .on_leader_owned(secs(10), |ch| {
-                let req = v1::CampaignRequest {
-                    election: election.clone(),
-                    session_id: second,
-                    value: b"second".to_vec(),
-                    session_secret: tenure_testkit::secret(),
-                    ..Default::default()
-                };
-                async move {
-                    v1::elections_client::ElectionsClient::new(ch)
-                        .campaign(req)
-                        .await
-                }
-            })
-            .await
-            .ok();
+        let queued = v1::CampaignRequest {
+            election: names[0].clone(),
+            session_id: second,
+            value: b"second".to_vec(),
+            session_secret: tenure_testkit::secret(),
+            ..Default::default()
+        };
+        client.send(queued, secs(10)).await.ok();
         (sessions, writer, second)
     });
 
@@ -445,26 +435,15 @@ fn elections_and_sessions_walk_every_page_and_fenced_writes_follow_the_token() {
     );
 
     // The writer resigns; the queued candidate leads with token 2 and writes.
-    let name = election.to_string();
-    f.runtime.block_on(async {
-        client
-            .clone()
-            .on_leader_owned(secs(10), |ch| {
-                let req = v1::ResignRequest {
-                    election: name.clone(),
-                    session_id: writer,
-                    session_secret: tenure_testkit::secret(),
-                    ..Default::default()
-                };
-                async move {
-                    v1::elections_client::ElectionsClient::new(ch)
-                        .resign(req)
-                        .await
-                }
-            })
-            .await
-            .expect("resign");
-    });
+    let resign = v1::ResignRequest {
+        election: election.to_string(),
+        session_id: writer,
+        session_secret: tenure_testkit::secret(),
+        ..Default::default()
+    };
+    f.runtime
+        .block_on(client.send(resign, secs(10)))
+        .expect("resign");
     let out = ops(
         &url,
         &[

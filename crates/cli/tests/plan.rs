@@ -6,13 +6,14 @@
 mod common;
 
 use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
-use tenure_testkit::{secs, Cluster, Options, ADMIN_CLIENT};
+use tenure_testkit::{secs, AuthFile, Cluster, Options, ADMIN_CLIENT};
 
 use common::{stderr, stdout, tenure};
 
-fn json_of(out: &std::process::Output) -> Value {
+fn json_of(out: &Output) -> Value {
     serde_json::from_str(stdout(out).trim()).unwrap_or_else(|e| {
         panic!(
             "tenure plan --json printed no JSON ({e}): {}\n{}",
@@ -22,19 +23,14 @@ fn json_of(out: &std::process::Output) -> Value {
     })
 }
 
+/// `tenure` with the words of `line` as its arguments.
+fn tenure_words(line: &str) -> Output {
+    tenure(&line.split_whitespace().collect::<Vec<_>>())
+}
+
 #[test]
 fn the_7_3_s_example_from_flags_holds_and_exits_0() {
-    let out = tenure(&[
-        "plan",
-        "--heartbeat",
-        "1s",
-        "--missed-beats",
-        "5",
-        "--campaign",
-        "300ms",
-        "--warm-up",
-        "2s",
-    ]);
+    let out = tenure_words("plan --heartbeat 1s --missed-beats 5 --campaign 300ms --warm-up 2s");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(
@@ -46,20 +42,10 @@ fn the_7_3_s_example_from_flags_holds_and_exits_0() {
 
 #[test]
 fn a_2s_ttl_one_2_5s_pause_from_a_false_failover_violates_the_lease_rule_and_exits_1() {
-    let out = tenure(&[
-        "plan",
-        "--ttl",
-        "2s",
-        "--renew-interval",
-        "600ms",
-        "--pause-budget",
-        "2.5s",
-        "--election-timeout",
-        "6s",
-        "--heartbeat",
-        "1s",
-        "--json",
-    ]);
+    let out = tenure_words(
+        "plan --ttl 2s --renew-interval 600ms --pause-budget 2.5s --election-timeout 6s \
+         --heartbeat 1s --json",
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let j = json_of(&out);
     assert_eq!(j["ok"], false);
@@ -157,6 +143,36 @@ fn tls_files(dir: &Path) -> [String; 3] {
     .map(|f| dir.join(f).to_str().expect("UTF-8").to_string())
 }
 
+/// `tenure plan --from URL --ca CA ARGS` with stdin closed and `$TENURE_TOKEN_FILE` set to
+/// `token_file` (or unset), run off the test's runtime, which keeps serving the cluster.
+async fn plan_from(url: &str, ca: &str, args: &[&str], token_file: Option<&str>) -> Output {
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.args(["plan", "--from", url, "--ca", ca])
+        .args(args)
+        .env_remove("TENURE_TOKEN_FILE")
+        .stdin(std::process::Stdio::null());
+    if let Some(file) = token_file {
+        cmd.env("TENURE_TOKEN_FILE", file);
+    }
+    tokio::task::spawn_blocking(move || cmd.output().expect("run tenure"))
+        .await
+        .expect("ran")
+}
+
+/// `out` is a backend failure (exit 69) whose stderr says `says`: its stderr.
+fn refused(out: &Output, says: &str) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}{}",
+        stdout(out),
+        stderr(out)
+    );
+    let err = stderr(out);
+    assert!(err.contains(says), "{err}");
+    err
+}
+
 /// `--from` the leader's HTTP port: the network p99 and the campaign come from its commit
 /// latency histogram (after some grants were committed), the cluster size from /status;
 /// a flag still overrides a measurement; without credentials the node refuses (exit 69).
@@ -171,25 +187,14 @@ async fn from_a_running_cluster_measures_its_numbers_and_says_so() {
     let url = format!("https://{}", c.addrs(leader).http);
     let [ca, cert, key] = tls_files(&c.tls().expect("TLS on").dir);
 
-    let (url2, ca2, cert2, key2) = (url.clone(), ca.clone(), cert.clone(), key.clone());
-    let out = tokio::task::spawn_blocking(move || {
-        tenure(&[
-            "plan",
-            "--from",
-            &url2,
-            "--ca",
-            &ca2,
-            "--cert",
-            &cert2,
-            "--key",
-            &key2,
-            "--scheduling-jitter",
-            "5ms",
-            "--json",
-        ])
-    })
-    .await
-    .expect("ran");
+    let with_cert = ["--cert", &cert, "--key", &key];
+    let out = plan_from(
+        &url,
+        &ca,
+        &[&with_cert[..], &["--scheduling-jitter", "5ms", "--json"]].concat(),
+        None,
+    )
+    .await;
     let j = json_of(&out);
     assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
     let inputs = &j["inputs"];
@@ -213,24 +218,13 @@ async fn from_a_running_cluster_measures_its_numbers_and_says_so() {
     assert_eq!(j["measured"]["from"], url.as_str());
 
     // The text report says where the numbers came from, and a flag beats a measurement.
-    let (url2, ca2, cert2, key2) = (url.clone(), ca.clone(), cert.clone(), key.clone());
-    let out = tokio::task::spawn_blocking(move || {
-        tenure(&[
-            "plan",
-            "--from",
-            &url2,
-            "--ca",
-            &ca2,
-            "--cert",
-            &cert2,
-            "--key",
-            &key2,
-            "--network-p99",
-            "7ms",
-        ])
-    })
-    .await
-    .expect("ran");
+    let out = plan_from(
+        &url,
+        &ca,
+        &[&with_cert[..], &["--network-p99", "7ms"]].concat(),
+        None,
+    )
+    .await;
     let text = stdout(&out);
     assert!(
         text.starts_with(&format!("Measured from {url}\n")),
@@ -243,23 +237,10 @@ async fn from_a_running_cluster_measures_its_numbers_and_says_so() {
     );
 
     // No client certificate and no token: the node's HTTP port refuses.
-    let (url2, ca2) = (url.clone(), ca.clone());
-    let out = tokio::task::spawn_blocking(move || tenure(&["plan", "--from", &url2, "--ca", &ca2]))
-        .await
-        .expect("ran");
-    assert_eq!(
-        out.status.code(),
-        Some(69),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    let out = plan_from(&url, &ca, &[], None).await;
+    let err = refused(&out, "refused (401)");
     assert!(stdout(&out).is_empty());
-    assert!(
-        stderr(&out).contains("refused (401)") && stderr(&out).contains("--token-file"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(err.contains("--token-file"), "{err}");
 }
 
 /// `--from` with a bearer token instead of a client certificate (`--token-file`, then
@@ -267,68 +248,33 @@ async fn from_a_running_cluster_measures_its_numbers_and_says_so() {
 /// observer or admin role is refused (403, exit 69), and no node logs either token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_a_running_cluster_with_a_bearer_token() {
-    let observer = tenure_server::auth::new_token().expect("token");
-    let writer = tenure_server::auth::new_token().expect("token");
-    let files = tempfile::tempdir().expect("temp dir");
-    let auth_file = files.path().join("auth.toml");
-    std::fs::write(
-        &auth_file,
-        format!(
-            "[principals.admin]\nroles = [\"admin\"]\n\n[principals.ops]\nroles = [\"observer\"]\n\n\
-             [principals.writer]\ngrants = [{{ prefix = \"w/\", allow = [\"write\"] }}]\n\n\
-             [tokens]\nops = {:?}\nwriter = {:?}\n",
-            tenure_server::auth::token_hash_line(&observer),
-            tenure_server::auth::token_hash_line(&writer)
-        ),
-    )
-    .expect("write the auth file");
-    let observer_file = files.path().join("ops.token");
-    std::fs::write(&observer_file, format!("{observer}\n")).expect("write");
-    let writer_file = files.path().join("writer.token");
-    std::fs::write(&writer_file, &writer).expect("write");
-    let path = auth_file.display().to_string();
-    let mut c = Cluster::start(Options::nodes(3).args(&["--auth-file", &path]));
-    c.forbid_in_logs(&observer);
-    c.forbid_in_logs(&writer);
+    let auth = AuthFile::new(
+        "[principals.admin]\nroles = [\"admin\"]\n\n[principals.ops]\nroles = [\"observer\"]\n\n\
+         [principals.writer]\ngrants = [{ prefix = \"w/\", allow = [\"write\"] }]\n",
+        &["ops", "writer"],
+    );
+    let writer = auth.token("writer");
+    let observer_file = auth.beside("ops.token", &format!("{}\n", auth.token("ops")));
+    // No newline after this one.
+    let writer_file = auth.beside("writer.token", writer);
+    // Neither token may appear in a node's log (the auth file's tokens never may).
+    let c = Cluster::start(Options::nodes(3).auth_file(&auth));
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(20)).await;
     let url = format!("https://{}", c.addrs(leader).http);
     let [ca, _, _] = tls_files(&c.tls().expect("TLS on").dir);
 
-    let run = |env_token: Option<String>, flag_token: Option<String>| {
-        let (url, ca) = (url.clone(), ca.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut cmd = std::process::Command::new(common::BIN);
-            cmd.args(["plan", "--from", &url, "--ca", &ca, "--json"])
-                .env_remove("TENURE_TOKEN_FILE")
-                .stdin(std::process::Stdio::null());
-            if let Some(t) = &flag_token {
-                cmd.args(["--token-file", t]);
-            }
-            if let Some(t) = &env_token {
-                cmd.env("TENURE_TOKEN_FILE", t);
-            }
-            cmd.output().expect("run tenure")
-        })
-    };
     let observer_path = observer_file.display().to_string();
     let writer_path = writer_file.display().to_string();
 
-    let out = run(None, Some(observer_path.clone())).await.expect("ran");
+    let out = plan_from(&url, &ca, &["--json", "--token-file", &observer_path], None).await;
     assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
     let j = json_of(&out);
     assert_eq!(j["inputs"]["cluster_size"]["source"], "measured", "{j}");
 
-    let out = run(Some(observer_path), None).await.expect("ran");
+    let out = plan_from(&url, &ca, &["--json"], Some(&observer_path)).await;
     assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
 
-    let out = run(None, Some(writer_path)).await.expect("ran");
-    assert_eq!(
-        out.status.code(),
-        Some(69),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(stderr(&out).contains("refused (403)"), "{}", stderr(&out));
-    assert!(!stderr(&out).contains(&writer), "the token is not printed");
+    let out = plan_from(&url, &ca, &["--json", "--token-file", &writer_path], None).await;
+    let err = refused(&out, "refused (403)");
+    assert!(!err.contains(writer), "the token is not printed");
 }

@@ -18,15 +18,20 @@ fn plan(pairs: &[(Input, Value)]) -> Plan {
     Plan::new(Inputs::resolve(&g).expect("resolves"))
 }
 
-/// Heartbeat 1 s × 5 missed + 0.3 s campaign + 2 s warm-up = 7.3 s.
-#[test]
-fn heartbeat_1s_times_5_missed_plus_campaign_and_warm_up_is_7_3_s() {
-    let p = plan(&[
+/// Heartbeat 1 s × 5 missed + 0.3 s campaign + 2 s warm-up.
+fn the_7_3_s_example() -> Plan {
+    plan(&[
         (Input::Heartbeat, ms(1_000)),
         (Input::MissedBeats, Value::Count(5)),
         (Input::Campaign, ms(300)),
         (Input::WarmUp, ms(2_000)),
-    ]);
+    ])
+}
+
+/// Heartbeat 1 s × 5 missed + 0.3 s campaign + 2 s warm-up = 7.3 s.
+#[test]
+fn heartbeat_1s_times_5_missed_plus_campaign_and_warm_up_is_7_3_s() {
+    let p = the_7_3_s_example();
     assert_eq!(p.raft_rule_of_thumb, Duration::from_millis(7_300));
     assert!(p.rules_hold());
     expect![[r#"
@@ -235,12 +240,7 @@ fn ttl_2s_renewed_every_600ms_costs_5x_the_renewals_and_dies_of_one_2_5s_pause()
 /// The JSON report: durations in microseconds, sources named.
 #[test]
 fn json_report_of_the_7_3_s_example() {
-    let p = plan(&[
-        (Input::Heartbeat, ms(1_000)),
-        (Input::MissedBeats, Value::Count(5)),
-        (Input::Campaign, ms(300)),
-        (Input::WarmUp, ms(2_000)),
-    ]);
+    let p = the_7_3_s_example();
     let j = p.json();
     assert_eq!(j["ok"], true);
     assert_eq!(j["raft_crash"]["rule_of_thumb_us"], 7_300_000);

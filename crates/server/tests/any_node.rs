@@ -32,12 +32,10 @@ async fn a_cluster_named_by_localhost_elects_commits_and_names_its_leader_by_nam
         "a follower names the leader's client address as configured: {status:?}"
     );
 
-    let mut client = c.client();
-    let (_session, token) = client.writer_token("named").await;
-    client
-        .put("named/k", b"v", "named", token, secs(5))
-        .await
-        .expect("a write commits in a cluster of named nodes");
+    // A write commits in a cluster of named nodes.
+    c.client()
+        .first_write("named", "named/k", b"v", secs(5))
+        .await;
 
     let list = v1::cluster_client::ClusterClient::new(c.channel(follower))
         .members(v1::MembersRequest {})

@@ -8,7 +8,7 @@
 
 use tenure_proto::v1;
 use tenure_testkit::*;
-use tonic::{Code, Request};
+use tonic::Code;
 
 const AUTH_FILE: &str = r#"
 [principals.admin]
@@ -26,10 +26,6 @@ grants = [
 
 [principals.grafana]
 roles = ["observer"]
-
-[tokens]
-billing = "BILLING"
-grafana = "GRAFANA"
 "#;
 
 /// `name` summed over every node: a client's request is refused by whichever node it
@@ -43,79 +39,46 @@ async fn total(c: &Cluster, name: &str) -> f64 {
 }
 
 /// What a refusal test needs of an answer.
-fn unit<T>(result: Result<tonic::Response<T>, tonic::Status>) -> Result<(), tonic::Status> {
+fn unit<T>(result: Result<T, tonic::Status>) -> Result<(), tonic::Status> {
     result.map(|_| ())
-}
-
-/// `message` with `authorization: Bearer <token>`.
-fn bearer<T>(token: &str, message: T) -> Request<T> {
-    let mut request = Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("ascii header"),
-    );
-    request
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn principals_do_what_their_grants_allow_and_nothing_else() {
-    let billing_token = tenure_server::auth::new_token().expect("token");
-    let grafana_token = tenure_server::auth::new_token().expect("token");
-    let files = tempfile::tempdir().expect("tempdir");
-    let auth_file = files.path().join("auth.toml");
-    std::fs::write(
-        &auth_file,
-        AUTH_FILE
-            .replace(
-                "\"BILLING\"",
-                &format!("{:?}", tenure_server::auth::token_hash_line(&billing_token)),
-            )
-            .replace(
-                "\"GRAFANA\"",
-                &format!("{:?}", tenure_server::auth::token_hash_line(&grafana_token)),
-            ),
-    )
-    .expect("write the auth file");
-    let path = auth_file.display().to_string();
-    let mut c = Cluster::start(Options::nodes(3).args(&["--auth-file", &path]));
+    let auth = AuthFile::new(AUTH_FILE, &["billing", "grafana"]);
+    let (billing_token, grafana_token) = (auth.token("billing"), auth.token("grafana"));
+    let mut c = Cluster::start(Options::nodes(3).auth_file(&auth));
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
     let denied_before = total(&c, "tenure_permission_denied_total").await;
     let unauthenticated_before = total(&c, "tenure_unauthenticated_total").await;
 
     // No client certificate on this channel: the tokens are the only credentials.
     let anonymous = c.channel_as(leader, None);
-    let mut sessions = v1::sessions_client::SessionsClient::new(anonymous.clone());
-    let mut elections = v1::elections_client::ElectionsClient::new(anonymous.clone());
-    let mut keys = v1::fenced_keys_client::FencedKeysClient::new(anonymous.clone());
-    let mut cluster = v1::cluster_client::ClusterClient::new(anonymous.clone());
+    let billing = Caller::bearer(anonymous.clone(), billing_token);
+    let grafana = Caller::bearer(anonymous.clone(), grafana_token);
 
     // billing campaigns under billing/ and writes under billing/keys/.
-    let granted = sessions
-        .grant(bearer(
-            &billing_token,
-            v1::GrantRequest {
-                ttl_ms: 60_000,
-                ..Default::default()
-            },
-        ))
+    // Sessions with the secret the server draws.
+    let grant = || v1::GrantRequest {
+        ttl_ms: 60_000,
+        ..Default::default()
+    };
+    let granted = billing
+        .send(grant())
         .await
-        .expect("billing holds a session")
-        .into_inner();
+        .expect("billing holds a session");
     let (session, secret) = (granted.session_id, granted.session_secret);
-    let token = elections
-        .campaign(bearer(
-            &billing_token,
-            v1::CampaignRequest {
-                election: "billing/close".into(),
-                session_id: session,
-                session_secret: secret.clone(),
-                value: b"replica-1".to_vec(),
-                ..Default::default()
-            },
-        ))
+    let campaign = |election: &str| v1::CampaignRequest {
+        election: election.into(),
+        session_id: session,
+        session_secret: secret.clone(),
+        value: b"replica-1".to_vec(),
+        ..Default::default()
+    };
+    let token = billing
+        .send(campaign("billing/close"))
         .await
         .expect("billing campaigns under billing/")
-        .into_inner()
         .token;
     let put = |key: &str, value: &[u8]| v1::PutRequest {
         key: key.into(),
@@ -126,7 +89,9 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
         session_secret: secret.clone(),
         ..Default::default()
     };
-    keys.put(bearer(&billing_token, put("billing/keys/ledger", b"v1")))
+    let get = |key: &str| v1::GetRequest { key: key.into() };
+    billing
+        .send(put("billing/keys/ledger", b"v1"))
         .await
         .expect("billing writes under billing/keys/");
 
@@ -136,152 +101,88 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
         assert_error(result, Code::PermissionDenied, "permission-denied", what);
     };
     refused(
-        unit(
-            elections
-                .campaign(bearer(
-                    &billing_token,
-                    v1::CampaignRequest {
-                        election: "shipping/close".into(),
-                        session_id: session,
-                        session_secret: secret.clone(),
-                        ..Default::default()
-                    },
-                ))
-                .await,
-        ),
+        unit(billing.send(campaign("shipping/close")).await),
         "billing campaigns outside billing/",
     );
     refused(
-        unit(
-            keys.put(bearer(&billing_token, put("billing/close", b"x")))
-                .await,
-        ),
+        unit(billing.send(put("billing/close", b"x")).await),
         "billing writes outside billing/keys/",
     );
     refused(
-        unit(
-            keys.get(bearer(
-                &billing_token,
-                v1::GetRequest {
-                    key: "app/config".into(),
-                },
-            ))
-            .await,
-        ),
+        unit(billing.send(get("app/config")).await),
         "billing reads outside billing/keys/",
     );
     refused(
-        unit(
-            cluster
-                .transfer_leadership(bearer(
-                    &billing_token,
-                    v1::TransferLeadershipRequest { to: 0 },
-                ))
-                .await,
-        ),
+        unit(billing.send(v1::TransferLeadershipRequest { to: 0 }).await),
         "billing moves Raft leadership",
     );
 
     // grafana observes and reads everything, and changes nothing.
-    let leader_is = elections
-        .leader(bearer(
-            &grafana_token,
-            v1::LeaderRequest {
-                election: "billing/close".into(),
-            },
-        ))
+    let leader_is = grafana
+        .send(v1::LeaderRequest {
+            election: "billing/close".into(),
+        })
         .await
         .expect("grafana asks who leads")
-        .into_inner()
         .leader
         .expect("a leader");
     assert_eq!((leader_is.session_id, leader_is.token), (session, token));
-    let value = keys
-        .get(bearer(
-            &grafana_token,
-            v1::GetRequest {
-                key: "billing/keys/ledger".into(),
-            },
-        ))
+    let value = grafana
+        .send(get("billing/keys/ledger"))
         .await
         .expect("grafana reads")
-        .into_inner()
         .value
         .expect("the ledger");
     assert_eq!(value.value, b"v1");
-    cluster
-        .status(bearer(&grafana_token, v1::StatusRequest {}))
+    grafana
+        .send(v1::StatusRequest {})
         .await
         .expect("grafana reads the status");
     refused(
-        unit(
-            sessions
-                .grant(bearer(
-                    &grafana_token,
-                    v1::GrantRequest {
-                        ttl_ms: 60_000,
-                        ..Default::default()
-                    },
-                ))
-                .await,
-        ),
+        unit(grafana.send(grant()).await),
         "an observer holds a session",
     );
     refused(
-        unit(
-            keys.put(bearer(&grafana_token, put("billing/keys/ledger", b"v2")))
-                .await,
-        ),
+        unit(grafana.send(put("billing/keys/ledger", b"v2")).await),
         "an observer writes (with the holder's session and secret)",
     );
 
     // The app's certificate: its own prefix, and no other.
-    let app = c.channel_as(leader, Some(APP_CLIENT));
-    let mut app_sessions = v1::sessions_client::SessionsClient::new(app.clone());
-    let mut app_elections = v1::elections_client::ElectionsClient::new(app.clone());
-    let app_session = app_sessions
-        .grant(v1::GrantRequest {
-            ttl_ms: 60_000,
-            ..Default::default()
-        })
-        .await
-        .expect("the app holds a session")
-        .into_inner();
-    app_elections
-        .campaign(v1::CampaignRequest {
-            election: "app/leader".into(),
-            session_id: app_session.session_id,
-            session_secret: app_session.session_secret.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("the app campaigns under app/");
+    let app = Caller::new(c.channel_as(leader, Some(APP_CLIENT)));
+    let app_session = app.send(grant()).await.expect("the app holds a session");
+    app.send(v1::CampaignRequest {
+        election: "app/leader".into(),
+        session_id: app_session.session_id,
+        session_secret: app_session.session_secret.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("the app campaigns under app/");
     refused(
         unit(
-            app_elections
-                .resign(v1::ResignRequest {
-                    election: "billing/close".into(),
-                    session_id: session,
-                    session_secret: secret.clone(),
-                    ..Default::default()
-                })
-                .await,
+            app.send(v1::ResignRequest {
+                election: "billing/close".into(),
+                session_id: session,
+                session_secret: secret.clone(),
+                ..Default::default()
+            })
+            .await,
         ),
         "the app resigns billing's leadership, secret and all",
     );
 
     // Unknown tokens and no credentials prove nothing.
     let mut unauthenticated = 0.0;
-    for (who, request) in [
+    for (who, caller) in [
         (
             "an unknown token",
-            bearer("tenure_0000", v1::StatusRequest {}),
+            Caller::bearer(anonymous.clone(), "tenure_0000"),
         ),
-        ("no credentials", Request::new(v1::StatusRequest {})),
+        ("no credentials", Caller::new(anonymous.clone())),
     ] {
         unauthenticated += 1.0;
         assert_error(
-            cluster.status(request).await,
+            caller.send(v1::StatusRequest {}).await,
             Code::Unauthenticated,
             "unauthenticated",
             who,
@@ -299,24 +200,20 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
             .map(|v| v.value),
         Some(b"v1".to_vec())
     );
-    let mut admin_elections =
-        v1::elections_client::ElectionsClient::new(c.channel_as(leader, Some(ADMIN_CLIENT)));
-    let now = admin_elections
-        .leader(v1::LeaderRequest {
-            election: "billing/close".into(),
+    let admin_caller = Caller::new(c.channel_as(leader, Some(ADMIN_CLIENT)));
+    let leader_of = |election: &str| {
+        admin_caller.send(v1::LeaderRequest {
+            election: election.into(),
         })
+    };
+    let now = leader_of("billing/close")
         .await
         .expect("the admin asks")
-        .into_inner()
         .leader
         .map(|l| (l.session_id, l.token));
     assert_eq!(now, Some((session, token)), "billing still leads");
     assert_error(
-        admin_elections
-            .leader(v1::LeaderRequest {
-                election: "shipping/close".into(),
-            })
-            .await,
+        leader_of("shipping/close").await,
         Code::NotFound,
         "unknown-election",
         "the refused campaign made no election",
@@ -378,13 +275,9 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
 
     // The CLI and the library carry a token from a file (`--token-file`,
     // `$TENURE_TOKEN_FILE`, `token_file=` in the URL).
-    let token_file = |name: &str, token: &str| {
-        let path = files.path().join(name);
-        std::fs::write(&path, format!("{token}\n")).expect("write a token file");
-        path
-    };
-    let grafana_file = token_file("grafana.token", &grafana_token);
-    let billing_file = token_file("billing.token", &billing_token);
+    let token_file = |name: &str, token: &str| auth.beside(name, &format!("{token}\n"));
+    let grafana_file = token_file("grafana.token", grafana_token);
+    let billing_file = token_file("billing.token", billing_token);
     let ca = c
         .tls()
         .expect("TLS is on")
@@ -408,12 +301,7 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
         if let Some(token) = token {
             cmd.env("TENURE_TOKEN_FILE", token);
         }
-        let out = cmd.output().expect("run tenure leader");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        outcome(&mut cmd)
     };
     let (code, stdout, stderr) = leader_cli(Some(&grafana_file));
     assert_eq!(
@@ -439,12 +327,9 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
     ))
     .await
     .expect("connect with billing's token");
-    let lib_leader = library
-        .leader("billing/close")
-        .await
-        .expect("billing observes its election")
-        .expect("a leader");
-    assert_eq!(lib_leader.token, token);
+    let observed = library.leader("billing/close").await;
+    let observed = observed.expect("billing observes its election");
+    assert_eq!(observed.map(|l| l.token), Some(token), "a leader");
     let e = library
         .leader("shipping/close")
         .await
@@ -465,8 +350,7 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
         unauthenticated,
         "every unauthenticated request counted"
     );
-    c.forbid_in_logs(&billing_token);
-    c.forbid_in_logs(&grafana_token);
+    // The auth file's tokens are among the credentials no node may log.
     c.assert_logs_hold_no_credentials();
     for id in c.ids() {
         let log = c.log(id);
@@ -480,28 +364,12 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
 /// A server refuses to start with an auth file that does not parse, and says why.
 #[test]
 fn a_bad_auth_file_stops_the_server_at_start() {
-    let files = tempfile::tempdir().expect("tempdir");
-    let auth_file = files.path().join("auth.toml");
-    std::fs::write(&auth_file, "[principals.ops]\nroles = [\"root\"]\n").expect("write");
-    let out = std::process::Command::new(tenure_binary())
-        .args([
-            "server",
-            "--id",
-            "1",
-            "--node",
-            "1=127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
-        ])
-        .arg("--data-dir")
-        .arg(files.path().join("data"))
-        .arg("--auth-file")
-        .arg(&auth_file)
-        .output()
-        .expect("run tenure server");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "started with a bad auth file: {stderr}"
-    );
+    let auth = AuthFile::new("[principals.ops]\nroles = [\"root\"]\n", &[]);
+    let data = tempfile::tempdir().expect("tempdir");
+    let path = auth.path().display().to_string();
+    let data = data.path().join("data");
+    let (code, _, stderr) = server_refusing_to_start(&data, &["--auth-file", &path]);
+    assert_ne!(code, Some(0), "started with a bad auth file: {stderr}");
     assert!(
         stderr.contains("auth.toml") && stderr.contains("root"),
         "the error names the file and the bad role: {stderr}"

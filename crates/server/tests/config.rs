@@ -22,21 +22,8 @@ fn out_of_range_flags_exit_2_naming_the_field_and_create_nothing() {
         (&["--idle-timeout-ms", "1"], "idle_timeout_ms"),
     ];
     for (flags, field) in cases {
-        let out = std::process::Command::new(tenure_binary())
-            .args([
-                "server",
-                "--id",
-                "1",
-                "--node",
-                "1=127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
-            ])
-            .arg("--data-dir")
-            .arg(&data)
-            .args(flags)
-            .output()
-            .expect("run tenure server");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        let (code, _, stderr) = server_refusing_to_start(&data, flags);
+        assert_eq!(code, Some(2), "{flags:?}: {stderr}");
         assert!(stderr.contains(field), "{flags:?} names {field}: {stderr}");
         assert!(!stderr.contains("panicked"), "{flags:?}: {stderr}");
         assert!(!data.exists(), "{flags:?} created the data directory");

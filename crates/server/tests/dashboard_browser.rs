@@ -25,40 +25,18 @@ roles = ["observer"]
 
 [principals.operator]
 roles = ["admin"]
-
-[tokens]
-viewer = "VIEWER"
-operator = "OPERATOR"
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_the_leader_then_after_it_is_killed_the_new_leader_and_the_election() {
-    let viewer = tenure_server::auth::new_token().expect("token");
-    let operator = tenure_server::auth::new_token().expect("token");
-    let files = tempfile::tempdir().expect("tempdir");
-    let auth_file = files.path().join("auth.toml");
-    let hash = |t: &str| format!("{:?}", tenure_server::auth::token_hash_line(t));
-    std::fs::write(
-        &auth_file,
-        AUTH_FILE
-            .replace("\"VIEWER\"", &hash(&viewer))
-            .replace("\"OPERATOR\"", &hash(&operator)),
-    )
-    .expect("write the auth file");
-    let path = auth_file.display().to_string();
-    let mut c = Cluster::start(Options::nodes(3).args(&["--auth-file", &path]));
-    c.forbid_in_logs(&viewer);
-    c.forbid_in_logs(&operator);
+    // No node may log either token (the auth file's tokens are forbidden in logs).
+    let auth = AuthFile::new(AUTH_FILE, &["viewer", "operator"]);
+    let mut c = Cluster::start(Options::nodes(3).auth_file(&auth));
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
     let follower = c.others(&[leader])[0];
     // An election with a holder, for the page's tables (the session is not kept alive: it
     // expires after its TTL, long after the page has looked).
-    let mut client = c.client();
-    let session = client.grant(60_000).await.expect("grant");
-    client
-        .campaign_uncontested("billing/nightly", session)
-        .await
-        .expect("campaign");
+    c.client().writer_token("billing/nightly").await;
 
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let script = workspace.join("tests/browser/dashboard.mjs");
@@ -68,8 +46,8 @@ async fn the_page_shows_the_leader_then_after_it_is_killed_the_new_leader_and_th
         .arg(format!("https://{}/", c.addrs(follower).http))
         .env("TENURE_TEST_CERTS", &c.tls().expect("TLS is on").dir)
         .env("TENURE_TEST_NODES", nodes.join(","))
-        .env("TENURE_VIEWER_TOKEN", &viewer)
-        .env("TENURE_ADMIN_TOKEN", &operator)
+        .env("TENURE_VIEWER_TOKEN", auth.token("viewer"))
+        .env("TENURE_ADMIN_TOKEN", auth.token("operator"))
         .env("TENURE_EXPECT_LEADER", leader.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -192,19 +192,8 @@ async fn a_retried_request_is_applied_once() {
         request_nonce: 0xfeed,
         session_secret: secret(),
     };
-    let grant_once = || {
-        let grant = grant.clone();
-        client.clone().on_leader_owned(within, move |ch| {
-            let grant = grant.clone();
-            async move {
-                v1::sessions_client::SessionsClient::new(ch)
-                    .grant(grant)
-                    .await
-            }
-        })
-    };
-    let first = grant_once().await.expect("grant");
-    let again = grant_once().await.expect("grant retry");
+    let first = client.send(grant.clone(), within).await.expect("grant");
+    let again = client.send(grant, within).await.expect("grant retry");
     assert_eq!(first.session_id, again.session_id);
     let session = first.session_id;
 
@@ -215,38 +204,24 @@ async fn a_retried_request_is_applied_once() {
         request_seq: 1,
         session_secret: secret(),
     };
-    let campaign_once = |client: &mut Client| {
-        let campaign = campaign.clone();
-        client.clone().on_leader_owned(within, move |ch| {
-            let campaign = campaign.clone();
-            async move {
-                v1::elections_client::ElectionsClient::new(ch)
-                    .campaign(campaign)
-                    .await
-            }
-        })
-    };
-    let token = campaign_once(&mut client).await.expect("campaign").token;
-    let retried = campaign_once(&mut client).await.expect("campaign retry");
+    let token = client
+        .send(campaign.clone(), within)
+        .await
+        .expect("campaign")
+        .token;
+    let retried = client.send(campaign, within).await.expect("campaign retry");
     assert_eq!(retried.token, token);
 
-    let put_once = |client: &mut Client, req: v1::PutRequest| {
-        client.clone().on_leader_owned(within, move |ch| {
-            let req = req.clone();
-            async move {
-                v1::fenced_keys_client::FencedKeysClient::new(ch)
-                    .put(req)
-                    .await
-            }
-        })
-    };
-    let a = put_once(&mut client, put("k", b"a", token, session, 2))
+    let a = client
+        .send(put("k", b"a", token, session, 2), within)
         .await
         .expect("put a");
-    put_once(&mut client, put("k", b"b", token, session, 3))
+    client
+        .send(put("k", b"b", token, session, 3), within)
         .await
         .expect("put b");
-    let a_again = put_once(&mut client, put("k", b"a", token, session, 2))
+    let a_again = client
+        .send(put("k", b"a", token, session, 2), within)
         .await
         .expect("retry a");
     assert_eq!(
@@ -256,20 +231,13 @@ async fn a_retried_request_is_applied_once() {
     let stored = client.get("k").await.expect("get").expect("k is stored");
     assert_eq!(stored.value, b"b", "a retried Put put its old value back");
 
-    client
-        .clone()
-        .on_leader_owned(within, move |ch| async move {
-            v1::sessions_client::SessionsClient::new(ch)
-                .revoke(v1::RevokeRequest {
-                    session_id: session,
-                    request_seq: 4,
-                    session_secret: secret(),
-                })
-                .await
-        })
-        .await
-        .expect("revoke");
-    let late = put_once(&mut client, put("k", b"c", token, session, 5)).await;
+    let revoke = v1::RevokeRequest {
+        session_id: session,
+        request_seq: 4,
+        session_secret: secret(),
+    };
+    client.send(revoke, within).await.expect("revoke");
+    let late = client.send(put("k", b"c", token, session, 5), within).await;
     assert!(
         late.as_ref()
             .err()

@@ -85,14 +85,10 @@ impl Checks {
         }
     }
 
-    /// Waits until node `id` has logged a text line holding every one of `parts`.
-    async fn text(
-        &mut self,
-        c: &Cluster,
-        id: u64,
-        parts: &[&str],
-        within: std::time::Duration,
-    ) -> Option<String> {
+    /// Waits (up to 10 s) until node `id` has logged a text line holding every one of
+    /// `parts`.
+    async fn text(&mut self, c: &Cluster, id: u64, parts: &[&str]) -> Option<String> {
+        let within = secs(10);
         let deadline = Instant::now() + within;
         loop {
             let log = c.log(id);
@@ -305,26 +301,18 @@ async fn snapshots_and_membership_changes_are_logged_in_text_by_default() {
             .expect("put");
     }
     c.start_node(behind);
+    let to_behind = format!("peer={behind}");
     let sent = checks
-        .text(
-            &c,
-            leader,
-            &["event=\"snapshot_sent\"", &format!("peer={behind}")],
-            secs(10),
-        )
+        .text(&c, leader, &["event=\"snapshot_sent\"", &to_behind])
         .await;
     if let Some(sent) = &sent {
         checks.check(sent.contains(" INFO ") && !sent.starts_with('{'), || {
             format!("an info line in text: {sent}")
         });
     }
+    let from_leader = format!("leader={leader}");
     checks
-        .text(
-            &c,
-            behind,
-            &["event=\"snapshot_installed\"", &format!("leader={leader}")],
-            secs(10),
-        )
+        .text(&c, behind, &["event=\"snapshot_installed\"", &from_leader])
         .await;
 
     let behind_logged = c.log(behind).lines().count();
@@ -350,7 +338,6 @@ async fn snapshots_and_membership_changes_are_logged_in_text_by_default() {
                 "voters_outgoing=\"1,2,3\"",
                 "joint=true",
             ],
-            secs(10),
         )
         .await;
     checks
@@ -363,7 +350,6 @@ async fn snapshots_and_membership_changes_are_logged_in_text_by_default() {
                 &format!("voters=\"{voters}\""),
                 "joint=false",
             ],
-            secs(10),
         )
         .await;
 

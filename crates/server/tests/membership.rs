@@ -27,6 +27,21 @@ async fn caught_up(c: &Cluster, leader: u64, id: u64) -> Duration {
     start.elapsed()
 }
 
+/// Awaits `change` (`what`), which must succeed, and adds how long it took to `timings`.
+async fn timed<T>(
+    timings: &mut Vec<(String, Duration)>,
+    what: String,
+    change: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> T {
+    let start = Instant::now();
+    let answer = change
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+        .into_inner();
+    timings.push((what, start.elapsed()));
+    answer
+}
+
 async fn voters_everywhere(c: &Cluster, ids: &[u64], voters: &[u64]) {
     for id in ids {
         c.wait_status(*id, secs(10), &format!("voters {voters:?}"), |s| {
@@ -47,12 +62,9 @@ async fn members_grow_from_three_to_five_and_back_without_a_restart_under_writes
 
     for id in [4, 5] {
         let addrs = c.add_joining_node(id);
-        let start = Instant::now();
-        let members = admin
-            .add_member(member_request(id, addrs, false))
+        let add = admin.add_member(member_request(id, addrs, false));
+        let members = timed(&mut timings, format!("add node {id} (learner)"), add)
             .await
-            .unwrap_or_else(|e| panic!("add node {id} as a learner: {e:?}"))
-            .into_inner()
             .members;
         let added = members
             .iter()
@@ -61,18 +73,13 @@ async fn members_grow_from_three_to_five_and_back_without_a_restart_under_writes
         assert!(!added.voter);
         assert_eq!(added.client_addr, addrs.client.to_string());
         assert_eq!(added.peer_addr, addrs.peer.to_string());
-        timings.push((format!("add node {id} (learner)"), start.elapsed()));
         // The leader, which was never told its address on the command line, replicates to it.
         timings.push((
             format!("node {id} catches up"),
             caught_up(&c, leader, id).await,
         ));
-        let start = Instant::now();
-        admin
-            .promote_member(v1::PromoteMemberRequest { id })
-            .await
-            .unwrap_or_else(|e| panic!("promote node {id}: {e:?}"));
-        timings.push((format!("promote node {id}"), start.elapsed()));
+        let promote = admin.promote_member(v1::PromoteMemberRequest { id });
+        timed(&mut timings, format!("promote node {id}"), promote).await;
         workload
             .go_on(&format!("writes after adding node {id}"))
             .await;
@@ -126,15 +133,11 @@ async fn members_grow_from_three_to_five_and_back_without_a_restart_under_writes
     }
 
     for id in [5, 4] {
-        let start = Instant::now();
-        admin
-            .remove_member(v1::MemberRequest {
-                id,
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|e| panic!("remove node {id}: {e:?}"));
-        timings.push((format!("remove node {id}"), start.elapsed()));
+        let remove = admin.remove_member(v1::MemberRequest {
+            id,
+            ..Default::default()
+        });
+        timed(&mut timings, format!("remove node {id}"), remove).await;
         workload
             .go_on(&format!("writes after removing node {id}"))
             .await;

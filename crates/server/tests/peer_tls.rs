@@ -15,7 +15,7 @@ use tenure_core::message::{Body, Message};
 use tenure_core::types::{Entry, Membership, Payload};
 use tenure_testkit::*;
 use tenure_transport::codec::{encode_hello, Hello, PROTOCOL_VERSION};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 /// The forged bytes: a hello claiming to be `leader`, a burst of `TimeoutNow` and an
 /// AppendEntries of term `term + 5` that would make `follower` the only voter.
@@ -64,16 +64,7 @@ fn forged(leader: u64, follower: u64, term: u64, commit: u64) -> Vec<u8> {
 async fn send_and_wait_close<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, bytes: &[u8]) {
     let _ = s.write_all(bytes).await;
     let _ = s.flush().await;
-    let mut buf = [0u8; 256];
-    let _ = tokio::time::timeout(secs(3), async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await;
+    closed_within(&mut s, secs(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,19 +175,14 @@ async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
     let c = Cluster::start(Options::nodes(3));
     c.wait_for_leader(&c.ids(), secs(10)).await;
     let run = |url: &str, env: &[(&str, String)]| {
-        let out = std::process::Command::new(tenure_binary())
-            .args(["run", "--election", "tls-check", "--backend", url])
-            .args(["--", "sh", "-c", "echo token=$TENURE_FENCING_TOKEN"])
-            .env_remove("TENURE_CA")
-            .env_remove("TENURE_CERT")
-            .env_remove("TENURE_KEY")
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .output()
-            .expect("run tenure");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        outcome(
+            std::process::Command::new(tenure_binary())
+                .args(["run", "--election", "tls-check", "--backend", url])
+                .args(["--", "sh", "-c", "echo token=$TENURE_FENCING_TOKEN"])
+                .env_remove("TENURE_CA")
+                .env_remove("TENURE_CERT")
+                .env_remove("TENURE_KEY")
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
         )
     };
     let (code, stdout, stderr) = run(&c.url(), &[]);
@@ -237,20 +223,20 @@ async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
     assert_eq!(code, Some(69), "without the CA: {stderr}");
 
     // The flags, with a client certificate.
-    let out = std::process::Command::new(tenure_binary())
-        .args(["leader", "--election", "tls-check", "--backend", &plain_url])
-        .arg("--ca")
-        .arg(dir.join(files::CA))
-        .arg("--cert")
-        .arg(dir.join(files::client(APP_CLIENT)))
-        .arg("--key")
-        .arg(dir.join(files::client_key(APP_CLIENT)))
-        .env_remove("TENURE_CA")
-        .output()
-        .expect("run tenure leader");
-    assert!(
-        out.status.success(),
-        "tenure leader with --ca/--cert/--key: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let (code, _, stderr) = outcome(
+        std::process::Command::new(tenure_binary())
+            .args(["leader", "--election", "tls-check", "--backend", &plain_url])
+            .arg("--ca")
+            .arg(dir.join(files::CA))
+            .arg("--cert")
+            .arg(dir.join(files::client(APP_CLIENT)))
+            .arg("--key")
+            .arg(dir.join(files::client_key(APP_CLIENT)))
+            .env_remove("TENURE_CA"),
+    );
+    assert_eq!(
+        code,
+        Some(0),
+        "tenure leader with --ca/--cert/--key: {stderr}"
     );
 }

@@ -13,11 +13,7 @@ async fn a_thousand_reads_add_no_log_entry_and_no_fsync() {
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
     let mut client = c.client();
     // A session that is never renewed: no checkpoint entries while the reads run.
-    let (_, token) = client.writer_token("e").await;
-    client
-        .put("k", b"v1", "e", token, secs(10))
-        .await
-        .expect("fenced put");
+    let (_, token) = client.first_write("e", "k", b"v1", secs(10)).await;
     c.wait_caught_up(leader, &c.ids(), secs(10)).await;
 
     let commits_before: Vec<u64> = {

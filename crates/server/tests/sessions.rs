@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use tenure_proto::v1;
 use tenure_testkit::*;
-use tokio_stream::StreamExt as _;
 use tonic::Code;
 
 const TTL_MS: u64 = 2_000;
@@ -29,27 +28,19 @@ async fn a_session_is_used_only_with_its_secret() {
         .expect("campaign");
     let queued = client.grant(60_000).await.expect("grant");
     let ch = c.channel_without_timeout(leader);
-    let mut elections = v1::elections_client::ElectionsClient::new(ch.clone());
-    let mut sessions = v1::sessions_client::SessionsClient::new(ch.clone());
     let queued_campaign = {
-        let mut e = elections.clone();
-        tokio::spawn(async move {
-            e.campaign(v1::CampaignRequest {
-                election: "jobs".into(),
-                session_id: queued,
-                session_secret: secret(),
-                ..Default::default()
-            })
-            .await
-        })
+        let candidate = Caller::new(ch.clone());
+        let campaign = v1::CampaignRequest {
+            election: "jobs".into(),
+            session_id: queued,
+            session_secret: secret(),
+            ..Default::default()
+        };
+        tokio::spawn(async move { candidate.send(campaign).await })
     };
     // Keep the holder alive for now (the harness's own keepalive stream).
-    let (ka_tx, ka_rx) = tokio::sync::mpsc::channel(16);
-    let mut acks = sessions
-        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(ka_rx))
-        .await
-        .expect("open keepalive")
-        .into_inner();
+    let mut renewals = KeepAlives::open(ch.clone()).await.expect("open keepalive");
+    let ka_tx = renewals.sender();
     let renew = tokio::spawn(async move {
         let mut seq = 0;
         loop {
@@ -66,107 +57,79 @@ async fn a_session_is_used_only_with_its_secret() {
         }
     });
     assert!(
-        acks.next().await.is_some_and(|a| a.is_ok()),
+        renewals.answer(secs(5)).await.is_ok(),
         "the holder's keepalive is acknowledged"
     );
 
     // The stranger learns the holder's session id from Leader().
-    let seen = elections
-        .leader(v1::LeaderRequest {
-            election: "jobs".into(),
-        })
-        .await
-        .expect("leader")
-        .into_inner()
-        .leader
-        .expect("somebody leads");
-    assert_eq!((seen.session_id, seen.token), (holder, token));
+    let stranger = Caller::new(ch.clone());
+    let who_leads = || async {
+        stranger
+            .send(v1::LeaderRequest {
+                election: "jobs".into(),
+            })
+            .await
+            .expect("leader")
+            .leader
+            .map(|l| (l.session_id, l.token))
+    };
+    assert_eq!(who_leads().await, Some((holder, token)));
     let before = c.status_of(leader).await;
 
-    let stranger_secrets: [Vec<u8>; 2] = [Vec::new(), vec![0x5a; 16]];
-    for wrong in &stranger_secrets {
-        let what = if wrong.is_empty() {
-            "no secret"
-        } else {
-            "another secret"
-        };
-        assert_error(
-            elections
-                .resign(v1::ResignRequest {
-                    election: "jobs".into(),
-                    session_id: holder,
-                    session_secret: wrong.clone(),
-                    ..Default::default()
-                })
-                .await,
-            Code::PermissionDenied,
-            "wrong-secret",
-            &format!("Resign with {what}"),
-        );
-        assert_error(
-            elections
-                .transfer(v1::TransferRequest {
-                    election: "jobs".into(),
-                    from_session_id: holder,
-                    to_session_id: queued,
-                    from_session_secret: wrong.clone(),
-                    ..Default::default()
-                })
-                .await,
-            Code::PermissionDenied,
-            "wrong-secret",
-            &format!("Transfer with {what}"),
-        );
-        assert_error(
-            elections
-                .campaign(v1::CampaignRequest {
-                    election: "other".into(),
-                    session_id: holder,
-                    session_secret: wrong.clone(),
-                    ..Default::default()
-                })
-                .await,
-            Code::PermissionDenied,
-            "wrong-secret",
-            &format!("Campaign with {what}"),
-        );
-        assert_error(
-            sessions
-                .revoke(v1::RevokeRequest {
-                    session_id: holder,
-                    session_secret: wrong.clone(),
-                    ..Default::default()
-                })
-                .await,
-            Code::PermissionDenied,
-            "wrong-secret",
-            &format!("Revoke with {what}"),
-        );
+    // Every call that acts for the holder's session, sent with a stranger's secret.
+    let mut resign = v1::ResignRequest {
+        election: "jobs".into(),
+        session_id: holder,
+        ..Default::default()
+    };
+    let mut transfer = v1::TransferRequest {
+        election: "jobs".into(),
+        from_session_id: holder,
+        to_session_id: queued,
+        ..Default::default()
+    };
+    let mut campaign = v1::CampaignRequest {
+        election: "other".into(),
+        session_id: holder,
+        ..Default::default()
+    };
+    let mut revoke = v1::RevokeRequest {
+        session_id: holder,
+        ..Default::default()
+    };
+    for (what, wrong) in [
+        ("no secret", Vec::new()),
+        ("another secret", vec![0x5a; 16]),
+    ] {
+        resign.session_secret = wrong.clone();
+        transfer.from_session_secret = wrong.clone();
+        campaign.session_secret = wrong.clone();
+        revoke.session_secret = wrong;
+        for (call, answer) in [
+            ("Resign", stranger.send(resign.clone()).await.map(drop)),
+            ("Transfer", stranger.send(transfer.clone()).await.map(drop)),
+            ("Campaign", stranger.send(campaign.clone()).await.map(drop)),
+            ("Revoke", stranger.send(revoke.clone()).await.map(drop)),
+        ] {
+            assert_error(
+                answer,
+                Code::PermissionDenied,
+                "wrong-secret",
+                &format!("{call} with {what}"),
+            );
+        }
     }
     let after = c.status_of(leader).await;
     assert_eq!(after.sessions, before.sessions, "a session was ended");
-    let still = elections
-        .leader(v1::LeaderRequest {
-            election: "jobs".into(),
-        })
-        .await
-        .expect("leader")
-        .into_inner()
-        .leader
-        .expect("somebody leads");
-    assert_eq!((still.session_id, still.token), (holder, token));
+    assert_eq!(who_leads().await, Some((holder, token)));
 
     // The holder stops renewing; the stranger keeps "renewing" for it, and is refused
     // each time. The session expires within its TTL (plus the expiry's commit), and the
     // queued candidate takes over with a higher token.
     renew.abort();
-    drop(acks);
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let mut refused = sessions
-        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("open keepalive")
-        .into_inner();
+    drop(renewals);
+    let mut refused = KeepAlives::open(ch.clone()).await.expect("open keepalive");
+    let tx = refused.sender();
     let stopped = Instant::now();
     let flood = tokio::spawn(async move {
         for seq in 1.. {
@@ -185,13 +148,12 @@ async fn a_session_is_used_only_with_its_secret() {
             tokio::time::sleep(ms(100)).await;
         }
     });
-    match tokio::time::timeout(secs(5), refused.next()).await {
-        Ok(Some(Err(status))) => {
-            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
-            assert_eq!(reason(&status), Some("wrong-secret"));
-        }
-        other => panic!("the stranger's keepalive was answered {other:?}"),
-    }
+    assert_error(
+        refused.answer(secs(5)).await,
+        Code::PermissionDenied,
+        "wrong-secret",
+        "the stranger's keepalive",
+    );
     let taken_over = tokio::time::timeout(secs(10), queued_campaign)
         .await
         .expect("the queued candidate leads within 10 s")
@@ -199,7 +161,7 @@ async fn a_session_is_used_only_with_its_secret() {
         .expect("campaign");
     let waited = stopped.elapsed();
     flood.abort();
-    assert!(taken_over.into_inner().token > token);
+    assert!(taken_over.token > token);
     assert!(
         waited < ms(TTL_MS * 3),
         "the stranger's keepalives kept the session alive for {waited:?}"

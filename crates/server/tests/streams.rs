@@ -33,38 +33,14 @@ async fn open_observe(
     Ok(events)
 }
 
-async fn open_keepalive(
-    c: &Cluster,
-    id: u64,
-    session: u64,
-) -> Result<
-    (
-        tokio::sync::mpsc::Sender<v1::KeepAliveRequest>,
-        tonic::Streaming<v1::KeepAliveResponse>,
-    ),
-    tonic::Status,
-> {
-    let mut sessions =
-        v1::sessions_client::SessionsClient::new(c.channel_as(id, Some(ADMIN_CLIENT)));
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let mut acks = sessions
-        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    tx.send(v1::KeepAliveRequest {
-        session_id: session,
-        seq: 1,
-        session_secret: secret(),
-    })
-    .await
-    .expect("send a keepalive");
-    let ack = tokio::time::timeout(secs(5), acks.next())
+async fn open_keepalive(c: &Cluster, id: u64, session: u64) -> Result<KeepAlives, tonic::Status> {
+    let mut keepalives = KeepAlives::open(c.channel_as(id, Some(ADMIN_CLIENT))).await?;
+    let ack = keepalives
+        .renew(session, 1)
         .await
-        .expect("an ack within 5 s")
-        .expect("an ack")
         .expect("the keepalive is acknowledged");
     assert_eq!(ack.session_id, session);
-    Ok((tx, acks))
+    Ok(keepalives)
 }
 
 async fn wait_gauge(c: &Cluster, id: u64, name: &str, value: f64) {
@@ -94,12 +70,7 @@ async fn stream_slots_are_released_when_clients_go_and_pools_are_separate() {
         &keepalive_max,
     ]));
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
-    let mut client = c.client();
-    let holder = client.grant(60_000).await.expect("grant");
-    client
-        .campaign_uncontested("jobs", holder)
-        .await
-        .expect("campaign");
+    let (holder, _) = c.client().writer_token("jobs").await;
 
     // Many short-lived observers, each gone after its first event (as `timeout 1 tenure
     // observe` would be). The election never changes, so nothing but their going can
@@ -172,12 +143,7 @@ async fn stream_slots_are_released_when_clients_go_and_pools_are_separate() {
 async fn one_connection_holds_at_most_its_share_of_streams() {
     let mut c = Cluster::start(Options::nodes(1).args(&["--streams-per-connection-max", "2"]));
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
-    let mut client = c.client();
-    let holder = client.grant(60_000).await.expect("grant");
-    client
-        .campaign_uncontested("jobs", holder)
-        .await
-        .expect("campaign");
+    c.client().writer_token("jobs").await;
 
     // One connection (one channel), two streams: its share.
     let channel = c.channel_as(leader, Some(ADMIN_CLIENT));

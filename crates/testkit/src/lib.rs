@@ -124,13 +124,11 @@ pub fn tenure_binary() -> &'static Path {
                 cmd.args(["--profile", other]);
             }
         }
-        let out = cmd
-            .output()
-            .expect("cannot run cargo to build the tenure binary");
-        assert!(
-            out.status.success(),
-            "building the tenure binary failed ({cmd:?}); set TENURE_BIN to use a prebuilt one\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let (code, _, stderr) = outcome(&mut cmd);
+        assert_eq!(
+            code,
+            Some(0),
+            "building the tenure binary failed ({cmd:?}); set TENURE_BIN to use a prebuilt one\n{stderr}"
         );
         assert!(
             bin.is_file(),
@@ -174,6 +172,123 @@ fn is_newer_than_sources(bin: &Path, workspace: &Path) -> bool {
         }
     }
     built >= sources
+}
+
+/// A finished process's exit code, stdout and stderr (as text).
+pub fn outcome(cmd: &mut Command) -> (Option<i32>, String, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `tenure server` as node 1 of a one-node cluster whose addresses nobody can use, with
+/// `data_dir` and then `args`, run to its exit: for the tests of what a server refuses at
+/// start (it must stop before it binds anything).
+pub fn server_refusing_to_start(data_dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    outcome(
+        Command::new(tenure_binary())
+            .args(["server", "--id", "1", "--node"])
+            .arg("1=127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(args),
+    )
+}
+
+/// An auth file (`--auth-file`) in a temporary directory of its own, with a new bearer
+/// token for each principal it names under `[tokens]`, and room beside it for the token
+/// files a test hands to clients. Removed when dropped.
+pub struct AuthFile {
+    dir: tempfile::TempDir,
+    tokens: BTreeMap<String, String>,
+}
+
+impl AuthFile {
+    /// `policy` (the file's principals, roles and grants) and a `[tokens]` table with a
+    /// token for each of `principals`, each made as an operator makes one (`tenure token`).
+    pub fn new(policy: &str, principals: &[&str]) -> AuthFile {
+        let mut text = policy.to_string();
+        let mut tokens = BTreeMap::new();
+        if !principals.is_empty() {
+            text.push_str("\n[tokens]\n");
+        }
+        for principal in principals {
+            let (code, token, said) =
+                outcome(Command::new(tenure_binary()).args(["token", principal]));
+            assert_eq!(code, Some(0), "tenure token {principal}: {said}");
+            // Its stderr ends with the line for the auth file.
+            let line = said
+                .lines()
+                .find(|l| l.starts_with(&format!("{principal} = ")))
+                .unwrap_or_else(|| {
+                    panic!("tenure token {principal} gave no auth-file line: {said}")
+                });
+            text.push_str(line);
+            text.push('\n');
+            tokens.insert(principal.to_string(), token.trim().to_string());
+        }
+        let dir = tempfile::tempdir().expect("create a temporary directory");
+        std::fs::write(dir.path().join("auth.toml"), text).expect("write the auth file");
+        AuthFile { dir, tokens }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("auth.toml")
+    }
+
+    /// The bearer token of `principal`.
+    pub fn token(&self, principal: &str) -> &str {
+        self.tokens
+            .get(principal)
+            .unwrap_or_else(|| panic!("the auth file has no token for {principal}"))
+    }
+
+    /// `contents` as the file `name` beside the auth file; returns its path.
+    pub fn beside(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+}
+
+/// Reads `stream` until its peer closes it (or resets it), for at most `within`; whether
+/// it was closed in time.
+pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    within: Duration,
+) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; 256];
+    let closed = async {
+        while let Ok(n) = stream.read(&mut buf).await {
+            if n == 0 {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(within, closed).await.is_ok()
+}
+
+/// CRC-32C (Castagnoli), bit by bit: the checksum of peer frames, for tests that forge
+/// them, computed without the code under test.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for b in bytes {
+        crc ^= u32::from(*b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
 }
 
 // ------------------------------------------------------------------------------------------
@@ -383,6 +498,18 @@ pub struct Addrs {
     pub http: SocketAddr,
 }
 
+impl Addrs {
+    /// On 127.0.0.1: the peer, client and HTTP ports, in that order.
+    fn loopback(ports: &[u16]) -> Addrs {
+        let addr = |i: usize| SocketAddr::from(([127, 0, 0, 1], ports[i]));
+        Addrs {
+            peer: addr(0),
+            client: addr(1),
+            http: addr(2),
+        }
+    }
+}
+
 /// Options of a test cluster.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -399,6 +526,8 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     /// The host the `--node` flags name instead of `127.0.0.1` (see [`Options::node_host`]).
     pub node_host: Option<String>,
+    /// Credentials no node may log (see [`Cluster::forbid_in_logs`]).
+    pub forbidden_in_logs: Vec<String>,
 }
 
 impl Options {
@@ -414,6 +543,7 @@ impl Options {
             extra_args: Vec::new(),
             env: Vec::new(),
             node_host: None,
+            forbidden_in_logs: Vec::new(),
         }
     }
 
@@ -455,6 +585,12 @@ impl Options {
     pub fn args(mut self, args: &[&str]) -> Options {
         self.extra_args.extend(args.iter().map(|a| a.to_string()));
         self
+    }
+
+    /// Authorize with `auth` (`--auth-file`); no node may log its tokens.
+    pub fn auth_file(mut self, auth: &AuthFile) -> Options {
+        self.forbidden_in_logs.extend(auth.tokens.values().cloned());
+        self.args(&["--auth-file", &auth.path().display().to_string()])
     }
 }
 
@@ -561,19 +697,7 @@ impl Cluster {
         tenure_binary();
         let ClusterLock(lock) = ClusterLock::acquire();
         let ports = free_ports(opts.nodes * 3);
-        let addrs: BTreeMap<u64, Addrs> = (0..opts.nodes)
-            .map(|i| {
-                let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-                (
-                    i as u64 + 1,
-                    Addrs {
-                        peer: addr(ports[3 * i]),
-                        client: addr(ports[3 * i + 1]),
-                        http: addr(ports[3 * i + 2]),
-                    },
-                )
-            })
-            .collect();
+        let addrs: BTreeMap<u64, Addrs> = (1..).zip(ports.chunks(3).map(Addrs::loopback)).collect();
         let dir = tempfile::Builder::new()
             .prefix("tenure-test-")
             .tempdir()
@@ -583,13 +707,13 @@ impl Cluster {
             .then(|| ClientTls::issue(&dir.path().join("certs")));
         let mut cluster = Cluster {
             tls,
+            forbidden: opts.forbidden_in_logs.clone(),
             opts,
             dir,
             addrs,
             children: BTreeMap::new(),
             channels: BTreeMap::new(),
             started: Instant::now(),
-            forbidden: Vec::new(),
             joining: BTreeMap::new(),
             _lock: lock,
         };
@@ -715,13 +839,7 @@ impl Cluster {
             id <= CERTIFIED_NODES,
             "certificates exist for nodes 1..={CERTIFIED_NODES}"
         );
-        let ports = free_ports(3);
-        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let addrs = Addrs {
-            peer: addr(ports[0]),
-            client: addr(ports[1]),
-            http: addr(ports[2]),
-        };
+        let addrs = Addrs::loopback(&free_ports(3));
         let known = self.ids();
         self.addrs.insert(id, addrs);
         self.joining.insert(id, known);
@@ -1276,20 +1394,6 @@ pub struct Client {
 }
 
 impl Client {
-    /// [`Client::on_leader`] on an owned client, returning only the answer: for closures that
-    /// make one call each.
-    pub async fn on_leader_owned<T, F, Fut>(
-        mut self,
-        within: Duration,
-        call: F,
-    ) -> Result<T, Status>
-    where
-        F: FnMut(Channel) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
-    {
-        self.on_leader(within, call).await.map(|(_, answer)| answer)
-    }
-
     /// Run `call` against the leader until it gets an application answer or `within` ends.
     /// Returns the node that answered with the answer.
     pub async fn on_leader<T, F, Fut>(
@@ -1338,18 +1442,26 @@ impl Client {
         self.leader
     }
 
-    pub async fn grant(&mut self, ttl_ms: u64) -> Result<u64, Status> {
-        self.on_leader(secs(10), |ch| async move {
-            v1::sessions_client::SessionsClient::new(ch)
-                .grant(v1::GrantRequest {
-                    ttl_ms,
-                    session_secret: secret(),
-                    ..Default::default()
-                })
-                .await
+    /// Send `request` to the leader, retried as [`Client::on_leader`] does, within `within`.
+    pub async fn send<R: Call>(
+        &mut self,
+        request: R,
+        within: Duration,
+    ) -> Result<R::Answer, Status> {
+        self.on_leader(within, |ch| {
+            R::call(tonic::Request::new(request.clone()), ch)
         })
         .await
-        .map(|(_, r)| r.session_id)
+        .map(|(_, answer)| answer)
+    }
+
+    pub async fn grant(&mut self, ttl_ms: u64) -> Result<u64, Status> {
+        let request = v1::GrantRequest {
+            ttl_ms,
+            session_secret: secret(),
+            ..Default::default()
+        };
+        Ok(self.send(request, secs(10)).await?.session_id)
     }
 
     /// Campaign for an election nobody holds: returns at once with the token.
@@ -1358,23 +1470,14 @@ impl Client {
         election: &str,
         session: u64,
     ) -> Result<u64, Status> {
-        let election = election.to_string();
-        self.on_leader(secs(10), |ch| {
-            let req = v1::CampaignRequest {
-                election: election.clone(),
-                session_id: session,
-                value: b"test".to_vec(),
-                session_secret: secret(),
-                ..Default::default()
-            };
-            async move {
-                v1::elections_client::ElectionsClient::new(ch)
-                    .campaign(req)
-                    .await
-            }
-        })
-        .await
-        .map(|(_, r)| r.token)
+        let request = v1::CampaignRequest {
+            election: election.to_string(),
+            session_id: session,
+            value: b"test".to_vec(),
+            session_secret: secret(),
+            ..Default::default()
+        };
+        Ok(self.send(request, secs(10)).await?.token)
     }
 
     /// A session with a long TTL leading `election`: `(session, token)` for fenced writes.
@@ -1387,6 +1490,22 @@ impl Client {
         (session, token)
     }
 
+    /// [`Client::writer_token`] for `election`, and a first fenced Put of `value` at `key`
+    /// with its token, which must be acknowledged within `within`: `(session, token)`.
+    pub async fn first_write(
+        &mut self,
+        election: &str,
+        key: &str,
+        value: &[u8],
+        within: Duration,
+    ) -> (u64, u64) {
+        let (session, token) = self.writer_token(election).await;
+        self.put(key, value, election, token, within)
+            .await
+            .unwrap_or_else(|e| panic!("the first write, of {key} in {election}: {e:?}"));
+        (session, token)
+    }
+
     /// A fenced Put; `Ok` means acknowledged (committed and applied on the leader).
     pub async fn put(
         &mut self,
@@ -1396,38 +1515,156 @@ impl Client {
         token: u64,
         within: Duration,
     ) -> Result<u64, Status> {
-        let req = v1::PutRequest {
+        let request = v1::PutRequest {
             key: key.to_string(),
             value: value.to_vec(),
             election: election.to_string(),
             token,
             ..Default::default()
         };
-        self.on_leader(within, |ch| {
-            let req = req.clone();
-            async move {
-                v1::fenced_keys_client::FencedKeysClient::new(ch)
-                    .put(req)
-                    .await
-            }
-        })
-        .await
-        .map(|(_, r)| r.index)
+        Ok(self.send(request, within).await?.index)
     }
 
     /// A linearizable Get at the leader.
     pub async fn get(&mut self, key: &str) -> Result<Option<v1::FencedValue>, Status> {
-        let key = key.to_string();
-        self.on_leader(secs(10), |ch| {
-            let req = v1::GetRequest { key: key.clone() };
-            async move {
-                v1::fenced_keys_client::FencedKeysClient::new(ch)
-                    .get(req)
-                    .await
+        let request = v1::GetRequest {
+            key: key.to_string(),
+        };
+        Ok(self.send(request, secs(10)).await?.value)
+    }
+}
+
+/// What a [`Call`] returns: the gRPC call in flight.
+pub type CallFuture<A> =
+    std::pin::Pin<Box<dyn Future<Output = Result<tonic::Response<A>, Status>> + Send>>;
+
+/// A request of the gRPC API with a unary answer, and the call that sends it: what
+/// [`Client::send`] and [`Caller::send`] take.
+pub trait Call: Clone + Send + 'static {
+    /// The answer's message.
+    type Answer;
+    /// Send `request` on `ch`.
+    fn call(request: tonic::Request<Self>, ch: Channel) -> CallFuture<Self::Answer>;
+}
+
+/// One [`Call`] for each request: its answer, and the client and method that send it.
+macro_rules! calls {
+    ($($request:ident => $answer:ident by $module:ident::$client:ident::$method:ident;)*) => {$(
+        impl Call for v1::$request {
+            type Answer = v1::$answer;
+            fn call(request: tonic::Request<Self>, ch: Channel) -> CallFuture<v1::$answer> {
+                Box::pin(async move { v1::$module::$client::new(ch).$method(request).await })
             }
-        })
-        .await
-        .map(|(_, r)| r.value)
+        }
+    )*};
+}
+
+calls! {
+    GrantRequest => GrantResponse by sessions_client::SessionsClient::grant;
+    RevokeRequest => RevokeResponse by sessions_client::SessionsClient::revoke;
+    CampaignRequest => CampaignResponse by elections_client::ElectionsClient::campaign;
+    ResignRequest => ResignResponse by elections_client::ElectionsClient::resign;
+    TransferRequest => TransferResponse by elections_client::ElectionsClient::transfer;
+    LeaderRequest => LeaderResponse by elections_client::ElectionsClient::leader;
+    PutRequest => PutResponse by fenced_keys_client::FencedKeysClient::put;
+    GetRequest => GetResponse by fenced_keys_client::FencedKeysClient::get;
+    StatusRequest => StatusResponse by cluster_client::ClusterClient::status;
+    MembersRequest => MembersResponse by cluster_client::ClusterClient::members;
+    TransferLeadershipRequest => TransferLeadershipResponse
+        by cluster_client::ClusterClient::transfer_leadership;
+}
+
+/// Calls to one node on one channel, with the channel's credentials or as the bearer of a
+/// token; no retries, no leader following.
+#[derive(Clone)]
+pub struct Caller {
+    ch: Channel,
+    bearer: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl Caller {
+    pub fn new(ch: Channel) -> Caller {
+        Caller { ch, bearer: None }
+    }
+
+    /// Every call with `authorization: Bearer <token>`.
+    pub fn bearer(ch: Channel, token: &str) -> Caller {
+        let header = format!("Bearer {token}").parse().expect("an ASCII header");
+        Caller {
+            ch,
+            bearer: Some(header),
+        }
+    }
+
+    /// Send `request`: the answer.
+    pub async fn send<R: Call>(&self, request: R) -> Result<R::Answer, Status> {
+        let mut request = tonic::Request::new(request);
+        if let Some(header) = &self.bearer {
+            request
+                .metadata_mut()
+                .insert("authorization", header.clone());
+        }
+        Ok(R::call(request, self.ch.clone()).await?.into_inner())
+    }
+}
+
+/// A KeepAlive stream: keepalives go in, answers come out.
+pub struct KeepAlives {
+    tx: tokio::sync::mpsc::Sender<v1::KeepAliveRequest>,
+    answers: tonic::Streaming<v1::KeepAliveResponse>,
+}
+
+/// The keepalives a [`KeepAlives`] sends, as the request stream of the call.
+struct Outgoing(tokio::sync::mpsc::Receiver<v1::KeepAliveRequest>);
+
+impl tonic::codegen::tokio_stream::Stream for Outgoing {
+    type Item = v1::KeepAliveRequest;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<v1::KeepAliveRequest>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+impl KeepAlives {
+    /// Open one on `ch`.
+    pub async fn open(ch: Channel) -> Result<KeepAlives, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let answers = v1::sessions_client::SessionsClient::new(ch)
+            .keep_alive(Outgoing(rx))
+            .await?
+            .into_inner();
+        Ok(KeepAlives { tx, answers })
+    }
+
+    /// Where keepalives go in, for a task that sends them on its own.
+    pub fn sender(&self) -> tokio::sync::mpsc::Sender<v1::KeepAliveRequest> {
+        self.tx.clone()
+    }
+
+    /// The next answer: an acknowledgement or the error that ends the stream. Panics when
+    /// none comes within `within` or the stream ends without one.
+    pub async fn answer(&mut self, within: Duration) -> Result<v1::KeepAliveResponse, Status> {
+        tokio::time::timeout(within, self.answers.message())
+            .await
+            .unwrap_or_else(|_| panic!("no keepalive answer within {within:?}"))
+            .map(|a| a.expect("the keepalive stream ended without an answer"))
+    }
+
+    /// Keepalive `seq` of `session` (with the harness's secret), and its answer (within 5 s).
+    pub async fn renew(&mut self, session: u64, seq: u64) -> Result<v1::KeepAliveResponse, Status> {
+        let request = v1::KeepAliveRequest {
+            session_id: session,
+            seq,
+            session_secret: secret(),
+        };
+        self.tx
+            .send(request)
+            .await
+            .expect("the keepalive stream is open");
+        self.answer(secs(5)).await
     }
 }
 

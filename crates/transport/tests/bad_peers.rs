@@ -106,12 +106,11 @@ impl Counted {
 
 /// A connection that sends `bytes` is closed and counted once as `counted`, and node 1
 /// still serves node 2.
-async fn one_bad_connection(bytes: &[u8], counted: Counted) -> Setup {
+async fn one_bad_connection(bytes: &[u8], counted: Counted) {
     let mut s = setup(Duration::from_secs(2)).await;
     send_and_expect_close(s.node1.addr, bytes).await;
     counted.reach(&s, 1).await;
     still_serving(&mut s, 10).await;
-    s
 }
 
 #[tokio::test]
