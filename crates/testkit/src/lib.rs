@@ -881,6 +881,11 @@ impl Cluster {
     /// `kill -STOP` node `id`.
     pub fn pause(&mut self, id: u64) {
         self.signal(id, libc::SIGSTOP);
+        // kill(2) only queues the stop: until one of the node's threads runs and takes it,
+        // the others go on, and a request that arrives meanwhile is still served (seen under
+        // load: a Put sent right after the signal was replicated). "Paused" means frozen, so
+        // wait until every thread has stopped.
+        wait_all_threads_stopped(self.pid(id), Duration::from_secs(10));
         self.note(id, "SIGSTOP");
     }
 
@@ -1785,6 +1790,33 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Waits until every thread of process `pid` is stopped (state `T` in
+/// `/proc/PID/task/*/stat`).
+fn wait_all_threads_stopped(pid: i32, within: Duration) {
+    let deadline = Instant::now() + within;
+    let stopped = |stat: &str| {
+        // `TID (COMM) STATE …`; COMM may hold spaces and parentheses.
+        stat.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .is_some_and(|state| state == 'T' || state == 't')
+    };
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap_or_else(|e| panic!("read /proc/{pid}/task: {e}"));
+        let all = tasks.filter_map(Result::ok).all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).map_or(true, |s| stopped(&s))
+        });
+        if all {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} did not stop within {within:?} of SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1833,3 +1865,4 @@ mod tests {
         assert!(matches!(classify(&unknown), Retry::No));
     }
 }
+
