@@ -119,6 +119,18 @@ macro_rules! conformance_tests {
     };
 }
 
+/// A check: `pub fn NAME<S: Storage>(fresh, reopen)` whose body works on `p`, a [`Probe`]
+/// of a fresh storage named after the check.
+macro_rules! check {
+    ($(#[$doc:meta])* fn $name:ident($p:ident) $body:block) => {
+        $(#[$doc])*
+        pub fn $name<S: Storage>(fresh: &mut dyn FnMut() -> S, reopen: &mut dyn FnMut(S) -> S) {
+            let mut $p = Probe::new(stringify!($name), fresh, reopen);
+            $body
+        }
+    };
+}
+
 /// A storage under test next to the model of what it must hold.
 struct Probe<'a, S> {
     storage: Option<S>,
@@ -211,215 +223,175 @@ fn hard_state(term: Term, vote: Option<u64>, commit: Index) -> HardState {
     HardState { term, vote, commit }
 }
 
-/// A new storage holds nothing, before and after a restart.
-pub fn empty_storage_recovers_empty<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new("empty_storage_recovers_empty", fresh, reopen);
-    p.verify("fresh");
-    p.verify("reopened twice");
-}
-
-/// Term, vote and commit survive a restart; the latest persisted wins, including a vote
-/// taken back to none in a new term (DESIGN rule 1: durable before the vote is sent).
-pub fn hard_state_round_trips<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new("hard_state_round_trips", fresh, reopen);
-    p.persist(Some(hard_state(1, Some(2), 0)), None, vec![]);
-    p.verify("after voting for 2 in term 1");
-    p.persist(Some(hard_state(2, None, 0)), None, vec![]);
-    p.verify("after moving to term 2 without a vote");
-    p.persist(Some(hard_state(2, Some(3), 7)), None, vec![]);
-    p.verify("after voting for 3 in term 2");
-}
-
-/// A commit index stored by `persist_commit` (not necessarily durable yet) is made durable
-/// by the next `persist` along with its own parts, also where that persist starts a new
-/// segment.
-pub fn unsynced_commit_index_is_made_durable_by_the_next_persist<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new(
-        "unsynced_commit_index_is_made_durable_by_the_next_persist",
-        fresh,
-        reopen,
-    );
-    p.persist(Some(hard_state(1, Some(1), 2)), None, entries(1..=5, 1));
-    p.persist_commit(hard_state(1, Some(1), 4));
-    p.persist(None, None, entries(6..=6, 1));
-    p.verify("after the next persist");
-    for commit in 5..=6 {
-        p.persist_commit(hard_state(1, Some(1), commit));
+check! {
+    /// A new storage holds nothing, before and after a restart.
+    fn empty_storage_recovers_empty(p) {
+        p.verify("fresh");
+        p.verify("reopened twice");
     }
-    p.persist(Some(hard_state(2, None, 6)), None, entries(7..=40, 2));
-    p.verify("after commit indexes 5 and 6, then a new term and 34 entries");
-    assert_eq!(p.model.hard_state.commit, 6);
 }
 
-/// Entries appended over several persists all come back, in order.
-pub fn appended_entries_round_trip<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new("appended_entries_round_trip", fresh, reopen);
-    p.persist(None, None, entries(1..=5, 1));
-    p.verify("after 1..=5");
-    p.persist(Some(hard_state(1, Some(1), 3)), None, entries(6..=8, 1));
-    p.verify("after 6..=8");
-    assert_eq!(p.model.entries.len(), 8);
+check! {
+    /// Term, vote and commit survive a restart; the latest persisted wins, including a vote
+    /// taken back to none in a new term (DESIGN rule 1: durable before the vote is sent).
+    fn hard_state_round_trips(p) {
+        p.persist(Some(hard_state(1, Some(2), 0)), None, vec![]);
+        p.verify("after voting for 2 in term 1");
+        p.persist(Some(hard_state(2, None, 0)), None, vec![]);
+        p.verify("after moving to term 2 without a vote");
+        p.persist(Some(hard_state(2, Some(3), 7)), None, vec![]);
+        p.verify("after voting for 3 in term 2");
+    }
 }
 
-/// Appending at an index already stored discards that entry and everything after it
-/// (Raft §5.3), also across a restart.
-pub fn conflicting_suffix_is_replaced<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new("conflicting_suffix_is_replaced", fresh, reopen);
-    p.persist(None, None, entries(1..=5, 1));
-    p.persist(None, None, entries(3..=4, 2));
-    p.verify("after replacing 3..=5 with 3..=4 of term 2");
-    assert_eq!(
-        p.model
-            .entries
-            .iter()
-            .map(|e| (e.index, e.term))
-            .collect::<Vec<_>>(),
-        vec![(1, 1), (2, 1), (3, 2), (4, 2)]
-    );
-    p.persist(None, None, entries(5..=6, 2));
-    p.verify("after appending 5..=6 again");
-    p.persist(None, None, entries(2..=2, 3));
-    p.verify("after replacing all but entry 1");
+check! {
+    /// A commit index stored by `persist_commit` (not necessarily durable yet) is made durable
+    /// by the next `persist` along with its own parts, also where that persist starts a new
+    /// segment.
+    fn unsynced_commit_index_is_made_durable_by_the_next_persist(p) {
+        p.persist(Some(hard_state(1, Some(1), 2)), None, entries(1..=5, 1));
+        p.persist_commit(hard_state(1, Some(1), 4));
+        p.persist(None, None, entries(6..=6, 1));
+        p.verify("after the next persist");
+        for commit in 5..=6 {
+            p.persist_commit(hard_state(1, Some(1), commit));
+        }
+        p.persist(Some(hard_state(2, None, 6)), None, entries(7..=40, 2));
+        p.verify("after commit indexes 5 and 6, then a new term and 34 entries");
+        assert_eq!(p.model.hard_state.commit, 6);
+    }
 }
 
-/// A snapshot whose (index, term) is in the log discards the entries it covers and keeps
-/// the rest (Raft §7).
-pub fn snapshot_discards_covered_prefix_and_keeps_matching_tail<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new(
-        "snapshot_discards_covered_prefix_and_keeps_matching_tail",
-        fresh,
-        reopen,
-    );
-    p.persist(Some(hard_state(1, Some(1), 10)), None, entries(1..=10, 1));
-    p.persist(None, Some(snapshot(5, 1, b"state at 5")), vec![]);
-    p.verify("after a snapshot at 5");
-    assert_eq!(p.model.entries.first().map(|e| e.index), Some(6));
-    p.persist(None, None, entries(11..=12, 1));
-    p.verify("after appending past the snapshot");
+check! {
+    /// Entries appended over several persists all come back, in order.
+    fn appended_entries_round_trip(p) {
+        p.persist(None, None, entries(1..=5, 1));
+        p.verify("after 1..=5");
+        p.persist(Some(hard_state(1, Some(1), 3)), None, entries(6..=8, 1));
+        p.verify("after 6..=8");
+        assert_eq!(p.model.entries.len(), 8);
+    }
 }
 
-/// A snapshot whose index holds an entry of another term discards every entry.
-pub fn snapshot_with_other_term_discards_everything<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new(
-        "snapshot_with_other_term_discards_everything",
-        fresh,
-        reopen,
-    );
-    p.persist(None, None, entries(1..=10, 1));
-    p.persist(None, Some(snapshot(7, 2, b"leader's state")), vec![]);
-    p.verify("after a snapshot at 7 in term 2");
-    assert!(p.model.entries.is_empty());
-    p.persist(None, None, entries(8..=9, 2));
-    p.verify("after appending after the snapshot");
+check! {
+    /// Appending at an index already stored discards that entry and everything after it
+    /// (Raft §5.3), also across a restart.
+    fn conflicting_suffix_is_replaced(p) {
+        p.persist(None, None, entries(1..=5, 1));
+        p.persist(None, None, entries(3..=4, 2));
+        p.verify("after replacing 3..=5 with 3..=4 of term 2");
+        assert_eq!(
+            p.model
+                .entries
+                .iter()
+                .map(|e| (e.index, e.term))
+                .collect::<Vec<_>>(),
+            vec![(1, 1), (2, 1), (3, 2), (4, 2)]
+        );
+        p.persist(None, None, entries(5..=6, 2));
+        p.verify("after appending 5..=6 again");
+        p.persist(None, None, entries(2..=2, 3));
+        p.verify("after replacing all but entry 1");
+    }
 }
 
-/// A snapshot past the end of the log discards every entry.
-pub fn snapshot_beyond_the_log_discards_everything<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new("snapshot_beyond_the_log_discards_everything", fresh, reopen);
-    p.persist(None, None, entries(1..=5, 1));
-    p.persist(None, Some(snapshot(20, 3, b"far ahead")), vec![]);
-    p.verify("after a snapshot at 20");
-    p.persist(None, None, entries(21..=23, 3));
-    p.verify("after appending 21..=23");
+check! {
+    /// A snapshot whose (index, term) is in the log discards the entries it covers and keeps
+    /// the rest (Raft §7).
+    fn snapshot_discards_covered_prefix_and_keeps_matching_tail(p) {
+        p.persist(Some(hard_state(1, Some(1), 10)), None, entries(1..=10, 1));
+        p.persist(None, Some(snapshot(5, 1, b"state at 5")), vec![]);
+        p.verify("after a snapshot at 5");
+        assert_eq!(p.model.entries.first().map(|e| e.index), Some(6));
+        p.persist(None, None, entries(11..=12, 1));
+        p.verify("after appending past the snapshot");
+    }
 }
 
-/// One persist carrying all three parts applies the snapshot, then the entries, then the
-/// hard state.
-pub fn one_persist_applies_snapshot_then_entries_then_hard_state<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new(
-        "one_persist_applies_snapshot_then_entries_then_hard_state",
-        fresh,
-        reopen,
-    );
-    p.persist(Some(hard_state(1, Some(1), 0)), None, entries(1..=5, 1));
-    p.persist(
-        Some(hard_state(2, Some(2), 3)),
-        Some(snapshot(3, 1, b"at 3")),
-        entries(4..=5, 2),
-    );
-    p.verify("after snapshot 3 + entries 4..=5 of term 2 + hard state");
-    assert_eq!(
-        p.model
-            .entries
-            .iter()
-            .map(|e| (e.index, e.term))
-            .collect::<Vec<_>>(),
-        vec![(4, 2), (5, 2)]
-    );
+check! {
+    /// A snapshot whose index holds an entry of another term discards every entry.
+    fn snapshot_with_other_term_discards_everything(p) {
+        p.persist(None, None, entries(1..=10, 1));
+        p.persist(None, Some(snapshot(7, 2, b"leader's state")), vec![]);
+        p.verify("after a snapshot at 7 in term 2");
+        assert!(p.model.entries.is_empty());
+        p.persist(None, None, entries(8..=9, 2));
+        p.verify("after appending after the snapshot");
+    }
 }
 
-/// A later snapshot replaces the earlier one.
-pub fn newer_snapshot_replaces_older<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new("newer_snapshot_replaces_older", fresh, reopen);
-    p.persist(None, None, entries(1..=10, 1));
-    p.persist(None, Some(snapshot(4, 1, b"first")), vec![]);
-    p.verify("after the first snapshot");
-    p.persist(None, Some(snapshot(8, 1, b"second")), vec![]);
-    p.verify("after the second snapshot");
-    p.persist(None, Some(snapshot(8, 1, b"second, again")), vec![]);
-    p.verify("after the same snapshot position with other data");
+check! {
+    /// A snapshot past the end of the log discards every entry.
+    fn snapshot_beyond_the_log_discards_everything(p) {
+        p.persist(None, None, entries(1..=5, 1));
+        p.persist(None, Some(snapshot(20, 3, b"far ahead")), vec![]);
+        p.verify("after a snapshot at 20");
+        p.persist(None, None, entries(21..=23, 3));
+        p.verify("after appending 21..=23");
+    }
 }
 
-/// A persist with nothing in it changes nothing.
-pub fn empty_persist_changes_nothing<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new("empty_persist_changes_nothing", fresh, reopen);
-    p.persist(Some(hard_state(3, Some(1), 2)), None, entries(1..=3, 3));
-    p.persist(None, None, vec![]);
-    p.verify("after an empty persist");
+check! {
+    /// One persist carrying all three parts applies the snapshot, then the entries, then the
+    /// hard state.
+    fn one_persist_applies_snapshot_then_entries_then_hard_state(p) {
+        p.persist(Some(hard_state(1, Some(1), 0)), None, entries(1..=5, 1));
+        p.persist(
+            Some(hard_state(2, Some(2), 3)),
+            Some(snapshot(3, 1, b"at 3")),
+            entries(4..=5, 2),
+        );
+        p.verify("after snapshot 3 + entries 4..=5 of term 2 + hard state");
+        assert_eq!(
+            p.model
+                .entries
+                .iter()
+                .map(|e| (e.index, e.term))
+                .collect::<Vec<_>>(),
+            vec![(4, 2), (5, 2)]
+        );
+    }
 }
 
-/// A batch larger than a typical record (hundreds of entries, some large) survives whole.
-pub fn large_batch_round_trips<S: Storage>(
-    fresh: &mut dyn FnMut() -> S,
-    reopen: &mut dyn FnMut(S) -> S,
-) {
-    let mut p = Probe::new("large_batch_round_trips", fresh, reopen);
-    let batch = (1..=400)
-        .map(|i| Entry {
-            term: 1,
-            index: i,
-            payload: Payload::Command(Command::Campaign {
-                election: format!("election-{i}"),
-                session: i,
-                value: vec![(i % 251) as u8; (i as usize % 7) * 500],
-            }),
-        })
-        .collect();
-    p.persist(Some(hard_state(1, Some(1), 0)), None, batch);
-    p.verify("after 400 entries in one persist");
+check! {
+    /// A later snapshot replaces the earlier one.
+    fn newer_snapshot_replaces_older(p) {
+        p.persist(None, None, entries(1..=10, 1));
+        p.persist(None, Some(snapshot(4, 1, b"first")), vec![]);
+        p.verify("after the first snapshot");
+        p.persist(None, Some(snapshot(8, 1, b"second")), vec![]);
+        p.verify("after the second snapshot");
+        p.persist(None, Some(snapshot(8, 1, b"second, again")), vec![]);
+        p.verify("after the same snapshot position with other data");
+    }
+}
+
+check! {
+    /// A persist with nothing in it changes nothing.
+    fn empty_persist_changes_nothing(p) {
+        p.persist(Some(hard_state(3, Some(1), 2)), None, entries(1..=3, 3));
+        p.persist(None, None, vec![]);
+        p.verify("after an empty persist");
+    }
+}
+
+check! {
+    /// A batch larger than a typical record (hundreds of entries, some large) survives whole.
+    fn large_batch_round_trips(p) {
+        let batch = (1..=400)
+            .map(|i| Entry {
+                term: 1,
+                index: i,
+                payload: Payload::Command(Command::Campaign {
+                    election: format!("election-{i}"),
+                    session: i,
+                    value: vec![(i % 251) as u8; (i as usize % 7) * 500],
+                }),
+            })
+            .collect();
+        p.persist(Some(hard_state(1, Some(1), 0)), None, batch);
+        p.verify("after 400 entries in one persist");
+    }
 }
 
 /// Random sequences of persists (hard states, snapshots that keep or drop the tail,
