@@ -136,10 +136,13 @@ fn regression_seed_34_answers_a_committed_write_exactly() {
 }
 
 /// Figure 8 (Raft §5.4.2): reached by the scripted figure-8 shape in seeds with small
-/// AppendEntries batches; first caught at seed 44 with the test's phases.
+/// AppendEntries batches. With the test's short phases first caught at seed 316 since
+/// crossing pre-vote rounds no longer both pass (seed 44 before); with the default phases
+/// the rate did not move (`tenure sim --seeds 1..1001 --nodes 5 --inject-bug
+/// old-term-commit --max-failures 1000`: 35 seeds caught, 33 without the pre-vote rule).
 #[test]
 fn old_term_commit_is_caught_by_leader_completeness() {
-    caught_by_its_checker(InjectBug::OldTermCommit);
+    caught_within(InjectBug::OldTermCommit, 1_000);
 }
 
 /// Reached by the joint-split shape (two of five voters replaced, network split at once):
