@@ -439,7 +439,10 @@ impl Cluster for TenureCluster {
         let (leader, ids) = self.grant_many(sessions, Duration::from_secs(10)).await?;
         // Keep the sessions alive: one stream, each session renewed every 2.5 s.
         let ch = self.channel(leader, Duration::from_secs(3600));
-        let keep = tokio::spawn(keep_sessions(ch.clone(), ids.clone()));
+        let nodes: Vec<Channel> = (0..self.addrs.len())
+            .map(|i| self.channel(i, Duration::from_secs(3600)))
+            .collect();
+        let keep = tokio::spawn(keep_sessions(nodes, leader, ids.clone()));
         let nodes = self.all()?;
         bounded(n, BULK_IN_FLIGHT, |k| {
             let nodes = nodes.clone();
@@ -556,8 +559,7 @@ impl RenewStream {
                 return Err(e);
             }
             reopens += 1;
-            self.leader = self
-                .find_leader(Duration::from_secs(5))
+            self.leader = find_leader(&self.nodes, Duration::from_secs(5))
                 .await
                 .with_context(|| format!("after {e:#}"))?;
             self.moved.fetch_add(1, Ordering::Relaxed);
@@ -596,63 +598,94 @@ impl RenewStream {
         .await
         .context("KeepAlive stream")
     }
+}
 
-    /// The node that says it leads, asked every 20 ms for at most `within`.
-    async fn find_leader(&self, within: Duration) -> anyhow::Result<usize> {
-        let deadline = Instant::now() + within;
-        loop {
-            let views = join_all(self.nodes.iter().map(|ch| async move {
-                let mut c = ClusterClient::new(ch.clone());
-                let req = tonic::Request::new(v1::StatusRequest {});
-                tokio::time::timeout(STATUS_TIMEOUT, c.status(req))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(tonic::Response::into_inner)
-            }))
-            .await;
-            if let Some(i) = views
-                .iter()
-                .position(|v| v.as_ref().is_some_and(|v| v.role == "leader"))
-            {
-                return Ok(i);
+/// The node that says it leads, asked every 20 ms for at most `within`.
+async fn find_leader(nodes: &[Channel], within: Duration) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + within;
+    loop {
+        let views = join_all(nodes.iter().map(|ch| async move {
+            let mut c = ClusterClient::new(ch.clone());
+            let req = tonic::Request::new(v1::StatusRequest {});
+            tokio::time::timeout(STATUS_TIMEOUT, c.status(req))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .map(tonic::Response::into_inner)
+        }))
+        .await;
+        if let Some(i) = views
+            .iter()
+            .position(|v| v.as_ref().is_some_and(|v| v.role == "leader"))
+        {
+            return Ok(i);
+        }
+        if Instant::now() >= deadline {
+            bail!("no tenure node leads after {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Renew every session of `ids` every 2.5 s, forever (aborted by its owner), on one stream
+/// at the leader; where the stream ends (the Raft leader changed), it is reopened at the new
+/// leader, and the run says so on stderr.
+async fn keep_sessions(nodes: Vec<Channel>, mut leader: usize, ids: Vec<u64>) {
+    let mut seq = 0;
+    loop {
+        let why = renew_every(nodes[leader].clone(), &ids, &mut seq).await;
+        match find_leader(&nodes, Duration::from_secs(10)).await {
+            Ok(i) => {
+                eprintln!(
+                    "[tenure] elections: the sessions' keepalive stream ended ({why:#}); \
+                     reopened at node {i}"
+                );
+                leader = i;
             }
-            if Instant::now() >= deadline {
-                bail!("no tenure node leads after {within:?}");
+            Err(e) => {
+                eprintln!(
+                    "[tenure] elections: the sessions' keepalive stream ended ({why:#}) and \
+                     {e:#}; the sessions will expire"
+                );
+                return;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
 
-/// Renew every session of `ids` every 2.5 s, forever (aborted by its owner).
-async fn keep_sessions(ch: Channel, ids: Vec<u64>) {
+/// One KeepAlive stream on `ch` renewing every session of `ids` every 2.5 s, until it fails;
+/// returns why.
+async fn renew_every(ch: Channel, ids: &[u64], seq: &mut u64) -> anyhow::Error {
     let (tx, rx) = mpsc::channel(1024);
-    let Ok(resp) = SessionsClient::new(ch)
+    let mut responses = match SessionsClient::new(ch)
         .keep_alive(ReceiverStream::new(rx))
         .await
-    else {
-        return;
+    {
+        Ok(r) => r.into_inner(),
+        Err(e) => return anyhow!("open a KeepAlive stream: {e}"),
     };
-    let mut responses = resp.into_inner();
-    tokio::spawn(async move { while let Ok(Some(_)) = responses.message().await {} });
-    let mut seq = 0;
+    let mut round = tokio::time::interval(Duration::from_millis(2500));
     loop {
-        for &id in &ids {
-            seq += 1;
-            if tx
-                .send(v1::KeepAliveRequest {
-                    session_id: id,
-                    seq,
-                    session_secret: tenure_proto::process_session_secret(),
-                })
-                .await
-                .is_err()
-            {
-                return;
+        tokio::select! {
+            answer = responses.message() => match answer {
+                Ok(Some(_)) => {}
+                Ok(None) => return anyhow!("the server ended it"),
+                Err(e) => return anyhow!("{e}"),
+            },
+            _ = round.tick() => {
+                for &id in ids {
+                    *seq += 1;
+                    let req = v1::KeepAliveRequest {
+                        session_id: id,
+                        seq: *seq,
+                        session_secret: tenure_proto::process_session_secret(),
+                    };
+                    if tx.send(req).await.is_err() {
+                        return anyhow!("the stream closed");
+                    }
+                }
             }
         }
-        tokio::time::sleep(Duration::from_millis(2500)).await;
     }
 }
 
