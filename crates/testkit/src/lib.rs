@@ -1865,4 +1865,3 @@ mod tests {
         assert!(matches!(classify(&unknown), Retry::No));
     }
 }
-
