@@ -501,8 +501,11 @@ impl Raft {
         {
             return false;
         }
-        let mine = (self.log.last_term(), self.log.last_index());
-        (term, index) < mine || ((term, index) == mine && self.id < rival)
+        if !self.log.is_up_to_date(index, term) {
+            return true;
+        }
+        let as_good = (term, index) == (self.log.last_term(), self.log.last_index());
+        as_good && self.id < rival
     }
 
     /// Become a candidate in a new term and ask every voter for its vote (`transfer`: on
