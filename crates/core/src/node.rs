@@ -144,7 +144,8 @@ pub struct KeepaliveAck {
 ///    written without an fsync ([`crate::storage::Storage::persist_commit`]): a lost commit
 ///    index is learned again from the log and the leader, so nothing waits on it.
 /// 2. Call [`Node::advance`].
-/// 3. Send `messages` (never before step 1: votes and acknowledgements promise durability).
+/// 3. Send `messages` (never before step 1: votes and acknowledgements promise durability;
+///    a leader's own AppendEntries may leave before it, see [`Node::early_appends`]).
 /// 4. Hand `applied`, `leader_changes` and `keepalive_acks` to clients; these come from
 ///    entries that are committed and durable, or from a leader lease that holds.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -556,6 +557,38 @@ impl Node {
         }
         self.raft.tick();
         self.after_input();
+    }
+
+    /// Pipelined persistence (Raft dissertation §10.2.1): takes out of `ready` (the Ready this
+    /// node just handed out) the messages that may leave *before* its writes are durable, for
+    /// a driver that sends them, then makes the writes durable, then calls [`Node::advance`]
+    /// and sends the rest. They are this leader's AppendEntries of its current term, when the
+    /// Ready appends entries and persists no other term: a leader's own copy counts towards
+    /// commitment only once `advance` says it is durable, so followers may store and
+    /// acknowledge the entries meanwhile, and what commits is still on a majority's disks.
+    /// Everything else (votes, acknowledgements, a new term's messages) stays in `ready`.
+    /// `None` (and `ready` untouched) when the Ready does not qualify: it appends nothing,
+    /// persists another term, or the node does not lead.
+    pub fn early_appends(&self, ready: &mut Ready) -> Option<Vec<Message>> {
+        assert!(
+            self.awaiting_advance,
+            "node {}: early_appends outside ready()/advance()",
+            self.raft.id
+        );
+        let term = self.raft.term;
+        let qualifies = self.raft.role == Role::Leader
+            && !ready.entries.is_empty()
+            && ready.hard_state.as_ref().is_none_or(|h| h.term == term);
+        if !qualifies {
+            return None;
+        }
+        let (early, late): (Vec<Message>, Vec<Message>) = std::mem::take(&mut ready.messages)
+            .into_iter()
+            .partition(|m| {
+                m.term == term && matches!(m.body, crate::message::Body::AppendEntries { .. })
+            });
+        ready.messages = late;
+        Some(early)
     }
 
     /// With pipelined persistence: the leader's AppendEntries produced since [`Node::ready`]

@@ -42,6 +42,27 @@ pub trait Storage {
     fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), Self::Error> {
         self.persist(Some(hard_state), None, &[])
     }
+
+    /// The first half of [`Storage::persist`], for pipelined persistence (a leader that
+    /// replicates a Ready's entries while its own fsync runs, Raft dissertation §10.2.1):
+    /// store the same parts with the same meaning, without waiting for them to be durable.
+    /// Until the next [`Storage::sync`] (or `persist`) returns, a crash may lose this write
+    /// (whole, or a torn suffix of it as a torn tail), never what an earlier call made
+    /// durable. `write` then `sync` is `persist`. The default writes durably at once.
+    fn write(
+        &mut self,
+        hard_state: Option<&HardState>,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+    ) -> Result<(), Self::Error> {
+        self.persist(hard_state, snapshot, entries)
+    }
+
+    /// Make everything stored so far durable (the fsync that [`Storage::write`] left out).
+    /// The default has nothing to do, because its `write` and `persist_commit` are durable.
+    fn sync(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// Apply a Ready's persistent parts to an in-memory image of the disk, with exactly the

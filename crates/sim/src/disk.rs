@@ -287,6 +287,25 @@ impl tenure_core::storage::Storage for Disk {
         self.write(None, Vec::new(), Some(*hard_state));
         Ok(())
     }
+
+    fn write(
+        &mut self,
+        hard_state: Option<&HardState>,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+    ) -> Result<(), StorageError> {
+        Disk::write(
+            self,
+            snapshot.cloned(),
+            entries.to_vec(),
+            hard_state.copied(),
+        );
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), StorageError> {
+        self.fsync()
+    }
 }
 
 #[cfg(test)]

@@ -490,7 +490,12 @@ impl NodeSlot {
         Drive::Running
     }
 
-    fn handle_ready(&mut self, ready: Ready, ctx: &mut DriveCtx<'_>) -> Drive {
+    fn handle_ready(&mut self, mut ready: Ready, ctx: &mut DriveCtx<'_>) -> Drive {
+        // In pipelined seeds a leader's AppendEntries may leave before its fsync.
+        let early = match self.node.as_ref() {
+            Some(node) if self.pipelined => in_core(|| node.early_appends(&mut ready)),
+            _ => None,
+        };
         let Ready {
             hard_state,
             must_sync,
@@ -553,10 +558,8 @@ impl NodeSlot {
             });
         }
         let snapshot_index = snapshot.as_ref().map(|s| s.index);
-        let wrote_entries = !entries.is_empty();
-        let hard_state_term = hard_state.as_ref().map(|h| h.term);
         self.disk.write(snapshot, entries, hard_state);
-        let mut rest = AfterFsync {
+        let rest = AfterFsync {
             messages,
             snapshot_index,
             applied_through,
@@ -566,24 +569,13 @@ impl NodeSlot {
             reads,
             events,
         };
-        if self.pipelined && wrote_entries {
-            let leader_term = self.node.as_ref().and_then(|n| {
-                let status = in_core(|| n.status());
-                (status.role == Role::Leader && hard_state_term.is_none_or(|t| t == status.term))
-                    .then_some(status.term)
-            });
-            if let Some(term) = leader_term {
-                // Replicate while the fsync runs: this leader's AppendEntries leave now, the
-                // rest when the entries are durable.
-                let (early, late): (Vec<_>, Vec<_>) = std::mem::take(&mut rest.messages)
-                    .into_iter()
-                    .partition(|m| m.term == term && matches!(m.body, Body::AppendEntries { .. }));
-                rest.messages = late;
-                self.send(early, ctx);
-                self.after_fsync = Some(rest);
-                self.fsync_to_schedule = true;
-                return Drive::Running;
-            }
+        if let Some(early) = early {
+            // Replicate while the fsync runs: this leader's AppendEntries leave now, the
+            // rest when the entries are durable.
+            self.send(early, ctx);
+            self.after_fsync = Some(rest);
+            self.fsync_to_schedule = true;
+            return Drive::Running;
         }
         // A commit index alone is written, not fsynced (`Ready::must_sync`): a crash before
         // the next fsync loses it, as a real disk's page cache would.

@@ -68,6 +68,14 @@ pub fn checks<S: Storage>() -> Vec<(&'static str, Check<S>)> {
         ),
         ("large_batch_round_trips", large_batch_round_trips::<S>),
         (
+            "unsynced_commit_index_is_made_durable_by_the_next_persist",
+            unsynced_commit_index_is_made_durable_by_the_next_persist::<S>,
+        ),
+        (
+            "written_parts_are_durable_once_synced",
+            written_parts_are_durable_once_synced::<S>,
+        ),
+        (
             "random_persists_match_the_model",
             random_persists_match_the_model::<S>,
         ),
@@ -105,6 +113,7 @@ macro_rules! conformance_tests {
             empty_persist_changes_nothing,
             large_batch_round_trips,
             unsynced_commit_index_is_made_durable_by_the_next_persist,
+            written_parts_are_durable_once_synced,
         );
     };
     (@each $fresh:expr, $reopen:expr; $($name:ident),* $(,)?) => {
@@ -163,6 +172,28 @@ impl<'a, S: Storage> Probe<'a, S> {
             .persist(hs.as_ref(), snapshot.as_ref(), &entries)
             .unwrap_or_else(|e| panic!("{check}: persist failed: {e}"));
         apply_to_image(&mut self.model, hs.as_ref(), snapshot.as_ref(), &entries);
+    }
+
+    /// [`Storage::write`] then [`Storage::sync`]: durable once both returned.
+    fn write_then_sync(
+        &mut self,
+        hs: Option<HardState>,
+        snapshot: Option<Snapshot>,
+        entries: Vec<Entry>,
+    ) {
+        let check = self.check;
+        self.storage()
+            .write(hs.as_ref(), snapshot.as_ref(), &entries)
+            .unwrap_or_else(|e| panic!("{check}: write failed: {e}"));
+        apply_to_image(&mut self.model, hs.as_ref(), snapshot.as_ref(), &entries);
+        self.sync();
+    }
+
+    fn sync(&mut self) {
+        let check = self.check;
+        self.storage()
+            .sync()
+            .unwrap_or_else(|e| panic!("{check}: sync failed: {e}"));
     }
 
     fn persist_commit(&mut self, hs: HardState) {
@@ -259,6 +290,35 @@ check! {
         p.persist(Some(hard_state(2, None, 6)), None, entries(7..=40, 2));
         p.verify("after commit indexes 5 and 6, then a new term and 34 entries");
         assert_eq!(p.model.hard_state.commit, 6);
+    }
+}
+
+check! {
+    /// `write` then `sync` means what `persist` means (pipelined persistence: a leader
+    /// replicates while its fsync runs): entries, a snapshot and a hard state written in
+    /// several writes, then synced once, all survive a restart; so does a commit index
+    /// stored by `persist_commit` before them; a `sync` with nothing written changes nothing.
+    fn written_parts_are_durable_once_synced(p) {
+        p.sync();
+        p.verify("a sync of nothing");
+        p.write_then_sync(Some(hard_state(1, Some(1), 0)), None, entries(1..=3, 1));
+        p.verify("after writing and syncing 1..=3");
+        p.persist_commit(hard_state(1, Some(1), 2));
+        let check = p.check;
+        for batch in [entries(4..=6, 1), entries(6..=9, 2)] {
+            p.storage()
+                .write(None, None, &batch)
+                .unwrap_or_else(|e| panic!("{check}: write failed: {e}"));
+            apply_to_image(&mut p.model, None, None, &batch);
+        }
+        p.sync();
+        p.verify("after two writes (the second replacing index 6) and one sync");
+        p.write_then_sync(
+            Some(hard_state(2, None, 8)),
+            Some(snapshot(5, 1, b"state")),
+            entries(10..=40, 2),
+        );
+        p.verify("after a snapshot, entries and a hard state in one synced write");
     }
 }
 
@@ -488,7 +548,11 @@ pub fn random_persists_match_the_model_with<S: Storage>(
             }
         }
 
-        p.persist(hs, snap, batch);
+        if chance(&mut rng, 30) {
+            p.write_then_sync(hs, snap, batch);
+        } else {
+            p.persist(hs, snap, batch);
+        }
         if chance(&mut rng, 25) {
             p.reopen();
             p.verify_live(&format!("seed {seed} step {step}, after reopen"));

@@ -554,6 +554,48 @@ impl Storage for FileStorage {
         }
         self.persist_inner(Some(hard_state), None, &[], false)
     }
+
+    /// Appends the persist's records without the fsync, so that a leader can replicate the
+    /// entries while [`Storage::sync`] runs. Unsynced bytes live only in the active segment's
+    /// tail (a rotation fsyncs the segment it leaves), so a crash before the sync cuts them
+    /// as a torn tail at the next open, as it would a `persist` interrupted before its fsync.
+    fn write(
+        &mut self,
+        hard_state: Option<&HardState>,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+    ) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        if hard_state.is_none() && snapshot.is_none() && entries.is_empty() {
+            return Ok(());
+        }
+        self.persist_inner(hard_state, snapshot, entries, false)
+    }
+
+    /// One `fdatasync` of the active segment if it holds unsynced bytes (counted in
+    /// [`FsyncStats`]); nothing otherwise.
+    fn sync(&mut self) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        if !self.unsynced {
+            return Ok(());
+        }
+        let path = self.dir.join(segment_name(self.active_seq));
+        match timed_sync(&self.active, &path) {
+            Ok(took) => {
+                self.note_fsync(took, 0);
+                self.unsynced = false;
+                Ok(())
+            }
+            Err(e) => {
+                self.poisoned = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
 }
 
 fn encode_header(out: &mut Vec<u8>, header: &SegmentHeader, options: &WalOptions) -> Result<()> {

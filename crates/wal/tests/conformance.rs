@@ -67,6 +67,6 @@ mod mem_storage {
     #[test]
     fn run_all_covers_every_check() {
         tenure_wal::conformance::run_all(MemStorage::new, |s| s);
-        assert_eq!(tenure_wal::conformance::checks::<MemStorage>().len(), 12);
+        assert_eq!(tenure_wal::conformance::checks::<MemStorage>().len(), 14);
     }
 }

@@ -639,6 +639,56 @@ fn fsync_stats_count_every_persist() {
     assert!(stats.bytes_written > 0);
 }
 
+/// Pipelined persistence: `write` stores without an fsync and `sync` adds exactly one, only
+/// when something is unsynced; a crash between them (a truncation of the unsynced bytes) is
+/// a torn tail that recovery cuts, keeping everything synced before.
+#[test]
+fn write_fsyncs_nothing_and_sync_fsyncs_what_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut storage = FileStorage::open(dir.path(), WalOptions::default()).unwrap();
+    storage
+        .persist(Some(&hs(1, 0)), None, &[entry(1, 1, 10)])
+        .unwrap();
+    let synced = storage.recover().unwrap();
+    let synced_len = len(&last_segment(dir.path()));
+    storage
+        .write(Some(&hs(1, 1)), None, &[entry(2, 1, 10), entry(3, 1, 10)])
+        .unwrap();
+    assert_eq!(storage.fsync_stats().count, 1, "a write does not fsync");
+    storage.sync().unwrap();
+    assert_eq!(storage.fsync_stats().count, 2, "the sync does");
+    storage.sync().unwrap();
+    assert_eq!(storage.fsync_stats().count, 2, "nothing left to sync");
+    let written = storage.recover().unwrap();
+    assert_eq!(written.entries.len(), 3);
+    drop(storage);
+    assert_eq!(
+        FileStorage::open(dir.path(), WalOptions::default())
+            .unwrap()
+            .recover()
+            .unwrap(),
+        written
+    );
+
+    // A write the crash cut short: the file ends inside it.
+    let mut storage = FileStorage::open(dir.path(), WalOptions::default()).unwrap();
+    let before_write = len(&last_segment(dir.path()));
+    storage.write(None, None, &[entry(4, 1, 100)]).unwrap();
+    drop(storage);
+    let seg = last_segment(dir.path());
+    let cut = before_write + (len(&seg) - before_write) / 2;
+    OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    let mut reopened = FileStorage::open(dir.path(), WalOptions::default()).unwrap();
+    assert!(reopened.repaired().is_some(), "the torn write is cut");
+    assert_eq!(reopened.recover().unwrap(), written);
+    assert!(synced_len < before_write && synced.entries.len() == 1);
+}
+
 #[test]
 fn invalid_options_are_refused_before_touching_the_disk() {
     let dir = tempfile::tempdir().unwrap();
