@@ -480,6 +480,7 @@ impl Node {
                 || self.raft.snapshot_to_persist.is_some()
                 || self.raft.hard_state() != self.raft_persisted_hard_state()
                 || !self.raft.msgs.is_empty()
+                || self.raft.appends_pending
                 || !self.applied.is_empty()
                 || !self.leader_changes.is_empty()
                 || !self.acks.is_empty()
@@ -495,6 +496,7 @@ impl Node {
     /// Take what the driver must do now; see [`Ready`] for the order.
     pub fn ready(&mut self) -> Ready {
         self.assert_not_awaiting();
+        self.raft.flush_appends();
         self.awaiting_advance = true;
         self.applied_handed = self.raft.log.applied;
         let before = self.raft.persisted_hard_state;

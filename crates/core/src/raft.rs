@@ -205,6 +205,9 @@ pub(crate) struct Raft {
     pub(crate) snapshot_to_persist: Option<Snapshot>,
 
     pub(crate) msgs: Vec<Message>,
+    /// This leader appended entries that its streaming followers have not been sent yet:
+    /// they leave together at the next Ready (`flush_appends`).
+    pub(crate) appends_pending: bool,
     /// What happened, for `Ready::events`, in order.
     pub(crate) events: Vec<NodeEvent>,
     /// Set by a leader-only code path just before it steps down, with its reason; a leader
@@ -262,6 +265,7 @@ impl Raft {
             snapshot_to_restore: None,
             snapshot_to_persist: None,
             msgs: Vec::new(),
+            appends_pending: false,
             events: Vec::new(),
             stepping_down: None,
             persisted_hard_state: hard_state,
@@ -1087,13 +1091,35 @@ impl Raft {
             self.on_log_changed();
             self.sync_progress_with_membership();
         }
+        // Replication waits for the Ready: proposals that arrive together leave as one
+        // AppendEntries per follower (up to `append_entries_max` entries each), not one each.
+        self.appends_pending = true;
+        (index, term)
+    }
+
+    /// Sends every streaming follower the entries appended since the last Ready, in
+    /// messages of up to `append_entries_max` entries. `Node::ready` calls it before it
+    /// hands out the messages. (A follower being probed gets its next batch when it answers
+    /// or at the next heartbeat, as before.)
+    pub(crate) fn flush_appends(&mut self) {
+        if !std::mem::take(&mut self.appends_pending) || self.role != Role::Leader {
+            return;
+        }
+        let last = self.log.last_index();
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for to in peers {
-            if !self.progress[&to].probing {
+            loop {
+                let next = match self.progress.get(&to) {
+                    Some(p) if !p.probing && p.next_index <= last => p.next_index,
+                    _ => break,
+                };
                 self.send_append(to);
+                if self.progress.get(&to).is_none_or(|p| p.next_index == next) {
+                    // Nothing streamed (a snapshot went instead): it answers first.
+                    break;
+                }
             }
         }
-        (index, term)
     }
 
     pub(crate) fn check_can_propose(&self) -> Result<(), ProposeError> {

@@ -104,3 +104,96 @@ fn other_messages_wait_for_the_fsync_and_change_nothing() {
     assert_eq!(before.role, tenure_core::node::Role::Leader);
     assert!(c.node_mut(leader).take_early_appends().is_empty());
 }
+
+/// Proposals that arrive before the driver takes a Ready leave together: one AppendEntries
+/// per follower carrying all of them (up to `append_entries_max`), not one message each.
+#[test]
+fn proposals_between_two_readies_leave_as_one_append_per_follower() {
+    let mut c = Cluster::with_config(3, |cfg| cfg.append_entries_max = 4);
+    let leader = c.elect();
+    let first = c.node(leader).status().last_index + 1;
+    for _ in 0..6 {
+        c.node_mut(leader)
+            .propose(Command::Grant { ttl_ticks: 100 })
+            .expect("leader proposes");
+    }
+    let ready = c.node_mut(leader).ready();
+    assert_eq!(ready.entries.len(), 6);
+    for follower in (1..=3).filter(|id| *id != leader) {
+        let batches: Vec<(u64, usize)> = ready
+            .messages
+            .iter()
+            .filter(|m| m.to == follower)
+            .filter_map(|m| match &m.body {
+                Body::AppendEntries {
+                    prev_log_index,
+                    entries,
+                    ..
+                } => Some((*prev_log_index, entries.len())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            batches,
+            [(first - 1, 4), (first + 3, 2)],
+            "follower {follower}: six entries in batches of at most four"
+        );
+    }
+    c.node_mut(leader).advance();
+    c.node(leader).check_invariants();
+}
+
+/// `Node::early_appends`: of a leader's Ready that appends entries, its AppendEntries may
+/// leave before the fsync; a Ready that persists a new term (a candidate's vote request)
+/// does not qualify, and nothing is taken from it.
+#[test]
+fn only_a_leaders_appends_may_leave_before_its_fsync() {
+    let mut c = Cluster::new(3);
+    let leader = c.elect();
+    c.node_mut(leader)
+        .propose(Command::Grant { ttl_ticks: 100 })
+        .expect("leader proposes");
+    let mut ready = c.node_mut(leader).ready();
+    let early = c
+        .node(leader)
+        .early_appends(&mut ready)
+        .expect("a leader's append qualifies");
+    assert_eq!(early.len(), 2, "one AppendEntries per follower");
+    assert!(early
+        .iter()
+        .all(|m| matches!(m.body, Body::AppendEntries { .. })));
+    assert!(ready
+        .messages
+        .iter()
+        .all(|m| !matches!(m.body, Body::AppendEntries { .. })));
+    c.node_mut(leader).advance();
+
+    // A follower that campaigns: its vote requests wait for its term and vote to be durable.
+    let follower = if leader == 1 { 2 } else { 1 };
+    c.isolate(follower);
+    let node = c.node_mut(follower);
+    let mut campaigned = None;
+    for _ in 0..1_000 {
+        node.tick();
+        if node.has_ready() {
+            let mut ready = node.ready();
+            let asks = ready
+                .messages
+                .iter()
+                .any(|m| matches!(m.body, Body::RequestVote { .. } | Body::PreVote { .. }));
+            let before = ready.messages.len();
+            let early = node.early_appends(&mut ready);
+            assert_eq!(ready.messages.len(), before, "nothing taken");
+            node.advance();
+            if asks {
+                campaigned = Some(early);
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        campaigned,
+        Some(None),
+        "a campaign's Ready does not qualify"
+    );
+}

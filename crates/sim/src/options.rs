@@ -131,9 +131,11 @@ pub enum InjectBug {
     /// before the fsync completes. A committed entry then survives on a minority only, and a
     /// leader elected without it overwrites it (leader-completeness).
     ///
-    /// With persist-then-send drivers (the server's today) it is masked: every AppendEntries
-    /// leaves after the entries it carries are durable on the leader, so no acknowledgement is
-    /// counted while `last_index > persisted`.
+    /// With persist-then-send drivers it is masked: every AppendEntries leaves after the
+    /// entries it carries are durable on the leader, so no acknowledgement is counted while
+    /// `last_index > persisted`. The server's driver sends its AppendEntries before its fsync
+    /// (`Node::early_appends`) but steps nothing until the fsync returned, so it masks it
+    /// too; the simulator's pipelined seeds go further and count acknowledgements meanwhile.
     CommitUndurable,
     /// Followers that heard from a leader within the election timeout still grant votes (core
     /// switch `no_vote_refusal`). Reached by the quiet-bridge shape of lease-edge seeds: with
