@@ -308,6 +308,9 @@ struct Sizes {
     failover_trials: usize,
     /// Trials of holder takeover with the first TTL of `takeover_ttls`, and with each later.
     takeover_trials: (usize, usize),
+    /// The same for the takeover whose holder's process is killed (more with the first TTL:
+    /// its p99 is a target).
+    killed_trials: (usize, usize),
     /// The session TTLs of holder takeover (`--takeover-ttl-ms`).
     takeover_ttls: Vec<Duration>,
     /// Stable running before each fault of the leader (`--settle-ms`).
@@ -337,6 +340,7 @@ impl Sizes {
             Sizes {
                 failover_trials: trials.unwrap_or(1),
                 takeover_trials: (1, 0),
+                killed_trials: (1, 0),
                 takeover_ttls: DEFAULT_TAKEOVER_TTLS.to_vec(),
                 settle: DEFAULT_SETTLE,
                 write_count: 20,
@@ -354,6 +358,7 @@ impl Sizes {
             Sizes {
                 failover_trials: trials.unwrap_or(5),
                 takeover_trials: (trials.unwrap_or(3), 1),
+                killed_trials: (trials.unwrap_or(10), 1),
                 takeover_ttls: DEFAULT_TAKEOVER_TTLS.to_vec(),
                 settle: DEFAULT_SETTLE,
                 write_count: 200,
@@ -371,6 +376,7 @@ impl Sizes {
             Sizes {
                 failover_trials: trials.unwrap_or(50),
                 takeover_trials: (trials.unwrap_or(50).min(20), 5),
+                killed_trials: (trials.unwrap_or(50), 5),
                 takeover_ttls: DEFAULT_TAKEOVER_TTLS.to_vec(),
                 settle: DEFAULT_SETTLE,
                 write_count: 2_000,
@@ -403,7 +409,7 @@ async fn measure_system(
         if has(Scenario::Takeover) {
             let backend = crate::backend::Backend::start(system, env)?;
             eprintln!("{tag} takeover through {}", backend.url);
-            takeover(system, profile, &backend.url, sizes, report)
+            takeover(system, profile, env, &backend.url, sizes, report)
                 .await
                 .context("takeover")?;
             report.note(
@@ -506,7 +512,7 @@ async fn measure_system(
             keepalives(&*c, sizes, report).await.context("keepalives")?;
         }
         if has(Scenario::Takeover) {
-            takeover(system, profile, &c.url(), sizes, report)
+            takeover(system, profile, env, &c.url(), sizes, report)
                 .await
                 .context("takeover")?;
         }
@@ -1146,11 +1152,13 @@ fn opts(ttl: Duration) -> CampaignOptions {
 }
 
 /// An election holder stops renewing (as a killed client would: nothing is revoked) → the
-/// waiting candidate leads; and a holder resigns → the candidate leads. Through the `tenure`
-/// client library's backend for the system.
+/// waiting candidate leads; a holder's process is killed → the candidate leads; and a holder
+/// resigns → the candidate leads. Through the `tenure` client library's backend for the
+/// system.
 async fn takeover(
     system: System,
     profile: Profile,
+    env: &Env,
     url: &str,
     sizes: &Sizes,
     report: &mut Report,
@@ -1160,12 +1168,7 @@ async fn takeover(
         .await
         .context("connect the candidate")?;
     let pid = std::process::id();
-    for (k, &ttl) in sizes.takeover_ttls.iter().enumerate() {
-        let trials = if k == 0 {
-            sizes.takeover_trials.0
-        } else {
-            sizes.takeover_trials.1
-        };
+    for (ttl, trials) in per_ttl(&sizes.takeover_ttls, sizes.takeover_trials) {
         let ttl_name = ttl_label(ttl);
         let ttl_ms = ttl.as_millis();
         for trial in 0..trials {
@@ -1231,6 +1234,7 @@ async fn takeover(
             next.resign().await.context("the candidate resigns")?;
         }
     }
+    killed_holders(system, profile, env, url, &b, sizes, report).await?;
     // Resign → next.
     for trial in 0..sizes.takeover_trials.0 {
         let election = format!("takeover-resign-{pid}-{trial}");
@@ -1258,6 +1262,120 @@ async fn takeover(
         next.resign().await.context("the candidate resigns")?;
     }
     Ok(())
+}
+
+/// The holder is a process of its own, `tenure campaign` (this binary) through the same
+/// backend, SIGKILLed while it leads → the waiting candidate (in this process) leads. On a
+/// tenure cluster the holder campaigns with `--fate-sharing`: its kernel closes its
+/// connections as it dies and the leader releases the session; etcd's lease, ZooKeeper's
+/// session and the PostgreSQL lease row wait for their TTL. Not for `memory:` (a process of
+/// its own has a world of its own).
+async fn killed_holders(
+    system: System,
+    profile: Profile,
+    env: &Env,
+    url: &str,
+    candidate: &Client,
+    sizes: &Sizes,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    if system == System::Memory {
+        report.note(
+            "takeover",
+            system,
+            profile,
+            "holder's process killed: not measured (an in-process backend)".to_string(),
+        );
+        return Ok(());
+    }
+    let fate_sharing = matches!(system, System::Tenure | System::TenureTls);
+    let dir = env.cluster_dir("holders")?;
+    let pid = std::process::id();
+    for (ttl, trials) in per_ttl(&sizes.takeover_ttls, sizes.killed_trials) {
+        let ttl_name = ttl_label(ttl);
+        let ttl_ms = ttl.as_millis();
+        for trial in 0..trials {
+            let election = format!("takeover-killed-{pid}-{ttl_ms}-{trial}");
+            let log = dir.path().join(format!("{election}.log"));
+            let mut cmd = std::process::Command::new(&env.tenure_bin);
+            cmd.args(["campaign", "--election", &election, "--backend", url])
+                .args(["--ttl", &format!("{ttl_ms}ms"), "--value", "a"]);
+            if fate_sharing {
+                cmd.arg("--fate-sharing");
+            }
+            let holder = system::Proc::spawn(cmd, &log)?;
+            let token = holder_token(&log, ttl * 10 + Duration::from_secs(30))
+                .await
+                .with_context(|| {
+                    format!("the holder process of {election} (log {})", log.display())
+                })?;
+            let waiter = wait_to_lead(candidate, &election, ttl).await?;
+            let t0 = Instant::now();
+            holder.kill();
+            let (r, at) = tokio::time::timeout(ttl * 10 + Duration::from_secs(30), waiter)
+                .await
+                .context("the candidate never led")??;
+            let next = r.context("the candidate's leadership")?;
+            if next.token() <= token {
+                bail!("the token did not rise: {token} then {}", next.token());
+            }
+            let took = at - t0;
+            eprintln!(
+                "[{system} {profile}] takeover TTL {ttl_name} {:>2}: {:>8.1} ms after the holder's process was killed",
+                trial + 1,
+                as_ms(took)
+            );
+            report.record(
+                "takeover",
+                &format!("TTL {ttl_name}: holder's process killed → next leads"),
+                "ms",
+                Better::Lower,
+                system,
+                profile,
+                [(trial, as_ms(took))],
+            );
+            next.resign().await.context("the candidate resigns")?;
+        }
+    }
+    report.note(
+        "takeover",
+        system,
+        profile,
+        if fate_sharing {
+            "holder's process killed: `tenure campaign --fate-sharing`; the leader releases the session when the process's connection ends"
+        } else {
+            "holder's process killed: `tenure campaign` through the backend; the session ends on its TTL"
+        }
+        .to_string(),
+    );
+    Ok(())
+}
+
+/// The fencing token a `tenure campaign` holder printed (alone on a line of its log) once
+/// it leads, within `within`.
+async fn holder_token(log: &std::path::Path, within: Duration) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(token) = text.lines().find_map(|l| l.trim().parse().ok()) {
+            return Ok(token);
+        }
+        if Instant::now() >= deadline {
+            bail!("it did not lead within {within:?}: {}", text.trim());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Each of `ttls` with its number of trials: `first` for the first TTL, `later` for each
+/// one after it.
+fn per_ttl(
+    ttls: &[Duration],
+    (first, later): (usize, usize),
+) -> impl Iterator<Item = (Duration, usize)> + '_ {
+    ttls.iter()
+        .enumerate()
+        .map(move |(k, &ttl)| (ttl, if k == 0 { first } else { later }))
 }
 
 /// The outcome of a candidate's wait, and when it ended.

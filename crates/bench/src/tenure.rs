@@ -580,6 +580,7 @@ impl RenewStream {
                 session_id: ids[*next],
                 seq: *seq,
                 session_secret: tenure_proto::process_session_secret(),
+                bind: false,
             };
             *next = (*next + 1) % ids.len();
             req
@@ -679,6 +680,7 @@ async fn renew_every(ch: Channel, ids: &[u64], seq: &mut u64) -> anyhow::Error {
                         session_id: id,
                         seq: *seq,
                         session_secret: tenure_proto::process_session_secret(),
+                        bind: false,
                     };
                     if tx.send(req).await.is_err() {
                         return anyhow!("the stream closed");

@@ -75,6 +75,11 @@ pub struct CampaignArgs {
     /// Write this process's pid here while it campaigns or leads, for `tenure resign`.
     #[arg(long)]
     pid_file: Option<std::path::PathBuf>,
+    /// Fate-sharing (`tenure://` only): the session ends as soon as this process exits
+    /// (its keepalive stream closes), so the next candidate leads within milliseconds
+    /// instead of a TTL later. Only over direct connections (docs/GUARANTEES.md).
+    #[arg(long)]
+    fate_sharing: bool,
 }
 
 /// `tenure resign`.
@@ -220,6 +225,7 @@ pub fn campaign(args: CampaignArgs) -> ExitCode {
         let value = value_bytes(args.value);
         let options = CampaignOptions {
             ttl: args.ttl,
+            fate_sharing: args.fate_sharing,
             ..Default::default()
         };
         let _pid_file = match &args.pid_file {

@@ -66,6 +66,14 @@
 //!   session expires (TTL later). Processes the command forked in its group are killed by the
 //!   guard (below), which sees the runner's end of a pipe close. Tested in `tests/run.rs`
 //!   with a command whose work runs in a grandchild.
+//! - **`--fate-sharing`**: the session ends as soon as the runner dies, not a TTL later (its
+//!   keepalive stream closes with it): the next holder may start its command within
+//!   milliseconds. The kernel sends the command its SIGKILL while the runner exits, right
+//!   after it closed the runner's sockets, and a command in uninterruptible sleep (a disk or
+//!   NFS write) dies only when that returns: the old command may outlive the release by that
+//!   much. Its late writes are what `TENURE_FENCING_TOKEN` is for: the store rejects them
+//!   once the next holder wrote. When the runner itself stops the command (lost leadership,
+//!   a signal, the command's own exit) it does so before the session is let go.
 //! - **The runner alone freezes** (SIGSTOP, stuck): a guard process (`tenure run-guard`,
 //!   hidden; its own process group; ignores SIGINT/SIGTERM/SIGHUP) is kept informed of
 //!   `valid_until` as an absolute CLOCK_MONOTONIC deadline and SIGKILLs the command's group at
@@ -137,6 +145,12 @@ pub struct RunArgs {
     /// `HOSTNAME:PID`.
     #[arg(long)]
     pub value: Option<OsString>,
+    /// Fate-sharing (`tenure://` only): when this runner dies, its session ends at once
+    /// (its keepalive stream closes) and the next candidate leads within milliseconds
+    /// instead of a TTL later; the command dies with the runner (PR_SET_PDEATHSIG). Only
+    /// over direct connections (docs/GUARANTEES.md, "Fate-sharing sessions").
+    #[arg(long)]
+    pub fate_sharing: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -201,16 +215,22 @@ async fn run_async(args: RunArgs) -> u8 {
     };
     let options = CampaignOptions {
         ttl: args.ttl,
+        fate_sharing: args.fate_sharing,
         ..Default::default()
     };
     log(&format!(
-        "campaigning in {:?} as \"{}\" on {} (ttl {:?}, grace {:?}{})",
+        "campaigning in {:?} as \"{}\" on {} (ttl {:?}, grace {:?}{}{})",
         args.election,
         crate::output::escape_value(&value),
         tenure::redact_url(&url),
         args.ttl,
         args.grace,
-        if args.once { ", once" } else { "" }
+        if args.once { ", once" } else { "" },
+        if args.fate_sharing {
+            ", fate-sharing"
+        } else {
+            ""
+        }
     ));
     let won = tokio::select! {
         r = lead(&client, &args, &value, options) => r,

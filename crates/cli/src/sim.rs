@@ -246,7 +246,7 @@ fn print_seed(report: &SeedReport, trace: bool) {
     }
     let s = &report.stats;
     println!(
-        "seed {}: {} trace hash {:#018x}, {:.1} simulated s, max term {}, raft leaders {}, commit index {}, client ops {}, election leaderships {}, stale writes {}/{} rejected, sessions expired {}, fast elections {}, faults {:?}",
+        "seed {}: {} trace hash {:#018x}, {:.1} simulated s, max term {}, raft leaders {}, commit index {}, client ops {}, election leaderships {}, stale writes {}/{} rejected, sessions expired {}, released {}, fast elections {}, faults {:?}",
         report.seed,
         if report.passed() { "ok" } else { "VIOLATION" },
         report.trace_hash,
@@ -259,6 +259,7 @@ fn print_seed(report: &SeedReport, trace: bool) {
         s.stale_writes_rejected,
         s.stale_writes_attempted,
         s.sessions_expired,
+        s.sessions_released,
         s.leaders_gone,
         s.faults
     );
@@ -327,13 +328,14 @@ fn report(
         per_thread.join(", ")
     );
     println!(
-        "totals: raft leaders elected {}, client ops {}, election leaderships {}, stale writes rejected {} of {}, sessions expired {}, fast elections {}, messages delivered {} (dropped {}), faults {:?}",
+        "totals: raft leaders elected {}, client ops {}, election leaderships {}, stale writes rejected {} of {}, sessions expired {}, released {}, fast elections {}, messages delivered {} (dropped {}), faults {:?}",
         stats.raft_leaders_elected,
         stats.client_ops_completed,
         stats.election_leaderships,
         stats.stale_writes_rejected,
         stats.stale_writes_attempted,
         stats.sessions_expired,
+        stats.sessions_released,
         stats.leaders_gone,
         stats.messages_delivered,
         stats.messages_dropped,

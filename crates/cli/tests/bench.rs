@@ -96,6 +96,14 @@ fn every_scenario_runs_once_against_tenure() {
             .unwrap_or_else(|e| panic!("a latency plot {file}: {e}"));
         assert!(plot.contains("<svg") && plot.contains("tenure"), "{file}");
     }
+    // The takeover whose holder is a process of its own, killed: tenure's holder runs with
+    // --fate-sharing.
+    let killed = "| TTL 1 s: holder's process killed → next leads (ms) | equalized | tenure | 1 |";
+    assert!(table.contains(killed), "no {killed} in\n{table}");
+    assert!(
+        table.contains("`tenure campaign --fate-sharing`"),
+        "{table}"
+    );
     // Both of tenure's reads were measured, latency and throughput.
     for metric in [
         "| leader read: one client, latency (ms) | equalized | tenure | 20 |",
@@ -197,6 +205,15 @@ fn takeover_runs_through_the_postgres_and_memory_backends() {
             assert!(table.contains(&row), "no {row} in\n{table}");
         }
     }
+    // A holder process of its own, killed: through PostgreSQL (on its TTL); not for the
+    // in-process backend, which says so.
+    let killed =
+        "| TTL 1500 ms: holder's process killed → next leads (ms) | defaults | postgres | 1 |";
+    assert!(table.contains(killed), "no {killed} in\n{table}");
+    assert!(
+        table.contains("memory, defaults: holder's process killed: not measured"),
+        "{table}"
+    );
 }
 
 /// Without the services script, or with a path that is not one, a run that needs PostgreSQL

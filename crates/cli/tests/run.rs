@@ -19,16 +19,12 @@
 mod common;
 
 use std::fs::File;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tenure_testkit::ms;
+use tenure_testkit::{ms, Proxy};
 
 use common::{leader, next_line, run_sh, stderr, stdout, tenure, Campaign, Cluster, Spawned, BIN};
 
@@ -512,97 +508,4 @@ impl Runner {
     fn stderr(&self) -> String {
         read(&self.stderr)
     }
-}
-
-/// A TCP proxy in front of each node's client port; `cut` closes every connection and
-/// refuses to forward new ones, as a network partition between a runner and the cluster.
-struct Proxy {
-    addrs: Vec<SocketAddr>,
-    /// The cluster URL's query (TLS files): the proxy forwards TLS as it is.
-    query: String,
-    cut: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Proxy {
-    fn start(targets: &[SocketAddr], query: &str) -> Proxy {
-        let cut = Arc::new(AtomicBool::new(false));
-        let conns = Arc::new(Mutex::new(Vec::new()));
-        let mut addrs = Vec::new();
-        for &target in targets {
-            let listener = TcpListener::bind("127.0.0.1:0").expect("bind a proxy port");
-            addrs.push(listener.local_addr().expect("an address"));
-            let (cut, conns) = (cut.clone(), conns.clone());
-            std::thread::spawn(move || {
-                for inbound in listener.incoming() {
-                    let Ok(inbound) = inbound else { continue };
-                    if cut.load(Ordering::SeqCst) {
-                        drop(inbound);
-                        continue;
-                    }
-                    let Ok(outbound) = TcpStream::connect(target) else {
-                        continue;
-                    };
-                    let mut held = conns.lock().expect("not poisoned");
-                    for s in [&inbound, &outbound] {
-                        if let Ok(s) = s.try_clone() {
-                            held.push(s);
-                        }
-                    }
-                    drop(held);
-                    pipe(&inbound, &outbound);
-                    pipe(&outbound, &inbound);
-                }
-            });
-        }
-        Proxy {
-            addrs,
-            query: query.to_string(),
-            cut,
-            conns,
-        }
-    }
-
-    /// The proxy's addresses, with `discover=false`: a runner behind it reaches the cluster
-    /// only through it (as a client behind a load balancer does), never at the members' own
-    /// addresses, so the cut isolates it.
-    fn url(&self) -> String {
-        let a: Vec<String> = self.addrs.iter().map(|a| a.to_string()).collect();
-        let sep = if self.query.is_empty() { "?" } else { "&" };
-        format!("tenure://{}{}{sep}discover=false", a.join(","), self.query)
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        for s in self.conns.lock().expect("not poisoned").drain(..) {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.cut();
-    }
-}
-
-fn pipe(from: &TcpStream, to: &TcpStream) {
-    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
-        return;
-    };
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = to.shutdown(std::net::Shutdown::Both);
-        let _ = from.shutdown(std::net::Shutdown::Both);
-    });
 }

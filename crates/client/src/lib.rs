@@ -99,6 +99,24 @@
 //! else can be granted the election, as long as clock rates differ by less than the drift
 //! bound.
 //!
+//! # Fate-sharing sessions
+//!
+//! With [`CampaignOptions::fate_sharing`] on a `tenure://` cluster, the session is bound to
+//! its keepalive stream: when this process exits (crash, `kill -9`, OOM), its kernel closes
+//! its connections, the cluster's leader sees the client's side end the one carrying the
+//! stream, and the session ends at once (`session_released` in the server's log): the next
+//! candidate leads within milliseconds instead of a TTL later. A frozen process or a cut
+//! network closes nothing and waits the full TTL, as without it. The library keeps its half
+//! of the bargain: it never closes a bound stream, or the connection carrying it, while the
+//! session may still be believed in (it keeps the stream it leaves when it moves to another
+//! node open until a keepalive on the new stream is acknowledged), and it gives a session up
+//! for good — [`Lost::SessionEnded`], belief first, then the stream — when its keepalives
+//! stop or its lease runs out. Use it only where the client reaches the cluster directly:
+//! anything between them that closes or resets connections on its own (a proxy, a load
+//! balancer, a NAT's idle timeout) would end the session of a holder that still believes in
+//! it. The argument, and what it assumes, is in docs/GUARANTEES.md ("Fate-sharing
+//! sessions").
+//!
 //! # Exact outcomes and retries
 //!
 //! Every error says whether the request took effect. [`Error::Indeterminate`] — and only it —
@@ -228,6 +246,17 @@ pub struct CampaignOptions {
     /// The bound on how much clock rates may differ between this process and the backend;
     /// it sizes the drift margin of DESIGN.md rule 4 (default 1 %).
     pub drift: DriftPpm,
+    /// Fate-sharing (off by default; `tenure://` only, [`Error::UnsupportedBackend`]
+    /// elsewhere): the session shares the fate of its keepalive stream. When this process
+    /// exits, its kernel closes the stream and the cluster ends the session at once, so the
+    /// next candidate leads within milliseconds instead of after the TTL. A frozen process
+    /// or a cut network still waits the full TTL. In return the library never closes that
+    /// stream while the session may be believed in, and a session whose keepalives stop
+    /// ([`Leadership::stop_keepalives`], dropping, resigning) or whose lease runs out is
+    /// given up for good ([`Lost::SessionEnded`]). Only over direct connections: a proxy,
+    /// load balancer or NAT that closes connections on its own would end the session of a
+    /// live holder (docs/GUARANTEES.md, "Fate-sharing sessions").
+    pub fate_sharing: bool,
 }
 
 impl Default for CampaignOptions {
@@ -235,6 +264,7 @@ impl Default for CampaignOptions {
         CampaignOptions {
             ttl: Duration::from_secs(10),
             drift: DriftPpm::DEFAULT,
+            fate_sharing: false,
         }
     }
 }
@@ -449,11 +479,19 @@ impl Client {
                 options.ttl
             )));
         }
+        let capabilities = self.backend.capabilities();
+        if options.fate_sharing && !capabilities.fate_sharing {
+            return Err(Error::UnsupportedBackend {
+                scheme: capabilities.scheme.into(),
+                why: "fate-sharing sessions (a session ended when its keepalive stream                       closes) need a tenure cluster (tenure://)"
+                    .into(),
+            });
+        }
         let sent = Instant::now();
         let (id, ttl) = self.backend.grant(options.ttl).await?;
         let held = Held {
             client: self.clone(),
-            session: Arc::new(Session::new(id, ttl, margin, sent)),
+            session: Arc::new(Session::new(id, ttl, margin, sent, options.fate_sharing)),
         };
         held.session
             .set_keepalive(self.backend.spawn_keepalive(held.session.clone()));
@@ -528,19 +566,27 @@ struct Held {
     session: Arc<Session>,
 }
 
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.session.stop_keepalives();
-        if self.session.ended() {
-            return;
-        }
-        // Best effort: without a runtime the session simply expires after its TTL.
+impl Held {
+    /// Revoke the session in the background (best effort: without a runtime, or without the
+    /// backend, it expires after its TTL).
+    fn revoke_in_background(&self) {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let client = self.client.clone();
             let id = self.session.id;
             rt.spawn(async move {
                 let _ = client.backend.revoke(id).await;
             });
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Asked before stopping: a fate-sharing session ends (here) when it stops.
+        let ended = self.session.ended();
+        self.session.stop_keepalives();
+        if !ended {
+            self.revoke_in_background();
         }
     }
 }
@@ -757,10 +803,17 @@ impl Leadership {
     }
 
     /// Stop renewing the session, as a frozen or crashed holder would: the lease runs out at
-    /// [`Leadership::valid_until`] and the backend expires the session after its TTL. Meant
+    /// [`Leadership::valid_until`] and the backend expires the session after its TTL. A
+    /// fate-sharing session ([`CampaignOptions::fate_sharing`]) is given up instead, as a
+    /// crashed holder's would end: this leadership is lost at once ([`Lost::SessionEnded`]),
+    /// then its keepalive stream closes and the session is revoked in the background. Meant
     /// for tests and fault drills.
     pub fn stop_keepalives(&self) {
+        let give_up = self.held.session.bound && !self.held.session.ended();
         self.held.session.stop_keepalives();
+        if give_up {
+            self.held.revoke_in_background();
+        }
     }
 
     /// Write `value` at the fenced key `key` with this leadership's election and token, as

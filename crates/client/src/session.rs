@@ -30,13 +30,17 @@ pub(crate) struct Session {
     pub margin: Duration,
     /// The lease as the holder sees it; a watch so that `lost()` wakes on every change.
     pub state: watch::Sender<LeaseState>,
+    /// Fate-sharing: every keepalive binds the session to the stream it goes on, and the
+    /// session is given up (ended here) before any such stream is closed while it may still
+    /// be believed in ([`crate::CampaignOptions::fate_sharing`]).
+    pub bound: bool,
     /// The keepalive task, until it is stopped.
     keepalive: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Session {
-    /// A session granted with `ttl` by a request sent at `sent`.
-    pub fn new(id: u64, ttl: Duration, margin: Duration, sent: Instant) -> Session {
+    /// A session granted with `ttl` by a request sent at `sent`; `bound` for fate-sharing.
+    pub fn new(id: u64, ttl: Duration, margin: Duration, sent: Instant, bound: bool) -> Session {
         let (state, _) = watch::channel(LeaseState {
             valid_until: (sent + ttl).checked_sub(margin).unwrap_or(sent),
             ended: false,
@@ -46,6 +50,7 @@ impl Session {
             ttl,
             margin,
             state,
+            bound,
             keepalive: Mutex::new(None),
         }
     }
@@ -62,8 +67,14 @@ impl Session {
         }
     }
 
-    /// Stop renewing: from now on the lease runs out at its current `valid_until`.
+    /// Stop renewing: from now on the lease runs out at its current `valid_until`. A
+    /// fate-sharing session is given up instead (ended here, so that nothing believes in it
+    /// any more) before its keepalive task, and with it its bound streams, goes: the
+    /// cluster then ends it at once.
     pub fn stop_keepalives(&self) {
+        if self.bound {
+            self.end();
+        }
         if let Some(task) = self
             .keepalive
             .lock()
@@ -88,7 +99,7 @@ impl Session {
         });
     }
 
-    /// The backend said the session is gone.
+    /// The backend said the session is gone, or (fate-sharing) the holder gave it up.
     pub fn end(&self) {
         self.state
             .send_if_modified(|s| !std::mem::replace(&mut s.ended, true));

@@ -64,6 +64,15 @@ pub struct InjectedBugs {
     /// gone (a refused reconnect): a forged or middlebox reset ends the leader's lease
     /// behind its back.
     pub close_drops_vote_refusal: bool,
+    /// A leader releases a fate-sharing session when the stream it is bound to ends for
+    /// any reason, including the server's own ending of it (an idle connection closed, a
+    /// request timed out): a frozen holder's session is released while it still believes.
+    pub release_on_server_close: bool,
+    /// A leader releases a fate-sharing session at once when its bound stream closes,
+    /// without waiting out the promises other leaderships made for it: a holder that moved
+    /// to another stream, acknowledged by the previous leader, loses its session to a
+    /// stale binding made from a keepalive that arrived late.
+    pub release_ignores_older_promises: bool,
 }
 
 impl InjectedBugs {

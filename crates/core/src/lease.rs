@@ -12,11 +12,21 @@
 //! The clock is not replicated (local clocks differ between nodes) and not persisted: on
 //! restart it is rebuilt from the state machine conservatively, as if every Grant and
 //! Checkpoint had just been applied, which can only make sessions live longer, never shorter.
+//!
+//! **Fate-sharing sessions.** A keepalive may bind its session to the stream it came on
+//! ([`Bind`]). The leader remembers, for its own term only, the stream each session is bound
+//! to; when that stream is closed from the client's side ([`StreamEnd::Client`]) the holder
+//! has let go of the session (the client library closes a bound stream only once its holder
+//! no longer believes, or because its process exited), and the leader proposes
+//! `Command::Release` at once — but never before the promises that other leaderships made
+//! for the session (acknowledgements this leadership did not give) have run out, which a
+//! holder that legitimately moved to another stream may still be acting on. The argument is
+//! in docs/GUARANTEES.md, "Fate-sharing sessions".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::drift::DriftPpm;
-use crate::node::KeepaliveAck;
+use crate::node::{Bind, KeepaliveAck, StreamEnd};
 use crate::raft::{ProposeError, Raft, Role};
 use crate::sm::{Command, Response, SessionId, StateMachine};
 use crate::types::{Index, Payload, Term};
@@ -57,12 +67,36 @@ struct PendingAck {
     received_tick: u64,
 }
 
+/// The stream a session is bound to in this leader's term (fate-sharing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Binding {
+    /// The driver's id of the stream.
+    stream: u64,
+    /// The client's sequence number of the latest keepalive that bound it: a keepalive
+    /// with a lower one, late on another stream, does not move the binding back.
+    seq: u64,
+}
+
 /// When this node may expire each session, and what this node as leader has made durable
 /// enough to acknowledge keepalives.
 #[derive(Debug, Default)]
 pub(crate) struct LeaseClock {
     /// Local tick before which this node must not expire a session.
     deadline_tick: BTreeMap<SessionId, u64>,
+    /// For sessions this node renewed (or granted) as leader: `(tick, term)`, where `tick`
+    /// is the part of `deadline_tick` owed to anyone but its leadership of `term` — the
+    /// deadline as it stood before that leadership first renewed the session, raised by
+    /// other leaders' entries applied since. Without an entry for the current term, all of
+    /// `deadline_tick` is owed elsewhere. A fate-sharing release waits for it.
+    elsewhere: BTreeMap<SessionId, (u64, Term)>,
+    /// As leader: the stream each fate-sharing session is bound to, made in this term.
+    bindings: BTreeMap<SessionId, Binding>,
+    /// `bindings` by stream, for a stream's close.
+    bound_streams: BTreeSet<(u64, SessionId)>,
+    /// Bound sessions whose stream the client closed, waiting to be released (their
+    /// binding stays until then, so that a later keepalive of the client on another
+    /// stream can take them back).
+    letting_go: BTreeSet<SessionId>,
     /// As leader of `term`: local tick up to which this leader's own committed Grant or
     /// Checkpoint entries oblige any later leader to keep the session. A keepalive is
     /// acknowledged only if `received + ttl` fits below it.
@@ -113,6 +147,7 @@ impl LeaseClock {
         sm: &StateMachine,
         session: SessionId,
         tag: u64,
+        bind: Option<Bind>,
     ) -> Result<(), ProposeError> {
         if raft.role != Role::Leader {
             return Err(ProposeError::NotLeader {
@@ -129,8 +164,10 @@ impl LeaseClock {
         // `now` is the floor of the time elapsed, so the keepalive arrived up to one tick
         // after it: counting from the next tick never expires a session before receive
         // time + TTL.
-        let deadline = self.deadline_tick.entry(session).or_insert(0);
-        *deadline = (*deadline).max(now + 1 + info.ttl_ticks);
+        self.raise_own(session, raft.term, now + 1 + info.ttl_ticks);
+        if let Some(bind) = bind {
+            self.bind(session, bind);
+        }
         self.renewed.insert(session);
         if self.pending.len() >= PENDING_KEEPALIVES_MAX {
             self.pending.pop_front();
@@ -141,6 +178,91 @@ impl LeaseClock {
             received_tick: now,
         });
         Ok(())
+    }
+
+    /// Raises `session`'s deadline to `tick` for an acknowledgement of this leadership of
+    /// `term`, first setting aside what was owed elsewhere (see `elsewhere`).
+    fn raise_own(&mut self, session: SessionId, term: Term, tick: u64) {
+        let deadline = self.deadline_tick.entry(session).or_insert(0);
+        match self.elsewhere.get(&session) {
+            Some((_, t)) if *t == term => {}
+            _ => {
+                self.elsewhere.insert(session, (*deadline, term));
+            }
+        }
+        *deadline = (*deadline).max(tick);
+    }
+
+    /// Raises `session`'s deadline to `tick` for a promise made elsewhere (another leader's
+    /// entry, or one this node cannot tell apart from one).
+    fn raise_elsewhere(&mut self, session: SessionId, tick: u64) {
+        let deadline = self.deadline_tick.entry(session).or_insert(0);
+        *deadline = (*deadline).max(tick);
+        if let Some((owed, _)) = self.elsewhere.get_mut(&session) {
+            *owed = (*owed).max(tick);
+        }
+    }
+
+    /// The tick before which promises made outside this node's leadership of `term` may
+    /// still hold for `session`.
+    fn owed_elsewhere_tick(&self, session: SessionId, term: Term) -> u64 {
+        match self.elsewhere.get(&session) {
+            Some((owed, t)) if *t == term => *owed,
+            _ => self.deadline_tick.get(&session).copied().unwrap_or(0),
+        }
+    }
+
+    /// A keepalive that the leader took binds `session` to its stream, unless the session
+    /// is bound already by a later keepalive of the client (on another stream).
+    fn bind(&mut self, session: SessionId, bind: Bind) {
+        if let Some(current) = self.bindings.get_mut(&session) {
+            if current.stream == bind.stream {
+                current.seq = current.seq.max(bind.seq);
+                return;
+            }
+            if current.seq >= bind.seq {
+                return;
+            }
+            self.bound_streams.remove(&(current.stream, session));
+            self.letting_go.remove(&session);
+        }
+        self.bindings.insert(
+            session,
+            Binding {
+                stream: bind.stream,
+                seq: bind.seq,
+            },
+        );
+        self.bound_streams.insert((bind.stream, session));
+    }
+
+    /// The stream `stream` ended, closed by `end`. Sessions bound to it by a client that
+    /// closed it are let go of (released as soon as [`LeaseClock::leader_duties`] may);
+    /// a stream the server ended itself only loses its bindings. Nothing happens on a node
+    /// that does not lead, or for a stream nothing is bound to.
+    pub(crate) fn on_stream_end(&mut self, raft: &Raft, stream: u64, end: StreamEnd) {
+        if raft.role != Role::Leader || self.leader_term != Some(raft.term) {
+            return;
+        }
+        let sessions: Vec<SessionId> = self
+            .bound_streams
+            .range((stream, SessionId::MIN)..=(stream, SessionId::MAX))
+            .map(|(_, s)| *s)
+            .collect();
+        let by_client = end == StreamEnd::Client || raft.config.bugs.release_on_server_close;
+        for session in sessions {
+            if by_client {
+                self.letting_go.insert(session);
+            } else {
+                self.bindings.remove(&session);
+                self.bound_streams.remove(&(stream, session));
+            }
+        }
+    }
+
+    /// The stream `session` is bound to in this term, if any (for tests and status pages).
+    pub(crate) fn bound_stream(&self, session: SessionId) -> Option<u64> {
+        self.bindings.get(&session).map(|b| b.stream)
     }
 
     /// This leader proposed a Grant at `index` in `term`, at local tick `now`.
@@ -177,11 +299,10 @@ impl LeaseClock {
         };
         match (command.unsealed(), response) {
             (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
-                let deadline = match own {
-                    Some(_) => now + 1 + ttl_ticks,
-                    None => now + padded(*ttl_ticks, drift),
-                };
-                self.deadline_tick.insert(*session, deadline);
+                match own {
+                    Some(_) => self.raise_own(*session, term, now + 1 + ttl_ticks),
+                    None => self.raise_elsewhere(*session, now + padded(*ttl_ticks, drift)),
+                }
                 if let Some(proposed) = own {
                     // One tick more than the TTL: a successor counts the TTL from the tick
                     // after it applies this entry (`padded` adds it), never from before.
@@ -203,10 +324,7 @@ impl LeaseClock {
                             let c = self.coverage_tick.entry(*s).or_insert(0);
                             *c = (*c).max(proposed + r);
                         }
-                        None => {
-                            let d = self.deadline_tick.entry(*s).or_insert(0);
-                            *d = (*d).max(now + padded(*r, drift));
-                        }
+                        None => self.raise_elsewhere(*s, now + padded(*r, drift)),
                     }
                 }
             }
@@ -214,6 +332,11 @@ impl LeaseClock {
                 if !raft.config.bugs.keep_ended_deadline {
                     self.deadline_tick.remove(session);
                 }
+                self.elsewhere.remove(session);
+                if let Some(b) = self.bindings.remove(session) {
+                    self.bound_streams.remove(&(b.stream, *session));
+                }
+                self.letting_go.remove(session);
                 self.coverage_tick.remove(session);
                 self.renewed.remove(session);
                 self.expiring.remove(session);
@@ -231,6 +354,7 @@ impl LeaseClock {
             .sessions()
             .map(|(s, info)| (s, now + padded(info.remaining_ticks, drift)))
             .collect();
+        self.elsewhere.clear();
         self.coverage_tick.clear();
         self.expiring.clear();
     }
@@ -265,6 +389,9 @@ impl LeaseClock {
             self.duties_tick = Some(now);
             self.propose_expiries(raft, now);
         }
+        if !self.letting_go.is_empty() {
+            self.propose_releases(raft, now);
+        }
         if new_tick || std::mem::take(&mut self.coverage_grew) {
             self.acknowledge_keepalives(raft, sm, now, acks);
         } else {
@@ -273,6 +400,9 @@ impl LeaseClock {
     }
 
     fn drop_leader_state(&mut self) {
+        self.bindings.clear();
+        self.bound_streams.clear();
+        self.letting_go.clear();
         self.coverage_tick.clear();
         self.own.clear();
         self.renewed.clear();
@@ -320,6 +450,37 @@ impl LeaseClock {
         for session in due {
             self.expiring.insert(session);
             raft.append_as_leader(Payload::Command(Command::Expire { session }));
+        }
+    }
+
+    /// Proposes `Release` for every session whose bound stream its client closed, once the
+    /// promises made for it outside this leadership have run out (until then it waits, and
+    /// a later keepalive of the client that binds another stream takes it back). Like
+    /// expiries, only a leader that has applied everything committed before its term
+    /// proposes one: only then has it seen every other leader's promise.
+    fn propose_releases(&mut self, raft: &mut Raft, now: u64) {
+        if raft.check_can_propose().is_err() {
+            return;
+        }
+        let term = raft.term;
+        let due: Vec<SessionId> = self
+            .letting_go
+            .iter()
+            .copied()
+            .filter(|s| {
+                raft.config.bugs.release_ignores_older_promises
+                    || self.owed_elsewhere_tick(*s, term) <= now
+            })
+            .take(EXPIRIES_PER_TICK_MAX)
+            .collect();
+        for session in due {
+            self.letting_go.remove(&session);
+            if let Some(b) = self.bindings.remove(&session) {
+                self.bound_streams.remove(&(b.stream, session));
+            }
+            if self.expiring.insert(session) {
+                raft.append_as_leader(Payload::Command(Command::Release { session }));
+            }
         }
     }
 
@@ -395,17 +556,32 @@ impl LeaseClock {
         self.pending = keep;
     }
 
-    /// Invariant: while not leading, no keepalive waits and no leader-only state is kept.
+    /// Invariant: while not leading, no keepalive waits and no leader-only state is kept
+    /// (no session is bound to a stream: a binding never outlives the term it was made in).
     /// Invariant: every waiting keepalive arrived at or before the current tick, in order.
+    /// Invariant: the index of bindings by stream lists exactly the bindings, and only
+    /// bound sessions whose stream was closed wait to be released.
     pub(crate) fn check_invariants(&self, raft: &Raft) {
         if raft.role != Role::Leader {
             assert!(
-                self.leader_term.is_none() && self.pending.is_empty(),
+                self.leader_term.is_none() && self.pending.is_empty() && self.bindings.is_empty(),
                 "node {}: a {:?} keeps leader lease state",
                 raft.id,
                 raft.role
             );
         }
+        assert!(
+            self.bindings.len() == self.bound_streams.len()
+                && self
+                    .letting_go
+                    .iter()
+                    .all(|s| self.bindings.contains_key(s)),
+            "node {}: {} bindings, {} indexed by stream, {} waiting to be released",
+            raft.id,
+            self.bindings.len(),
+            self.bound_streams.len(),
+            self.letting_go.len()
+        );
         if let (Some(first), Some(last)) = (self.pending.front(), self.pending.back()) {
             assert!(
                 first.received_tick <= last.received_tick && last.received_tick <= raft.now_tick,

@@ -137,6 +137,30 @@ pub struct KeepaliveAck {
     pub ttl_ticks: u64,
 }
 
+/// A keepalive's request that its session share the fate of the stream it came on
+/// (fate-sharing, opt-in per session): see [`Node::keepalive_bound`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bind {
+    /// The driver's id of the stream; never reused while the process runs.
+    pub stream: u64,
+    /// The client's sequence number of the keepalive, increasing across the streams of one
+    /// session: a binding moves only to a later keepalive, so that one that arrives late on
+    /// a stream the client has left does not take the binding back.
+    pub seq: u64,
+}
+
+/// Who ended a stream, as the driver knows it: see [`Node::stream_ended`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The client closed it (its half-close, a reset of the stream or its connection, or
+    /// its connection's end of file): the fate-sharing promise says its holder no longer
+    /// believes in the sessions bound to it.
+    Client,
+    /// The server ended it itself (an error answered, an idle or unanswered connection
+    /// closed, a shutdown), or cannot tell: it says nothing about the holder.
+    Server,
+}
+
 /// Everything the driver must do after feeding the node inputs, in this order:
 ///
 /// 1. Make `hard_state`, `snapshot` and `entries` durable (write and fsync). When
@@ -324,7 +348,7 @@ impl Node {
         self.assert_not_awaiting();
         if matches!(
             command.unsealed(),
-            Command::Expire { .. } | Command::Checkpoint { .. }
+            Command::Expire { .. } | Command::Release { .. } | Command::Checkpoint { .. }
         ) {
             return Err(ProposeError::ClientCommandNotAllowed);
         }
@@ -368,6 +392,21 @@ impl Node {
         tag: u64,
         secret_hash: Option<&crate::sm::SecretHash>,
     ) -> Result<(), ProposeError> {
+        self.keepalive_bound(session, tag, secret_hash, None)
+    }
+
+    /// [`Node::keepalive_as`] that, with `bind`, also binds the session to the stream the
+    /// keepalive came on (fate-sharing): when the client closes that stream, the leader ends
+    /// the session at once instead of after its TTL ([`Node::stream_ended`]). A binding lasts
+    /// for this leader's term at most, and moves only to a keepalive with a higher
+    /// [`Bind::seq`]. Nothing is bound when the keepalive is refused.
+    pub fn keepalive_bound(
+        &mut self,
+        session: SessionId,
+        tag: u64,
+        secret_hash: Option<&crate::sm::SecretHash>,
+        bind: Option<Bind>,
+    ) -> Result<(), ProposeError> {
         self.assert_not_awaiting();
         if !self.sm.secret_matches(session, secret_hash) {
             return Err(ProposeError::Invalid(crate::sm::SmError::WrongSecret(
@@ -375,9 +414,26 @@ impl Node {
             )));
         }
         self.lease
-            .on_keepalive(&self.raft, &self.sm, session, tag)?;
+            .on_keepalive(&self.raft, &self.sm, session, tag, bind)?;
         self.after_input();
         Ok(())
+    }
+
+    /// The stream `stream` ended, as `end` says. For every session a keepalive bound to it
+    /// in this leader's term ([`Node::keepalive_bound`]): when the client closed it, the
+    /// leader proposes `Command::Release` as soon as every promise made for the session
+    /// outside this leadership has run out (at once when there is none); when the server
+    /// ended it, the binding is forgotten and the session lives on its TTL. Changes nothing
+    /// on a node that does not lead.
+    pub fn stream_ended(&mut self, stream: u64, end: StreamEnd) {
+        self.assert_not_awaiting();
+        self.lease.on_stream_end(&self.raft, stream, end);
+        self.after_input();
+    }
+
+    /// The stream `session` is bound to in this leader's term, if any.
+    pub fn bound_stream(&self, session: SessionId) -> Option<u64> {
+        self.lease.bound_stream(session)
     }
 
     /// A linearizable read (`Get` or `Leader`) served without a log entry (leader only); see

@@ -102,7 +102,8 @@ pub enum ProposeError {
     /// The command breaks the cluster's limits; nothing was proposed.
     #[error("invalid command: {0}")]
     Invalid(crate::sm::SmError),
-    /// Clients may not propose commands reserved to the leader (`Expire`, `Checkpoint`).
+    /// Clients may not propose commands reserved to the leader (`Expire`, `Release`,
+    /// `Checkpoint`).
     #[error("this command is reserved to the leader")]
     ClientCommandNotAllowed,
     /// Only `Get` and `Leader` are served as reads without a log entry.

@@ -38,7 +38,11 @@
 //! propose 1 grant ttl=100          also: revoke session=S, campaign ELECTION session=S [value=V],
 //!                                  resign ELECTION session=S, put KEY election=E token=T [value=V],
 //!                                  get KEY, leader ELECTION
-//! keepalive 1 session=S [tag=T]
+//! keepalive 1 session=S [tag=T] [stream=X seq=N]
+//!                                  with `stream`: bind the session to stream X (fate-sharing)
+//! stream-ended 1 stream=X by=client|server
+//!                                  node 1's API layer saw stream X end, closed by the client
+//!                                  or by the server itself
 //! transfer 1 to=2
 //! closed 2 peer=1                  node 2's transport saw its connection to node 1 end
 //! refused 2 peer=1 [stale=true]    node 2's reconnect to node 1's peer port was refused (a
@@ -76,7 +80,7 @@ use std::path::{Path, PathBuf};
 use common::Disk;
 use tenure_core::config::Config;
 use tenure_core::message::{Body, Message};
-use tenure_core::node::{Node, Ready, Role, Status};
+use tenure_core::node::{Bind, Node, Ready, Role, Status, StreamEnd};
 use tenure_core::sm::{Command, LeaderChange, Response};
 use tenure_core::types::{Entry, Membership, NodeId, Payload, Recovered};
 
@@ -87,6 +91,7 @@ const SCRIPTS: &[&str] = &[
     "check_quorum.txt",
     "elections.txt",
     "fast_election.txt",
+    "fate_sharing.txt",
     "lease.txt",
     "membership.txt",
     "prevote.txt",
@@ -113,6 +118,11 @@ fn fast_election() {
 #[test]
 fn lease() {
     run_script("lease.txt");
+}
+
+#[test]
+fn fate_sharing() {
+    run_script("fate_sharing.txt");
 }
 
 #[test]
@@ -370,7 +380,25 @@ impl Harness {
                 let id = a.node(0);
                 let session = a.req("session");
                 let tag = a.num("tag").unwrap_or(0);
-                self.input(id, &mut out, "", |n| n.keepalive(session, tag));
+                let bind = a.num("stream").map(|stream| Bind {
+                    stream,
+                    seq: a.num("seq").unwrap_or(tag),
+                });
+                self.input(id, &mut out, "", |n| {
+                    n.keepalive_bound(session, tag, None, bind)
+                });
+            }
+            "stream-ended" => {
+                let stream = a.req("stream");
+                let end = match a.str("by") {
+                    Some("client") => StreamEnd::Client,
+                    Some("server") => StreamEnd::Server,
+                    other => panic!("stream-ended needs by=client|server, got {other:?}"),
+                };
+                self.input(a.node(0), &mut out, "", |n| {
+                    n.stream_ended(stream, end);
+                    Ok::<(), String>(())
+                });
             }
             "closed" => {
                 let peer = a.req("peer");
@@ -1113,6 +1141,7 @@ fn fmt_command(c: &Command) -> String {
         Command::Grant { ttl_ticks } => format!("Grant(ttl={ttl_ticks})"),
         Command::Revoke { session } => format!("Revoke({session})"),
         Command::Expire { session } => format!("Expire({session})"),
+        Command::Release { session } => format!("Release({session})"),
         Command::Checkpoint { remaining } => {
             let v: Vec<String> = remaining.iter().map(|(s, r)| format!("{s}:{r}")).collect();
             format!("Checkpoint({})", v.join(","))

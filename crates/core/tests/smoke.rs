@@ -45,16 +45,14 @@ fn propose_and_settle(c: &mut Cluster, leader: u64, cmd: Command) -> (u64, Respo
     (p.index, a.response)
 }
 
-#[test]
-fn keepalives_are_acknowledged_and_silent_sessions_expire() {
-    let mut c = Cluster::new(3);
-    let l = c.elect();
-    let (_, r) = propose_and_settle(&mut c, l, Command::Grant { ttl_ticks: 60 });
+/// A session of `ttl_ticks` granted at leader `l`, leading election "e" with token 1.
+fn leading_session(c: &mut Cluster, l: u64, ttl_ticks: u64) -> u64 {
+    let (_, r) = propose_and_settle(c, l, Command::Grant { ttl_ticks });
     let Response::Granted { session, .. } = r else {
         panic!("{r:?}")
     };
     let (_, r) = propose_and_settle(
-        &mut c,
+        c,
         l,
         Command::Campaign {
             election: "e".into(),
@@ -69,6 +67,14 @@ fn keepalives_are_acknowledged_and_silent_sessions_expire() {
             position: 0
         }
     );
+    session
+}
+
+#[test]
+fn keepalives_are_acknowledged_and_silent_sessions_expire() {
+    let mut c = Cluster::new(3);
+    let l = c.elect();
+    let session = leading_session(&mut c, l, 60);
     for round in 0..10 {
         c.node_mut(l).keepalive(session, round).unwrap();
         c.ticks(20);
@@ -252,4 +258,46 @@ fn restart_adopts_the_term_of_entries_persisted_before_the_hard_state() {
     let s = node.status();
     assert_eq!((s.term, s.vote, s.last_index), (3, None, 2));
     node.check_invariants();
+}
+
+/// Fate-sharing: a session bound to its keepalive stream ends as soon as its client closes
+/// that stream, never when the server ends the stream itself, and no client may propose the
+/// `Release` that ends it.
+#[test]
+fn a_bound_session_is_released_when_its_client_closes_the_stream() {
+    use tenure_core::node::{Bind, ProposeError, StreamEnd};
+    let mut c = Cluster::new(3);
+    let l = c.elect();
+    let session = leading_session(&mut c, l, 600);
+    assert_eq!(
+        c.node_mut(l).propose(Command::Release { session }),
+        Err(ProposeError::ClientCommandNotAllowed)
+    );
+    let bind = |stream, seq| Some(Bind { stream, seq });
+    c.node_mut(l)
+        .keepalive_bound(session, 1, None, bind(11, 1))
+        .expect("the leader takes it");
+    assert_eq!(c.node(l).bound_stream(session), Some(11));
+    // The server closed stream 11 itself (an idle connection): nothing ends.
+    c.node_mut(l).stream_ended(11, StreamEnd::Server);
+    assert_eq!(c.node(l).bound_stream(session), None);
+    c.ticks(20);
+    assert!(c.node(l).state_machine().session(session).is_some());
+    // Bound again, then the client closes the stream: the session ends within a few ticks,
+    // not after its 600.
+    c.node_mut(l)
+        .keepalive_bound(session, 2, None, bind(12, 2))
+        .expect("the leader takes it");
+    c.node_mut(l).stream_ended(12, StreamEnd::Client);
+    c.flush();
+    c.deliver_all();
+    c.ticks(3);
+    for id in 1..=3 {
+        let sm = c.node(id).state_machine();
+        assert!(
+            sm.session(session).is_none(),
+            "node {id} still has the session"
+        );
+        assert_eq!(sm.leader("e"), None, "node {id}");
+    }
 }

@@ -37,7 +37,9 @@
 use std::collections::BTreeMap;
 
 use tenure_core::event::NodeEvent;
-use tenure_core::node::{Applied, KeepaliveAck, Node, ProposeError, Ready, Role, Status};
+use tenure_core::node::{
+    Applied, Bind, KeepaliveAck, Node, ProposeError, Ready, Role, Status, StreamEnd,
+};
 use tenure_core::read::ReadResult;
 use tenure_core::sm::{Command, RequestId, Response, SessionId, SmError};
 use tenure_core::types::{Index, NodeId, Term};
@@ -139,7 +141,7 @@ pub struct KeepaliveAnswer<K> {
 ///
 /// Elections, step-downs (with the core's own reason), leaders learned of and membership
 /// changes come from the core's account, `Ready::events` (see [`DriverCore::on_ready`]);
-/// expiries and fenced rejections from the applied entries.
+/// expiries, releases and fenced rejections from the applied entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A proposal of this node was applied this long after it was proposed.
@@ -175,6 +177,12 @@ pub enum Event {
         /// The session.
         session: SessionId,
     },
+    /// A fate-sharing session was ended by a committed `Release`: the client closed the
+    /// stream it was bound to (its holder let go, or its process exited).
+    SessionReleased {
+        /// The session.
+        session: SessionId,
+    },
     /// A fenced write was rejected for its token (or for naming another election).
     FencedRejection {
         /// The key written.
@@ -206,6 +214,7 @@ impl Event {
             Event::LeaderKnown { leader, .. } if *leader == me => "leader_elected",
             Event::LeaderKnown { .. } => "leader_known",
             Event::SessionExpired { .. } => "session_expired",
+            Event::SessionReleased { .. } => "session_released",
             Event::FencedRejection { .. } => "fenced_write_rejected",
             Event::ElectionLeaderChanged => "election_leader_changed",
         }
@@ -264,6 +273,10 @@ impl std::fmt::Display for Worded<'_> {
                 }
             }
             Event::SessionExpired { session } => write!(f, "session {session} expired"),
+            Event::SessionReleased { session } => write!(
+                f,
+                "session {session} released: the client closed the stream it was bound to"
+            ),
             Event::FencedRejection { key, error, .. } => {
                 write!(f, "fenced write to {key:?} rejected: {error}")
             }
@@ -493,9 +506,24 @@ impl<P, K> DriverCore<P, K> {
         secret_hash: Option<tenure_core::sm::SecretHash>,
         reply: K,
     ) {
+        self.keepalive_bound(node, now_us, session, secret_hash, None, reply);
+    }
+
+    /// [`DriverCore::keepalive_as`] that, with `bind`, binds the session to the stream the
+    /// keepalive came on (fate-sharing, [`Node::keepalive_bound`]); the driver reports the
+    /// stream's end with [`DriverCore::stream_ended`].
+    pub fn keepalive_bound(
+        &mut self,
+        node: &mut Node,
+        now_us: Micros,
+        session: SessionId,
+        secret_hash: Option<tenure_core::sm::SecretHash>,
+        bind: Option<Bind>,
+        reply: K,
+    ) {
         let tag = self.next_tag;
         self.next_tag += 1;
-        match node.keepalive_as(session, tag, secret_hash.as_ref()) {
+        match node.keepalive_bound(session, tag, secret_hash.as_ref(), bind) {
             Ok(()) => {
                 // Only sessions the node knows: an unknown id must not grow this map.
                 if let Some(previous) = self.last_keepalive_us.insert(session, now_us) {
@@ -523,6 +551,14 @@ impl<P, K> DriverCore<P, K> {
                 outcome: KeepaliveOutcome::Refused(e),
             }),
         }
+        self.observe(node, now_us);
+    }
+
+    /// A stream that keepalives came on ended, closed by `end`: the sessions bound to it
+    /// are released if its client closed it ([`Node::stream_ended`]). A driver must say
+    /// [`StreamEnd::Server`] for every end it caused itself or cannot attribute.
+    pub fn stream_ended(&mut self, node: &mut Node, now_us: Micros, stream: u64, end: StreamEnd) {
+        node.stream_ended(stream, end);
         self.observe(node, now_us);
     }
 
@@ -740,6 +776,11 @@ impl<P, K> DriverCore<P, K> {
                 self.out
                     .events
                     .push(Event::SessionExpired { session: *session });
+            }
+            (Command::Release { .. }, Response::Ended { session }) => {
+                self.out
+                    .events
+                    .push(Event::SessionReleased { session: *session });
             }
             (
                 Command::FencedPut {

@@ -400,6 +400,7 @@ async fn renew(
                 session_id: session,
                 seq,
                 session_secret: tenure_proto::process_session_secret(),
+                bind: false,
             })
             .await;
         let opened = tokio::time::timeout(OP_TIMEOUT, c.keep_alive(ReceiverStream::new(rx))).await;
@@ -443,7 +444,7 @@ async fn renew(
                     }
                     seq += 1;
                     pending.insert(seq, now);
-                    let request = v1::KeepAliveRequest { session_id: session, seq, session_secret: tenure_proto::process_session_secret() };
+                    let request = v1::KeepAliveRequest { session_id: session, seq, session_secret: tenure_proto::process_session_secret(), bind: false };
                     if tx.send(request).await.is_err() {
                         continue 'streams;
                     }

@@ -8,7 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use tenure_core::node::{Bind, StreamEnd};
 use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SecretHash, SessionId, SmError};
 use tenure_core::types::NodeId;
 use tenure_proto::v1;
@@ -22,7 +23,8 @@ use tonic::{Request, Status};
 
 use crate::auth::{Action, Denied, Policy};
 use crate::config::{NodeAddrs, ServerConfig};
-use crate::driver::{ApiError, ClientRequest, DriverHandle, ListRequest, Listing};
+use crate::conn::{ConnEnd, ConnEnds};
+use crate::driver::{ApiError, ClientRequest, DriverHandle, Input, ListRequest, Listing};
 use crate::metrics::Metrics;
 
 use tenure_proto::SESSION_SECRET_BYTES;
@@ -38,11 +40,21 @@ pub struct Api {
     observe_streams: StreamPool,
     config: Arc<ServerConfig>,
     policy: Option<Arc<Policy>>,
+    /// How the client port's connections ended, for the KeepAlive streams on them.
+    conn_ends: ConnEnds,
+    /// The id of the next KeepAlive stream (fate-sharing bindings name streams by it).
+    next_stream: Arc<AtomicU64>,
 }
 
 impl Api {
-    /// Build the API over a running driver.
-    pub fn new(config: &ServerConfig, driver: DriverHandle, policy: Option<Arc<Policy>>) -> Api {
+    /// Build the API over a running driver; `conn_ends` is the client port's record of how
+    /// its connections end ([`crate::conn::Gate::ends`]).
+    pub fn new(
+        config: &ServerConfig,
+        driver: DriverHandle,
+        policy: Option<Arc<Policy>>,
+        conn_ends: ConnEnds,
+    ) -> Api {
         Api {
             driver,
             nodes: Arc::new(config.nodes.clone()),
@@ -52,6 +64,8 @@ impl Api {
             observe_streams: StreamPool::new(StreamKind::Observe, config.observe_streams_max),
             config: Arc::new(config.clone()),
             policy,
+            conn_ends,
+            next_stream: Arc::new(AtomicU64::new(1)),
         }
     }
 
@@ -241,6 +255,13 @@ impl Api {
     }
 }
 
+/// Who ended a KeepAlive stream that this server did not end with an error: the client
+/// only if the connection carrying it was ended from the client's side first (its end of
+/// file or its reset read from the socket: its process exited, or it closed the
+/// connection). The stream's own end tells nothing here: gRPC hands a handler the same end
+/// of stream for the client's half-close, its reset of the stream, and a connection this
+/// server dropped (its ping timeout), so a stream-level end counts as the server's, which
+/// never releases a session (docs/GUARANTEES.md "Fate-sharing sessions").
 /// Keepalives of one stream being answered at once. A stream may carry the renewals of
 /// thousands of leases (the bench sends 625 at a time on each of 16 streams), so this only
 /// stops a client that sends without ever reading from piling up tasks without end.
@@ -387,26 +408,38 @@ impl v1::sessions_server::Sessions for Api {
     ) -> Result<tonic::Response<Self::KeepAliveStream>, Status> {
         self.authorize(&req, Action::Session)?;
         let slot = self.keepalive_streams.take(&self.driver.metrics)?;
+        let conn_end = req.remote_addr().and_then(|peer| self.conn_ends.of(peer));
         let mut incoming = req.into_inner();
         let (tx, rx) = mpsc::channel::<Result<v1::KeepAliveResponse, Status>>(256);
         let api = self.clone();
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let _slot = slot;
             let in_flight = Arc::new(Semaphore::new(KEEPALIVES_IN_FLIGHT_MAX));
-            loop {
+            // Set before this server ends the stream with an error: no end after it is the
+            // client's.
+            let ended_here = Arc::new(AtomicBool::new(false));
+            let mut bound = false;
+            let how = loop {
                 // The stream ends when the client stops sending or stops listening.
                 let item = tokio::select! {
                     item = incoming.next() => item,
-                    _ = tx.closed() => break,
+                    _ = tx.closed() => break "its answers are no longer read",
                 };
-                let Some(Ok(ka)) = item else { break };
+                let ka = match item {
+                    Some(Ok(ka)) => ka,
+                    Some(Err(_)) => break "its requests broke off",
+                    None => break "its requests ended",
+                };
                 // A client that sends faster than it is answered waits here (and HTTP/2
                 // flow control holds it back) instead of piling up tasks.
                 let Ok(answering) = Arc::clone(&in_flight).acquire_owned().await else {
-                    break;
+                    break "it was closed";
                 };
+                bound |= ka.bind;
                 let api = api.clone();
                 let tx = tx.clone();
+                let ended_here = Arc::clone(&ended_here);
                 // Each keepalive is answered on its own, so that one waiting for the lease
                 // does not hold up the next.
                 tokio::spawn(async move {
@@ -415,16 +448,22 @@ impl v1::sessions_server::Sessions for Api {
                     let secret_hash = match api.secret_hash(&ka.session_secret) {
                         Ok(h) => h,
                         Err(status) => {
+                            ended_here.store(true, Ordering::SeqCst);
                             let _ = tx.send(Err(status)).await;
                             return;
                         }
                     };
+                    let bind = ka.bind.then_some(Bind {
+                        stream,
+                        seq: ka.seq,
+                    });
                     let answer = api
                         .driver
                         .call(
                             |reply| ClientRequest::KeepAlive {
                                 session,
                                 secret_hash,
+                                bind,
                                 reply,
                             },
                             api.timeout,
@@ -436,10 +475,42 @@ impl v1::sessions_server::Sessions for Api {
                             seq: ka.seq,
                             ttl_ms: ttl_ticks * api.tick_ms,
                         }),
-                        Err(e) => Err(api.status(e)),
+                        Err(e) => {
+                            // An error ends the stream: this server's end, not the client's.
+                            ended_here.store(true, Ordering::SeqCst);
+                            Err(api.status(e))
+                        }
                     };
                     let _ = tx.send(msg).await;
                 });
+            };
+            let end = if !ended_here.load(Ordering::SeqCst)
+                && conn_end.as_deref().is_some_and(ConnEnd::by_peer)
+            {
+                StreamEnd::Client
+            } else {
+                StreamEnd::Server
+            };
+            tracing::debug!(
+                event = "keepalive_stream_ended",
+                stream,
+                bound,
+                by = ?end,
+                "KeepAlive stream {stream} ended ({how}); ended by the {end:?}"
+            );
+            let metrics = &api.driver.metrics;
+            match end {
+                StreamEnd::Client => &metrics.keepalive_streams_closed_by_client,
+                StreamEnd::Server => &metrics.keepalive_streams_closed_by_server,
+            }
+            .fetch_add(1, Ordering::Relaxed);
+            if bound {
+                // Best effort: a driver that is gone or full has stopped leading or will
+                // let the sessions expire on their TTL.
+                let _ = api
+                    .driver
+                    .inputs
+                    .try_send(Input::Client(ClientRequest::StreamEnded { stream, end }));
             }
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,6 +20,74 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
+
+/// Who ended a client connection first, as its socket saw it: the question fate-sharing
+/// sessions ask of a KeepAlive stream whose connection ended (docs/GUARANTEES.md
+/// "Fate-sharing sessions"). Only an end of file or a reset read from the socket is the
+/// peer's; the server's own idle timeout, a shutdown it began, a connection it dropped, and
+/// any error it cannot attribute are its own. The first end noted stays.
+#[derive(Debug, Default)]
+pub struct ConnEnd(AtomicU8);
+
+impl ConnEnd {
+    const OPEN: u8 = 0;
+    const BY_PEER: u8 = 1;
+    const HERE: u8 = 2;
+
+    fn note(&self, end: u8) {
+        let _ = self
+            .0
+            .compare_exchange(ConnEnd::OPEN, end, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Whether the peer ended the connection (its end of file or its reset was read before
+    /// this server ended the connection in any way).
+    pub fn by_peer(&self) -> bool {
+        self.0.load(Ordering::SeqCst) == ConnEnd::BY_PEER
+    }
+}
+
+/// An error of a socket read or write that says the peer ended the connection.
+fn peer_ended(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+    )
+}
+
+/// The live connections of one port by their peer's address, each with its [`ConnEnd`],
+/// so that a gRPC handler (which knows its peer's address) can ask how its connection
+/// ended. An address names one live connection at a time.
+#[derive(Clone, Debug, Default)]
+pub struct ConnEnds(Arc<Mutex<HashMap<SocketAddr, Arc<ConnEnd>>>>);
+
+impl ConnEnds {
+    /// The end record of the live connection from `peer`.
+    pub fn of(&self, peer: SocketAddr) -> Option<Arc<ConnEnd>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&peer)
+            .cloned()
+    }
+
+    fn insert(&self, peer: SocketAddr) -> Arc<ConnEnd> {
+        let end = Arc::new(ConnEnd::default());
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer, Arc::clone(&end));
+        end
+    }
+
+    fn remove(&self, peer: SocketAddr, end: &Arc<ConnEnd>) {
+        let mut conns = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if conns.get(&peer).is_some_and(|e| Arc::ptr_eq(e, end)) {
+            conns.remove(&peer);
+        }
+    }
+}
 
 /// What one port allows.
 #[derive(Clone, Debug)]
@@ -54,6 +122,8 @@ pub struct Gate {
     metrics: Arc<PortMetrics>,
     /// The last accept failed (out of file descriptors, most likely).
     accept_failing: Arc<std::sync::atomic::AtomicBool>,
+    /// How each live connection ended, by its peer's address.
+    ends: ConnEnds,
 }
 
 impl Gate {
@@ -65,7 +135,13 @@ impl Gate {
             per_ip: Arc::new(Mutex::new(HashMap::new())),
             metrics,
             accept_failing: Arc::default(),
+            ends: ConnEnds::default(),
         }
+    }
+
+    /// How this port's live connections end (see [`ConnEnd`]).
+    pub fn ends(&self) -> ConnEnds {
+        self.ends.clone()
     }
 
     /// Whether a new connection would find a slot now (and the port can accept at all).
@@ -138,7 +214,7 @@ impl Gate {
                     match tokio::time::timeout(gate.limits.handshake, stream.peek(&mut first)).await
                     {
                         Ok(Ok(n)) if n > 0 => {
-                            let conn = Conn::new(stream, admission, gate.limits.idle);
+                            let conn = Conn::new(stream, admission, gate.limits.idle, peer);
                             let _ = tx.send((conn, peer)).await;
                         }
                         // Closed before a word, or failed.
@@ -176,21 +252,26 @@ impl Drop for Admission {
 }
 
 /// An admitted client connection: closed (an error on read) once it has moved no byte for
-/// its idle timeout.
+/// its idle timeout. It notes who ended it first ([`ConnEnd`]).
 pub struct Conn {
     stream: TcpStream,
     admission: Admission,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
+    peer: SocketAddr,
+    end: Arc<ConnEnd>,
 }
 
 impl Conn {
-    fn new(stream: TcpStream, admission: Admission, idle: Duration) -> Conn {
+    fn new(stream: TcpStream, admission: Admission, idle: Duration, peer: SocketAddr) -> Conn {
+        let end = admission.gate.ends.insert(peer);
         Conn {
             stream,
             admission,
             idle,
             deadline: Box::pin(tokio::time::sleep(idle)),
+            peer,
+            end,
         }
     }
 
@@ -203,9 +284,18 @@ impl Conn {
     fn idled_out(&mut self, cx: &mut Context<'_>) -> bool {
         if std::future::Future::poll(self.deadline.as_mut(), cx).is_ready() {
             self.admission.gate.metrics.timed_out.fetch_add(1, Relaxed);
+            self.end.note(ConnEnd::HERE);
             return true;
         }
         false
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Dropped without an end noted: the server let go of it.
+        self.end.note(ConnEnd::HERE);
+        self.admission.gate.ends.remove(self.peer, &self.end);
     }
 }
 
@@ -223,10 +313,16 @@ impl AsyncRead for Conn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
+        let room = buf.remaining() > 0;
         match Pin::new(&mut self.stream).poll_read(cx, buf) {
             Poll::Ready(result) => {
-                if buf.filled().len() > before {
-                    self.moved();
+                match &result {
+                    Ok(()) if buf.filled().len() > before => self.moved(),
+                    // End of file: the peer closed its side (its process may be gone).
+                    Ok(()) if room => self.end.note(ConnEnd::BY_PEER),
+                    Ok(()) => {}
+                    Err(e) if peer_ended(e) => self.end.note(ConnEnd::BY_PEER),
+                    Err(_) => self.end.note(ConnEnd::HERE),
                 }
                 Poll::Ready(result)
             }
@@ -250,7 +346,15 @@ impl AsyncWrite for Conn {
                 Poll::Ready(Ok(n))
             }
             Poll::Pending if self.idled_out(cx) => Poll::Ready(Err(idle_error())),
-            other => other,
+            Poll::Ready(Err(e)) => {
+                self.end.note(if peer_ended(&e) {
+                    ConnEnd::BY_PEER
+                } else {
+                    ConnEnd::HERE
+                });
+                Poll::Ready(Err(e))
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -259,6 +363,8 @@ impl AsyncWrite for Conn {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        // The server closes its side: whatever the peer does next answers that.
+        self.end.note(ConnEnd::HERE);
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

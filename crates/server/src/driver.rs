@@ -130,8 +130,18 @@ pub enum ClientRequest {
         session: SessionId,
         /// The hash of the secret the client presented, if any.
         secret_hash: Option<tenure_core::sm::SecretHash>,
+        /// Fate-sharing: bind the session to the KeepAlive stream the request came on.
+        bind: Option<tenure_core::node::Bind>,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<u64, ApiError>>,
+    },
+    /// A KeepAlive stream that bound sessions ended (no answer): see
+    /// [`tenure_core::node::Node::stream_ended`].
+    StreamEnded {
+        /// The stream.
+        stream: u64,
+        /// Who ended it, as the API layer can tell.
+        end: tenure_core::node::StreamEnd,
     },
     /// Transfer Raft leadership.
     TransferLeader {
@@ -573,10 +583,14 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
             ClientRequest::KeepAlive {
                 session,
                 secret_hash,
+                bind,
                 reply,
             } => {
                 self.core
-                    .keepalive_as(&mut self.node, now, session, secret_hash, reply);
+                    .keepalive_bound(&mut self.node, now, session, secret_hash, bind, reply);
+            }
+            ClientRequest::StreamEnded { stream, end } => {
+                self.core.stream_ended(&mut self.node, now, stream, end);
             }
             ClientRequest::TransferLeader { to, reply } => {
                 // 0 names no node: the leader picks the voter that is most caught up.
@@ -819,6 +833,10 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 }
                 Event::SessionExpired { session } => {
                     m.session_expiries.fetch_add(1, Relaxed);
+                    tracing::info!(event = kind, node, session, "{words}");
+                }
+                Event::SessionReleased { session } => {
+                    m.session_releases.fetch_add(1, Relaxed);
                     tracing::info!(event = kind, node, session, "{words}");
                 }
                 Event::FencedRejection {

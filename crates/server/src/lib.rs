@@ -426,7 +426,17 @@ pub async fn run(
     });
 
     let policy = policy.map(std::sync::Arc::new);
-    let api = api::Api::new(&config, handle.clone(), policy.clone());
+    let limits = |max: usize| conn::Limits {
+        max,
+        per_ip_max: config.connections_per_ip_max,
+        handshake: Duration::from_millis(config.handshake_timeout_ms),
+        idle: Duration::from_millis(config.idle_timeout_ms),
+    };
+    let client_gate = conn::Gate::new(
+        limits(config.connections_max),
+        Arc::clone(&handle.metrics.client_connections),
+    );
+    let api = api::Api::new(&config, handle.clone(), policy.clone(), client_gate.ends());
     let limit = config.message_bytes_max;
     let ping = Duration::from_millis(config.idle_timeout_ms / 3);
     let mut grpc = tonic::transport::Server::builder()
@@ -453,16 +463,6 @@ pub async fn run(
         )
         .add_service(v1::cluster_server::ClusterServer::new(api).max_decoding_message_size(limit));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let limits = |max: usize| conn::Limits {
-        max,
-        per_ip_max: config.connections_per_ip_max,
-        handshake: Duration::from_millis(config.handshake_timeout_ms),
-        idle: Duration::from_millis(config.idle_timeout_ms),
-    };
-    let client_gate = conn::Gate::new(
-        limits(config.connections_max),
-        Arc::clone(&handle.metrics.client_connections),
-    );
     let http_gate = conn::Gate::new(
         limits(config.http_connections_max),
         Arc::clone(&handle.metrics.http_connections),

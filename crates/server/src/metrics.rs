@@ -92,6 +92,15 @@ pub struct Metrics {
     pub lease_age_at_renewal: Histogram,
     /// Sessions expired (applied `Expire` entries).
     pub session_expiries: AtomicU64,
+    /// Fate-sharing sessions released because their client closed the stream they were
+    /// bound to (applied `Release` entries).
+    pub session_releases: AtomicU64,
+    /// KeepAlive streams that ended, by who ended them: the client (its half-close, a
+    /// reset, its connection's end) or this server (an error answered, a connection it
+    /// closed, a shutdown, or an end it could not attribute).
+    pub keepalive_streams_closed_by_client: AtomicU64,
+    /// See `keepalive_streams_closed_by_client`.
+    pub keepalive_streams_closed_by_server: AtomicU64,
     /// Fenced writes rejected for a stale or unissued token.
     pub fenced_rejections: AtomicU64,
     /// Changes of leader in elections (applied).
@@ -160,6 +169,9 @@ impl Default for Metrics {
             lease_renewal: Histogram::new(LATENCY_BUCKETS_MS),
             lease_age_at_renewal: Histogram::new(LATENCY_BUCKETS_MS),
             session_expiries: AtomicU64::new(0),
+            session_releases: AtomicU64::new(0),
+            keepalive_streams_closed_by_client: AtomicU64::new(0),
+            keepalive_streams_closed_by_server: AtomicU64::new(0),
             fenced_rejections: AtomicU64::new(0),
             election_leader_changes: AtomicU64::new(0),
             failover: Histogram::new(LATENCY_BUCKETS_MS),
@@ -250,6 +262,12 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "tenure_session_releases_total",
+            "Fate-sharing sessions released because their client closed the stream they were bound to.",
+            &self.session_releases,
+        );
+        counter(
+            &mut out,
             "tenure_fenced_write_rejections_total",
             "Fenced writes rejected for a stale or unissued token.",
             &self.fenced_rejections,
@@ -302,6 +320,18 @@ impl Metrics {
             "tenure_keepalive_streams_refused_total",
             "KeepAlive streams refused RESOURCE_EXHAUSTED (keepalive_streams_max reached).",
             &self.keepalive_streams_refused,
+        );
+        counter(
+            &mut out,
+            "tenure_keepalive_streams_closed_by_client_total",
+            "KeepAlive streams the client closed (its half-close, a reset, its connection's end).",
+            &self.keepalive_streams_closed_by_client,
+        );
+        counter(
+            &mut out,
+            "tenure_keepalive_streams_closed_by_server_total",
+            "KeepAlive streams this server ended (an error answered, a connection it closed, a shutdown, or an end it could not attribute).",
+            &self.keepalive_streams_closed_by_server,
         );
         gauge(
             &mut out,

@@ -21,23 +21,9 @@ async fn a_session_is_used_only_with_its_secret() {
 
     // The holder: a session (granted with the harness's secret) leading "jobs", and a
     // second candidate queued behind it.
-    let holder = client.grant(TTL_MS).await.expect("grant");
-    let token = client
-        .campaign_uncontested("jobs", holder)
-        .await
-        .expect("campaign");
-    let queued = client.grant(60_000).await.expect("grant");
+    let (holder, token, queued) = client.holder_and_second("jobs", TTL_MS).await;
     let ch = c.channel_without_timeout(leader);
-    let queued_campaign = {
-        let candidate = Caller::new(ch.clone());
-        let campaign = v1::CampaignRequest {
-            election: "jobs".into(),
-            session_id: queued,
-            session_secret: secret(),
-            ..Default::default()
-        };
-        tokio::spawn(async move { candidate.send(campaign).await })
-    };
+    let queued_campaign = campaign_in_background(ch.clone(), "jobs", queued);
     // Keep the holder alive for now (the harness's own keepalive stream).
     let mut renewals = KeepAlives::open(ch.clone()).await.expect("open keepalive");
     let ka_tx = renewals.sender();
@@ -49,6 +35,7 @@ async fn a_session_is_used_only_with_its_secret() {
                 session_id: holder,
                 seq,
                 session_secret: secret(),
+                bind: false,
             };
             if ka_tx.send(request).await.is_err() {
                 return;
@@ -63,17 +50,7 @@ async fn a_session_is_used_only_with_its_secret() {
 
     // The stranger learns the holder's session id from Leader().
     let stranger = Caller::new(ch.clone());
-    let who_leads = || async {
-        stranger
-            .send(v1::LeaderRequest {
-                election: "jobs".into(),
-            })
-            .await
-            .expect("leader")
-            .leader
-            .map(|l| (l.session_id, l.token))
-    };
-    assert_eq!(who_leads().await, Some((holder, token)));
+    assert_eq!(who_leads(&stranger, "jobs").await, Some((holder, token)));
     let before = c.status_of(leader).await;
 
     // Every call that acts for the holder's session, sent with a stranger's secret.
@@ -121,7 +98,7 @@ async fn a_session_is_used_only_with_its_secret() {
     }
     let after = c.status_of(leader).await;
     assert_eq!(after.sessions, before.sessions, "a session was ended");
-    assert_eq!(who_leads().await, Some((holder, token)));
+    assert_eq!(who_leads(&stranger, "jobs").await, Some((holder, token)));
 
     // The holder stops renewing; the stranger keeps "renewing" for it, and is refused
     // each time. The session expires within its TTL (plus the expiry's commit), and the
@@ -141,6 +118,7 @@ async fn a_session_is_used_only_with_its_secret() {
                 } else {
                     vec![0x5a; 16]
                 },
+                bind: false,
             };
             if tx.send(request).await.is_err() {
                 return;

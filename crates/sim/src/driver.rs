@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use tenure_core::config::Config;
 use tenure_core::event::NodeEvent;
 use tenure_core::message::Body;
-use tenure_core::node::{Node, ProposeError, Ready, Role, Status};
+use tenure_core::node::{Bind, Node, ProposeError, Ready, Role, Status, StreamEnd};
 use tenure_core::types::{Index, NodeId};
 use tenure_driver::{
     DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Outcome, ReadyParts,
@@ -59,6 +59,21 @@ struct ProposalFrom {
 struct KeepaliveFrom {
     client: ClientId,
     tag: u64,
+}
+
+/// Most ended streams a node remembers, so that a keepalive arriving on one after its end
+/// (which TCP would never deliver) is dropped.
+const ENDED_STREAMS_MAX: usize = 4_096;
+
+/// A stream of keepalives a client opened to this node (fate-sharing seeds): the server's
+/// API layer's view of it, as the server's `KeepAlive` handler has one.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenStream {
+    /// The client at the other end.
+    pub client: ClientId,
+    /// Since when (true time) the client has been unreachable or unresponsive, as the
+    /// server's pings would find it; `None` while it answers.
+    pub unresponsive_since_us: Option<SimTimeUs>,
 }
 
 /// The pieces of the world a driver needs while handling one input.
@@ -152,6 +167,10 @@ pub struct NodeSlot {
     /// while the node is down.
     core: Option<DriverCore<ProposalFrom, KeepaliveFrom>>,
     watchers: BTreeMap<ClientId, String>,
+    /// Keepalive streams open at this process (fate-sharing seeds), by id.
+    pub streams: BTreeMap<u64, OpenStream>,
+    /// Streams that ended here, oldest first (bounded by `ENDED_STREAMS_MAX`).
+    ended_streams: VecDeque<u64>,
     commit_noted: Index,
     sm_applied_noted: Option<Index>,
     /// The local tick at which a held lease was last observed (once per tick is enough).
@@ -190,6 +209,8 @@ impl NodeSlot {
             status: None,
             core: None,
             watchers: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            ended_streams: VecDeque::new(),
             commit_noted: 0,
             sm_applied_noted: None,
             lease_noted_tick: None,
@@ -238,6 +259,9 @@ impl NodeSlot {
         // Nothing a crashed process was waiting to answer is ever answered.
         self.core = None;
         self.watchers.clear();
+        // A process's streams die with it (its clients see their connections reset).
+        self.streams.clear();
+        self.ended_streams.clear();
         self.paused = false;
         self.crash_mid_ready = false;
         self.after_fsync = None;
@@ -349,12 +373,56 @@ impl NodeSlot {
                 session,
                 tag,
                 watch,
+                stream,
             } => {
+                let bind = match stream {
+                    Some(stream) if self.ended_streams.contains(&stream) => {
+                        // The stream has ended here: TCP would deliver nothing more on it,
+                        // and the client learns that it is gone.
+                        self.reply(client, ClientReply::StreamEnded { stream }, ctx);
+                        return;
+                    }
+                    Some(stream) => {
+                        self.streams.entry(stream).or_insert(OpenStream {
+                            client,
+                            unresponsive_since_us: None,
+                        });
+                        Some(Bind { stream, seq: tag })
+                    }
+                    None => None,
+                };
                 let from = KeepaliveFrom { client, tag };
-                in_core(|| core.keepalive(node, ctx.now_us, session, from));
+                in_core(|| core.keepalive_bound(node, ctx.now_us, session, None, bind, from));
                 self.set_watch(client, watch);
             }
         }
+    }
+
+    /// The stream `stream` ended, as `end` says: the client closed it, or this server ended
+    /// it (then its client is told). A stream this process never saw is remembered as ended
+    /// all the same (a keepalive sent on it before the close may still be on its way).
+    pub fn end_stream(&mut self, stream: u64, end: StreamEnd, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(node) = self.node.as_mut() else {
+            return Drive::Running;
+        };
+        let open = self.streams.remove(&stream);
+        if self.ended_streams.contains(&stream) {
+            return Drive::Running;
+        }
+        if self.ended_streams.len() >= ENDED_STREAMS_MAX {
+            self.ended_streams.pop_front();
+        }
+        self.ended_streams.push_back(stream);
+        ctx.trace.log(ctx.now_us, || {
+            format!("node {}: stream {stream:#x} ended by the {end:?}", self.id)
+        });
+        if let Some(core) = self.core.as_mut() {
+            in_core(|| core.stream_ended(node, ctx.now_us, stream, end));
+        }
+        if let (StreamEnd::Server, Some(open)) = (end, open) {
+            self.reply(open.client, ClientReply::StreamEnded { stream }, ctx);
+        }
+        self.drive(ctx)
     }
 
     /// Turns the driver core's answers into replies on the simulated network, exactly as

@@ -145,6 +145,10 @@ pub fn command(h: &mut Fnv64, command: &Command) {
             h.str(&addresses.client);
             h.str(&addresses.http);
         }
+        Command::Release { session } => {
+            h.u64(13);
+            h.u64(*session);
+        }
         #[allow(unreachable_patterns)]
         other => {
             // A variant added to the core after this file was written: fall back to its

@@ -161,7 +161,9 @@ impl Model {
                     ttl_ticks: *ttl_ticks,
                 })
             }
-            Command::Revoke { session } | Command::Expire { session } => {
+            Command::Revoke { session }
+            | Command::Expire { session }
+            | Command::Release { session } => {
                 if !self.alive(*session) {
                     return Err(SmError::UnknownSession(*session));
                 }

@@ -70,6 +70,8 @@ pub enum Observation {
     },
     /// A client started or stopped believing it leads an election.
     Belief {
+        /// The client's session it leads with (its candidacy's).
+        session: tenure_core::sm::SessionId,
         /// The client.
         client: ClientId,
         /// The election.

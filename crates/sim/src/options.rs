@@ -190,11 +190,28 @@ pub enum InjectBug {
     /// gone (core switch `close_drops_vote_refusal`). Forged resets of a live leader's
     /// connections then let its followers elect a successor while its lease holds.
     CloseDropsVoteRefusal,
+    /// A fate-sharing client closes the stream its session is bound to as soon as it moves
+    /// to another node, while it still believes (a simulator-side client bug: what the
+    /// client library's keepalive loop did with a stream that went quiet). Reached when the
+    /// close reaches a leader that still has the session bound to that stream: the leader
+    /// releases a session whose holder believes (lease-safety's check of ended sessions).
+    ClientClosesBoundStream,
+    /// A leader releases a fate-sharing session when its bound stream ends for any reason,
+    /// the server's own ending of it included (core switch `release_on_server_close`).
+    /// Reached when a server closes the connection of a frozen or cut-off holder that it
+    /// could not reach: the holder still believes.
+    ReleaseOnServerClose,
+    /// A leader releases a fate-sharing session at once when its bound stream closes,
+    /// without waiting out the promises other leaderships made for it (core switch
+    /// `release_ignores_older_promises`). Reached when a binding keepalive reaches a new
+    /// leader late, on a stream the client already left for one that the previous leader
+    /// acknowledged, and the client then closes the old stream.
+    ReleaseIgnoresOlderPromises,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 20] = [
+    pub const ALL: [InjectBug; 23] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
@@ -215,7 +232,20 @@ impl InjectBug {
         InjectBug::ReadWithoutConfirmation,
         InjectBug::ReadLeasePastVoteRefusal,
         InjectBug::CloseDropsVoteRefusal,
+        InjectBug::ClientClosesBoundStream,
+        InjectBug::ReleaseOnServerClose,
+        InjectBug::ReleaseIgnoresOlderPromises,
     ];
+
+    /// A bug of fate-sharing sessions: its seeds always have fate-sharing clients.
+    pub fn is_fate_sharing(self) -> bool {
+        matches!(
+            self,
+            InjectBug::ClientClosesBoundStream
+                | InjectBug::ReleaseOnServerClose
+                | InjectBug::ReleaseIgnoresOlderPromises
+        )
+    }
 
     /// The core's switches for this bug (all off for a simulator-side bug).
     pub fn core_bugs(bug: Option<InjectBug>) -> tenure_core::config::InjectedBugs {
@@ -223,6 +253,7 @@ impl InjectBug {
         match bug {
             None
             | Some(InjectBug::LeaseFromReceiveTime)
+            | Some(InjectBug::ClientClosesBoundStream)
             | Some(InjectBug::NotLeaderAfterSnapshot) => {}
             Some(InjectBug::DoubleVote) => b.double_vote = true,
             Some(InjectBug::CommitWithoutMajority) => b.commit_without_majority = true,
@@ -242,6 +273,8 @@ impl InjectBug {
             Some(InjectBug::ReadWithoutConfirmation) => b.read_without_confirmation = true,
             Some(InjectBug::ReadLeasePastVoteRefusal) => b.read_lease_past_vote_refusal = true,
             Some(InjectBug::CloseDropsVoteRefusal) => b.close_drops_vote_refusal = true,
+            Some(InjectBug::ReleaseOnServerClose) => b.release_on_server_close = true,
+            Some(InjectBug::ReleaseIgnoresOlderPromises) => b.release_ignores_older_promises = true,
         }
         b
     }
@@ -269,6 +302,9 @@ impl InjectBug {
             InjectBug::ReadWithoutConfirmation => "read-without-confirmation",
             InjectBug::ReadLeasePastVoteRefusal => "read-lease-past-vote-refusal",
             InjectBug::CloseDropsVoteRefusal => "close-drops-vote-refusal",
+            InjectBug::ClientClosesBoundStream => "client-closes-bound-stream",
+            InjectBug::ReleaseOnServerClose => "release-on-server-close",
+            InjectBug::ReleaseIgnoresOlderPromises => "release-ignores-older-promises",
         }
     }
 
@@ -317,6 +353,9 @@ impl InjectBug {
             InjectBug::ReadWithoutConfirmation => "linearizability",
             InjectBug::ReadLeasePastVoteRefusal => "linearizability",
             InjectBug::CloseDropsVoteRefusal => "lease-safety",
+            InjectBug::ClientClosesBoundStream
+            | InjectBug::ReleaseOnServerClose
+            | InjectBug::ReleaseIgnoresOlderPromises => "lease-safety",
         }
     }
 }

@@ -58,10 +58,14 @@ pub enum ClientRequest {
     Keepalive {
         /// The session.
         session: SessionId,
-        /// Echoed in the ack.
+        /// Echoed in the ack; also the client's sequence number of the keepalive (tags
+        /// rise with every request the client sends).
         tag: u64,
         /// As for `Propose`.
         watch: Option<String>,
+        /// For a fate-sharing session, the stream the keepalive is sent on, which it binds
+        /// the session to (`Node::keepalive_bound`).
+        stream: Option<u64>,
     },
 }
 
@@ -131,4 +135,10 @@ pub enum ClientReply {
     },
     /// The leader of a watched election changed.
     LeaderChanged(LeaderChange),
+    /// The node ended a stream of the client's (fate-sharing seeds): it closed an
+    /// unresponsive client's connection, or a keepalive came on a stream that had ended.
+    StreamEnded {
+        /// The stream.
+        stream: u64,
+    },
 }

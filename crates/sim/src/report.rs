@@ -52,6 +52,9 @@ pub struct Stats {
     pub stale_writes_rejected: u64,
     /// Sessions that expired (Expire entries applied).
     pub sessions_expired: u64,
+    /// Fate-sharing sessions released because the client closed their bound stream
+    /// (Release entries applied).
+    pub sessions_released: u64,
     /// Entries committed (highest commit index seen).
     pub committed_index: u64,
     /// Fast elections: followers that learned their leader's process was gone (closed
@@ -79,6 +82,7 @@ impl Stats {
         self.stale_writes_attempted += other.stale_writes_attempted;
         self.stale_writes_rejected += other.stale_writes_rejected;
         self.sessions_expired += other.sessions_expired;
+        self.sessions_released += other.sessions_released;
         self.committed_index += other.committed_index;
         self.leaders_gone += other.leaders_gone;
     }

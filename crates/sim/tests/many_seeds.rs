@@ -1,7 +1,7 @@
 //! Two thousand seeds with faults on and no injected bug: no checker may fire.
 //!
 //! Each seed runs a 5 s safety phase (faults on: partitions, crashes, torn writes, pauses,
-//! membership changes, transfers, frozen and silent clients) and a 3 s liveness phase, instead
+//! membership changes, transfers, frozen, silent and exiting clients) and a 3 s liveness phase, instead
 //! of the CLI's 30 s + 5 s, so that the whole test stays well under two minutes in a debug
 //! build. The release-mode CLI runs the long version (`tenure sim --seeds 1..10000`).
 
@@ -46,6 +46,8 @@ fn two_thousand_seeds_with_faults_pass_every_checker() {
         "membership-change",
         "client-freeze",
         "forged-reset",
+        "client-crash",
+        "scenario-late-bind",
     ] {
         assert!(
             total.faults.get(kind).copied().unwrap_or(0) > 0,
@@ -58,6 +60,10 @@ fn two_thousand_seeds_with_faults_pass_every_checker() {
         "no stale write was ever rejected"
     );
     assert!(total.sessions_expired > 0, "no session ever expired");
+    assert!(
+        total.sessions_released > 0,
+        "no fate-sharing session was ever released by its stream's close"
+    );
     assert!(
         total.leaders_gone > 0,
         "no follower ever learned that its leader's process was gone (fast election)"

@@ -174,6 +174,7 @@ pub struct Campaign<'a> {
     ttl: &'a str,
     pid_file: Option<&'a Path>,
     json: bool,
+    fate_sharing: bool,
 }
 
 impl<'a> Campaign<'a> {
@@ -185,7 +186,37 @@ impl<'a> Campaign<'a> {
             ttl: "2s",
             pid_file: None,
             json: false,
+            fate_sharing: false,
         }
+    }
+
+    /// With `--fate-sharing`.
+    pub fn fate_sharing(mut self) -> Self {
+        self.fate_sharing = true;
+        self
+    }
+
+    /// Start it without waiting: the process, and its stdout's lines (the token line comes
+    /// once it leads).
+    pub fn spawn(self) -> (Spawned, Receiver<String>) {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["campaign", "--election", self.election])
+            .args(["--backend", self.url, "--ttl", self.ttl])
+            .arg("--value")
+            .arg(self.value)
+            .stdout(Stdio::piped());
+        if let Some(pid_file) = self.pid_file {
+            cmd.arg("--pid-file").arg(pid_file);
+        }
+        if self.json {
+            cmd.arg("--json");
+        }
+        if self.fate_sharing {
+            cmd.arg("--fate-sharing");
+        }
+        let mut holder = Spawned::new(&mut cmd);
+        let lines = holder.lines();
+        (holder, lines)
     }
 
     pub fn ttl(mut self, ttl: &'a str) -> Self {
@@ -208,22 +239,10 @@ impl<'a> Campaign<'a> {
     /// Start it and wait for its token line: the process (resigns when dropped), its token,
     /// and its session (0 without `--json`, whose plain line holds only the token).
     pub fn start(self) -> (Spawned, u64, u64) {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["campaign", "--election", self.election])
-            .args(["--backend", self.url, "--ttl", self.ttl])
-            .arg("--value")
-            .arg(self.value)
-            .stdout(Stdio::piped());
-        if let Some(pid_file) = self.pid_file {
-            cmd.arg("--pid-file").arg(pid_file);
-        }
-        if self.json {
-            cmd.arg("--json");
-        }
-        let mut holder = Spawned::new(&mut cmd);
-        let lines = holder.lines();
+        let (json, election, value) = (self.json, self.election, self.value);
+        let (holder, lines) = self.spawn();
         let line = next_line(&lines, "the token line");
-        if !self.json {
+        if !json {
             let token = line
                 .trim()
                 .parse()
@@ -231,11 +250,11 @@ impl<'a> Campaign<'a> {
             return (holder, token, 0);
         }
         let o: Value = serde_json::from_str(&line).expect("a JSON line");
-        assert_eq!(o["election"], self.election);
+        assert_eq!(o["election"], election);
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(o["value_base64"].as_str().expect("base64 text"))
             .expect("base64");
-        assert_eq!(bytes, self.value.as_bytes(), "{line}");
+        assert_eq!(bytes, value.as_bytes(), "{line}");
         (
             holder,
             o["token"].as_u64().expect("a token"),
@@ -256,12 +275,17 @@ pub struct Cluster {
 impl Cluster {
     /// `n` nodes, started and answering `tenure leader`.
     pub fn start(n: usize) -> Cluster {
+        Cluster::start_with(tenure_testkit::Options::nodes(n))
+    }
+
+    /// A cluster started with `options`, answering `tenure leader`.
+    pub fn start_with(options: tenure_testkit::Options) -> Cluster {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .expect("a runtime");
-        let inner = tenure_testkit::Cluster::start(tenure_testkit::Options::nodes(n));
+        let inner = tenure_testkit::Cluster::start(options);
         let cluster = Cluster { inner, runtime };
         cluster.wait_ready();
         cluster

@@ -110,12 +110,14 @@ impl Remote {
 impl Backend for Remote {
     fn capabilities(&self) -> Capabilities {
         // The cluster answers only the new leader's blocked campaign; it hands leadership to
-        // a named candidate and keeps fenced keys in its replicated state.
+        // a named candidate, keeps fenced keys in its replicated state, and ends a session
+        // bound to its keepalive stream when the client closes that stream.
         Capabilities {
             scheme: "tenure",
             transfer: true,
             wakes_only_next: true,
             fenced_keys: true,
+            fate_sharing: true,
         }
     }
 
@@ -408,28 +410,65 @@ fn info(l: v1::LeaderInfo) -> LeaderInfo {
     }
 }
 
+/// Streams a fate-sharing session keeps open at once: the one in use and those it moved
+/// away from before a keepalive on a newer one was acknowledged. A stream is left after half
+/// a TTL without acknowledgements and the session is given up when its lease runs out, so
+/// a handful is the most it can need; past this the session is given up too.
+const HELD_STREAMS_MAX: usize = 8;
+
+/// One open `KeepAlive` stream: the sender of its requests (dropping it half-closes the
+/// stream) and its answers (dropping them resets it).
+type OpenStream = (
+    mpsc::Sender<v1::KeepAliveRequest>,
+    tonic::Streaming<v1::KeepAliveResponse>,
+);
+
 /// Keep `session` alive: one `KeepAlive` stream at the node believed to lead, a request every
 /// TTL/4, each acknowledgement extending the lease from that request's send time. Streams that
 /// break or go quiet for half a TTL are reopened at another node (following `not-leader`
 /// hints); `unknown-session` ends the session and the task.
+///
+/// A fate-sharing session ([`Session::bound`]) keeps the library's promise
+/// (docs/GUARANTEES.md, "Fate-sharing sessions"): every request binds the session to its
+/// stream, so no such stream is closed while the session may be believed in. The stream is
+/// opened before anything is sent on it (a stream given up while opening has bound nothing);
+/// a stream that went quiet is kept open, unread, until a request on a newer stream is
+/// acknowledged (then closing it cannot end the session: the binding moved on, or the leader
+/// it was made at can no longer commit anything), and when the lease runs out the session is
+/// given up (ended here first) before the task returns and its streams close. Streams the
+/// server ended are its own business.
 pub(crate) async fn keepalive_loop(remote: Remote, session: Arc<Session>) {
     let every = session.ttl / 4;
     let secret = remote.secret(session.id);
     let nodes = &remote.nodes;
+    let bind = session.bound;
+    let request = |seq: u64| v1::KeepAliveRequest {
+        session_id: session.id,
+        seq,
+        session_secret: secret.clone(),
+        bind,
+    };
+    // Rises across streams: a binding moves only to a request with a higher number.
     let mut seq: u64 = 0;
+    let mut held: Vec<OpenStream> = Vec::new();
     loop {
+        if bind && (held.len() >= HELD_STREAMS_MAX || lease_ran_out(&session)) {
+            // Belief first, then the streams (they close as this task returns).
+            session.end();
+            return;
+        }
         let i = nodes.guess();
         let (tx, rx) = mpsc::channel::<v1::KeepAliveRequest>(KEEPALIVES_INFLIGHT_MAX);
         // Send times by sequence number, so that an acknowledgement extends the lease from
         // the moment its request left (never from when the answer came back).
         let mut sent: std::collections::BTreeMap<u64, Instant> = Default::default();
-        seq += 1;
-        sent.insert(seq, Instant::now());
-        let _ = tx.try_send(v1::KeepAliveRequest {
-            session_id: session.id,
-            seq,
-            session_secret: secret.clone(),
-        });
+        if !bind {
+            // The first request goes with the call; a bound one waits for the stream to
+            // open, so that giving up on the opening closes nothing bound.
+            seq += 1;
+            sent.insert(seq, Instant::now());
+            let _ = tx.try_send(request(seq));
+        }
         let opened = tokio::time::timeout(
             ATTEMPT_TIMEOUT,
             SessionsClient::new(nodes.node_at(i).1).keep_alive(ReceiverStream::new(rx)),
@@ -451,6 +490,15 @@ pub(crate) async fn keepalive_loop(remote: Remote, session: Arc<Session>) {
                 continue;
             }
         };
+        if bind {
+            seq += 1;
+            sent.insert(seq, Instant::now());
+            if tx.send(request(seq)).await.is_err() {
+                // The server ended the stream at once.
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+        }
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await; // The first tick is immediate: the request above covers it.
@@ -458,20 +506,24 @@ pub(crate) async fn keepalive_loop(remote: Remote, session: Arc<Session>) {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
+                    if bind && lease_ran_out(&session) {
+                        session.end();
+                        return;
+                    }
                     // A stream whose requests go unanswered for half a TTL is stuck (a node
                     // that lost its quorum): try elsewhere while the lease still holds.
                     if last_ack.elapsed() > session.ttl / 2 {
                         nodes.advance(i);
+                        if bind {
+                            // It may hold the binding: it stays open until a newer stream's
+                            // request is acknowledged.
+                            held.push((tx, stream));
+                        }
                         break;
                     }
                     seq += 1;
                     sent.insert(seq, Instant::now());
-                    let request = v1::KeepAliveRequest {
-                        session_id: session.id,
-                        seq,
-                        session_secret: secret.clone(),
-                    };
-                    if tx.send(request).await.is_err() {
+                    if tx.send(request(seq)).await.is_err() {
                         break;
                     }
                 }
@@ -482,7 +534,11 @@ pub(crate) async fn keepalive_loop(remote: Remote, session: Arc<Session>) {
                         sent.retain(|s, _| *s > ack.seq);
                         last_ack = Instant::now();
                         session.acked(sent_at, Duration::from_millis(ack.ttl_ms));
+                        // A request on this stream was acknowledged: the streams left before
+                        // it may close.
+                        held.clear();
                     }
+                    // The server ended the stream (not the client's close).
                     Ok(None) => {
                         nodes.advance(i);
                         break;
@@ -500,4 +556,10 @@ pub(crate) async fn keepalive_loop(remote: Remote, session: Arc<Session>) {
         }
         tokio::time::sleep(RETRY_PAUSE).await;
     }
+}
+
+/// Whether `session`'s lease has run out on this process's clock (a fate-sharing session is
+/// then given up).
+fn lease_ran_out(session: &Session) -> bool {
+    Instant::now() >= session.state.borrow().valid_until
 }

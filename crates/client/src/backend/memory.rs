@@ -179,6 +179,7 @@ impl Backend for World {
             transfer: true,
             wakes_only_next: false,
             fenced_keys: true,
+            fate_sharing: false,
         }
     }
 

@@ -35,6 +35,9 @@ pub(crate) struct Capabilities {
     pub wakes_only_next: bool,
     /// Whether [`Backend::fenced_put`] and [`Backend::get`] work.
     pub fenced_keys: bool,
+    /// Whether sessions may share the fate of their keepalive stream
+    /// ([`crate::CampaignOptions::fate_sharing`]).
+    pub fate_sharing: bool,
 }
 
 impl Capabilities {
@@ -46,6 +49,7 @@ impl Capabilities {
             transfer: false,
             wakes_only_next,
             fenced_keys: false,
+            fate_sharing: false,
         }
     }
 }

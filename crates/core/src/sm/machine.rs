@@ -236,7 +236,10 @@ pub fn check_request_id(id: RequestId, command: &Command) -> Result<(), SmError>
             | Command::Resign { session: own, .. }
             | Command::Transfer { from: own, .. },
         ) => session == *own,
-        (RequestId::Session { .. }, Command::Expire { .. } | Command::Checkpoint { .. }) => false,
+        (
+            RequestId::Session { .. },
+            Command::Expire { .. } | Command::Release { .. } | Command::Checkpoint { .. },
+        ) => false,
         (RequestId::Session { .. }, _) => true,
     };
     if fits {
@@ -334,9 +337,9 @@ impl StateMachine {
         match command {
             Command::Sealed { .. } => unreachable!("callers unseal first"),
             Command::Grant { ttl_ticks } => self.grant(index, *ttl_ticks, secret.copied()),
-            Command::Revoke { session } | Command::Expire { session } => {
-                self.end_session(index, *session)
-            }
+            Command::Revoke { session }
+            | Command::Expire { session }
+            | Command::Release { session } => self.end_session(index, *session),
             Command::Checkpoint { remaining } => Ok(self.checkpoint(index, remaining)),
             Command::Campaign {
                 election,

@@ -121,7 +121,10 @@ impl SmLimits {
                 size("client address", addresses.client.len(), 1, max)?;
                 size("HTTP address", addresses.http.len(), 0, max)?;
             }
-            Command::Revoke { .. } | Command::Expire { .. } | Command::Checkpoint { .. } => {}
+            Command::Revoke { .. }
+            | Command::Expire { .. }
+            | Command::Release { .. }
+            | Command::Checkpoint { .. } => {}
             Command::Sealed { command, .. } => self.check(command)?,
         }
         Ok(())
@@ -235,6 +238,16 @@ pub enum Command {
         /// Its contact points (peer, client and HTTP addresses, as the server defines them).
         addresses: MemberAddresses,
     },
+    /// End a session whose holder let go of it: the KeepAlive stream the session was bound
+    /// to (fate-sharing) was closed from the client's side, which the client library does
+    /// only once its holder no longer believes in the session, or because its process
+    /// exited. Proposed only by the Raft leader that saw the close, in the term the binding
+    /// was made (docs/GUARANTEES.md "Fate-sharing sessions"); ends the session as `Revoke`
+    /// and `Expire` do.
+    Release {
+        /// The session let go of.
+        session: SessionId,
+    },
 }
 
 /// Where a node can be reached, as recorded by [`Command::SetMember`]. Opaque to the core:
@@ -275,8 +288,8 @@ impl Command {
     }
 
     /// The session this command acts for, whose secret it must present: the session of a
-    /// `Revoke`, `Campaign` or `Resign`, the current leader of a `Transfer`. `Expire` acts
-    /// for the leader's lease clock, not for a client, and needs none.
+    /// `Revoke`, `Campaign` or `Resign`, the current leader of a `Transfer`. `Expire` and
+    /// `Release` act for the leader's lease clock, not for a client, and need none.
     pub fn acting_session(&self) -> Option<SessionId> {
         match self.unsealed() {
             Command::Revoke { session }
@@ -322,7 +335,7 @@ pub enum Response {
         /// The TTL granted, in ticks.
         ttl_ticks: u64,
     },
-    /// `Revoke` or `Expire` ended the session.
+    /// `Revoke`, `Expire` or `Release` ended the session.
     Ended {
         /// The ended session.
         session: SessionId,

@@ -204,7 +204,7 @@ fn describe(node: NodeId, event: &Event, pre_vote_streak: &mut bool) -> Option<D
             fields.insert("learners", ids_value(&to.learners));
             fields.insert("joint", Value::from(to.is_joint()));
         }
-        Event::SessionExpired { session } => {
+        Event::SessionExpired { session } | Event::SessionReleased { session } => {
             fields.insert("session", Value::from(*session));
         }
         Event::FencedRejection {

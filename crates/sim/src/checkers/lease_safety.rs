@@ -22,6 +22,12 @@
 //! - "the server never expires the session before receive time + TTL": no committed expiry
 //!   ends a session before the true time at which the acknowledging node's clock ran TTL
 //!   ticks from the keepalive's receipt.
+//!
+//! And the holder's half once more, for sessions that end without a revoke: no `Expire` or
+//! `Release` (fate-sharing, docs/GUARANTEES.md) commits while the client holding the session
+//! believes it leads with it. A release may end a session long before its TTL, so this is
+//! what shows a release of a live holder's session even when no other candidate was waiting
+//! to take the election over.
 
 use std::collections::BTreeMap;
 
@@ -35,6 +41,7 @@ use crate::time::{fmt_time, SimTimeUs};
 
 #[derive(Clone, Debug)]
 struct Belief {
+    session: SessionId,
     election: String,
     token: u64,
     since_us: SimTimeUs,
@@ -94,11 +101,32 @@ impl LeaseSafety {
                 None
             }
             Observation::Canonical(entry) => {
-                let (Command::Expire { .. }, Response::Ended { session }) =
+                let (Command::Expire { .. } | Command::Release { .. }, Response::Ended { session }) =
                     (&entry.command, &entry.response)
                 else {
                     return None;
                 };
+                let believer = self
+                    .beliefs
+                    .iter()
+                    .find(|(_, b)| b.session == *session && b.until_us > now);
+                if let Some((client, b)) = believer {
+                    return Some(format!(
+                        "session {session} ended by {:?} at index {} at {}, while client {client} believes it leads {:?} with it (token {}) until {}",
+                        entry.command,
+                        entry.index,
+                        fmt_time(now),
+                        b.election,
+                        b.token,
+                        fmt_time(b.until_us)
+                    ));
+                }
+                if matches!(entry.command, Command::Release { .. }) {
+                    // A release ends the session early on purpose: no promise of the TTL
+                    // holds once the holder let go.
+                    self.promises.remove(session);
+                    return None;
+                }
                 let (promise, node) = self.promises.remove(session)?;
                 if now < promise {
                     return Some(format!(
@@ -126,6 +154,7 @@ impl Checker for LeaseSafety {
         }
         let Observation::Belief {
             client,
+            session,
             election,
             token,
             until_us,
@@ -163,6 +192,7 @@ impl Checker for LeaseSafety {
         self.beliefs.insert(
             *client,
             Belief {
+                session: *session,
                 election: election.clone(),
                 token: *token,
                 since_us,

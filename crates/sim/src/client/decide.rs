@@ -116,6 +116,12 @@ impl Client {
             self.freeze(session, belief, env);
             return;
         }
+        if let Some(fate) = env.fate {
+            if env.faults_on && env.rng.chance(fate.crash) {
+                self.crash(env);
+                return;
+            }
+        }
         if env.faults_on && !self.silent && env.rng.chance(env.mix.client_silent) {
             self.silent = true;
             env.stats.fault("client-silent");

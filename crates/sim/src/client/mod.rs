@@ -32,6 +32,9 @@ use crate::trace::{Trace, TraceKind};
 
 mod decide;
 mod replies;
+mod streams;
+
+pub use streams::FateSharing;
 
 /// The elections clients campaign in.
 pub const ELECTIONS: [&str; 3] = ["billing", "reports", "shard-7"];
@@ -47,6 +50,8 @@ const TTL_TICKS: (u64, u64) = (30, 150);
 const FREEZE_TTL_PERMILLE: (u64, u64) = (1_200, 2_999);
 /// Keepalives remembered while waiting for their acks.
 const KEEPALIVES_REMEMBERED_MAX: usize = 16;
+/// Most streams a fate-sharing session keeps open at once (see `streams`).
+const BOUND_STREAMS_MAX: usize = 16;
 
 /// The fenced key an election's leader writes.
 pub fn key_of(election: &str) -> String {
@@ -133,6 +138,15 @@ pub enum ClientAction {
     /// The client now campaigns (election, session) or no longer does; other clients use
     /// this to pick transfer targets.
     Campaigning(Option<(String, SessionId)>),
+    /// The client closes its keepalive stream `stream` to node `to` (fate-sharing seeds):
+    /// the node sees the close one network delay later, or once the link carries it again
+    /// (TCP retransmits a FIN), unless its process ended meanwhile.
+    CloseStream {
+        /// The node at the other end.
+        to: NodeId,
+        /// The stream.
+        stream: u64,
+    },
 }
 
 /// What a client sees of the world while it handles an input.
@@ -164,6 +178,9 @@ pub struct ClientEnv<'a> {
     pub hush: bool,
     /// The `lease-from-receive-time` bug is on.
     pub lease_from_receive: bool,
+    /// Fate-sharing seeds: how sessions are bound to their streams and how often a client
+    /// process exits; `None` in other seeds.
+    pub fate: Option<FateSharing>,
     /// The drift bound ρ.
     pub drift_max: DriftPpm,
     /// Source of operation ids, unique in the run.
@@ -188,6 +205,8 @@ struct Session {
     ttl_ticks: u64,
     /// Local send time of the last acknowledged keepalive, or of the grant request.
     lease_base_local_us: u64,
+    /// Fate-sharing: every keepalive binds the session to the stream it is sent on.
+    bound: bool,
 }
 
 impl Session {
@@ -256,8 +275,15 @@ pub struct Client {
     campaign: Option<Campaign>,
     belief: Option<Belief>,
     op: Option<Op>,
-    /// Tag → (session, local send time) of keepalives awaiting acks.
-    keepalives: BTreeMap<u64, (SessionId, u64)>,
+    /// Tag → (session, local send time, stream) of keepalives awaiting acks.
+    keepalives: BTreeMap<u64, (SessionId, u64, Option<u64>)>,
+    /// Fate-sharing: the streams this client sent a binding keepalive on and has not
+    /// closed, with their node, oldest first (stream ids rise).
+    bound_streams: BTreeMap<u64, NodeId>,
+    /// Fate-sharing: the stream keepalives go on now, and its node.
+    stream: Option<(u64, NodeId)>,
+    /// Streams opened so far.
+    streams_opened: u64,
     next_seq: u64,
     /// Sequence numbers of this client's requests (one counter across its sessions, so
     /// numbers are unique on each).
@@ -293,6 +319,9 @@ impl Client {
             belief: None,
             op: None,
             keepalives: BTreeMap::new(),
+            bound_streams: BTreeMap::new(),
+            stream: None,
+            streams_opened: 0,
             next_seq: 0,
             next_request_seq: 0,
             think_gen: 0,
@@ -571,9 +600,18 @@ impl Client {
             );
             return;
         }
+        let stream = if session.bound {
+            match self.keepalive_stream(env) {
+                Some(stream) => Some(stream),
+                // The session was given up (too many streams held open).
+                None => return,
+            }
+        } else {
+            None
+        };
         let tag = self.next_id();
         let now_local = self.now_local(env);
-        self.keepalives.insert(tag, (session.id, now_local));
+        self.keepalives.insert(tag, (session.id, now_local, stream));
         while self.keepalives.len() > KEEPALIVES_REMEMBERED_MAX {
             self.keepalives.pop_first();
         }
@@ -587,6 +625,7 @@ impl Client {
             session: session.id,
             tag,
             watch: self.watch(),
+            stream,
         };
         env.out.push(ClientAction::Send {
             to: self.target,

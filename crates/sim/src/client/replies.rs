@@ -77,6 +77,7 @@ impl Client {
                 let leader = change.leader.as_ref().map(|l| (l.session, l.token));
                 self.observe_leadership(&change.election, change.index, leader, env);
             }
+            ClientReply::StreamEnded { stream } => self.stream_ended(stream),
         }
     }
 
@@ -121,10 +122,15 @@ impl Client {
         match op.kind {
             OpKind::Grant => {
                 if let Response::Granted { session, ttl_ticks } = response {
+                    let bound = match env.fate {
+                        Some(fate) => env.rng.chance(fate.bound_share),
+                        None => false,
+                    };
                     self.session = Some(Session {
                         id: session,
                         ttl_ticks,
                         lease_base_local_us: first_sent_local_us,
+                        bound,
                     });
                     self.keepalives.clear();
                     self.keepalive_gen += 1;
@@ -164,6 +170,9 @@ impl Client {
                 self.retire = self.session.map(|s| s.id);
             }
             OpKind::Revoke => {
+                // Nobody believes in a session being revoked (it resigned or transferred
+                // first): its streams may close.
+                self.close_streams_below(u64::MAX, env);
                 self.retire = None;
                 self.session = None;
                 self.keepalives.clear();
@@ -211,16 +220,19 @@ impl Client {
         session: SessionId,
         env: &mut ClientEnv<'_>,
     ) {
-        let Some((sent_session, sent_local_us)) = self.keepalives.remove(&tag) else {
+        let Some((sent_session, sent_local_us, stream)) = self.keepalives.remove(&tag) else {
             return;
         };
         let now_local = self.now_local(env);
+        if self.session.is_none_or(|own| own.id != session) || sent_session != session {
+            return;
+        }
+        if let Some(stream) = stream {
+            self.bound_keepalive_acked(stream, env);
+        }
         let Some(own) = self.session.as_mut() else {
             return;
         };
-        if own.id != session || sent_session != session {
-            return;
-        }
         // DESIGN rule 4: the lease counts from the *send* time of the acknowledged keepalive.
         // The injected bug counts from the receipt of the ack instead.
         let base = if env.lease_from_receive {
@@ -355,6 +367,7 @@ impl Client {
         let until_us = self.clock.true_at(until_local_us);
         env.obs.push(Observation::Belief {
             client: self.id,
+            session: self.session.map_or(0, |s| s.id),
             election,
             token,
             until_us: Some(until_us),
@@ -384,6 +397,7 @@ impl Client {
             });
             env.obs.push(Observation::Belief {
                 client: self.id,
+                session: self.session.map_or(0, |s| s.id),
                 election: belief.election,
                 token: 0,
                 until_us: None,
@@ -392,7 +406,9 @@ impl Client {
     }
 
     pub(super) fn session_ended(&mut self, reason: &str, env: &mut ClientEnv<'_>) {
+        // Belief first, then the streams (the fate-sharing promise).
         self.stop_belief(reason, env);
+        self.close_streams_below(u64::MAX, env);
         if self.campaign.take().is_some() {
             env.out.push(ClientAction::Campaigning(None));
         }

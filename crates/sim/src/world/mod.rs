@@ -27,6 +27,7 @@ use crate::trace::{Trace, TraceKind};
 mod closes;
 mod inject;
 mod scenario;
+mod streams;
 
 /// How long a crashed node stays down (true time).
 pub(crate) const DOWNTIME_US: (u64, u64) = (10 * US_PER_MS, 2_000 * US_PER_MS);
@@ -124,6 +125,14 @@ enum Event {
         peer: NodeId,
         step: closes::Close,
     },
+    /// The next thing a client sent on its keepalive stream `stream` reaches the node
+    /// (fate-sharing seeds; see `streams`).
+    StreamDeliver {
+        stream: u64,
+    },
+    /// Servers close the streams of clients they could not reach for their idle timeout
+    /// (fate-sharing seeds).
+    StreamSweep,
     Heal,
     Quiesce,
     End,
@@ -199,6 +208,13 @@ pub struct World {
     /// Per fault tick: probability of forged resets of the leader's connections (fast
     /// election seeds only).
     forged_reset: f64,
+    /// Fate-sharing seeds (`FATE_SHARING_SHARE`): how clients bind sessions and exit.
+    fate: Option<crate::client::FateSharing>,
+    /// Fate-sharing seeds: how long a server lets a client it cannot reach keep a stream
+    /// open before it closes the connection (the server's idle and ping timeouts).
+    stream_idle_close_us: SimTimeUs,
+    /// Fate-sharing seeds: the clients' keepalive streams, by id, as TCP carries them.
+    pipes: BTreeMap<u64, streams::Pipe>,
 }
 
 impl World {
@@ -228,6 +244,9 @@ impl World {
         let fast_election =
             fast.chance(FAST_ELECTION_SHARE) || opts.bug == Some(InjectBug::CloseDropsVoteRefusal);
         let forged_reset = fast.uniform(closes::FORGED_RESET.0, closes::FORGED_RESET.1);
+        // And again a stream of its own for fate-sharing, so that the seeds without it run
+        // exactly as before.
+        let (fate, stream_idle_close_us) = streams::draw(seed, opts);
         if lease_edge {
             // A fast network: the window in which a lease without its margin outlasts the
             // vote refusal is a few ticks, and round trips must not fill it.
@@ -307,6 +326,9 @@ impl World {
             pipelined,
             fast_election,
             forged_reset,
+            fate,
+            stream_idle_close_us,
+            pipes: BTreeMap::new(),
         };
         for id in voters.iter().copied() {
             let config = world.node_config(id, voters.clone());
@@ -413,6 +435,9 @@ impl World {
         if self.faults_on {
             self.queue.push(FAULT_TICK_US, Event::FaultTick);
         }
+        if self.fate.is_some() {
+            self.queue.push(streams::SWEEP_US, Event::StreamSweep);
+        }
         let safety_us = self.opts.safety_ms * US_PER_MS;
         let liveness_us = self.opts.liveness_ms * US_PER_MS;
         self.queue.push(safety_us, Event::Heal);
@@ -509,13 +534,23 @@ impl World {
             quiesced: self.quiesced,
             hush: self.hush,
             lease_from_receive: self.opts.bug == Some(InjectBug::LeaseFromReceiveTime),
+            fate: self.fate,
             drift_max: self.drift_max,
             next_op: &mut self.next_op,
         };
         f(client, &mut env);
         let id = client.id();
-        for action in self.actions.drain(..) {
+        let mut actions = std::mem::take(&mut self.actions);
+        for action in actions.drain(..) {
             match action {
+                ClientAction::Send {
+                    to,
+                    request:
+                        request @ crate::protocol::ClientRequest::Keepalive {
+                            stream: Some(stream),
+                            ..
+                        },
+                } => self.send_on_stream(id, to, stream, streams::Sent::Keepalive(request)),
                 ClientAction::Send { to, request } => {
                     self.out
                         .push((Addr::Client(id), Addr::Node(to), Packet::Request(request)))
@@ -529,8 +564,13 @@ impl World {
                 ClientAction::Campaigning(None) => {
                     self.campaigners.remove(&id);
                 }
+                ClientAction::CloseStream { to, stream } => {
+                    self.send_on_stream(id, to, stream, streams::Sent::Close)
+                }
             }
         }
+        // Drained in place and put back, so the buffer's allocation is reused.
+        self.actions = actions;
     }
 
     /// Deals with how a node's step ended.
@@ -714,10 +754,12 @@ impl World {
     }
 
     fn note_canonical(&mut self, entry: &crate::observe::CanonicalEntry) {
-        if matches!(entry.command, Command::Expire { .. })
-            && matches!(entry.response, Response::Ended { .. })
-        {
-            self.stats.sessions_expired += 1;
+        if matches!(entry.response, Response::Ended { .. }) {
+            match entry.command {
+                Command::Expire { .. } => self.stats.sessions_expired += 1,
+                Command::Release { .. } => self.stats.sessions_released += 1,
+                _ => {}
+            }
         }
         self.trace.detail(self.now_us, || {
             format!(
@@ -807,6 +849,8 @@ impl World {
                 peer,
                 step,
             } => self.on_connection(at, incarnation, peer, step),
+            Event::StreamDeliver { stream } => self.on_stream_deliver(stream),
+            Event::StreamSweep => self.sweep_streams(),
             Event::Heal => self.heal(),
             Event::Quiesce => self.quiesced = true,
             Event::End => self.end(),

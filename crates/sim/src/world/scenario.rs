@@ -26,6 +26,16 @@
 //!   everyone's; the others still hear the leader and must refuse it their votes (the vote
 //!   refusal of check-quorum), or a second leader is elected under a lease that still holds.
 //!
+//! - **Late bind** (fate-sharing seeds only, docs/GUARANTEES.md "Fate-sharing sessions"): a
+//!   client leading with a bound session sends one keepalive to a follower across a link
+//!   that is cut (it waits in the stream, as TCP would hold it), goes back to the leader,
+//!   is acknowledged there and so closes the stream to the follower, whose close waits
+//!   behind that keepalive. Leadership then moves to the follower, and the link heals: the
+//!   new leader receives a binding keepalive the client sent long ago, then the client's
+//!   close of that stream, while the client still acts on the old leader's acknowledgement.
+//!   A leader that releases at once, without waiting out the promises made before its term,
+//!   ends the session of a holder that believes.
+//!
 //! Random node faults and partitions are held back while a scenario runs; network loss,
 //! duplication and delay are not.
 
@@ -36,6 +46,7 @@ use tenure_core::types::NodeId;
 
 use super::{World, DOWNTIME_US};
 use crate::network::full_partition;
+use crate::observe::ClientId;
 use crate::protocol::Addr;
 use crate::time::{SimTimeUs, US_PER_MS};
 use crate::trace::TraceKind;
@@ -51,6 +62,8 @@ const SPLIT_US: (u64, u64) = (300 * US_PER_MS, 3_000 * US_PER_MS);
 const QUIET_WAIT_US: SimTimeUs = 8_000 * US_PER_MS;
 /// Per fault tick, in lease-edge seeds: probability of starting each lease-edge shape.
 const LEASE_EDGE_SHAPE_P: f64 = 0.05;
+/// Per fault tick, in fate-sharing seeds: probability of starting the late-bind shape.
+const LATE_BIND_P: f64 = 0.03;
 
 /// A scenario in progress.
 #[derive(Clone, Debug)]
@@ -95,6 +108,17 @@ enum Phase {
     },
     /// Quiet bridge, step 2: the leader–follower link is cut until `until_us`.
     QuietBridgeHold { until_us: SimTimeUs },
+    /// Late bind, step 1: `client` sent a keepalive to `follower` across the cut link and
+    /// went back to `leader`; wait until it has closed its stream to `follower` (a keepalive
+    /// at `leader` was acknowledged), then move leadership to `follower`.
+    LateBindWaitClose {
+        client: ClientId,
+        leader: NodeId,
+        term: u64,
+        follower: NodeId,
+    },
+    /// Late bind, step 2: wait for `follower` to lead a term above `term`, then heal.
+    LateBindWaitLeader { follower: NodeId, term: u64 },
 }
 
 impl World {
@@ -113,6 +137,8 @@ impl World {
             self.start_leader_isolation();
         } else if self.lease_edge && self.rng.chance(LEASE_EDGE_SHAPE_P) {
             self.start_quiet_bridge();
+        } else if self.fate.is_some() && self.rng.chance(LATE_BIND_P) {
+            self.start_late_bind();
         }
         self.scenario.is_some()
     }
@@ -226,6 +252,49 @@ impl World {
                     self.end_scenario("the cut heals");
                 }
             }
+            Phase::LateBindWaitClose {
+                client,
+                leader,
+                term,
+                follower,
+            } => {
+                let still_leads = self
+                    .nodes
+                    .get(&leader)
+                    .and_then(|s| s.status.as_ref())
+                    .is_some_and(|s| s.role == Role::Leader && s.term == term);
+                if !still_leads {
+                    self.end_scenario("the leader lost its leadership first");
+                    return;
+                }
+                let closed = self
+                    .clients
+                    .get(client as usize)
+                    .is_some_and(|c| !c.holds_stream_to(follower));
+                if !closed {
+                    return;
+                }
+                let moved = self.in_node(leader, |n| n.transfer_leadership(follower));
+                self.drive_node(leader);
+                if !matches!(moved, Some(Ok(()))) {
+                    self.end_scenario("the leader refused to hand over");
+                    return;
+                }
+                self.stats.fault("raft-transfer");
+                self.trace.log(self.now_us, || {
+                    format!("scenario late-bind: client {client} closed its stream to {follower}; leadership moves there")
+                });
+                self.set_phase(Phase::LateBindWaitLeader { follower, term }, None);
+            }
+            Phase::LateBindWaitLeader { follower, term } => {
+                if self
+                    .leader_above(term, &[])
+                    .is_none_or(|(l, _)| l != follower)
+                {
+                    return;
+                }
+                self.end_scenario("the follower leads: the cut link heals");
+            }
             Phase::QuietWaitIdle {
                 leader,
                 term,
@@ -300,6 +369,56 @@ impl World {
         self.stats.fault("scenario-leader-isolation");
         self.trace.log(self.now_us, || {
             format!("scenario leader-isolation: leader {leader} cut off from every node")
+        });
+    }
+
+    fn start_late_bind(&mut self) {
+        let Some(leader) = self.current_leader() else {
+            return;
+        };
+        let Some(voters) = self.voters_of(leader) else {
+            return;
+        };
+        let term = self.nodes[&leader].status.as_ref().map_or(0, |s| s.term);
+        let followers: Vec<NodeId> = voters
+            .iter()
+            .copied()
+            .filter(|v| *v != leader && self.nodes.get(v).is_some_and(|s| s.is_up() && !s.paused))
+            .collect();
+        let clients: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|c| c.leads_bound_via(leader))
+            .map(|c| c.id())
+            .collect();
+        let (Some(follower), Some(client)) = (
+            self.rng.pick(&followers).copied(),
+            self.rng.pick(&clients).copied(),
+        ) else {
+            return;
+        };
+        let id = self.next_partition_id;
+        self.next_partition_id += 1;
+        self.stats.fault("scenario-late-bind");
+        self.trace
+            .event(TraceKind::Fault, self.now_us, &[12, id, 1]);
+        self.network
+            .partition(id, vec![(Addr::Client(client), Addr::Node(follower))]);
+        self.scenario = Some(Scenario {
+            phase: Phase::LateBindWaitClose {
+                client,
+                leader,
+                term,
+                follower,
+            },
+            deadline_us: self.now_us + PHASE_US,
+            partitions: vec![id],
+        });
+        self.trace.log(self.now_us, || {
+            format!("scenario late-bind: client {client} sends a keepalive to {follower} across a cut link, then goes back to leader {leader}")
+        });
+        self.with_client(client as usize, |c, env| {
+            c.keepalive_via(follower, leader, env)
         });
     }
 
