@@ -69,6 +69,19 @@ pub struct BenchArgs {
         value_parser = clap::value_parser!(u64).range(1..=3_600_000)
     )]
     pub takeover_ttl_ms: Vec<u64>,
+    /// The elections scenario's sizes (comma-separated; default 10000,100000, 10000 with
+    /// --quick): each size is measured on a fresh cluster.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = clap::value_parser!(u64).range(1..=10_000_000)
+    )]
+    pub elections: Vec<u64>,
+    /// Sessions (leases) holding the elections scenario's elections, round robin; with more
+    /// than 1,000 (or more than 100,000 elections) the scenario also reads each tenure node's
+    /// last snapshot and times a follower's restart.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub election_sessions: u64,
     /// The project's `scripts/services.sh`, which starts PostgreSQL for the `postgres`
     /// system (needed only for it).
     #[arg(long, env = "TENURE_SERVICES_SCRIPT", value_name = "PATH")]

@@ -16,7 +16,7 @@ use tenure_core::drift::{holder_margin, DriftPpm, CLIENT_SCHEDULING_ALLOWANCE};
 
 use crate::report::{Better, Report};
 use crate::system::{
-    self, Cluster, Env, KeepaliveLoad, Profile, ReadKind, Reader, System, Unsupported, Writer,
+    self, poll, Cluster, Env, KeepaliveLoad, Profile, ReadKind, Reader, System, Unsupported, Writer,
 };
 use crate::{as_ms, BenchArgs};
 
@@ -89,6 +89,10 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     let trials = args.trials.map(|t| t as usize);
     let mut sizes = Sizes::new(args.quick, args.smoke, trials);
     sizes.settle = Duration::from_millis(args.settle_ms);
+    if !args.elections.is_empty() {
+        sizes.elections = args.elections.iter().map(|&n| n as usize).collect();
+    }
+    sizes.election_sessions = args.election_sessions as usize;
     sizes.takeover_ttls = args
         .takeover_ttl_ms
         .iter()
@@ -299,6 +303,8 @@ fn format_duration(d: Duration) -> String {
 
 /// `--takeover-ttl-ms`'s default.
 const DEFAULT_TAKEOVER_TTLS: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(10)];
+/// `--election-sessions`' default.
+const ELECTION_SESSIONS: usize = 100;
 /// `--settle-ms`'s default.
 const DEFAULT_SETTLE: Duration = Duration::from_millis(300);
 
@@ -329,6 +335,8 @@ struct Sizes {
     keepalive_leases: usize,
     keepalive_window: Duration,
     elections: Vec<usize>,
+    /// Sessions holding them (`--election-sessions`).
+    election_sessions: usize,
     /// How long idle CPU is sampled.
     cpu_window: Duration,
     herd_changes: usize,
@@ -351,6 +359,7 @@ impl Sizes {
                 keepalive_leases: 100,
                 keepalive_window: Duration::from_millis(500),
                 elections: vec![1_000],
+                election_sessions: ELECTION_SESSIONS,
                 cpu_window: Duration::from_secs(1),
                 herd_changes: 1,
             }
@@ -369,6 +378,7 @@ impl Sizes {
                 keepalive_leases: 1_000,
                 keepalive_window: Duration::from_secs(2),
                 elections: vec![10_000],
+                election_sessions: ELECTION_SESSIONS,
                 cpu_window: Duration::from_secs(3),
                 herd_changes: 2,
             }
@@ -387,6 +397,7 @@ impl Sizes {
                 keepalive_leases: 10_000,
                 keepalive_window: Duration::from_secs(5),
                 elections: vec![10_000, 100_000],
+                election_sessions: ELECTION_SESSIONS,
                 cpu_window: Duration::from_secs(10),
                 herd_changes: 5,
             }
@@ -522,9 +533,9 @@ async fn measure_system(
     }
     if has(Scenario::Elections) {
         for &n in &sizes.elections {
-            let c = system::start(system, profile, env).await?;
+            let mut c = system::start(system, profile, env).await?;
             c.wait_stable(STABLE_WITHIN).await?;
-            elections(&*c, n, sizes, report)
+            elections(&mut *c, n, sizes, report)
                 .await
                 .with_context(|| format!("{n} elections"))?;
         }
@@ -1518,35 +1529,43 @@ async fn herd(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Re
     Ok(())
 }
 
-/// `n` elections held by 100 sessions: resident memory of each node and CPU used while
-/// idle (only the sessions' renewals), next to the same for the empty cluster.
+/// `n` elections held by `sizes.election_sessions` sessions (100 unless asked): resident
+/// memory of each node and CPU used while idle (only the sessions' renewals), next to the
+/// same for the empty cluster. At scale (more than 1,000 sessions or 100,000 elections) also
+/// each node's last snapshot and a follower's restart ([`snapshot_and_restart`]).
 async fn elections(
-    c: &dyn Cluster,
+    c: &mut dyn Cluster,
     n: usize,
     sizes: &Sizes,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let (system, profile) = (c.system(), c.profile());
+    let m = sizes.election_sessions;
+    let label = if m == ELECTION_SESSIONS {
+        format!("{n} elections")
+    } else {
+        format!("{n} elections, {m} sessions")
+    };
     let pids: Vec<u32> = (0..c.len()).filter_map(|i| c.pid(i)).collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let empty_cpu = cpu_share(&pids, sizes.cpu_window).await?;
     let empty_rss = rss_mib(&pids)?;
     let t = Instant::now();
-    let held = c.hold_elections(n, 100).await?;
+    let held = c.hold_elections(n, m).await?;
     let took = t.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cpu = cpu_share(&pids, sizes.cpu_window).await?;
     let rss = rss_mib(&pids)?;
     eprintln!(
-        "[{system} {profile}] {n} elections held in {:.1} s: rss {rss:.0?} MiB (empty {empty_rss:.0?}), idle cpu {cpu:.2?} % (empty {empty_cpu:.2?})",
+        "[{system} {profile}] {label} held in {:.1} s: rss {rss:.0?} MiB (empty {empty_rss:.0?}), idle cpu {cpu:.2?} % (empty {empty_cpu:.2?})",
         took.as_secs_f64()
     );
     for (suffix, rss, cpu) in [("", &rss, &cpu), (", before", &empty_rss, &empty_cpu)] {
-        for (node, (m, p)) in rss.iter().zip(cpu).enumerate() {
-            for (what, unit, value) in [("memory", "MiB", *m), ("idle CPU", "% of a core", *p)] {
+        for (node, (mib, p)) in rss.iter().zip(cpu).enumerate() {
+            for (what, unit, value) in [("memory", "MiB", *mib), ("idle CPU", "% of a core", *p)] {
                 report.record(
                     "elections",
-                    &format!("{n} elections: {what} per node{suffix}"),
+                    &format!("{label}: {what} per node{suffix}"),
                     unit,
                     Better::Lower,
                     system,
@@ -1558,14 +1577,132 @@ async fn elections(
     }
     report.record(
         "elections",
-        &format!("{n} elections: time to take them all"),
+        &format!("{label}: time to take them all"),
         "ms",
         Better::Lower,
         system,
         profile,
         [(0, as_ms(took))],
     );
+    if m > 1_000 || n > 100_000 {
+        snapshot_and_restart(c, &label, report).await?;
+    }
     drop(held);
+    Ok(())
+}
+
+/// How long a restarted node may take to answer and to catch up.
+const RESTART_WITHIN: Duration = Duration::from_secs(600);
+
+/// Each node's last snapshot (size, the index it covers, its write and fsync), then a
+/// follower killed and started again: the time until it answers `/metrics` (its recovery:
+/// snapshot decoded, log replayed) and until it applied everything the leader had committed
+/// when it was killed. Measured where the nodes export metrics (tenure); noted otherwise.
+async fn snapshot_and_restart(
+    c: &mut dyn Cluster,
+    label: &str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let tag = format!("[{system} {profile}]");
+    if c.metrics(0).await?.is_none() {
+        report.note(
+            "elections",
+            system,
+            profile,
+            format!("{label}: snapshot and restart not measured (no metrics to read them from)"),
+        );
+        return Ok(());
+    }
+    for i in 0..c.len() {
+        let text = c.metrics(i).await?.unwrap_or_default();
+        let value = |name| prometheus_value(&text, name).unwrap_or(0.0);
+        let (bytes, index, write_s) = (
+            value("tenure_snapshot_bytes"),
+            value("tenure_snapshot_index"),
+            value("tenure_snapshot_write_seconds"),
+        );
+        eprintln!(
+            "{tag} {label}: node {i}: last snapshot {:.1} MiB at index {index}, written and fsynced in {:.1} ms",
+            bytes / (1 << 20) as f64,
+            write_s * 1000.0
+        );
+        for (what, unit, v) in [
+            (
+                "last snapshot size per node",
+                "MiB",
+                bytes / (1 << 20) as f64,
+            ),
+            (
+                "last snapshot write and fsync per node",
+                "ms",
+                write_s * 1000.0,
+            ),
+        ] {
+            report.record(
+                "elections",
+                &format!("{label}: {what}"),
+                unit,
+                Better::Lower,
+                system,
+                profile,
+                [(i, v)],
+            );
+        }
+        report.note(
+            "elections",
+            system,
+            profile,
+            format!("{label}: node {i}'s last snapshot covers index {index}"),
+        );
+    }
+    let leader = c
+        .leader()
+        .await
+        .ok_or_else(|| anyhow!("no leader before the restart"))?;
+    let follower = (leader + 1) % c.len();
+    let leader_text = c.metrics(leader).await?.unwrap_or_default();
+    let commit = prometheus_value(&leader_text, "tenure_commit_index").unwrap_or(0.0);
+    c.kill(follower)?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t = Instant::now();
+    c.restart(follower)?;
+    let c: &dyn Cluster = c;
+    poll(RESTART_WITHIN, "the restarted follower answers", || async {
+        c.metrics(follower).await.ok().flatten()
+    })
+    .await?;
+    let up = t.elapsed();
+    poll(
+        RESTART_WITHIN,
+        "the restarted follower catches up",
+        || async {
+            let text = c.metrics(follower).await.ok().flatten()?;
+            let applied = prometheus_value(&text, "tenure_applied_index")?;
+            (applied >= commit).then_some(())
+        },
+    )
+    .await?;
+    let caught_up = t.elapsed();
+    eprintln!(
+        "{tag} {label}: follower {follower} restarted: answers after {:.0} ms, applied the leader's commit index {commit} after {:.0} ms",
+        as_ms(up),
+        as_ms(caught_up)
+    );
+    for (what, v) in [
+        ("follower restart until it answers", up),
+        ("follower restart until it caught up", caught_up),
+    ] {
+        report.record(
+            "elections",
+            &format!("{label}: {what}"),
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            [(0, as_ms(v))],
+        );
+    }
     Ok(())
 }
 

@@ -33,6 +33,12 @@ use crate::system::{
     READ_VALUE_BYTES, STATUS_TIMEOUT, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
 };
 
+/// Above this many sessions, the elections scenario's sessions live longer and are not
+/// revoked one by one at its end.
+const MANY_SESSIONS: usize = 1_000;
+/// Renewals sent at once by the elections scenario's keepalive stream.
+const RENEW_CHUNK: usize = 1_000;
+
 /// How long one bulk request retries across leader changes.
 const BULK_BUDGET: Duration = Duration::from_secs(30);
 
@@ -436,13 +442,20 @@ impl Cluster for TenureCluster {
         sessions: usize,
     ) -> anyhow::Result<Box<dyn Send + Sync>> {
         let sessions = sessions.max(1);
-        let (leader, ids) = self.grant_many(sessions, Duration::from_secs(10)).await?;
-        // Keep the sessions alive: one stream, each session renewed every 2.5 s.
+        // Many sessions get a longer TTL: the first must outlive the granting of the rest,
+        // and their renewals (one every TTL/4 per session) stay a background load.
+        let ttl = if sessions > MANY_SESSIONS {
+            Duration::from_secs(120)
+        } else {
+            Duration::from_secs(10)
+        };
+        let (leader, ids) = self.grant_many(sessions, ttl).await?;
+        // Keep the sessions alive: one stream, each session renewed every TTL/4.
         let ch = self.channel(leader, Duration::from_secs(3600));
         let nodes: Vec<Channel> = (0..self.addrs.len())
             .map(|i| self.channel(i, Duration::from_secs(3600)))
             .collect();
-        let keep = tokio::spawn(keep_sessions(nodes, leader, ids.clone()));
+        let keep = tokio::spawn(keep_sessions(nodes, leader, ids.clone(), ttl / 4));
         let nodes = self.all()?;
         bounded(n, BULK_IN_FLIGHT, |k| {
             let nodes = nodes.clone();
@@ -514,6 +527,11 @@ impl Drop for Held {
         self.keep.abort();
         let ch = self.channel.clone();
         let ids = std::mem::take(&mut self.ids);
+        if ids.len() > MANY_SESSIONS {
+            // Revoking them one by one would take longer than the cluster lives; they
+            // expire with it.
+            return;
+        }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(revoke_many(ch, ids));
         }
@@ -631,10 +649,10 @@ async fn find_leader(nodes: &[Channel], within: Duration) -> anyhow::Result<usiz
 /// Renew every session of `ids` every 2.5 s, forever (aborted by its owner), on one stream
 /// at the leader; where the stream ends (the Raft leader changed), it is reopened at the new
 /// leader, and the run says so on stderr.
-async fn keep_sessions(nodes: Vec<Channel>, mut leader: usize, ids: Vec<u64>) {
+async fn keep_sessions(nodes: Vec<Channel>, mut leader: usize, ids: Vec<u64>, period: Duration) {
     let mut seq = 0;
     loop {
-        let why = renew_every(nodes[leader].clone(), &ids, &mut seq).await;
+        let why = renew_every(nodes[leader].clone(), &ids, period, &mut seq).await;
         match find_leader(&nodes, Duration::from_secs(10)).await {
             Ok(i) => {
                 eprintln!(
@@ -654,9 +672,9 @@ async fn keep_sessions(nodes: Vec<Channel>, mut leader: usize, ids: Vec<u64>) {
     }
 }
 
-/// One KeepAlive stream on `ch` renewing every session of `ids` every 2.5 s, until it fails;
-/// returns why.
-async fn renew_every(ch: Channel, ids: &[u64], seq: &mut u64) -> anyhow::Error {
+/// One KeepAlive stream on `ch` renewing every session of `ids` once per `period`, in
+/// chunks of [`RENEW_CHUNK`] spread evenly over it, until it fails; returns why.
+async fn renew_every(ch: Channel, ids: &[u64], period: Duration, seq: &mut u64) -> anyhow::Error {
     let (tx, rx) = mpsc::channel(1024);
     let mut responses = match SessionsClient::new(ch)
         .keep_alive(ReceiverStream::new(rx))
@@ -665,7 +683,9 @@ async fn renew_every(ch: Channel, ids: &[u64], seq: &mut u64) -> anyhow::Error {
         Ok(r) => r.into_inner(),
         Err(e) => return anyhow!("open a KeepAlive stream: {e}"),
     };
-    let mut round = tokio::time::interval(Duration::from_millis(2500));
+    let chunks = ids.len().div_ceil(RENEW_CHUNK).max(1);
+    let mut round = tokio::time::interval(period / chunks as u32);
+    let mut next = ids.chunks(RENEW_CHUNK).cycle();
     loop {
         tokio::select! {
             answer = responses.message() => match answer {
@@ -674,7 +694,7 @@ async fn renew_every(ch: Channel, ids: &[u64], seq: &mut u64) -> anyhow::Error {
                 Err(e) => return anyhow!("{e}"),
             },
             _ = round.tick() => {
-                for &id in ids {
+                for &id in next.next().unwrap_or_default() {
                     *seq += 1;
                     let req = v1::KeepAliveRequest {
                         session_id: id,

@@ -53,7 +53,8 @@ pub struct ServerArgs {
     /// Longest session TTL clients may ask for, in milliseconds.
     #[arg(long)]
     ttl_max_ms: Option<u64>,
-    /// Applied entries between snapshots (log compaction).
+    /// Applied entries between snapshots (log compaction), at least; with a large state
+    /// also at least as many as the last snapshot held sessions, elections and fenced keys.
     #[arg(long)]
     snapshot_threshold_entries: Option<u64>,
     /// How long a client request waits for its outcome before it is answered

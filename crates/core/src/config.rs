@@ -125,6 +125,12 @@ pub struct Config {
     /// Take a snapshot and compact the log when this many entries were applied since the
     /// last one.
     pub snapshot_threshold_entries: u64,
+    /// Also wait, before the next snapshot, until as many entries were applied since the
+    /// last one as that snapshot held records (sessions, elections and fenced keys); on by
+    /// default. A snapshot costs time in proportion to the state and a log entry costs
+    /// about one record, so this keeps the cost of snapshots per applied entry bounded
+    /// however large the state grows, for a log at most about as long as the state.
+    pub snapshot_grows_with_state: bool,
     /// Most proposals a leader holds uncommitted before refusing more.
     pub uncommitted_entries_max: u64,
     /// How often the leader commits a checkpoint of session lease times.
@@ -157,6 +163,7 @@ impl Config {
             clock_drift_max: DriftPpm::DEFAULT,
             append_entries_max: 64,
             snapshot_threshold_entries: 1_000,
+            snapshot_grows_with_state: true,
             uncommitted_entries_max: 10_000,
             lease_checkpoint_ticks: 5,
             seed: id,

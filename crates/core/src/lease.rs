@@ -35,6 +35,9 @@ use crate::types::{Index, Payload, Term};
 pub const PENDING_KEEPALIVES_MAX: usize = 100_000;
 /// Most sessions a leader expires in one tick, so that one tick's work stays bounded.
 pub const EXPIRIES_PER_TICK_MAX: usize = 1_000;
+/// Most sessions one Checkpoint entry carries: a leader renewing more sessions in one
+/// checkpoint interval proposes several entries, so that no entry outgrows a message.
+pub const CHECKPOINT_SESSIONS_MAX: usize = 4_096;
 
 /// Whether this leader provably still leads for something that arrived at local tick
 /// `received_tick` (DESIGN rule 4): it holds its leader lease, or a quorum acknowledged a
@@ -83,6 +86,9 @@ struct Binding {
 pub(crate) struct LeaseClock {
     /// Local tick before which this node must not expire a session.
     deadline_tick: BTreeMap<SessionId, u64>,
+    /// `deadline_tick` ordered by tick, so that the leader's expiry pass looks only at the
+    /// sessions that are due instead of walking every session each tick.
+    due: BTreeSet<(u64, SessionId)>,
     /// For sessions this node renewed (or granted) as leader: `(tick, term)`, where `tick`
     /// is the part of `deadline_tick` owed to anyone but its leadership of `term` — the
     /// deadline as it stood before that leadership first renewed the session, raised by
@@ -183,21 +189,44 @@ impl LeaseClock {
     /// Raises `session`'s deadline to `tick` for an acknowledgement of this leadership of
     /// `term`, first setting aside what was owed elsewhere (see `elsewhere`).
     fn raise_own(&mut self, session: SessionId, term: Term, tick: u64) {
-        let deadline = self.deadline_tick.entry(session).or_insert(0);
+        let before = self.deadline_tick.get(&session).copied().unwrap_or(0);
         match self.elsewhere.get(&session) {
             Some((_, t)) if *t == term => {}
             _ => {
-                self.elsewhere.insert(session, (*deadline, term));
+                self.elsewhere.insert(session, (before, term));
             }
         }
-        *deadline = (*deadline).max(tick);
+        self.raise_deadline(session, tick);
+    }
+
+    /// Raises `session`'s deadline to `tick` (or sets it, if it had none), keeping `due`
+    /// in step.
+    fn raise_deadline(&mut self, session: SessionId, tick: u64) {
+        match self.deadline_tick.get_mut(&session) {
+            Some(deadline) if *deadline >= tick => {}
+            Some(deadline) => {
+                self.due.remove(&(*deadline, session));
+                *deadline = tick;
+                self.due.insert((tick, session));
+            }
+            None => {
+                self.deadline_tick.insert(session, tick);
+                self.due.insert((tick, session));
+            }
+        }
+    }
+
+    /// Forgets `session`'s deadline, keeping `due` in step.
+    fn remove_deadline(&mut self, session: SessionId) {
+        if let Some(deadline) = self.deadline_tick.remove(&session) {
+            self.due.remove(&(deadline, session));
+        }
     }
 
     /// Raises `session`'s deadline to `tick` for a promise made elsewhere (another leader's
     /// entry, or one this node cannot tell apart from one).
     fn raise_elsewhere(&mut self, session: SessionId, tick: u64) {
-        let deadline = self.deadline_tick.entry(session).or_insert(0);
-        *deadline = (*deadline).max(tick);
+        self.raise_deadline(session, tick);
         if let Some((owed, _)) = self.elsewhere.get_mut(&session) {
             *owed = (*owed).max(tick);
         }
@@ -330,7 +359,7 @@ impl LeaseClock {
             }
             (_, Response::Ended { session }) => {
                 if !raft.config.bugs.keep_ended_deadline {
-                    self.deadline_tick.remove(session);
+                    self.remove_deadline(*session);
                 }
                 self.elsewhere.remove(session);
                 if let Some(b) = self.bindings.remove(session) {
@@ -354,6 +383,7 @@ impl LeaseClock {
             .sessions()
             .map(|(s, info)| (s, now + padded(info.remaining_ticks, drift)))
             .collect();
+        self.due = self.deadline_tick.iter().map(|(s, d)| (*d, *s)).collect();
         self.elsewhere.clear();
         self.coverage_tick.clear();
         self.expiring.clear();
@@ -415,7 +445,8 @@ impl LeaseClock {
 
     fn propose_checkpoint_if_due(&mut self, raft: &mut Raft, sm: &StateMachine, now: u64) {
         let interval = raft.config.lease_checkpoint_ticks;
-        if now < self.last_checkpoint_tick + interval {
+        if now < self.last_checkpoint_tick + interval || raft.check_can_propose().is_err() {
+            // Not now: the renewed sessions wait for the next try.
             return;
         }
         // Sessions renewed since the last checkpoint, and sessions with keepalives waiting
@@ -427,24 +458,38 @@ impl LeaseClock {
             .into_iter()
             .filter_map(|s| sm.session(s).map(|info| (s, info.ttl_ticks + 2 * interval)))
             .collect();
-        if remaining.is_empty() || raft.check_can_propose().is_err() {
+        if remaining.is_empty() {
             return;
         }
         self.last_checkpoint_tick = now;
-        let (index, term) =
-            raft.append_as_leader(Payload::Command(Command::Checkpoint { remaining }));
-        self.own.insert(index, (term, now));
+        let mut chunks = remaining.chunks(CHECKPOINT_SESSIONS_MAX);
+        while let Some(chunk) = chunks.next() {
+            if raft.check_can_propose().is_err() {
+                // The log filled up midway: what was not proposed goes with the next one.
+                self.renewed.extend(chunk.iter().map(|(s, _)| *s));
+                for rest in chunks {
+                    self.renewed.extend(rest.iter().map(|(s, _)| *s));
+                }
+                return;
+            }
+            let (index, term) = raft.append_as_leader(Payload::Command(Command::Checkpoint {
+                remaining: chunk.to_vec(),
+            }));
+            self.own.insert(index, (term, now));
+        }
     }
 
     fn propose_expiries(&mut self, raft: &mut Raft, now: u64) {
         if raft.check_can_propose().is_err() {
             return;
         }
+        // Sessions being expired stay in `due` until their Expire applies; there are at
+        // most a few ticks' worth of them, so skipping them keeps the pass bounded.
         let due: Vec<SessionId> = self
-            .deadline_tick
-            .iter()
-            .filter(|(s, d)| **d <= now && !self.expiring.contains(s))
-            .map(|(s, _)| *s)
+            .due
+            .range(..=(now, SessionId::MAX))
+            .map(|(_, s)| *s)
+            .filter(|s| !self.expiring.contains(s))
             .take(EXPIRIES_PER_TICK_MAX)
             .collect();
         for session in due {
@@ -561,7 +606,24 @@ impl LeaseClock {
     /// Invariant: every waiting keepalive arrived at or before the current tick, in order.
     /// Invariant: the index of bindings by stream lists exactly the bindings, and only
     /// bound sessions whose stream was closed wait to be released.
+    /// Invariant: the deadlines by tick list exactly the deadlines (checked in full only
+    /// when there are few, to keep checking cheap).
     pub(crate) fn check_invariants(&self, raft: &Raft) {
+        assert_eq!(
+            self.due.len(),
+            self.deadline_tick.len(),
+            "node {}: deadlines by tick out of step",
+            raft.id
+        );
+        if self.deadline_tick.len() <= 64 {
+            assert!(
+                self.deadline_tick
+                    .iter()
+                    .all(|(s, d)| self.due.contains(&(*d, *s))),
+                "node {}: deadlines by tick out of step",
+                raft.id
+            );
+        }
         if raft.role != Role::Leader {
             assert!(
                 self.leader_term.is_none() && self.pending.is_empty() && self.bindings.is_empty(),

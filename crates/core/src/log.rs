@@ -2,8 +2,9 @@
 //! positions that say what is durable, committed and applied.
 
 use core::cell::Cell;
+use std::collections::BTreeSet;
 
-use crate::types::{Entry, Index, Term};
+use crate::types::{Entry, Index, Payload, Term};
 
 /// The log as the node sees it.
 ///
@@ -11,11 +12,15 @@ use crate::types::{Entry, Index, Term};
 /// Invariant: `snapshot_index <= applied <= committed <= last_index()`.
 /// Invariant: `applied <= persisted` (only durable entries are applied) and
 /// `persisted <= last_index()`.
+/// Invariant: `membership_indices` lists exactly the entries holding a membership.
 #[derive(Clone, Debug, Default)]
 pub struct RaftLog {
     snapshot_index: Index,
     snapshot_term: Term,
     entries: Vec<Entry>,
+    /// Indices of the entries that hold a membership, so that finding the latest one does
+    /// not walk a long log after every append.
+    membership_indices: BTreeSet<Index>,
     /// Entries up to here are durable on this node's disk.
     persisted: Index,
     /// First index not yet handed to the driver for persistence.
@@ -35,10 +40,12 @@ impl RaftLog {
     /// A log restored from disk: everything in it is durable already.
     pub fn restored(snapshot_index: Index, snapshot_term: Term, entries: Vec<Entry>) -> RaftLog {
         let last = snapshot_index + entries.len() as Index;
+        let membership_indices = membership_indices_of(&entries).collect();
         RaftLog {
             snapshot_index,
             snapshot_term,
             entries,
+            membership_indices,
             persisted: last,
             unstable_from: last + 1,
             committed: snapshot_index,
@@ -131,7 +138,25 @@ impl RaftLog {
             entry.term >= self.last_term(),
             "leader append with older term"
         );
+        if matches!(entry.payload, Payload::Membership(_)) {
+            self.membership_indices.insert(entry.index);
+        }
         self.entries.push(entry);
+        self.shape_version += 1;
+    }
+
+    /// The latest entry holding a membership, if the log (after the snapshot) has one.
+    pub fn last_membership_entry(&self) -> Option<&Entry> {
+        self.membership_indices
+            .last()
+            .and_then(|index| self.entry(*index))
+    }
+
+    /// Appends `entries` at the end of the log.
+    fn extend(&mut self, entries: &[Entry]) {
+        self.membership_indices
+            .extend(membership_indices_of(entries));
+        self.entries.extend_from_slice(entries);
         self.shape_version += 1;
     }
 
@@ -158,13 +183,11 @@ impl RaftLog {
                         self.committed
                     );
                     self.truncate_from(e.index);
-                    self.entries.extend_from_slice(&entries[k..]);
-                    self.shape_version += 1;
+                    self.extend(&entries[k..]);
                     return prev + entries.len() as Index;
                 }
                 None => {
-                    self.entries.extend_from_slice(&entries[k..]);
-                    self.shape_version += 1;
+                    self.extend(&entries[k..]);
                     return prev + entries.len() as Index;
                 }
             }
@@ -185,14 +208,14 @@ impl RaftLog {
         if from <= self.last_index() {
             self.truncate_from(from);
         }
-        self.entries.extend_from_slice(&entries[skip..]);
-        self.shape_version += 1;
+        self.extend(&entries[skip..]);
         prev + entries.len() as Index
     }
 
     fn truncate_from(&mut self, index: Index) {
         let keep = (index - self.snapshot_index - 1) as usize;
         self.entries.truncate(keep);
+        self.membership_indices.split_off(&index);
         self.shape_version += 1;
         self.persisted = self.persisted.min(index - 1);
         self.unstable_from = self.unstable_from.min(index);
@@ -247,6 +270,7 @@ impl RaftLog {
         let term = self.term(index).expect("compaction point is in the log");
         let drop = (index - self.snapshot_index) as usize;
         self.entries.drain(..drop);
+        self.membership_indices = self.membership_indices.split_off(&(index + 1));
         self.snapshot_index = index;
         self.snapshot_term = term;
         self.shape_version += 1;
@@ -255,6 +279,7 @@ impl RaftLog {
     /// Replace the whole log with a snapshot from the leader.
     pub fn restore(&mut self, index: Index, term: Term) {
         self.entries.clear();
+        self.membership_indices.clear();
         self.shape_version += 1;
         self.snapshot_index = index;
         self.snapshot_term = term;
@@ -287,6 +312,10 @@ impl RaftLog {
                 }
                 previous_term = e.term;
             }
+            assert!(
+                membership_indices_of(&self.entries).eq(self.membership_indices.iter().copied()),
+                "the index of membership entries is out of step with the log"
+            );
             self.shape_checked.set(Some(self.shape_version));
         }
         self.check_positions();
@@ -305,4 +334,12 @@ impl RaftLog {
         assert!(self.applied <= self.persisted, "applied non-durable entry");
         assert!(self.persisted <= self.last_index(), "persisted beyond log");
     }
+}
+
+/// The indices of the entries among `entries` that hold a membership.
+fn membership_indices_of(entries: &[Entry]) -> impl Iterator<Item = Index> + '_ {
+    entries
+        .iter()
+        .filter(|e| matches!(e.payload, Payload::Membership(_)))
+        .map(|e| e.index)
 }

@@ -39,7 +39,7 @@ use crate::types::{
 
 pub use crate::raft::{ProposeError, Role, StepError};
 
-pub use crate::lease::{EXPIRIES_PER_TICK_MAX, PENDING_KEEPALIVES_MAX};
+pub use crate::lease::{CHECKPOINT_SESSIONS_MAX, EXPIRIES_PER_TICK_MAX, PENDING_KEEPALIVES_MAX};
 
 /// A node that cannot be built from its configuration and disk.
 #[derive(Debug, thiserror::Error)]
@@ -241,6 +241,9 @@ pub struct Node {
     /// The state machine's applied index and the number of session deadlines when the
     /// two key sets were last compared.
     deadlines_checked_at: std::cell::Cell<Option<(Index, usize)>>,
+    /// Records the state held at the last snapshot (taken or loaded), for
+    /// `Config::snapshot_grows_with_state`.
+    snapshot_records: u64,
 }
 
 impl Node {
@@ -305,7 +308,9 @@ impl Node {
             sm_checked_at: std::cell::Cell::new(None),
             term_and_vote_seen: (0, None),
             deadlines_checked_at: std::cell::Cell::new(None),
+            snapshot_records: 0,
         };
+        node.snapshot_records = node.sm.records() as u64;
         node.lease.reset_from_state_machine(&node.raft, &node.sm);
         node.apply_committed();
         Ok(node)
@@ -900,6 +905,7 @@ impl Node {
             ),
         }
         self.leader_changes.extend(self.sm.take_leader_changes());
+        self.snapshot_records = self.sm.records() as u64;
         self.lease.reset_from_state_machine(&self.raft, &self.sm);
     }
 
@@ -947,8 +953,16 @@ impl Node {
         }
         self.leader_changes.extend(self.sm.take_leader_changes());
         let (snap_index, _) = self.snapshot_meta();
-        if self.raft.log.applied - snap_index >= self.raft.config.snapshot_threshold_entries {
+        let since = self.raft.log.applied - snap_index;
+        let config = &self.raft.config;
+        // With a large state, wait also until the log holds as many entries as the last
+        // snapshot held records: a snapshot then costs about one record's encoding per
+        // applied entry, however large the state grows.
+        if since >= config.snapshot_threshold_entries
+            && (!config.snapshot_grows_with_state || since >= self.snapshot_records)
+        {
             let applied = self.raft.log.applied;
+            self.snapshot_records = self.sm.records() as u64;
             self.raft.compact(applied, self.sm.snapshot());
         }
     }

@@ -1219,10 +1219,8 @@ impl Raft {
     fn recompute_membership(&mut self) {
         let latest = self
             .log
-            .entries()
-            .iter()
-            .rev()
-            .find_map(|e| match &e.payload {
+            .last_membership_entry()
+            .and_then(|e| match &e.payload {
                 Payload::Membership(m) => Some((e.index, m.clone())),
                 _ => None,
             });

@@ -246,7 +246,8 @@ pub struct ServerConfig {
     /// How long a client request may wait for its answer.
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
-    /// Applied entries between snapshots.
+    /// Applied entries between snapshots, at least (also at least as many as the last
+    /// snapshot held records: `tenure_core::config::Config::snapshot_grows_with_state`).
     #[serde(default = "default_snapshot_threshold")]
     pub snapshot_threshold_entries: u64,
     /// Serve `POST /debug/block` on the HTTP port, which cuts this node off from the named

@@ -700,7 +700,14 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                         .persist(hs, snapshot, &ready.entries)
                         .map_err(storage_failed)?;
                 }
-                self.metrics.fsync_latency.observe(started.elapsed());
+                let took = started.elapsed();
+                self.metrics.fsync_latency.observe(took);
+                if let Some(snapshot) = &ready.snapshot {
+                    let m = &self.metrics;
+                    m.snapshot_bytes.store(snapshot.data.len() as u64, Relaxed);
+                    m.snapshot_index.store(snapshot.index, Relaxed);
+                    m.snapshot_write_us.store(took.as_micros() as u64, Relaxed);
+                }
             } else if let Some(hs) = &ready.hard_state {
                 // Only the commit index moved: written, not fsynced (one fsync per write).
                 self.storage

@@ -351,7 +351,13 @@ pub async fn run(
         .collect();
     let mut tcfg =
         TransportConfig::new(config.id, config.cluster_id.clone(), listeners.peer, peers);
-    tcfg.frame_bytes_max = config.message_bytes_max.max(tcfg.frame_bytes_max);
+    // A follower that fell behind the leader's log catches up by one InstallSnapshot
+    // message carrying the whole state: peer frames must hold the largest snapshot the
+    // write-ahead log accepts, not only the largest client message.
+    tcfg.frame_bytes_max = config
+        .message_bytes_max
+        .max(tcfg.frame_bytes_max)
+        .max(peer_frame_bytes_max(&tenure_wal::WalOptions::default()));
     tcfg.tls = node_tls.as_ref().map(tls::NodeTls::peer).transpose()?;
     let (transport, mut inbound) =
         Transport::start(tcfg).map_err(|e| ServerError::Transport(e.to_string()))?;
@@ -577,6 +583,12 @@ where
         .with_graceful_shutdown(stopped)
         .await
     })
+}
+
+/// The largest peer frame: an InstallSnapshot of the largest snapshot `wal` accepts, with
+/// room for the message around it.
+fn peer_frame_bytes_max(wal: &tenure_wal::WalOptions) -> usize {
+    (wal.snapshot_bytes_max as usize).saturating_add(1 << 20)
 }
 
 /// A request that tonic's decoder refuses (over `message_bytes_max`) never reaches our

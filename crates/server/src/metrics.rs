@@ -139,6 +139,12 @@ pub struct Metrics {
     pub snapshots_sent: AtomicU64,
     /// Snapshots from a leader this node installed (made durable).
     pub snapshots_installed: AtomicU64,
+    /// Size of the last snapshot this node made durable (taken or installed), in bytes.
+    pub snapshot_bytes: AtomicU64,
+    /// The log index the last snapshot made durable here covers.
+    pub snapshot_index: AtomicU64,
+    /// Time to write and fsync the Ready that carried the last snapshot, in microseconds.
+    pub snapshot_write_us: AtomicU64,
     /// Changes of this node's effective membership.
     pub membership_changes: AtomicU64,
     /// Times this follower found its leader's process gone (fast election) and campaigned
@@ -191,6 +197,9 @@ impl Default for Metrics {
             bad_peer_messages: AtomicU64::new(0),
             snapshots_sent: AtomicU64::new(0),
             snapshots_installed: AtomicU64::new(0),
+            snapshot_bytes: AtomicU64::new(0),
+            snapshot_index: AtomicU64::new(0),
+            snapshot_write_us: AtomicU64::new(0),
             membership_changes: AtomicU64::new(0),
             fast_elections: AtomicU64::new(0),
             transport: std::sync::OnceLock::new(),
@@ -402,6 +411,25 @@ impl Metrics {
             "tenure_sessions",
             "Live sessions.",
             &self.sessions,
+        );
+        gauge(
+            &mut out,
+            "tenure_snapshot_bytes",
+            "Size of the last snapshot made durable on this node.",
+            &self.snapshot_bytes,
+        );
+        gauge(
+            &mut out,
+            "tenure_snapshot_index",
+            "Log index covered by the last snapshot made durable on this node.",
+            &self.snapshot_index,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tenure_snapshot_write_seconds Write plus fsync of the last snapshot.\n\
+             # TYPE tenure_snapshot_write_seconds gauge\n\
+             tenure_snapshot_write_seconds {}",
+            self.snapshot_write_us.load(Relaxed) as f64 / 1e6
         );
         self.lease_renewal.render(
             &mut out,

@@ -617,15 +617,17 @@ async fn malformed_peer_frames_and_bad_client_requests_get_typed_errors_and_chan
             garbage_frame.clone(),
             "malformed payload",
         ),
+        // Peer frames may carry a whole snapshot: the cap is the write-ahead log's largest
+        // snapshot (1 GiB) and 1 MiB for the message around it.
         (
             "oversize frame after hello",
             [hello(), header(0, u32::MAX - 64, 0)].concat(),
-            "exceeds the cap of 16777216 bytes",
+            "exceeds the cap of 1074790400 bytes",
         ),
         (
-            "frame just over 16 MiB after hello",
-            [hello(), header(0, 16 << 20, 0)].concat(),
-            "frame of 16777230 bytes exceeds",
+            "frame one byte over the cap after hello",
+            [hello(), header(0, (1 << 30) + (1 << 20) - 13, 0)].concat(),
+            "frame of 1074790401 bytes exceeds",
         ),
         (
             "bad checksum after hello",

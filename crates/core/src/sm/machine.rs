@@ -833,6 +833,13 @@ impl StateMachine {
         self.state.data.sessions.len()
     }
 
+    /// How many records the state holds: sessions, elections and fenced keys. A snapshot's
+    /// size and the time to take one grow with it.
+    pub fn records(&self) -> usize {
+        let data = &self.state.data;
+        data.sessions.len() + data.elections.len() + data.fenced.len()
+    }
+
     /// Every live session, in ascending id (that is, grant) order.
     pub fn sessions(&self) -> impl Iterator<Item = (SessionId, &SessionInfo)> + '_ {
         self.state
