@@ -646,7 +646,7 @@ async fn find_leader(nodes: &[Channel], within: Duration) -> anyhow::Result<usiz
     }
 }
 
-/// Renew every session of `ids` every 2.5 s, forever (aborted by its owner), on one stream
+/// Renew every session of `ids` once per `period`, forever (aborted by its owner), on one stream
 /// at the leader; where the stream ends (the Raft leader changed), it is reopened at the new
 /// leader, and the run says so on stderr.
 async fn keep_sessions(nodes: Vec<Channel>, mut leader: usize, ids: Vec<u64>, period: Duration) {

@@ -462,14 +462,11 @@ impl LeaseClock {
             return;
         }
         self.last_checkpoint_tick = now;
-        let mut chunks = remaining.chunks(CHECKPOINT_SESSIONS_MAX);
-        while let Some(chunk) = chunks.next() {
+        for (k, chunk) in remaining.chunks(CHECKPOINT_SESSIONS_MAX).enumerate() {
             if raft.check_can_propose().is_err() {
                 // The log filled up midway: what was not proposed goes with the next one.
-                self.renewed.extend(chunk.iter().map(|(s, _)| *s));
-                for rest in chunks {
-                    self.renewed.extend(rest.iter().map(|(s, _)| *s));
-                }
+                let rest = &remaining[k * CHECKPOINT_SESSIONS_MAX..];
+                self.renewed.extend(rest.iter().map(|(s, _)| *s));
                 return;
             }
             let (index, term) = raft.append_as_leader(Payload::Command(Command::Checkpoint {

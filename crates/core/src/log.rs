@@ -4,7 +4,7 @@
 use core::cell::Cell;
 use std::collections::BTreeSet;
 
-use crate::types::{Entry, Index, Payload, Term};
+use crate::types::{Entry, Index, Membership, Payload, Term};
 
 /// The log as the node sees it.
 ///
@@ -145,11 +145,13 @@ impl RaftLog {
         self.shape_version += 1;
     }
 
-    /// The latest entry holding a membership, if the log (after the snapshot) has one.
-    pub fn last_membership_entry(&self) -> Option<&Entry> {
-        self.membership_indices
-            .last()
-            .and_then(|index| self.entry(*index))
+    /// The latest membership in the log (after the snapshot) and its index, if it has one.
+    pub fn last_membership(&self) -> Option<(Index, &Membership)> {
+        let index = *self.membership_indices.last()?;
+        match &self.entry(index)?.payload {
+            Payload::Membership(m) => Some((index, m)),
+            _ => None,
+        }
     }
 
     /// Appends `entries` at the end of the log.

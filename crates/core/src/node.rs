@@ -289,6 +289,7 @@ impl Node {
                 .map_err(|e| NodeError::Corrupt(format!("snapshot: {e}")))?,
             None => StateMachine::new(limits, bugs),
         };
+        let snapshot_records = sm.records() as u64;
         let raft = Raft::new(
             config,
             recovered.hard_state,
@@ -308,9 +309,8 @@ impl Node {
             sm_checked_at: std::cell::Cell::new(None),
             term_and_vote_seen: (0, None),
             deadlines_checked_at: std::cell::Cell::new(None),
-            snapshot_records: 0,
+            snapshot_records,
         };
-        node.snapshot_records = node.sm.records() as u64;
         node.lease.reset_from_state_machine(&node.raft, &node.sm);
         node.apply_committed();
         Ok(node)

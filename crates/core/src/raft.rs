@@ -1219,11 +1219,8 @@ impl Raft {
     fn recompute_membership(&mut self) {
         let latest = self
             .log
-            .last_membership_entry()
-            .and_then(|e| match &e.payload {
-                Payload::Membership(m) => Some((e.index, m.clone())),
-                _ => None,
-            });
+            .last_membership()
+            .map(|(index, m)| (index, m.clone()));
         let (index, membership) =
             latest.unwrap_or((self.log.snapshot_index(), self.base_membership.clone()));
         if membership != self.membership {

@@ -356,7 +356,6 @@ pub async fn run(
     // write-ahead log accepts, not only the largest client message.
     tcfg.frame_bytes_max = config
         .message_bytes_max
-        .max(tcfg.frame_bytes_max)
         .max(peer_frame_bytes_max(&tenure_wal::WalOptions::default()));
     tcfg.tls = node_tls.as_ref().map(tls::NodeTls::peer).transpose()?;
     let (transport, mut inbound) =

@@ -348,12 +348,16 @@ impl World {
         world
     }
 
+    /// Both snapshot rules run (`Config::snapshot_grows_with_state`), chosen by the
+    /// threshold's parity so that no seed draws one more number than before.
+    fn snapshot_grows_with_state(&self) -> bool {
+        self.snapshot_threshold_entries % 2 == 1
+    }
+
     fn node_config(&self, id: NodeId, initial_voters: Vec<NodeId>) -> Config {
         let mut config = Config::new(id, initial_voters);
         config.snapshot_threshold_entries = self.snapshot_threshold_entries;
-        // Both snapshot rules run, chosen by the threshold's parity so that no seed draws
-        // one more number than before.
-        config.snapshot_grows_with_state = self.snapshot_threshold_entries % 2 == 1;
+        config.snapshot_grows_with_state = self.snapshot_grows_with_state();
         config.append_entries_max = self.append_entries_max;
         config.election_timeout_ticks = self.election_timeout_ticks;
         config.lease_checkpoint_ticks = self.lease_checkpoint_ticks;
@@ -413,13 +417,14 @@ impl World {
     fn start(&mut self) {
         self.trace
             .log(0, || format!("fault mix: {}", self.mix.describe()));
+        let grows = self.snapshot_grows_with_state();
         self.trace.log(0, || {
             format!(
                 "seed shape: drift bound {}{}, snapshot every {} entries{}, at most {} entries per AppendEntries, removed members linger {} ms{}",
                 self.drift_max,
                 if self.clocks_at_bound { " (clocks at the bound)" } else { "" },
                 self.snapshot_threshold_entries,
-                if self.snapshot_threshold_entries % 2 == 1 { " or as many as the state's records" } else { "" },
+                if grows { " and as many as the state's records" } else { "" },
                 self.append_entries_max,
                 self.decommission_linger_us / US_PER_MS,
                 if self.fast_election {
