@@ -595,6 +595,17 @@ async fn election_counters(c: &dyn Cluster, nodes: &[usize]) -> Option<(f64, f64
     Some((elections, lost))
 }
 
+/// The highest Raft term any node reports; `None` for a system without the metric.
+async fn highest_term(c: &dyn Cluster) -> Option<f64> {
+    let mut highest: Option<f64> = None;
+    for i in 0..c.len() {
+        let text = c.metrics(i).await.ok()??;
+        let term = prometheus_value(&text, "tenure_term")?;
+        highest = Some(highest.map_or(term, |h: f64| h.max(term)));
+    }
+    highest
+}
+
 /// The value of an unlabelled sample `name` in a Prometheus text exposition.
 fn prometheus_value(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|line| {
@@ -1550,12 +1561,29 @@ async fn elections(
     tokio::time::sleep(Duration::from_secs(1)).await;
     let empty_cpu = cpu_share(&pids, sizes.cpu_window).await?;
     let empty_rss = rss_mib(&pids)?;
+    let term_before = highest_term(c).await;
     let t = Instant::now();
     let held = c.hold_elections(n, m).await?;
     let took = t.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cpu = cpu_share(&pids, sizes.cpu_window).await?;
     let rss = rss_mib(&pids)?;
+    if let (Some(before), Some(after)) = (term_before, highest_term(c).await) {
+        // Nothing in this scenario asks for a new Raft leader: every term is a stall.
+        let terms = after - before;
+        eprintln!(
+            "[{system} {profile}] {label}: {terms} new Raft terms while taking them and idling"
+        );
+        report.record(
+            "elections",
+            &format!("{label}: new Raft terms while taking them"),
+            "terms",
+            Better::Lower,
+            system,
+            profile,
+            [(0, terms)],
+        );
+    }
     eprintln!(
         "[{system} {profile}] {label} held in {:.1} s: rss {rss:.0?} MiB (empty {empty_rss:.0?}), idle cpu {cpu:.2?} % (empty {empty_cpu:.2?})",
         took.as_secs_f64()
@@ -1617,14 +1645,16 @@ async fn snapshot_and_restart(
     for i in 0..c.len() {
         let text = c.metrics(i).await?.unwrap_or_default();
         let value = |name| prometheus_value(&text, name).unwrap_or(0.0);
-        let (bytes, index, write_s) = (
+        let (bytes, index, write_s, encode_s) = (
             value("tenure_snapshot_bytes"),
             value("tenure_snapshot_index"),
             value("tenure_snapshot_write_seconds"),
+            value("tenure_snapshot_encode_seconds"),
         );
         eprintln!(
-            "{tag} {label}: node {i}: last snapshot {:.1} MiB at index {index}, written and fsynced in {:.1} ms",
+            "{tag} {label}: node {i}: last snapshot {:.1} MiB at index {index}, encoded in {:.1} ms, written and fsynced in {:.1} ms (in the background)",
             bytes / (1 << 20) as f64,
+            encode_s * 1000.0,
             write_s * 1000.0
         );
         for (what, unit, v) in [
@@ -1633,6 +1663,7 @@ async fn snapshot_and_restart(
                 "MiB",
                 bytes / (1 << 20) as f64,
             ),
+            ("last snapshot encoding per node", "ms", encode_s * 1000.0),
             (
                 "last snapshot write and fsync per node",
                 "ms",

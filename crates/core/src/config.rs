@@ -131,6 +131,13 @@ pub struct Config {
     /// about one record, so this keeps the cost of snapshots per applied entry bounded
     /// however large the state grows, for a log at most about as long as the state.
     pub snapshot_grows_with_state: bool,
+    /// Let the driver encode and persist the node's own snapshots off the node's thread
+    /// (off by default): at a snapshot point the node hands out a frozen image of its state
+    /// in [`crate::node::Ready::snapshot_image`], taken in O(1), goes on applying entries,
+    /// and compacts its log only when the driver reports the snapshot durable with
+    /// [`crate::node::Node::snapshot_taken`]. Off, the node encodes the snapshot inside its
+    /// step and hands it out in `Ready::snapshot`, to persist before `advance`.
+    pub snapshot_in_background: bool,
     /// Most proposals a leader holds uncommitted before refusing more.
     pub uncommitted_entries_max: u64,
     /// How often the leader commits a checkpoint of session lease times.
@@ -164,6 +171,7 @@ impl Config {
             append_entries_max: 64,
             snapshot_threshold_entries: 1_000,
             snapshot_grows_with_state: true,
+            snapshot_in_background: false,
             uncommitted_entries_max: 10_000,
             lease_checkpoint_ticks: 5,
             seed: id,

@@ -31,7 +31,8 @@ use crate::message::Message;
 use crate::raft::Raft;
 use crate::read::{PendingRead, ReadResult, Reads, READS_PENDING_MAX};
 use crate::sm::{
-    check_request_id, Command, LeaderChange, RequestId, Response, SessionId, StateMachine,
+    check_request_id, Command, LeaderChange, RequestId, Response, SessionId, StateImage,
+    StateMachine,
 };
 use crate::types::{
     Entry, HardState, Index, Membership, NodeId, Payload, Recovered, Snapshot, Term,
@@ -186,6 +187,12 @@ pub struct Ready {
     /// Entries to persist: first discard stored entries at `entries[0].index` and after,
     /// then append.
     pub entries: Vec<Entry>,
+    /// With `Config::snapshot_in_background`: a snapshot to take, as a frozen image of the
+    /// state at a snapshot point. Not part of step 1: the driver encodes it
+    /// ([`SnapshotImage::encode`]) and makes it durable whenever it can, on any thread,
+    /// keeping every stored entry it covers until then, and reports with
+    /// [`Node::snapshot_taken`]. The node takes no other until then.
+    pub snapshot_image: Option<SnapshotImage>,
     /// Messages to send after the above are durable.
     pub messages: Vec<Message>,
     /// Results of committed entries applied by this node, in index order.
@@ -212,12 +219,41 @@ impl Ready {
         self.hard_state.is_none()
             && self.snapshot.is_none()
             && self.entries.is_empty()
+            && self.snapshot_image.is_none()
             && self.messages.is_empty()
             && self.applied.is_empty()
             && self.leader_changes.is_empty()
             && self.keepalive_acks.is_empty()
             && self.reads.is_empty()
             && self.events.is_empty()
+    }
+}
+
+/// A snapshot to take in the background (see [`Ready::snapshot_image`]): the state machine
+/// frozen at `index`, with the term and membership the snapshot records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapshotImage {
+    index: Index,
+    term: Term,
+    membership: Membership,
+    state: StateImage,
+}
+
+impl SnapshotImage {
+    /// The last index the snapshot covers.
+    pub fn index(&self) -> Index {
+        self.index
+    }
+
+    /// The snapshot, encoded: the costly part (about 0.2 µs per session, election and
+    /// fenced key), meant for another thread.
+    pub fn encode(&self) -> Snapshot {
+        Snapshot {
+            index: self.index,
+            term: self.term,
+            membership: self.membership.clone(),
+            data: self.state.encode(),
+        }
     }
 }
 
@@ -244,6 +280,10 @@ pub struct Node {
     /// Records the state held at the last snapshot (taken or loaded), for
     /// `Config::snapshot_grows_with_state`.
     snapshot_records: u64,
+    /// A background snapshot not yet handed out in a Ready.
+    snapshot_image: Option<SnapshotImage>,
+    /// The index of the background snapshot handed out and not yet reported taken.
+    snapshot_in_flight: Option<Index>,
 }
 
 impl Node {
@@ -310,6 +350,8 @@ impl Node {
             term_and_vote_seen: (0, None),
             deadlines_checked_at: std::cell::Cell::new(None),
             snapshot_records,
+            snapshot_image: None,
+            snapshot_in_flight: None,
         };
         node.lease.reset_from_state_machine(&node.raft, &node.sm);
         node.apply_committed();
@@ -539,6 +581,7 @@ impl Node {
         !self.awaiting_advance
             && (self.raft.log.has_unstable()
                 || self.raft.snapshot_to_persist.is_some()
+                || self.snapshot_image.is_some()
                 || self.raft.hard_state() != self.raft_persisted_hard_state()
                 || !self.raft.msgs.is_empty()
                 || self.raft.appends_pending
@@ -575,6 +618,7 @@ impl Node {
             hard_state,
             snapshot,
             entries,
+            snapshot_image: self.snapshot_image.take(),
             messages: std::mem::take(&mut self.raft.msgs),
             applied: std::mem::take(&mut self.applied),
             leader_changes: std::mem::take(&mut self.leader_changes),
@@ -678,6 +722,35 @@ impl Node {
         self.awaiting_advance = false;
         self.raft.on_persisted();
         self.after_input();
+    }
+
+    /// The driver made the snapshot of a [`Ready::snapshot_image`] durable (`Some`, the
+    /// encoded image), or gave it up (`None`, e.g. its write failed: the node takes another
+    /// at its next snapshot point). The node keeps the snapshot to send to followers that
+    /// are behind and compacts its in-memory log up to it — unless a leader's snapshot at
+    /// or past its index was installed meanwhile, which already covers it: then it is
+    /// dropped. Returns whether it was adopted.
+    pub fn snapshot_taken(&mut self, snapshot: Option<Snapshot>) -> bool {
+        self.assert_not_awaiting();
+        let in_flight = self.snapshot_in_flight.take();
+        let adopted = match snapshot {
+            Some(s) => {
+                assert_eq!(
+                    in_flight,
+                    Some(s.index),
+                    "node {}: a snapshot reported taken that was not handed out (driver bug)",
+                    self.raft.id
+                );
+                let newer = s.index > self.raft.log.snapshot_index();
+                if newer {
+                    self.raft.adopt_own_snapshot(s);
+                }
+                newer
+            }
+            None => false,
+        };
+        self.after_input();
+        adopted
     }
 
     /// The node's current state.
@@ -962,8 +1035,20 @@ impl Node {
             && (!config.snapshot_grows_with_state || since >= self.snapshot_records)
         {
             let applied = self.raft.log.applied;
-            self.snapshot_records = self.sm.records() as u64;
-            self.raft.compact(applied, self.sm.snapshot());
+            if !config.snapshot_in_background {
+                self.snapshot_records = self.sm.records() as u64;
+                self.raft.compact(applied, self.sm.snapshot());
+            } else if self.snapshot_in_flight.is_none() {
+                self.snapshot_records = self.sm.records() as u64;
+                let (term, membership) = self.raft.snapshot_point(applied);
+                self.snapshot_image = Some(SnapshotImage {
+                    index: applied,
+                    term,
+                    membership,
+                    state: self.sm.image(),
+                });
+                self.snapshot_in_flight = Some(applied);
+            }
         }
     }
 }

@@ -1345,19 +1345,46 @@ impl Raft {
         self.maybe_commit();
     }
 
-    /// Record a snapshot of the state machine at `index` and compact the log up to it.
-    pub(crate) fn compact(&mut self, index: Index, data: Vec<u8>) {
+    /// The term and membership a snapshot at `index` (applied, still in the log) records.
+    pub(crate) fn snapshot_point(&self, index: Index) -> (Term, Membership) {
         let term = self.log.term(index).expect("snapshot point is in the log");
-        let membership = self.membership_at(index);
+        (term, self.membership_at(index))
+    }
+
+    /// Record a snapshot of the state machine at `index` and compact the log up to it; the
+    /// driver persists it with the next Ready.
+    pub(crate) fn compact(&mut self, index: Index, data: Vec<u8>) {
+        let (term, membership) = self.snapshot_point(index);
         let snapshot = Snapshot {
             index,
             term,
-            membership: membership.clone(),
+            membership,
             data,
         };
-        self.base_membership = membership;
-        self.log.compact(index);
         self.snapshot_to_persist = Some(snapshot.clone());
+        self.adopt_own_snapshot(snapshot);
+    }
+
+    /// Keep `snapshot` (of this node's own applied state, past the current one) to send to
+    /// followers that are behind, and compact the in-memory log up to it. Persisting it is
+    /// the caller's business.
+    pub(crate) fn adopt_own_snapshot(&mut self, snapshot: Snapshot) {
+        assert!(
+            snapshot.index > self.log.snapshot_index() && snapshot.index <= self.log.applied,
+            "node {}: own snapshot at {} outside ({}, {}]",
+            self.id,
+            snapshot.index,
+            self.log.snapshot_index(),
+            self.log.applied
+        );
+        assert_eq!(
+            self.log.term(snapshot.index),
+            Some(snapshot.term),
+            "node {}: own snapshot's term",
+            self.id
+        );
+        self.base_membership = snapshot.membership.clone();
+        self.log.compact(snapshot.index);
         self.snapshot = Some(snapshot);
         self.recompute_membership();
     }

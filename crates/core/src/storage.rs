@@ -65,6 +65,46 @@ pub trait Storage {
     }
 }
 
+/// Storage that writes the node's own snapshots off the driver's thread (the server's WAL),
+/// so that a large snapshot's write and fsync never stall the node. Three steps:
+///
+/// 1. [`BackgroundSnapshots::snapshot_writer`], on the driver's thread: reserves a place for
+///    one snapshot. Changes nothing stored.
+/// 2. [`SnapshotWriter::write`], on any thread, while `persist` calls go on: makes the
+///    snapshot's bytes durable, but not yet part of what [`Storage::recover`] returns. A
+///    crash before step 3 loses this snapshot, and nothing else: every entry it covers is
+///    still stored.
+/// 3. [`BackgroundSnapshots::record_snapshot`], on the driver's thread: what
+///    `persist(None, Some(snapshot), &[])` does (durable on return; the entries the snapshot
+///    covers discarded, or all of them if the stored entry at its index has another term),
+///    except that a snapshot at or below the stored snapshot's index is dropped and
+///    `Ok(false)` returned: a leader's snapshot was persisted in the meantime.
+///
+/// A writer that is dropped or fails leaves nothing that `recover` would return.
+pub trait BackgroundSnapshots: Storage {
+    /// Step 2's worker.
+    type Writer: SnapshotWriter<Written = Self::Written>;
+    /// What step 2 produced, for step 3.
+    type Written: Send + 'static;
+
+    /// Step 1.
+    fn snapshot_writer(&mut self) -> Self::Writer;
+
+    /// Step 3: `Ok(true)` if the snapshot is now the stored one.
+    fn record_snapshot(&mut self, written: Self::Written) -> Result<bool, Self::Error>;
+}
+
+/// Writes one snapshot durably, on any thread (step 2 of [`BackgroundSnapshots`]).
+pub trait SnapshotWriter: Send + 'static {
+    /// What [`BackgroundSnapshots::record_snapshot`] takes.
+    type Written: Send + 'static;
+    /// Why the write failed; the storage itself is unaffected.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Make `snapshot` durable outside the log.
+    fn write(self, snapshot: &Snapshot) -> Result<Self::Written, Self::Error>;
+}
+
 /// Apply a Ready's persistent parts to an in-memory image of the disk, with exactly the
 /// semantics [`Storage::persist`] documents. Shared by every in-memory storage.
 pub fn apply_to_image(
@@ -122,5 +162,36 @@ impl Storage for MemStorage {
     ) -> Result<(), Self::Error> {
         apply_to_image(&mut self.image, hard_state, snapshot, entries);
         Ok(())
+    }
+}
+
+/// [`MemStorage`]'s snapshot writer: holds the snapshot until it is recorded.
+#[derive(Debug)]
+pub struct MemSnapshotWriter;
+
+impl SnapshotWriter for MemSnapshotWriter {
+    type Written = Snapshot;
+    type Error = std::convert::Infallible;
+
+    fn write(self, snapshot: &Snapshot) -> Result<Snapshot, Self::Error> {
+        Ok(snapshot.clone())
+    }
+}
+
+impl BackgroundSnapshots for MemStorage {
+    type Writer = MemSnapshotWriter;
+    type Written = Snapshot;
+
+    fn snapshot_writer(&mut self) -> MemSnapshotWriter {
+        MemSnapshotWriter
+    }
+
+    fn record_snapshot(&mut self, written: Snapshot) -> Result<bool, Self::Error> {
+        let stored = self.image.snapshot.as_ref().map_or(0, |s| s.index);
+        if written.index <= stored {
+            return Ok(false);
+        }
+        apply_to_image(&mut self.image, None, Some(&written), &[]);
+        Ok(true)
     }
 }

@@ -58,9 +58,17 @@ const BANNED: &[(&str, &str)] = &[
     ("dbg!", "the core does no IO; return effects instead"),
 ];
 
-/// The only crates the core may depend on (dev-dependencies are free).
-const ALLOWED_DEPENDENCIES: &[&str] =
-    &["serde", "bincode", "rand_core", "rand_chacha", "thiserror"];
+/// The only crates the core may depend on (dev-dependencies are free). `imbl` gives the
+/// state machine its copy-on-write ordered maps (`sm/cow.rs`): plain data structures, no IO,
+/// no clock, no randomness, ordered iteration.
+const ALLOWED_DEPENDENCIES: &[&str] = &[
+    "serde",
+    "bincode",
+    "rand_core",
+    "rand_chacha",
+    "thiserror",
+    "imbl",
+];
 
 /// One broken rule, at `line` (1-based) of a file.
 #[derive(Debug, PartialEq, Eq)]

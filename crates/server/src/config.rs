@@ -604,6 +604,9 @@ impl ServerConfig {
         cfg.heartbeat_ticks = (self.heartbeat_ms / self.tick_ms).max(1);
         cfg.lease_checkpoint_ticks = cfg.heartbeat_ticks.max(1);
         cfg.snapshot_threshold_entries = self.snapshot_threshold_entries;
+        // The driver encodes and writes snapshots on a thread of its own: at a million
+        // sessions one takes seconds, which inside the node's step would cost a leader change.
+        cfg.snapshot_in_background = true;
         cfg.fast_election = self.fast_election;
         // Election timeouts must differ between nodes and between restarts of one node;
         // outside the simulator nothing needs to be replayed, so mix in the process id.

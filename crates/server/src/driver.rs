@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use tenure_core::event::NodeEvent;
 use tenure_core::message::{Body, Message};
-use tenure_core::node::{Node, PeerProgress, ProposeError, Role, Status};
+use tenure_core::node::{Node, PeerProgress, ProposeError, Role, SnapshotImage, Status};
 use tenure_core::sm::{Command, LeaderChange, RequestId, Response, SessionId, SmError};
-use tenure_core::storage::Storage;
-use tenure_core::types::{Index, Membership, NodeId, Term};
+use tenure_core::storage::{BackgroundSnapshots, SnapshotWriter};
+use tenure_core::types::{Index, Membership, NodeId, Snapshot, Term};
 use tenure_driver::{
     DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Micros, Outcome, StepDownReason,
     Unknown,
@@ -390,8 +390,23 @@ const CALL_TIMED_OUT: &str = "timed out waiting for the cluster";
 type ProposalReply = oneshot::Sender<Result<(Index, Response), ApiError>>;
 type KeepAliveReply = oneshot::Sender<Result<u64, ApiError>>;
 
+/// A background snapshot, encoded and written (or not) on its own thread: `W` is what the
+/// storage records, `E` why it could not be written.
+struct SnapshotDone<W, E> {
+    snapshot: Snapshot,
+    written: Result<W, E>,
+    encode: Duration,
+    write: Duration,
+}
+
+/// What storage `S`'s snapshot thread reports.
+type SnapshotDoneOf<S> = SnapshotDone<
+    <S as BackgroundSnapshots>::Written,
+    <<S as BackgroundSnapshots>::Writer as SnapshotWriter>::Error,
+>;
+
 /// The driver's state; runs on its own thread via [`Driver::run`].
-pub struct Driver<S: Storage, O: Outbox> {
+pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
     node: Node,
     storage: S,
     outbox: O,
@@ -421,10 +436,19 @@ pub struct Driver<S: Storage, O: Outbox> {
     election_since: BTreeMap<String, Index>,
     /// The dashboard's event log, fed with every event next to its log line.
     journal: Arc<crate::dashboard::Journal>,
+    /// The thread encoding and writing this node's own snapshot, if one is under way (at
+    /// most one: the node hands out no other until it is reported taken).
+    snapshot_thread: Option<std::thread::JoinHandle<()>>,
+    /// Where that thread reports, and a way to wake the driver when it does.
+    snapshot_done: (
+        std::sync::mpsc::Sender<SnapshotDoneOf<S>>,
+        std::sync::mpsc::Receiver<SnapshotDoneOf<S>>,
+    ),
+    wake: mpsc::WeakSender<Input>,
 }
 
 /// Build a driver and the handle to it.
-pub fn new_driver<S: Storage, O: Outbox>(
+pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
     node: Node,
     storage: S,
     outbox: O,
@@ -456,6 +480,9 @@ pub fn new_driver<S: Storage, O: Outbox>(
         outbox,
         tick,
         inputs: rx,
+        snapshot_thread: None,
+        snapshot_done: std::sync::mpsc::channel(),
+        wake: tx.downgrade(),
         leader_changes: changes.clone(),
         published: pub_tx,
         metrics: metrics.clone(),
@@ -475,7 +502,7 @@ pub fn new_driver<S: Storage, O: Outbox>(
 #[error("storage failed, node stopped: {0}")]
 pub struct StorageFailed(pub String);
 
-impl<S: Storage, O: Outbox> Driver<S, O> {
+impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
     /// Run until `Input::Shutdown` or until every input sender is gone.
     pub fn run(mut self) -> Result<(), StorageFailed> {
         let start = self.start;
@@ -503,6 +530,7 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 }
             }
             self.catch_up_ticks(start, &mut ticks_done);
+            self.finish_snapshot()?;
             self.process_ready()?;
             let now = self.now_us();
             self.core.expire_keepalives(now);
@@ -515,6 +543,123 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
         // Whatever still waits may yet be committed by the others.
         self.core.stop();
         self.deliver();
+        // A snapshot being written is left unrecorded (the log keeps what it covers), but
+        // its thread must be done with the directory before the storage is closed.
+        if let Some(thread) = self.snapshot_thread.take() {
+            let _ = thread.join();
+        }
+        Ok(())
+    }
+
+    /// Encode and write the node's own snapshot on a thread of its own, so that neither
+    /// stalls the node: the image is a frozen copy of the state, and the storage keeps
+    /// every entry the snapshot covers until [`Driver::finish_snapshot`] records it.
+    fn start_snapshot(&mut self, image: SnapshotImage) {
+        assert!(
+            self.snapshot_thread.is_none(),
+            "node {}: a second background snapshot while one is under way",
+            self.id
+        );
+        let writer = self.storage.snapshot_writer();
+        let done = self.snapshot_done.0.clone();
+        let wake = self.wake.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("tenure-snapshot-{}", self.id))
+            .spawn(move || {
+                let started = Instant::now();
+                let snapshot = image.encode();
+                let encode = started.elapsed();
+                let started = Instant::now();
+                let written = writer.write(&snapshot);
+                let write = started.elapsed();
+                let _ = done.send(SnapshotDone {
+                    snapshot,
+                    written,
+                    encode,
+                    write,
+                });
+                // A full queue wakes the driver anyway; the next tick's wake-up does too.
+                if let Some(inputs) = wake.upgrade() {
+                    let _ = inputs.try_send(Input::Wake);
+                }
+            });
+        match spawned {
+            Ok(thread) => self.snapshot_thread = Some(thread),
+            Err(e) => {
+                tracing::warn!(
+                    node = self.id,
+                    "cannot start the snapshot thread, the snapshot is skipped: {e}"
+                );
+                self.metrics.snapshot_failures.fetch_add(1, Relaxed);
+                self.node.snapshot_taken(None);
+            }
+        }
+    }
+
+    /// The background snapshot's thread is done: record the snapshot in the log (which may
+    /// then discard the entries it covers) and hand it to the node.
+    fn finish_snapshot(&mut self) -> Result<(), StorageFailed> {
+        let Ok(done) = self.snapshot_done.1.try_recv() else {
+            return Ok(());
+        };
+        if let Some(thread) = self.snapshot_thread.take() {
+            let _ = thread.join();
+        }
+        let SnapshotDone {
+            snapshot,
+            written,
+            encode,
+            write,
+        } = done;
+        let written = match written {
+            Ok(written) => written,
+            Err(e) => {
+                // Nothing is lost: the log still holds every entry. The node takes another
+                // snapshot at its next snapshot point.
+                tracing::warn!(
+                    node = self.id,
+                    index = snapshot.index,
+                    "cannot write a snapshot, the log keeps its entries: {e}"
+                );
+                self.metrics.snapshot_failures.fetch_add(1, Relaxed);
+                self.node.snapshot_taken(None);
+                return Ok(());
+            }
+        };
+        let started = Instant::now();
+        let recorded = self
+            .storage
+            .record_snapshot(written)
+            .map_err(|e| StorageFailed(e.to_string()))?;
+        let record = started.elapsed();
+        let (index, term, bytes) = (snapshot.index, snapshot.term, snapshot.data.len());
+        let adopted = self.node.snapshot_taken(Some(snapshot));
+        assert_eq!(
+            recorded, adopted,
+            "node {}: the log and the node disagree on the snapshot at {index}",
+            self.id
+        );
+        if recorded {
+            let m = &self.metrics;
+            m.snapshot_bytes.store(bytes as u64, Relaxed);
+            m.snapshot_index.store(index, Relaxed);
+            m.snapshot_write_us
+                .store((write + record).as_micros() as u64, Relaxed);
+            m.snapshot_encode_ns
+                .store(encode.as_nanos() as u64, Relaxed);
+            tracing::debug!(
+                event = "snapshot_taken",
+                node = self.id,
+                index,
+                term,
+                bytes,
+                encode_ms = encode.as_millis() as u64,
+                write_ms = write.as_millis() as u64,
+                "compacted the log up to index {index}"
+            );
+        }
+        let now = self.now_us();
+        self.core.observe(&self.node, now);
         Ok(())
     }
 
@@ -718,6 +863,9 @@ impl<S: Storage, O: Outbox> Driver<S, O> {
                 self.log_snapshot_persisted(snapshot.index, snapshot.term);
             }
             self.node.advance();
+            if let Some(image) = ready.snapshot_image.take() {
+                self.start_snapshot(image);
+            }
             for m in std::mem::take(&mut ready.messages) {
                 if let Body::InstallSnapshot { snapshot, .. } = &m.body {
                     self.log_snapshot_sent(
@@ -1078,7 +1226,7 @@ mod tests {
 
     struct RecordingStorage(tenure_core::storage::MemStorage, Trail);
 
-    impl Storage for RecordingStorage {
+    impl tenure_core::storage::Storage for RecordingStorage {
         type Error = std::convert::Infallible;
         fn recover(&mut self) -> Result<tenure_core::types::Recovered, Self::Error> {
             self.0.recover()
@@ -1111,6 +1259,18 @@ mod tests {
         fn sync(&mut self) -> Result<(), Self::Error> {
             self.1.lock().unwrap().push("sync".into());
             Ok(())
+        }
+    }
+
+    impl tenure_core::storage::BackgroundSnapshots for RecordingStorage {
+        type Writer = tenure_core::storage::MemSnapshotWriter;
+        type Written = tenure_core::types::Snapshot;
+        fn snapshot_writer(&mut self) -> Self::Writer {
+            self.0.snapshot_writer()
+        }
+        fn record_snapshot(&mut self, written: Self::Written) -> Result<bool, Self::Error> {
+            self.1.lock().unwrap().push("record_snapshot".into());
+            self.0.record_snapshot(written)
         }
     }
 

@@ -143,8 +143,13 @@ pub struct Metrics {
     pub snapshot_bytes: AtomicU64,
     /// The log index the last snapshot made durable here covers.
     pub snapshot_index: AtomicU64,
-    /// Time to write and fsync the Ready that carried the last snapshot, in microseconds.
+    /// Time to write and fsync the last snapshot, in microseconds: its own file and the log
+    /// record for one this node took (in the background), the whole Ready for an installed one.
     pub snapshot_write_us: AtomicU64,
+    /// Time to encode the last snapshot this node took (in the background), in nanoseconds.
+    pub snapshot_encode_ns: AtomicU64,
+    /// Snapshots this node started and could not write (the log keeps their entries).
+    pub snapshot_failures: AtomicU64,
     /// Changes of this node's effective membership.
     pub membership_changes: AtomicU64,
     /// Times this follower found its leader's process gone (fast election) and campaigned
@@ -200,6 +205,8 @@ impl Default for Metrics {
             snapshot_bytes: AtomicU64::new(0),
             snapshot_index: AtomicU64::new(0),
             snapshot_write_us: AtomicU64::new(0),
+            snapshot_encode_ns: AtomicU64::new(0),
+            snapshot_failures: AtomicU64::new(0),
             membership_changes: AtomicU64::new(0),
             fast_elections: AtomicU64::new(0),
             transport: std::sync::OnceLock::new(),
@@ -374,6 +381,12 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "tenure_snapshot_failures_total",
+            "Snapshots this node started and could not write (the log keeps their entries).",
+            &self.snapshot_failures,
+        );
+        counter(
+            &mut out,
             "tenure_membership_changes_total",
             "Changes of this node's effective membership.",
             &self.membership_changes,
@@ -430,6 +443,13 @@ impl Metrics {
              # TYPE tenure_snapshot_write_seconds gauge\n\
              tenure_snapshot_write_seconds {}",
             self.snapshot_write_us.load(Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tenure_snapshot_encode_seconds Encoding of the last snapshot this node took.\n\
+             # TYPE tenure_snapshot_encode_seconds gauge\n\
+             tenure_snapshot_encode_seconds {}",
+            self.snapshot_encode_ns.load(Relaxed) as f64 / 1e9
         );
         self.lease_renewal.render(
             &mut out,

@@ -1042,6 +1042,51 @@ async fn partitioned_follower_neither_unseats_the_leader_nor_forces_an_election_
     none_lost(&c.client(), &acked, "after the partition").await;
 }
 
+/// Every node takes its own snapshots off its event loop: encoded and written by a thread of
+/// its own (the encoding time is exported only for those), recorded in the log, which then
+/// drops the entries they cover; a node killed and restarted recovers from them, and nothing
+/// acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_taken_in_the_background_and_a_restart_recovers_from_them() {
+    let mut c = Cluster::start(Options::nodes(3).args(&["--snapshot-threshold-entries", "20"]));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let (token, mut acked) = writer(&mut c, "snapshotted", 100).await;
+    let deadline = Instant::now() + secs(20);
+    for id in c.ids() {
+        loop {
+            let index = c.metric(id, "tenure_snapshot_index").await;
+            let encode = c.metric(id, "tenure_snapshot_encode_seconds").await;
+            if index > 0.0 && encode > 0.0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} took no snapshot in the background (index {index}, encode {encode} s)"
+            );
+            tokio::time::sleep(ms(50)).await;
+        }
+        assert_eq!(c.metric(id, "tenure_snapshot_failures_total").await, 0.0);
+    }
+    let follower = c.others(&[leader])[0];
+    let files: Vec<String> = std::fs::read_dir(c.data_dir(follower))
+        .expect("data directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with("snap-") && f.ends_with(".snap")),
+        "no snapshot file in {files:?}"
+    );
+    c.kill(follower);
+    let mut client = c.client_for(&c.others(&[follower]));
+    acked.extend(put_acked(&mut client, "while-down", 30, "writers", token).await);
+    c.start_node(follower);
+    c.wait_caught_up(leader, &[follower], secs(20)).await;
+    c.move_leadership(follower, secs(10)).await;
+    none_lost(&c.client_for(&[follower]), &acked, "on the restarted node").await;
+}
+
 /// SIGTERM stops a node gracefully (exit status 0) and it restarts into the same cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_a_node_gracefully_and_it_rejoins() {

@@ -122,6 +122,9 @@ pub struct Disk {
     layout: WalLayout,
     durable: Stored,
     unsynced: Vec<Write>,
+    /// `--inject-bug snapshot-recorded-before-written`: the index of a snapshot the log
+    /// refers to whose file is not yet durable; a crash loses the file.
+    snapshot_file_pending: Option<Index>,
 }
 
 /// How the driver lays a Ready's persistent parts out on the disk, which decides what a crash
@@ -247,9 +250,44 @@ impl Disk {
         Ok(outcome)
     }
 
+    /// A background snapshot, written and fsynced on its own, joins the log
+    /// (`BackgroundSnapshots::record_snapshot`): durable at once, unless the stored
+    /// snapshot is already at or past it. Returns whether it was recorded.
+    pub fn record_snapshot(&mut self, snapshot: Snapshot) -> bool {
+        if self.snapshot_file_pending == Some(snapshot.index) {
+            // Recorded before it was written (the injected bug); now the file is there too.
+            self.snapshot_file_pending = None;
+            return self.durable.snapshot_index() == snapshot.index;
+        }
+        if snapshot.index <= self.durable.snapshot_index() {
+            return false;
+        }
+        self.durable
+            .apply(Write::Snapshot(snapshot))
+            .expect("a snapshot write never breaks the log's contiguity");
+        true
+    }
+
+    /// The injected bug `snapshot-recorded-before-written`: the log refers to a background
+    /// snapshot (and discards the entries it covers) as soon as it is handed out, while its
+    /// file is still being written. Until [`Disk::record_snapshot`] says the file is done, a
+    /// crash loses the file, and recovery finds the log without the snapshot or the entries.
+    pub fn record_snapshot_before_written(&mut self, snapshot: Snapshot) {
+        let index = snapshot.index;
+        if self.record_snapshot(snapshot) {
+            self.snapshot_file_pending = Some(index);
+        }
+    }
+
     /// Power loss at an arbitrary moment: unsynced writes are lost.
     pub fn crash(&mut self) {
         self.unsynced.clear();
+        if let Some(index) = self.snapshot_file_pending.take() {
+            if self.durable.snapshot_index() == index {
+                // The log names a snapshot file that never became durable.
+                self.durable.snapshot = None;
+            }
+        }
     }
 
     /// What a restarting node finds.

@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, VecDeque};
 use tenure_core::config::Config;
 use tenure_core::event::NodeEvent;
 use tenure_core::message::Body;
-use tenure_core::node::{Bind, Node, ProposeError, Ready, Role, Status, StreamEnd};
-use tenure_core::types::{Index, NodeId};
+use tenure_core::node::{Bind, Node, ProposeError, Ready, Role, SnapshotImage, Status, StreamEnd};
+use tenure_core::types::{Index, NodeId, Term};
 use tenure_driver::{
     DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Outcome, ReadyParts,
 };
@@ -96,6 +96,9 @@ pub struct DriveCtx<'a> {
     pub crash_after_vote: f64,
     /// Bugs switched on in the driver core (`--inject-bug`).
     pub driver_bugs: DriverBugs,
+    /// `--inject-bug snapshot-recorded-before-written`: the disk records a background
+    /// snapshot when it is handed out, before its file is durable.
+    pub snapshot_recorded_early: bool,
 }
 
 /// How handling an input ended for the node.
@@ -157,6 +160,11 @@ pub struct NodeSlot {
     after_fsync: Option<AfterFsync>,
     /// The world must schedule the `FsyncDone` of the Ready just written.
     pub fsync_to_schedule: bool,
+    /// A background snapshot being encoded and written (`Config::snapshot_in_background`):
+    /// durable, and reported to the node, at a `SnapshotTaken` event; lost in a crash before.
+    snapshot_taking: Option<SnapshotImage>,
+    /// The world must schedule the `SnapshotTaken` of the snapshot just handed out.
+    pub snapshot_to_schedule: bool,
     /// Removed from the cluster and shut down for good.
     pub decommissioned: bool,
     /// Has been a member of the cluster (so leaving the configuration means removal).
@@ -203,6 +211,8 @@ impl NodeSlot {
             pipelined: false,
             after_fsync: None,
             fsync_to_schedule: false,
+            snapshot_taking: None,
+            snapshot_to_schedule: false,
             crash_mid_ready: false,
             decommissioned: false,
             was_member,
@@ -266,6 +276,9 @@ impl NodeSlot {
         self.crash_mid_ready = false;
         self.after_fsync = None;
         self.fsync_to_schedule = false;
+        // A snapshot being written when the process dies never reached the log.
+        self.snapshot_taking = None;
+        self.snapshot_to_schedule = false;
         self.incarnation += 1;
         self.exited = true;
     }
@@ -569,6 +582,7 @@ impl NodeSlot {
             must_sync,
             snapshot,
             entries,
+            snapshot_image,
             messages,
             applied,
             leader_changes,
@@ -590,18 +604,21 @@ impl NodeSlot {
             ],
         );
         if let Some(s) = &snapshot {
-            // A local compaction: record what this node committed before the mirror drops it.
-            // (The mirror still shows the log as of the previous Ready; if it does not hold
-            // the snapshot's last entry, the snapshot came from the leader and replaces a log
-            // that may conflict with it, so nothing of it is recorded.)
-            if matches!(self.mirror.get(s.index), Lookup::Entry(e) if e.term == s.term) {
-                let commit = self
-                    .node
-                    .as_ref()
-                    .map_or(0, |n| in_core(|| n.status().commit));
-                self.note_commit(commit.min(s.index), ctx);
+            self.before_mirror_compacts(s.index, s.term, ctx);
+        }
+        if let Some(image) = snapshot_image {
+            ctx.trace.log(ctx.now_us, || {
+                format!(
+                    "node {} starts a background snapshot at {}",
+                    self.id,
+                    image.index()
+                )
+            });
+            if ctx.snapshot_recorded_early {
+                self.disk.record_snapshot_before_written(image.encode());
             }
-            self.commit_noted = self.commit_noted.max(s.index);
+            self.snapshot_taking = Some(image);
+            self.snapshot_to_schedule = true;
         }
         let writes = hard_state.is_some() || snapshot.is_some() || !entries.is_empty();
         if writes && self.crash_mid_ready {
@@ -653,6 +670,63 @@ impl NodeSlot {
             }
         }
         self.finish_ready(rest, ctx)
+    }
+
+    /// A snapshot is about to replace the mirror's log up to `index`. If it is a local
+    /// compaction, record what this node committed before the mirror drops it. (The mirror
+    /// still shows the log as of the previous Ready; if it does not hold the snapshot's last
+    /// entry, the snapshot came from the leader and replaces a log that may conflict with
+    /// it, so nothing of it is recorded.)
+    fn before_mirror_compacts(&mut self, index: Index, term: Term, ctx: &mut DriveCtx<'_>) {
+        if matches!(self.mirror.get(index), Lookup::Entry(e) if e.term == term) {
+            let commit = self
+                .node
+                .as_ref()
+                .map_or(0, |n| in_core(|| n.status().commit));
+            self.note_commit(commit.min(index), ctx);
+        }
+        self.commit_noted = self.commit_noted.max(index);
+    }
+
+    /// The background snapshot is encoded and durable: as the server's driver does, record
+    /// it on the disk (dropped there if a leader's snapshot got further meanwhile), then
+    /// report it to the node. Not called while a Ready awaits its fsync.
+    pub fn snapshot_taken(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(image) = self.snapshot_taking.take() else {
+            return Drive::Running;
+        };
+        let Some(node) = self.node.as_mut() else {
+            return Drive::Running;
+        };
+        let snapshot = image.encode();
+        let recorded = self.disk.record_snapshot(snapshot.clone());
+        let (index, term) = (snapshot.index, snapshot.term);
+        let adopted = in_core(|| node.snapshot_taken(Some(snapshot)));
+        ctx.trace.log(ctx.now_us, || {
+            format!(
+                "node {} took its background snapshot at {index}: {}",
+                self.id,
+                match (recorded, adopted) {
+                    (true, true) => "recorded and adopted",
+                    (false, false) => "superseded by an installed snapshot",
+                    _ => "recorded and adopted disagree",
+                }
+            )
+        });
+        if recorded != adopted {
+            return Drive::StorageContract(format!(
+                "node {}: the disk {} the snapshot at {index} but the node {} it",
+                self.id,
+                if recorded { "recorded" } else { "dropped" },
+                if adopted { "adopted" } else { "dropped" },
+            ));
+        }
+        if adopted {
+            self.before_mirror_compacts(index, term, ctx);
+            self.mirror
+                .install_snapshot(index, term, ctx.history.anchor(index));
+        }
+        self.drive(ctx)
     }
 
     /// Whether a Ready's fsync is still running (pipelined persistence).

@@ -207,11 +207,18 @@ pub enum InjectBug {
     /// leader late, on a stream the client already left for one that the previous leader
     /// acknowledged, and the client then closes the old stream.
     ReleaseIgnoresOlderPromises,
+    /// The disk records a background snapshot in the log (discarding the entries it covers)
+    /// as soon as the node hands it out, before its file is durable (a simulator-side
+    /// storage bug: the write-ahead log's three steps taken out of order, see
+    /// `BackgroundSnapshots`). Reached in seeds with background snapshots when a node
+    /// crashes while one is being written: it finds a log without the snapshot or the
+    /// entries, and cannot restart (or restarts without committed entries).
+    SnapshotRecordedBeforeWritten,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 23] = [
+    pub const ALL: [InjectBug; 24] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
@@ -235,6 +242,7 @@ impl InjectBug {
         InjectBug::ClientClosesBoundStream,
         InjectBug::ReleaseOnServerClose,
         InjectBug::ReleaseIgnoresOlderPromises,
+        InjectBug::SnapshotRecordedBeforeWritten,
     ];
 
     /// A bug of fate-sharing sessions: its seeds always have fate-sharing clients.
@@ -254,7 +262,8 @@ impl InjectBug {
             None
             | Some(InjectBug::LeaseFromReceiveTime)
             | Some(InjectBug::ClientClosesBoundStream)
-            | Some(InjectBug::NotLeaderAfterSnapshot) => {}
+            | Some(InjectBug::NotLeaderAfterSnapshot)
+            | Some(InjectBug::SnapshotRecordedBeforeWritten) => {}
             Some(InjectBug::DoubleVote) => b.double_vote = true,
             Some(InjectBug::CommitWithoutMajority) => b.commit_without_majority = true,
             Some(InjectBug::StaleFenceAccepted) => b.stale_fence_accepted = true,
@@ -305,6 +314,7 @@ impl InjectBug {
             InjectBug::ClientClosesBoundStream => "client-closes-bound-stream",
             InjectBug::ReleaseOnServerClose => "release-on-server-close",
             InjectBug::ReleaseIgnoresOlderPromises => "release-ignores-older-promises",
+            InjectBug::SnapshotRecordedBeforeWritten => "snapshot-recorded-before-written",
         }
     }
 
@@ -356,6 +366,7 @@ impl InjectBug {
             InjectBug::ClientClosesBoundStream
             | InjectBug::ReleaseOnServerClose
             | InjectBug::ReleaseIgnoresOlderPromises => "lease-safety",
+            InjectBug::SnapshotRecordedBeforeWritten => "recovery",
         }
     }
 }

@@ -305,3 +305,12 @@ fn release_on_server_close_is_caught_by_lease_safety() {
 fn release_ignores_older_promises_is_caught_by_lease_safety() {
     caught_by_its_checker(InjectBug::ReleaseIgnoresOlderPromises);
 }
+
+/// Background snapshots: a disk that records a snapshot in the log (discarding the entries
+/// it covers) when the node hands it out, before its file is durable. A node that crashes
+/// while one is being written finds a log that refers to a missing snapshot and lacks the
+/// entries it covered, and cannot restart (the recovery checker).
+#[test]
+fn snapshot_recorded_before_written_is_caught_by_recovery() {
+    caught_by_its_checker(InjectBug::SnapshotRecordedBeforeWritten);
+}

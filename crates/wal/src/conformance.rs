@@ -16,11 +16,25 @@
 //! }
 //! # tenure_wal::conformance::run_all(tenure_core::storage::MemStorage::new, |s| s);
 //! ```
+//!
+//! Storage that also writes snapshots off the driver's thread ([`BackgroundSnapshots`]: the
+//! files of this crate, `MemStorage`) has a second list, [`background_checks`], run with
+//! [`run_all_background`] or [`background_conformance_tests!`](crate::background_conformance_tests).
+//! It is kept apart so that storage implementing only [`Storage`] (the simulator's disk)
+//! still runs the first list:
+//!
+//! ```
+//! mod mem_storage_background {
+//!     use tenure_core::storage::MemStorage;
+//!     tenure_wal::background_conformance_tests!(MemStorage::new, |s: MemStorage| s);
+//! }
+//! # tenure_wal::conformance::run_all_background(tenure_core::storage::MemStorage::new, |s| s);
+//! ```
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tenure_core::sm::Command;
-use tenure_core::storage::{apply_to_image, Storage};
+use tenure_core::storage::{apply_to_image, BackgroundSnapshots, SnapshotWriter, Storage};
 use tenure_core::types::{Entry, HardState, Index, Membership, Payload, Recovered, Snapshot, Term};
 
 /// One check of the suite.
@@ -82,6 +96,39 @@ pub fn checks<S: Storage>() -> Vec<(&'static str, Check<S>)> {
     ]
 }
 
+/// Every check of [`BackgroundSnapshots`], by name, in the order
+/// [`run_all_background`] runs them.
+pub fn background_checks<S: BackgroundSnapshots>() -> Vec<(&'static str, Check<S>)> {
+    vec![
+        (
+            "background_snapshot_written_but_not_recorded_changes_nothing",
+            background_snapshot_written_but_not_recorded_changes_nothing::<S>,
+        ),
+        (
+            "background_snapshot_recorded_after_later_persists",
+            background_snapshot_recorded_after_later_persists::<S>,
+        ),
+        (
+            "background_snapshot_overtaken_by_a_persisted_one_is_dropped",
+            background_snapshot_overtaken_by_a_persisted_one_is_dropped::<S>,
+        ),
+        (
+            "random_background_snapshots_match_the_model",
+            random_background_snapshots_match_the_model::<S>,
+        ),
+    ]
+}
+
+/// Run every check of [`background_checks`], each on a fresh storage.
+pub fn run_all_background<S: BackgroundSnapshots>(
+    mut fresh: impl FnMut() -> S,
+    mut reopen: impl FnMut(S) -> S,
+) {
+    for (_name, check) in background_checks::<S>() {
+        check(&mut fresh, &mut reopen);
+    }
+}
+
 /// Run every check, each on a fresh storage.
 pub fn run_all<S: Storage>(mut fresh: impl FnMut() -> S, mut reopen: impl FnMut(S) -> S) {
     for (_name, check) in checks::<S>() {
@@ -125,6 +172,20 @@ macro_rules! conformance_tests {
                 $crate::conformance::$name(&mut fresh, &mut reopen);
             }
         )*
+    };
+}
+
+/// One test function per check of [`BackgroundSnapshots`] (see [`background_checks`]), like
+/// [`conformance_tests!`](crate::conformance_tests).
+#[macro_export]
+macro_rules! background_conformance_tests {
+    ($fresh:expr, $reopen:expr $(,)?) => {
+        $crate::conformance_tests!(@each $fresh, $reopen;
+            background_snapshot_written_but_not_recorded_changes_nothing,
+            background_snapshot_recorded_after_later_persists,
+            background_snapshot_overtaken_by_a_persisted_one_is_dropped,
+            random_background_snapshots_match_the_model,
+        );
     };
 }
 
@@ -227,6 +288,260 @@ impl<'a, S: Storage> Probe<'a, S> {
         let storage = self.storage.take().expect("present between reopens");
         self.storage = Some((self.reopen)(storage));
     }
+}
+
+impl<S: BackgroundSnapshots> Probe<'_, S> {
+    /// Step 2 with a writer from step 1: the snapshot written off the log, not recorded.
+    fn write_with(&mut self, writer: S::Writer, snapshot: &Snapshot) -> S::Written {
+        let check = self.check;
+        writer
+            .write(snapshot)
+            .unwrap_or_else(|e| panic!("{check}: writing a background snapshot failed: {e}"))
+    }
+
+    /// Steps 1 and 2 at once.
+    fn write_background(&mut self, snapshot: &Snapshot) -> S::Written {
+        let writer = self.storage().snapshot_writer();
+        self.write_with(writer, snapshot)
+    }
+
+    /// Step 3: recorded if past the stored snapshot, as the contract says.
+    fn record(&mut self, snapshot: &Snapshot, written: S::Written) -> bool {
+        let check = self.check;
+        let recorded = self
+            .storage()
+            .record_snapshot(written)
+            .unwrap_or_else(|e| panic!("{check}: record_snapshot failed: {e}"));
+        let expected = snapshot.index > self.model.snapshot.as_ref().map_or(0, |s| s.index);
+        assert_eq!(
+            recorded, expected,
+            "{check}: record_snapshot at {} returned {recorded}",
+            snapshot.index
+        );
+        if recorded {
+            apply_to_image(&mut self.model, None, Some(snapshot), &[]);
+        }
+        recorded
+    }
+}
+
+/// A check of [`BackgroundSnapshots`], like `check!`.
+macro_rules! background_check {
+    ($(#[$doc:meta])* fn $name:ident($p:ident) $body:block) => {
+        $(#[$doc])*
+        pub fn $name<S: BackgroundSnapshots>(
+            fresh: &mut dyn FnMut() -> S,
+            reopen: &mut dyn FnMut(S) -> S,
+        ) {
+            let mut $p = Probe::new(stringify!($name), fresh, reopen);
+            $body
+        }
+    };
+}
+
+background_check! {
+    /// A snapshot written but never recorded is not what a restart finds: the log still
+    /// holds every entry it covers, and the previous snapshot, exactly as before the writer
+    /// existed; so does a writer dropped before it wrote. The next snapshot is recorded as
+    /// usual.
+    fn background_snapshot_written_but_not_recorded_changes_nothing(p) {
+        p.persist(Some(hard_state(1, Some(1), 3)), None, entries(1..=10, 1));
+        p.persist(None, Some(snapshot(4, 1, b"first")), vec![]);
+        p.persist(Some(hard_state(1, Some(1), 10)), None, entries(11..=30, 1));
+        drop(p.storage().snapshot_writer());
+        p.verify("a writer dropped before writing");
+        let written = p.write_background(&snapshot(25, 1, b"never recorded"));
+        p.verify_live("written, not recorded");
+        // The log goes on meanwhile.
+        p.persist_commit(hard_state(1, Some(1), 20));
+        p.persist(None, None, entries(31..=32, 1));
+        p.verify_live("written, not recorded, then more persists");
+        // A crash now: the written snapshot is lost with the process.
+        p.reopen();
+        drop(written);
+        p.verify_live("written, not recorded, after reopen");
+        assert_eq!(p.model.entries.first().map(|e| e.index), Some(5));
+        let s = snapshot(28, 1, b"recorded");
+        let written = p.write_background(&s);
+        assert!(p.record(&s, written));
+        p.verify("the next one recorded");
+    }
+}
+
+background_check! {
+    /// Entries, hard states and a conflicting suffix past its index, persisted while the
+    /// snapshot was written (and before, once its writer existed), stay; the snapshot
+    /// replaces what it covers only when recorded.
+    fn background_snapshot_recorded_after_later_persists(p) {
+        p.persist(Some(hard_state(1, Some(1), 5)), None, entries(1..=10, 1));
+        let s = snapshot(6, 1, b"taken at 6");
+        let writer = p.storage().snapshot_writer();
+        p.persist(Some(hard_state(1, Some(1), 8)), None, entries(11..=12, 1));
+        let written = p.write_with(writer, &s);
+        p.persist(None, None, entries(13..=20, 1));
+        p.persist_commit(hard_state(1, Some(1), 12));
+        p.write_then_sync(Some(hard_state(2, None, 12)), None, entries(15..=18, 2));
+        p.verify_live("before the record");
+        assert_eq!(p.model.entries.len(), 18, "every entry is still stored");
+        assert!(p.record(&s, written));
+        p.verify("recorded");
+        p.persist(None, None, entries(19..=21, 2));
+        p.verify("appended after the record");
+    }
+}
+
+background_check! {
+    /// A snapshot persisted at a later index while the background one was written (a
+    /// leader's) wins: recording the older one returns false and changes nothing; also when
+    /// the leader's came between the writer's creation and its write, and at an equal index.
+    fn background_snapshot_overtaken_by_a_persisted_one_is_dropped(p) {
+        p.persist(Some(hard_state(1, Some(1), 5)), None, entries(1..=10, 1));
+        let s = snapshot(6, 1, b"own, at 6");
+        let written = p.write_background(&s);
+        p.persist(Some(hard_state(2, None, 30)), Some(snapshot(30, 2, b"leader's")), vec![]);
+        p.persist(None, None, entries(31..=33, 2));
+        assert!(!p.record(&s, written));
+        p.verify("after the older snapshot was dropped");
+
+        let s = snapshot(32, 2, b"own, at 32");
+        let writer = p.storage().snapshot_writer();
+        p.persist(Some(hard_state(3, None, 40)), Some(snapshot(40, 3, b"leader's, at 40")), vec![]);
+        let written = p.write_with(writer, &s);
+        p.verify_live("the leader's snapshot, then the own one written");
+        assert!(!p.record(&s, written));
+        p.verify("after an own snapshot written after a leader's was dropped");
+
+        let same = snapshot(40, 3, b"own, at 40");
+        let written = p.write_background(&same);
+        assert!(!p.record(&same, written));
+        p.verify("after an equal one was dropped");
+    }
+}
+
+/// Random persists with background snapshots started, written, recorded, overtaken, dropped
+/// and lost to restarts, checked against the model after every restart.
+pub fn random_background_snapshots_match_the_model<S: BackgroundSnapshots>(
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    for seed in 1..=3 {
+        random_background_snapshots_with(seed, 200, fresh, reopen);
+    }
+}
+
+/// The background snapshot of [`random_background_snapshots_with`], if one is under way.
+enum Pending<S: BackgroundSnapshots> {
+    Idle,
+    Started(Snapshot, S::Writer),
+    Written(Snapshot, S::Written),
+}
+
+/// [`random_background_snapshots_match_the_model`] for one seed and number of steps.
+pub fn random_background_snapshots_with<S: BackgroundSnapshots>(
+    seed: u64,
+    steps: usize,
+    fresh: &mut dyn FnMut() -> S,
+    reopen: &mut dyn FnMut(S) -> S,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut p = Probe::new("random_background_snapshots_match_the_model", fresh, reopen);
+    let mut term: Term = 1;
+    let mut pending = Pending::<S>::Idle;
+    for step in 0..steps {
+        let last = p
+            .model
+            .entries
+            .last()
+            .map(|e| e.index)
+            .or(p.model.snapshot.as_ref().map(|s| s.index))
+            .unwrap_or(0);
+        if chance(&mut rng, 10) {
+            term += 1;
+        }
+        pending = match (below(&mut rng, 100), pending) {
+            // Start one, as a node does: at a stored entry, at most one at a time.
+            (0..=11, Pending::Idle) if !p.model.entries.is_empty() => {
+                let at = below(&mut rng, p.model.entries.len() as u64) as usize;
+                let e = &p.model.entries[at];
+                let (index, snap_term) = (e.index, e.term);
+                let data_len = if chance(&mut rng, 10) { 20_000 } else { 2_000 };
+                let data = (0..below(&mut rng, data_len))
+                    .map(|_| rng.next_u32() as u8)
+                    .collect::<Vec<u8>>();
+                let s = Snapshot {
+                    index,
+                    term: snap_term,
+                    membership: Membership::new(1..=below(&mut rng, 5) + 1),
+                    data,
+                };
+                Pending::Started(s, p.storage().snapshot_writer())
+            }
+            (0..=11, Pending::Started(s, writer)) => {
+                let written = p.write_with(writer, &s);
+                Pending::Written(s, written)
+            }
+            (0..=11, Pending::Written(s, written)) => {
+                p.record(&s, written);
+                Pending::Idle
+            }
+            // Given up: the writer (or what it wrote) is dropped unrecorded.
+            (12..=13, _) => Pending::Idle,
+            // A leader's snapshot, now and then past the pending one.
+            (14..=18, pending) => {
+                let index = last + 1 + below(&mut rng, 5);
+                let s = snapshot(index, term, b"a leader's");
+                p.persist(Some(hard_state(term, None, index)), Some(s), vec![]);
+                pending
+            }
+            (19..=23, pending) => {
+                let hs = HardState {
+                    commit: last,
+                    ..p.model.hard_state
+                };
+                p.persist_commit(hs);
+                pending
+            }
+            (_, pending) => {
+                // Appends at the end, or overwriting a few entries of the tail.
+                let first = last + 1 - below(&mut rng, last.min(3) + 1);
+                let count = below(&mut rng, 12) + 1;
+                let batch: Vec<Entry> = (first.max(1)..first.max(1) + count)
+                    .map(|index| Entry {
+                        term,
+                        index,
+                        payload: random_payload(&mut rng, index),
+                    })
+                    .collect();
+                let hs = chance(&mut rng, 40).then(|| hard_state(term, None, first));
+                if chance(&mut rng, 30) {
+                    p.write_then_sync(hs, None, batch);
+                } else {
+                    p.persist(hs, None, batch);
+                }
+                pending
+            }
+        };
+        if chance(&mut rng, 8) {
+            // A restart loses the snapshot being written (its thread ends with the
+            // process), and nothing else.
+            pending = Pending::Idle;
+            p.reopen();
+            p.verify_live(&format!("seed {seed} step {step}, after reopen"));
+        } else if chance(&mut rng, 10) {
+            p.verify_live(&format!("seed {seed} step {step}"));
+        }
+    }
+    match pending {
+        Pending::Idle => {}
+        Pending::Started(s, writer) => {
+            let written = p.write_with(writer, &s);
+            p.record(&s, written);
+        }
+        Pending::Written(s, written) => {
+            p.record(&s, written);
+        }
+    }
+    p.verify(&format!("seed {seed} at the end"));
 }
 
 fn entry(index: Index, term: Term) -> Entry {

@@ -5,10 +5,12 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tenure_core::storage::Storage;
-use tenure_core::types::{Entry, HardState, Recovered, Snapshot};
+use tenure_core::storage::{BackgroundSnapshots, SnapshotWriter, Storage};
+use tenure_core::types::{Entry, HardState, Index, Recovered, Snapshot, Term};
 
 use crate::error::{Result, WalError};
 use crate::options::WalOptions;
@@ -49,8 +51,12 @@ pub struct FsyncStats {
 pub struct FileStorage {
     dir: PathBuf,
     options: WalOptions,
-    /// Held open for its advisory lock; closing it (on drop) releases the directory.
-    _lock: File,
+    /// Held open for its advisory lock; closing it releases the directory. Shared with the
+    /// [`FileSnapshotWriter`]s handed out, so that the directory stays locked (no other open
+    /// removes their temporary file or reuses their file number) until they are done.
+    lock: Arc<File>,
+    /// Tells this handle's [`WrittenSnapshot`]s from another open's.
+    handle: u64,
     /// The newest segment, opened for appending.
     active: File,
     active_seq: u64,
@@ -76,6 +82,20 @@ pub struct FileStorage {
     /// by `persist_commit`): synced before the segment is left behind by a rotation, so
     /// that only the newest segment's tail can ever be lost.
     unsynced: bool,
+    /// With [`WalOptions::bug_discard_before_record`] (tests only): the background snapshot
+    /// a writer finished, which the next persist refers to before it is recorded.
+    #[cfg(feature = "inject-bugs")]
+    bug_written_early: Arc<std::sync::Mutex<Option<SnapRef>>>,
+}
+
+/// Numbers the handles `open` makes, for [`FileStorage::record_snapshot`]'s check.
+static HANDLES: AtomicU64 = AtomicU64::new(1);
+
+/// The snapshot part of one persist: the file the log will refer to, and its bytes unless a
+/// [`FileSnapshotWriter`] wrote that file already.
+struct SnapshotPart {
+    snap: SnapRef,
+    bytes: Option<Vec<u8>>,
 }
 
 impl FileStorage {
@@ -175,7 +195,8 @@ impl FileStorage {
         let mut storage = FileStorage {
             dir: dir.to_path_buf(),
             options,
-            _lock: lock,
+            lock: Arc::new(lock),
+            handle: HANDLES.fetch_add(1, Ordering::Relaxed),
             active,
             active_seq,
             active_bytes,
@@ -190,6 +211,8 @@ impl FileStorage {
             poisoned: None,
             fsync: FsyncStats::default(),
             unsynced: false,
+            #[cfg(feature = "inject-bugs")]
+            bug_written_early: Arc::default(),
         };
         // A crash between a snapshot and its compaction leaves dead segments behind.
         dir_changed |= storage.remove_dead_segments()?;
@@ -285,29 +308,9 @@ impl FileStorage {
         Ok(out)
     }
 
-    fn write_snapshot_file(&self, seq: u64, bytes: &[u8]) -> Result<()> {
-        let name = snapshot_name(seq);
-        let tmp = self.dir.join(format!("{name}{TMP_SUFFIX}"));
-        let path = self.dir.join(name);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(FILE_MODE)
-            .open(&tmp)
-            .map_err(WalError::io("create", &tmp))?;
-        file.write_all(bytes).map_err(WalError::io("write", &tmp))?;
-        file.sync_all().map_err(WalError::io("fsync", &tmp))?;
-        drop(file);
-        fs::rename(&tmp, &path).map_err(WalError::io("rename", &tmp))?;
-        // The log will refer to this name: the rename must be durable first.
-        sync_dir(&self.dir)
-    }
-
-    /// Write one encoded persist (after its snapshot file, if any) and fsync it; start a new
-    /// segment first if the active one is full. Any error here poisons the storage.
-    /// Write one persist's records (and its snapshot file), fsynced unless `sync` is false
-    /// (a commit index alone: see [`Storage::persist_commit`]).
+    /// Write one encoded persist (after its snapshot file, if any), fsynced unless `sync` is
+    /// false ([`Storage::write`], [`Storage::persist_commit`]); start a new segment first if
+    /// the active one is full. Any error here poisons the storage (the caller's business).
     fn write_persist(
         &mut self,
         snapshot_file: Option<(u64, &[u8])>,
@@ -315,7 +318,7 @@ impl FileStorage {
         sync: bool,
     ) -> Result<()> {
         if let Some((seq, bytes)) = snapshot_file {
-            self.write_snapshot_file(seq, bytes)?;
+            write_snapshot_file(&self.dir, seq, bytes)?;
         }
         let rotate = self.active_bytes >= self.options.segment_bytes_max;
         if rotate && self.unsynced {
@@ -389,6 +392,8 @@ impl FileStorage {
         Ok(!dead.is_empty())
     }
 
+    /// `persist`, `write` and `persist_commit`: encode the snapshot file (if any) under the
+    /// next file number, then [`FileStorage::append_persist`].
     fn persist_inner(
         &mut self,
         hard_state: Option<&HardState>,
@@ -397,55 +402,62 @@ impl FileStorage {
         sync: bool,
     ) -> Result<()> {
         // Encode and check everything first: input over a limit fails with nothing written.
-        let snapshot_file = match snapshot {
+        let snapshot = match snapshot {
             None => None,
             Some(s) => {
                 let seq = self.next_snapshot_seq;
-                let mut buf = Vec::new();
-                let body = SnapshotFileRef {
-                    file_seq: seq,
-                    snapshot: s,
-                };
-                let max = u64::from(self.options.snapshot_bytes_max);
-                record::encode(&mut buf, kind::SNAPSHOT_FILE, &body, max).map_err(|bytes| {
-                    WalError::SnapshotTooLarge {
+                let bytes = encode_snapshot_file(seq, s, &self.options)?;
+                Some(SnapshotPart {
+                    snap: SnapRef {
+                        file_seq: seq,
                         index: s.index,
-                        bytes,
-                        max,
-                    }
-                })?;
-                let snap = SnapRef {
-                    file_seq: seq,
-                    index: s.index,
-                    term: s.term,
-                };
-                Some((snap, buf))
+                        term: s.term,
+                    },
+                    bytes: Some(bytes),
+                })
             }
         };
-        let op = snapshot_file.as_ref().map(|(snap, _)| SnapOp {
-            snap: *snap,
-            keep_tail: self.entries.contains(snap.index, snap.term),
+        #[cfg(feature = "inject-bugs")]
+        let snapshot = snapshot.or_else(|| self.bug_take_written_early());
+        self.append_persist(hard_state, snapshot, entries, sync)
+    }
+
+    /// Append one persist: the snapshot part (its file written first if the part brings the
+    /// bytes; a file a [`FileSnapshotWriter`] wrote is only referred to), the entries, the
+    /// hard state; then, after a snapshot, compaction. Shared by every persist and by
+    /// [`BackgroundSnapshots::record_snapshot`]. A failure once anything was written poisons
+    /// the storage.
+    fn append_persist(
+        &mut self,
+        hard_state: Option<&HardState>,
+        snapshot: Option<SnapshotPart>,
+        entries: &[Entry],
+        sync: bool,
+    ) -> Result<()> {
+        let op = snapshot.as_ref().map(|part| SnapOp {
+            snap: part.snap,
+            keep_tail: self.entries.contains(part.snap.index, part.snap.term),
         });
         let persist_seq = self.persist_seq + 1;
         let wal = self.encode_persist(persist_seq, op, hard_state, entries)?;
 
         self.recovered = None;
-        if let Some((snap, _)) = &snapshot_file {
-            self.next_snapshot_seq = snap.file_seq + 1;
+        if let Some(op) = op {
+            self.next_snapshot_seq = self.next_snapshot_seq.max(op.snap.file_seq + 1);
         }
-        let written = self.write_persist(
-            snapshot_file
-                .as_ref()
-                .map(|(s, b)| (s.file_seq, b.as_slice())),
-            &wal,
-            sync,
-        );
+        let file = snapshot
+            .as_ref()
+            .and_then(|part| Some((part.snap.file_seq, part.bytes.as_deref()?)));
+        // A persist with a snapshot is fsynced even for `write`: compaction below removes the
+        // previous snapshot file and the covered segments, which the log must no longer need.
+        let written = self.write_persist(file, &wal, sync || op.is_some());
         if let Err(e) = written {
             self.poisoned = Some(e.to_string());
             return Err(e);
         }
 
-        // Durable: now the in-memory picture follows, in persist's order.
+        // Written (and durable unless `sync` was false): the in-memory picture follows, in
+        // persist's order.
         let previous_snapshot = self.snapshot;
         if let Some(op) = op {
             self.entries.apply_snapshot(op.snap.index, op.keep_tail);
@@ -596,6 +608,233 @@ impl Storage for FileStorage {
             }
         }
     }
+}
+
+/// [`FileStorage`]'s writer of background snapshots (step 2 of [`BackgroundSnapshots`]):
+/// the directory, the file number [`BackgroundSnapshots::snapshot_writer`] reserved and the
+/// limits; nothing borrowed from the storage. It shares the directory's lock, so the
+/// directory cannot be opened again until the writer is done or dropped.
+#[derive(Debug)]
+pub struct FileSnapshotWriter {
+    dir: PathBuf,
+    seq: u64,
+    options: WalOptions,
+    handle: u64,
+    _lock: Arc<File>,
+    /// With [`WalOptions::bug_discard_before_record`]: where to hand the file to the log.
+    #[cfg(feature = "inject-bugs")]
+    bug_written_early: Option<Arc<std::sync::Mutex<Option<SnapRef>>>>,
+}
+
+/// A snapshot file that a [`FileSnapshotWriter`] wrote and made durable, not yet referred to
+/// by the log: what [`BackgroundSnapshots::record_snapshot`] takes.
+#[derive(Debug)]
+pub struct WrittenSnapshot {
+    snap: SnapRef,
+    handle: u64,
+}
+
+impl WrittenSnapshot {
+    /// The snapshot's index.
+    pub fn index(&self) -> Index {
+        self.snap.index
+    }
+
+    /// The snapshot's term.
+    pub fn term(&self) -> Term {
+        self.snap.term
+    }
+}
+
+impl SnapshotWriter for FileSnapshotWriter {
+    type Written = WrittenSnapshot;
+    type Error = WalError;
+
+    /// Writes `snap-<seq>.snap` exactly as a persist does (the same function): encoded and
+    /// checked against `snapshot_bytes_max` first ([`WalError::SnapshotTooLarge`] with nothing
+    /// written), then to a temporary file in fdatasynced pieces, renamed, the directory
+    /// fsynced. A failure leaves the storage as it was, and no file but possibly the
+    /// temporary one, which the next `open` removes.
+    fn write(self, snapshot: &Snapshot) -> Result<WrittenSnapshot> {
+        let bytes = encode_snapshot_file(self.seq, snapshot, &self.options)?;
+        write_snapshot_file(&self.dir, self.seq, &bytes)?;
+        let snap = SnapRef {
+            file_seq: self.seq,
+            index: snapshot.index,
+            term: snapshot.term,
+        };
+        #[cfg(feature = "inject-bugs")]
+        if let Some(early) = &self.bug_written_early {
+            *early.lock().expect("held only to swap a value") = Some(snap);
+        }
+        Ok(WrittenSnapshot {
+            snap,
+            handle: self.handle,
+        })
+    }
+}
+
+impl BackgroundSnapshots for FileStorage {
+    type Writer = FileSnapshotWriter;
+    type Written = WrittenSnapshot;
+
+    /// Reserves the next snapshot file number; a snapshot persisted meanwhile (a leader's)
+    /// takes a later one. Writes nothing.
+    fn snapshot_writer(&mut self) -> FileSnapshotWriter {
+        let seq = self.next_snapshot_seq;
+        self.next_snapshot_seq += 1;
+        FileSnapshotWriter {
+            dir: self.dir.clone(),
+            seq,
+            options: self.options,
+            handle: self.handle,
+            _lock: Arc::clone(&self.lock),
+            #[cfg(feature = "inject-bugs")]
+            bug_written_early: self
+                .options
+                .bug_discard_before_record
+                .then(|| Arc::clone(&self.bug_written_early)),
+        }
+    }
+
+    /// A snapshot past the stored one's index: one persist that refers to the written file,
+    /// with `keep_tail` decided now as `persist` decides it, fdatasynced, then the same
+    /// compaction as a persist with a snapshot (the previous snapshot file, the segments it
+    /// covers wholly). A snapshot at or below the stored one's index: its file is removed and
+    /// nothing is written (`Ok(false)`). Any failure poisons the storage.
+    ///
+    /// Panics if `written` came from a writer of another handle (the directory reopened in
+    /// between, which removed the file as unreferenced).
+    fn record_snapshot(&mut self, written: WrittenSnapshot) -> Result<bool> {
+        if let Some(why) = &self.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        assert_eq!(
+            written.handle,
+            self.handle,
+            "a snapshot written for another open of {} (file {})",
+            self.dir.display(),
+            written.snap.file_seq
+        );
+        #[cfg(feature = "inject-bugs")]
+        if self.bug_recorded_early(&written) {
+            return Ok(true);
+        }
+        let stored = self.snapshot.map_or(0, |s| s.index);
+        if written.snap.index <= stored && !self.bug_record_stale_snapshot() {
+            let path = self.dir.join(snapshot_name(written.snap.file_seq));
+            if let Err(e) = fs::remove_file(&path) {
+                let e = WalError::io("remove", &path)(e);
+                self.poisoned = Some(e.to_string());
+                return Err(e);
+            }
+            return Ok(false);
+        }
+        let part = SnapshotPart {
+            snap: written.snap,
+            bytes: None,
+        };
+        self.append_persist(None, Some(part), &[], true)?;
+        Ok(true)
+    }
+}
+
+/// The injected bugs of the background path (tests only).
+impl FileStorage {
+    #[cfg(feature = "inject-bugs")]
+    fn bug_record_stale_snapshot(&self) -> bool {
+        self.options.bug_record_stale_snapshot
+    }
+
+    #[cfg(not(feature = "inject-bugs"))]
+    fn bug_record_stale_snapshot(&self) -> bool {
+        false
+    }
+
+    /// [`WalOptions::bug_discard_before_record`]: the snapshot a writer finished, for the
+    /// next persist to refer to (unless a later one was stored meanwhile).
+    #[cfg(feature = "inject-bugs")]
+    fn bug_take_written_early(&mut self) -> Option<SnapshotPart> {
+        let snap = self
+            .bug_written_early
+            .lock()
+            .expect("held only to swap a value")
+            .take()?;
+        (snap.index > self.snapshot.map_or(0, |s| s.index))
+            .then_some(SnapshotPart { snap, bytes: None })
+    }
+
+    /// [`WalOptions::bug_discard_before_record`]: whether a persist already referred to
+    /// `written`, so that recording it has nothing left to do.
+    #[cfg(feature = "inject-bugs")]
+    fn bug_recorded_early(&mut self, written: &WrittenSnapshot) -> bool {
+        if !self.options.bug_discard_before_record {
+            return false;
+        }
+        self.bug_written_early
+            .lock()
+            .expect("held only to swap a value")
+            .take();
+        self.snapshot.map(|s| s.file_seq) == Some(written.snap.file_seq)
+    }
+}
+
+/// A snapshot file's one record, checked against `snapshot_bytes_max` before anything is
+/// allocated or written.
+fn encode_snapshot_file(seq: u64, snapshot: &Snapshot, options: &WalOptions) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let body = SnapshotFileRef {
+        file_seq: seq,
+        snapshot,
+    };
+    let max = u64::from(options.snapshot_bytes_max);
+    record::encode(&mut buf, kind::SNAPSHOT_FILE, &body, max).map_err(|bytes| {
+        WalError::SnapshotTooLarge {
+            index: snapshot.index,
+            bytes,
+            max,
+        }
+    })?;
+    Ok(buf)
+}
+
+/// A snapshot file goes to disk in pieces of at most this size, each fdatasynced before the
+/// next is written: the log's own small fsyncs on the same file system then never wait
+/// behind a large snapshot's dirty pages (ext4 flushes them with its journal commit).
+const SNAPSHOT_PIECE_BYTES: usize = 8 << 20;
+
+/// Write `snap-<seq>.snap` durably, for a persist and for a [`FileSnapshotWriter`] alike: to
+/// `snap-<seq>.snap.tmp` in fdatasynced pieces of [`SNAPSHOT_PIECE_BYTES`], fsynced whole,
+/// renamed, the directory fsynced (the log will refer to the name). A failure removes the
+/// temporary file if it can (else `open` does).
+fn write_snapshot_file(dir: &Path, seq: u64, bytes: &[u8]) -> Result<()> {
+    let name = snapshot_name(seq);
+    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+    let path = dir.join(name);
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .open(&tmp)
+            .map_err(WalError::io("create", &tmp))?;
+        let mut pieces = bytes.chunks(SNAPSHOT_PIECE_BYTES).peekable();
+        while let Some(piece) = pieces.next() {
+            file.write_all(piece).map_err(WalError::io("write", &tmp))?;
+            if pieces.peek().is_some() {
+                file.sync_data().map_err(WalError::io("fdatasync", &tmp))?;
+            }
+        }
+        file.sync_all().map_err(WalError::io("fsync", &tmp))?;
+        drop(file);
+        fs::rename(&tmp, &path).map_err(WalError::io("rename", &tmp))
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    sync_dir(dir)
 }
 
 fn encode_header(out: &mut Vec<u8>, header: &SegmentHeader, options: &WalOptions) -> Result<()> {

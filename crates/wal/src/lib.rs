@@ -30,8 +30,9 @@
 //!
 //! A directory holds:
 //!
-//! - `LOCK` — an advisory `flock` held while a [`FileStorage`] has the directory open; it
-//!   holds the owner's pid. A second opener gets [`WalError::Locked`].
+//! - `LOCK` — an advisory `flock` held while a [`FileStorage`] (or a [`FileSnapshotWriter`]
+//!   it handed out) has the directory open; it holds the owner's pid. A second opener gets
+//!   [`WalError::Locked`].
 //! - `wal-<seq>.log` — log segments, `<seq>` a 20-digit zero-padded counter from 1; no
 //!   gaps. Only the newest is appended to; the next persist after it reaches
 //!   [`WalOptions::segment_bytes_max`] starts the next one.
@@ -78,13 +79,48 @@
 //! segments' headers must agree with the state replayed so far.
 //!
 //! **Writing a persist:** encode and check every limit (an oversize entry or snapshot fails
-//! with nothing written); if there is a snapshot, write `snap-<seq>.snap.tmp`, fsync it,
-//! rename it, fsync the directory; start a new segment if the active one is full (header
-//! and persist in one write); `write` the records; `fdatasync` the segment (plus the
-//! directory for a new segment). Then, if there was a snapshot, remove the previous
-//! snapshot file and every segment older than the oldest one holding a stored entry, and
-//! fsync the directory (**compaction**). A failed write or fsync poisons the handle: every
-//! later call fails until the directory is reopened.
+//! with nothing written); if there is a snapshot, write `snap-<seq>.snap.tmp` in pieces of
+//! at most 8 MiB, each `fdatasync`ed before the next (so that the log's own small fsyncs on
+//! the same file system never wait behind a large snapshot's dirty pages), fsync it, rename
+//! it, fsync the directory; start a new segment if the active one is full (header and
+//! persist in one write); `write` the records; `fdatasync` the segment (plus the directory
+//! for a new segment; [`Storage::write`] and [`Storage::persist_commit`] leave this fsync to
+//! the next one, except for a persist with a snapshot, which is always fsynced). Then, if
+//! there was a snapshot, remove the previous snapshot file and every segment older than the
+//! oldest one holding a stored entry, and fsync the directory (**compaction**). A failed
+//! write or fsync poisons the handle: every later call fails until the directory is
+//! reopened.
+//!
+//! **A snapshot written in the background** ([`BackgroundSnapshots`]: the node's own
+//! snapshots, ~110 MB at a million sessions, whose write and fsync must not stall the
+//! driver's thread) takes the same steps, split in three, with no change to the format:
+//!
+//! 1. [`BackgroundSnapshots::snapshot_writer`] (driver's thread) reserves the next snapshot
+//!    file number and writes nothing; a snapshot persisted meanwhile (a leader's) takes a
+//!    later number. The [`FileSnapshotWriter`] holds the directory, that number, the limits
+//!    and a share of the directory's lock (no other open can remove its temporary file or
+//!    reuse its number while it lives).
+//! 2. [`FileSnapshotWriter::write`](tenure_core::storage::SnapshotWriter::write) (any
+//!    thread, while persists go on) writes `snap-<seq>.snap` with the very function a persist
+//!    uses, above: limit checked first, pieces, fsync, rename, directory fsync. The file is
+//!    then durable, but nothing in the log refers to it. A failure leaves the storage as it
+//!    was (not poisoned) and no file but possibly the `.tmp`.
+//! 3. [`BackgroundSnapshots::record_snapshot`] (driver's thread) appends one persist whose
+//!    part 0 refers to the file (the same `SnapOp`, `keep_tail` decided then as a persist
+//!    decides it), fdatasyncs it, and compacts as above: only now are the covered entries,
+//!    the previous snapshot file and the covered segments discarded. If a snapshot at or
+//!    past its index was stored meanwhile, it removes the file and writes nothing instead.
+//!    A failure poisons the handle, as a failed persist does.
+//!
+//! A crash at any point is safe because the log is the only thing that makes a snapshot
+//! file current. Before step 3's fdatasync the log refers to the previous snapshot and still
+//! holds every entry the new one covers (nothing was compacted), so recovery returns exactly
+//! what it would have without the writer, and `open` removes the unreferenced file (or its
+//! `.tmp`) like any leftover. After the fdatasync the file it refers to was already durable
+//! (renamed and directory fsynced in step 2), so replay finds it. The conformance suite's
+//! background checks say the same against the model; with the `inject-bugs` feature,
+//! `tests/conformance.rs` shows they catch a log that discards the covered entries before
+//! the record, and one that records a snapshot overtaken by a later one.
 //!
 //! **Recovery** ([`FileStorage::open`]) decides between a torn write and damage:
 //!
@@ -128,7 +164,12 @@
 //! tmpfs) and prints the median, p99 and max of `persist` (write + fdatasync).
 //!
 //! [`Storage`]: tenure_core::storage::Storage
+//! [`BackgroundSnapshots`]: tenure_core::storage::BackgroundSnapshots
+//! [`BackgroundSnapshots::snapshot_writer`]: tenure_core::storage::BackgroundSnapshots::snapshot_writer
+//! [`BackgroundSnapshots::record_snapshot`]: tenure_core::storage::BackgroundSnapshots::record_snapshot
 //! [`Storage::persist`]: tenure_core::storage::Storage::persist
+//! [`Storage::write`]: tenure_core::storage::Storage::write
+//! [`Storage::persist_commit`]: tenure_core::storage::Storage::persist_commit
 #![deny(missing_docs)]
 
 pub mod conformance;
@@ -140,6 +181,6 @@ mod replay;
 mod tracked;
 
 pub use error::{Result, WalError};
-pub use file::{FileStorage, FsyncStats, LOCK_FILE};
+pub use file::{FileSnapshotWriter, FileStorage, FsyncStats, WrittenSnapshot, LOCK_FILE};
 pub use options::{WalOptions, RECORD_BYTES_MIN};
 pub use record::FORMAT_VERSION;

@@ -18,6 +18,21 @@ pub struct WalOptions {
     pub record_bytes_max: u32,
     /// Largest snapshot file the log writes or reads, for the same reason.
     pub snapshot_bytes_max: u32,
+    /// Test the testers: the background snapshot path discards the entries a snapshot covers
+    /// before [`BackgroundSnapshots::record_snapshot`]: the writer hands its file to the log
+    /// as soon as it is durable, and the next persist refers to it. Only in builds with the
+    /// `inject-bugs` feature; the conformance suite's background checks must catch it.
+    ///
+    /// [`BackgroundSnapshots::record_snapshot`]: tenure_core::storage::BackgroundSnapshots::record_snapshot
+    #[cfg(feature = "inject-bugs")]
+    #[doc(hidden)]
+    pub bug_discard_before_record: bool,
+    /// Test the testers: `record_snapshot` records a background snapshot although one at or
+    /// past its index was persisted meanwhile (the stored snapshot goes back, the entries
+    /// after it are lost). Only in builds with the `inject-bugs` feature.
+    #[cfg(feature = "inject-bugs")]
+    #[doc(hidden)]
+    pub bug_record_stale_snapshot: bool,
 }
 
 impl Default for WalOptions {
@@ -26,6 +41,10 @@ impl Default for WalOptions {
             segment_bytes_max: 64 << 20,
             record_bytes_max: 16 << 20,
             snapshot_bytes_max: 1 << 30,
+            #[cfg(feature = "inject-bugs")]
+            bug_discard_before_record: false,
+            #[cfg(feature = "inject-bugs")]
+            bug_record_stale_snapshot: false,
         }
     }
 }

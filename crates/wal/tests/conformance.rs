@@ -13,6 +13,7 @@ fn tiny() -> WalOptions {
         segment_bytes_max: 2048,
         record_bytes_max: 16 * 1024,
         snapshot_bytes_max: 1 << 20,
+        ..WalOptions::default()
     }
 }
 
@@ -68,5 +69,107 @@ mod mem_storage {
     fn run_all_covers_every_check() {
         tenure_wal::conformance::run_all(MemStorage::new, |s| s);
         assert_eq!(tenure_wal::conformance::checks::<MemStorage>().len(), 14);
+    }
+}
+
+mod background_snapshots_file_storage_default_limits {
+    use super::*;
+    tenure_wal::background_conformance_tests!(fresh_files(WalOptions::default()), reopen_files);
+}
+
+mod background_snapshots_file_storage_tiny_limits {
+    use super::*;
+    tenure_wal::background_conformance_tests!(fresh_files(tiny()), reopen_files);
+
+    #[test]
+    fn longer_random_runs() {
+        let mut fresh = fresh_files(tiny());
+        let mut reopen = reopen_files;
+        for seed in 100..104 {
+            tenure_wal::conformance::random_background_snapshots_with(
+                seed,
+                400,
+                &mut fresh,
+                &mut reopen,
+            );
+        }
+    }
+}
+
+mod background_snapshots_mem_storage {
+    use tenure_core::storage::MemStorage;
+    tenure_wal::background_conformance_tests!(MemStorage::new, |s: MemStorage| s);
+}
+
+mod background_snapshots_run_all {
+    use super::*;
+    use tenure_core::storage::MemStorage;
+
+    #[test]
+    fn run_all_background_covers_every_check() {
+        tenure_wal::conformance::run_all_background(MemStorage::new, |s| s);
+        tenure_wal::conformance::run_all_background(fresh_files(tiny()), reopen_files);
+        assert_eq!(
+            tenure_wal::conformance::background_checks::<MemStorage>().len(),
+            4
+        );
+    }
+}
+
+/// The background checks catch what they exist for: each injected mistake of the background
+/// path fails some of them, and the same checks pass with every switch off.
+#[cfg(feature = "inject-bugs")]
+mod injected_bugs {
+    use super::*;
+
+    /// The background checks that fail (panic) on files with `bug` applied to the options.
+    fn failing_checks(bug: fn(&mut WalOptions)) -> Vec<&'static str> {
+        let mut options = tiny();
+        bug(&mut options);
+        tenure_wal::conformance::background_checks::<FileStorage>()
+            .into_iter()
+            .filter(|(_, check)| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    check(&mut fresh_files(options), &mut reopen_files);
+                }))
+                .is_err()
+            })
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    #[test]
+    fn every_background_check_passes_with_no_bug_switched_on() {
+        assert_eq!(failing_checks(|_| {}), Vec::<&str>::new());
+    }
+
+    /// Entries a snapshot covers discarded before `record_snapshot` (the log refers to the
+    /// written file at its next persist): a crash in between would restart from a snapshot
+    /// the node never adopted, and the contract says recovery must not see it.
+    #[test]
+    fn discarding_covered_entries_before_the_record_is_caught() {
+        let failing = failing_checks(|o| o.bug_discard_before_record = true);
+        assert_eq!(
+            failing,
+            [
+                "background_snapshot_written_but_not_recorded_changes_nothing",
+                "background_snapshot_recorded_after_later_persists",
+                "random_background_snapshots_match_the_model",
+            ]
+        );
+    }
+
+    /// A background snapshot recorded although a later one (a leader's) was persisted
+    /// meanwhile: the stored snapshot goes back, entries after it are lost.
+    #[test]
+    fn recording_a_stale_snapshot_is_caught() {
+        let failing = failing_checks(|o| o.bug_record_stale_snapshot = true);
+        assert_eq!(
+            failing,
+            [
+                "background_snapshot_overtaken_by_a_persisted_one_is_dropped",
+                "random_background_snapshots_match_the_model",
+            ]
+        );
     }
 }

@@ -689,6 +689,39 @@ fn write_fsyncs_nothing_and_sync_fsyncs_what_was_written() {
     assert!(synced_len < before_write && synced.entries.len() == 1);
 }
 
+/// A `write` that carries a snapshot is fsynced before it returns: compaction then removes
+/// the previous snapshot file and the covered segments, so a crash before the `sync` must not
+/// be able to cut the persist that refers to the new snapshot.
+#[test]
+fn a_write_with_a_snapshot_is_durable_before_compaction() {
+    let options = WalOptions {
+        segment_bytes_max: 256,
+        ..WalOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut storage = FileStorage::open(dir.path(), options).unwrap();
+    for i in 1..=20 {
+        storage
+            .persist(Some(&hs(1, i)), None, &[entry(i, 1, 30)])
+            .unwrap();
+    }
+    storage.persist(None, Some(&snapshot(5, 1)), &[]).unwrap();
+    let fsyncs = storage.fsync_stats().count;
+    storage.write(None, Some(&snapshot(15, 1)), &[]).unwrap();
+    assert_eq!(storage.fsync_stats().count, fsyncs + 1, "the write fsynced");
+    storage.sync().unwrap();
+    assert_eq!(
+        storage.fsync_stats().count,
+        fsyncs + 1,
+        "nothing left to sync"
+    );
+    assert_eq!(files_with_extension(dir.path(), ".snap").len(), 1);
+    drop(storage);
+    let (_, got) = recover_dir(dir.path(), options).unwrap();
+    assert_eq!(got.snapshot, Some(snapshot(15, 1)));
+    assert_eq!(got.entries.first().map(|e| e.index), Some(16));
+}
+
 #[test]
 fn invalid_options_are_refused_before_touching_the_disk() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,6 +11,7 @@ use std::hash::{Hash, Hasher};
 use bincode::Options;
 use serde::{Deserialize, Serialize};
 
+use super::cow::CowMap;
 use super::{
     Command, FencedValue, LeaderChange, LeaderInfo, MemberAddresses, RequestId, Response,
     SecretHash, SessionId, SmError, SmLimits,
@@ -120,13 +121,13 @@ pub(super) struct Session {
 /// The replicated contents: what the digest covers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub(super) struct Data {
-    pub(super) sessions: BTreeMap<SessionId, Session>,
+    pub(super) sessions: CowMap<SessionId, Session>,
     /// Created on first campaign and never removed, because their tokens must never reset.
-    pub(super) elections: BTreeMap<String, Election>,
-    fenced: BTreeMap<String, FencedValue>,
+    pub(super) elections: CowMap<String, Election>,
+    fenced: CowMap<String, FencedValue>,
     /// Nonce of each live session's `Grant` request → the session it created, so that a
     /// retried grant returns the same session. Dropped with the session.
-    grant_nonces: BTreeMap<u64, SessionId>,
+    grant_nonces: CowMap<u64, SessionId>,
 }
 
 /// Everything a snapshot carries.
@@ -143,6 +144,40 @@ pub(super) struct State {
 struct StateWithoutMembers {
     applied_index: Index,
     data: Data,
+}
+
+fn encode(state: &State) -> Vec<u8> {
+    codec()
+        .serialize(&(SNAPSHOT_FORMAT, state))
+        .expect("in-memory state always encodes")
+}
+
+/// A frozen copy of a [`StateMachine`]'s replicated state (see [`StateMachine::image`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct StateImage(State);
+
+impl StateImage {
+    /// The bytes [`StateMachine::snapshot`] returned when the image was taken.
+    pub fn encode(&self) -> Vec<u8> {
+        encode(&self.0)
+    }
+
+    /// The applied index the image was taken at.
+    pub fn applied_index(&self) -> Index {
+        self.0.applied_index
+    }
+}
+
+impl std::fmt::Debug for StateImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let data = &self.0.data;
+        f.debug_struct("StateImage")
+            .field("applied_index", &self.0.applied_index)
+            .field("sessions", &data.sessions.len())
+            .field("elections", &data.elections.len())
+            .field("fenced", &data.fenced.len())
+            .finish()
+    }
 }
 
 /// The replicated state machine: sessions, elections with fencing tokens, and fenced keys.
@@ -610,7 +645,7 @@ impl StateMachine {
         }
         // Validation is complete; from here on nothing fails.
         candidate.elections.insert(name.to_owned());
-        let election = data.elections.entry(name.to_owned()).or_default();
+        let election = data.elections.get_or_default(name.to_owned());
         let old_head = election.head();
         election.queue.push_back(Candidate {
             session,
@@ -764,9 +799,14 @@ impl StateMachine {
     /// The whole replicated state, including the applied index, encoded with bincode.
     /// Pending leader changes and bug switches are not included: they are local.
     pub fn snapshot(&self) -> Vec<u8> {
-        codec()
-            .serialize(&(SNAPSHOT_FORMAT, &self.state))
-            .expect("in-memory state always encodes")
+        encode(&self.state)
+    }
+
+    /// A frozen copy of the replicated state, in O(1) (see [`CowMap`]): what
+    /// [`StateMachine::snapshot`] would encode now, to encode later on any thread while
+    /// this state machine goes on applying.
+    pub fn image(&self) -> StateImage {
+        StateImage(self.state.clone())
     }
 
     /// A state machine holding the state that `data` (from [`StateMachine::snapshot`])

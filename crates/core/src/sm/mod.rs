@@ -487,6 +487,7 @@ pub struct LeaderChange {
     pub index: Index,
 }
 
+mod cow;
 pub mod list;
 mod machine;
-pub use machine::{check_request_id, SessionInfo, SmDecodeError, StateMachine};
+pub use machine::{check_request_id, SessionInfo, SmDecodeError, StateImage, StateMachine};

@@ -83,6 +83,9 @@ pub struct Cluster {
     pub acks: BTreeMap<NodeId, Vec<KeepaliveAck>>,
     pub changes: BTreeMap<NodeId, Vec<LeaderChange>>,
     pub reads: BTreeMap<NodeId, Vec<tenure_core::read::ReadResult>>,
+    /// Background snapshots handed out (`Config::snapshot_in_background`) and not yet
+    /// reported taken: see [`Cluster::take_snapshots`].
+    pub images: BTreeMap<NodeId, Vec<tenure_core::node::SnapshotImage>>,
 }
 
 impl Cluster {
@@ -103,6 +106,7 @@ impl Cluster {
             acks: BTreeMap::new(),
             changes: BTreeMap::new(),
             reads: BTreeMap::new(),
+            images: BTreeMap::new(),
         };
         for id in &ids {
             let mut cfg = Config::new(*id, ids.clone());
@@ -132,9 +136,12 @@ impl Cluster {
     pub fn flush(&mut self) {
         for (id, node) in self.nodes.iter_mut() {
             while node.has_ready() {
-                let ready = node.ready();
+                let mut ready = node.ready();
                 self.disks.get_mut(id).expect("disk").persist(&ready);
                 node.advance();
+                if let Some(image) = ready.snapshot_image.take() {
+                    self.images.entry(*id).or_default().push(image);
+                }
                 self.inflight.extend(ready.messages);
                 self.applied.entry(*id).or_default().extend(ready.applied);
                 self.acks
@@ -226,6 +233,32 @@ impl Cluster {
         self.cut.clear();
     }
 
+    /// Finish `id`'s background snapshots as a driver does: encode each, record it on the
+    /// disk (dropped if the disk's snapshot is already at or past it), report it to the node.
+    /// Returns what the node answered for each.
+    pub fn take_snapshots(&mut self, id: NodeId) -> Vec<bool> {
+        let images = self.images.remove(&id).unwrap_or_default();
+        let mut adopted = Vec::new();
+        for image in images {
+            let snapshot = image.encode();
+            let disk = self.disks.get_mut(&id).expect("disk");
+            let stored = disk.recovered.snapshot.as_ref().map_or(0, |s| s.index);
+            let recorded = snapshot.index > stored;
+            if recorded {
+                let ready = tenure_core::node::Ready {
+                    snapshot: Some(snapshot.clone()),
+                    ..Default::default()
+                };
+                disk.persist(&ready);
+            }
+            let taken = self.node_mut(id).snapshot_taken(Some(snapshot));
+            assert_eq!(recorded, taken, "node {id}: disk and node disagree");
+            adopted.push(taken);
+        }
+        self.flush();
+        adopted
+    }
+
     /// Crash a node and restart it from its disk.
     pub fn restart(&mut self, id: NodeId) {
         let cfg = self.configs[&id].clone();
@@ -233,5 +266,7 @@ impl Cluster {
         self.inflight.retain(|m| m.to != id && m.from != id);
         let node = Node::new(cfg, recovered).expect("restart from disk");
         self.nodes.insert(id, node);
+        // A snapshot being taken dies with the process.
+        self.images.remove(&id);
     }
 }

@@ -72,6 +72,10 @@ const LEASE_EDGE_TIMEOUT_TICKS: (u64, u64) = (50, 80);
 const PIPELINED_SHARE: f64 = 0.3;
 /// How long a pipelined fsync takes, true time: long enough for followers to acknowledge.
 const FSYNC_US: (u64, u64) = (US_PER_MS, 8 * US_PER_MS);
+/// How long a background snapshot takes, encoded and durable (`Config::snapshot_in_background`):
+/// from an fsync's time to several election timeouts, so that entries, crashes and a
+/// leader's `InstallSnapshot` all happen while one is being taken.
+const SNAPSHOT_TAKE_US: (u64, u64) = (US_PER_MS, 800 * US_PER_MS);
 /// In the safety phase, probability that a leader crashes instead of completing a pipelined
 /// fsync: its entries are on followers' disks, possibly committed, and not on its own.
 const FSYNC_CRASH_P: f64 = 0.1;
@@ -89,6 +93,11 @@ enum Event {
     },
     /// A pipelined Ready's fsync completes (see `NodeSlot::pipelined`).
     FsyncDone {
+        node: NodeId,
+        incarnation: u64,
+    },
+    /// A background snapshot is encoded and durable (see `NodeSlot::snapshot_taking`).
+    SnapshotTaken {
         node: NodeId,
         incarnation: u64,
     },
@@ -354,10 +363,18 @@ impl World {
         self.snapshot_threshold_entries % 2 == 1
     }
 
+    /// Snapshots are taken inside the step or in the background
+    /// (`Config::snapshot_in_background`), chosen by the threshold's second bit, for the same
+    /// reason.
+    fn snapshot_in_background(&self) -> bool {
+        (self.snapshot_threshold_entries / 2) % 2 == 1
+    }
+
     fn node_config(&self, id: NodeId, initial_voters: Vec<NodeId>) -> Config {
         let mut config = Config::new(id, initial_voters);
         config.snapshot_threshold_entries = self.snapshot_threshold_entries;
         config.snapshot_grows_with_state = self.snapshot_grows_with_state();
+        config.snapshot_in_background = self.snapshot_in_background();
         config.append_entries_max = self.append_entries_max;
         config.election_timeout_ticks = self.election_timeout_ticks;
         config.lease_checkpoint_ticks = self.lease_checkpoint_ticks;
@@ -418,13 +435,15 @@ impl World {
         self.trace
             .log(0, || format!("fault mix: {}", self.mix.describe()));
         let grows = self.snapshot_grows_with_state();
+        let background = self.snapshot_in_background();
         self.trace.log(0, || {
             format!(
-                "seed shape: drift bound {}{}, snapshot every {} entries{}, at most {} entries per AppendEntries, removed members linger {} ms{}",
+                "seed shape: drift bound {}{}, snapshot every {} entries{}{}, at most {} entries per AppendEntries, removed members linger {} ms{}",
                 self.drift_max,
                 if self.clocks_at_bound { " (clocks at the bound)" } else { "" },
                 self.snapshot_threshold_entries,
                 if grows { " and as many as the state's records" } else { "" },
+                if background { " (taken in the background)" } else { "" },
                 self.append_entries_max,
                 self.decommission_linger_us / US_PER_MS,
                 if self.fast_election {
@@ -521,6 +540,8 @@ impl World {
             driver_bugs: tenure_driver::DriverBugs {
                 not_leader_after_snapshot: self.opts.bug == Some(InjectBug::NotLeaderAfterSnapshot),
             },
+            snapshot_recorded_early: self.opts.bug
+                == Some(InjectBug::SnapshotRecordedBeforeWritten),
         };
         Some(f(slot, &mut ctx))
     }
@@ -591,6 +612,17 @@ impl World {
                 self.queue.push(
                     self.now_us + delay,
                     Event::FsyncDone {
+                        node: id,
+                        incarnation,
+                    },
+                );
+            }
+            if std::mem::take(&mut slot.snapshot_to_schedule) {
+                let incarnation = slot.incarnation;
+                let delay = self.rng.between(SNAPSHOT_TAKE_US.0, SNAPSHOT_TAKE_US.1);
+                self.queue.push(
+                    self.now_us + delay,
+                    Event::SnapshotTaken {
                         node: id,
                         incarnation,
                     },
@@ -797,6 +829,7 @@ impl World {
         match event {
             Event::Tick { node, incarnation } => self.on_tick(node, incarnation),
             Event::FsyncDone { node, incarnation } => self.on_fsync_done(node, incarnation),
+            Event::SnapshotTaken { node, incarnation } => self.on_snapshot_taken(node, incarnation),
             Event::Deliver { from, to, packet } => self.on_deliver(from, to, packet),
             Event::Client { client, timer } => {
                 self.trace
@@ -1043,6 +1076,30 @@ impl World {
             }
         }
         self.after_drive(id, Drive::Running);
+    }
+
+    /// A background snapshot is done; a stopped process, or one between a Ready and its
+    /// `advance`, sees it a little later.
+    fn on_snapshot_taken(&mut self, id: NodeId, incarnation: u64) {
+        let Some(slot) = self.nodes.get(&id) else {
+            return;
+        };
+        if slot.incarnation != incarnation || !slot.is_up() {
+            return;
+        }
+        if slot.paused || slot.persisting() {
+            self.queue.push(
+                self.now_us + US_PER_MS,
+                Event::SnapshotTaken {
+                    node: id,
+                    incarnation,
+                },
+            );
+            return;
+        }
+        if let Some(drive) = self.with_node(id, |slot, ctx| slot.snapshot_taken(ctx)) {
+            self.after_drive(id, drive);
+        }
     }
 
     fn on_fsync_done(&mut self, id: NodeId, incarnation: u64) {
