@@ -795,6 +795,11 @@ impl Node {
         status.now_tick = self.raft.now_tick;
     }
 
+    /// The configuration the node runs with.
+    pub fn config(&self) -> &Config {
+        &self.raft.config
+    }
+
     /// This node's role, without building a whole [`Status`] (drivers ask after every input).
     pub fn role(&self) -> Role {
         self.raft.role

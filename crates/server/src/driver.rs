@@ -497,6 +497,14 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
     (driver, handle)
 }
 
+/// Lowers the calling thread's CPU priority (nice 10): a snapshot thread gives way to the
+/// driver threads, so that on a busy machine heartbeats and votes come first.
+fn lower_thread_priority() {
+    // SAFETY: setpriority reads only its arguments. On Linux a nice value belongs to a
+    // thread, and `who = 0` names the calling one; a failure only leaves the priority as it was.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+}
+
 /// A storage failure: the node stops, because continuing could break durability promises.
 #[derive(Debug, thiserror::Error)]
 #[error("storage failed, node stopped: {0}")]
@@ -509,10 +517,14 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         let mut ticks_done: u64 = 0;
         // Anything the node produced while starting (replayed entries) goes out first.
         self.process_ready()?;
+        // A pass of the loop longer than this is worth a warning: followers time out after
+        // one election timeout without a heartbeat.
+        let stall = self.tick * (self.node.config().election_timeout_ticks / 2).max(1) as u32;
         loop {
             let Some(first) = self.inputs.blocking_recv() else {
                 break;
             };
+            let woke = Instant::now();
             // Time comes first (see `tenure_core::node`): a process that was stopped wakes
             // up with queued keepalives and messages, and must tick for the time it lost
             // before it judges any of them by its lease.
@@ -530,12 +542,28 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 }
             }
             self.catch_up_ticks(start, &mut ticks_done);
+            let handled_at = Instant::now();
             self.finish_snapshot()?;
+            let snapshot_at = Instant::now();
             self.process_ready()?;
             let now = self.now_us();
             self.core.expire_keepalives(now);
             self.deliver();
             self.publish();
+            let took = woke.elapsed();
+            if took > stall {
+                tracing::warn!(
+                    event = "driver_stalled",
+                    node = self.id,
+                    took_ms = took.as_millis() as u64,
+                    inputs = handled,
+                    inputs_ms = (handled_at - woke).as_millis() as u64,
+                    snapshot_ms = (snapshot_at - handled_at).as_millis() as u64,
+                    ready_ms = snapshot_at.elapsed().as_millis() as u64,
+                    "one pass of the driver took {} ms, over half an election timeout",
+                    took.as_millis()
+                );
+            }
             if stop {
                 break;
             }
@@ -566,6 +594,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         let spawned = std::thread::Builder::new()
             .name(format!("tenure-snapshot-{}", self.id))
             .spawn(move || {
+                lower_thread_priority();
                 let started = Instant::now();
                 let snapshot = image.encode();
                 let encode = started.elapsed();
