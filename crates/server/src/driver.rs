@@ -1054,7 +1054,9 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
     }
 
     /// A Ready's snapshot is durable: a leader's that this node accepted is installed now;
-    /// any other is this node's own compaction.
+    /// any other is this node's own, taken inside its step (only without
+    /// `Config::snapshot_in_background`; the server takes its own in the background, see
+    /// [`Driver::finish_snapshot`]).
     fn log_snapshot_persisted(&mut self, index: Index, term: Term) {
         match self.snapshot_installing.take() {
             // A later snapshot of this node's own (compaction in the same batch) carries
