@@ -30,7 +30,9 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use crate::metrics::Metrics;
 
 /// Most inputs handled before the driver stops to persist and send; bounds the latency a
-/// burst can add to the messages already waiting.
+/// burst can add to the messages already waiting. A batch also ends once it has taken a
+/// heartbeat interval, so that a node short of CPU still sends its heartbeats and
+/// acknowledgements in time (see `Driver::run`).
 pub const INPUT_BATCH_MAX: usize = 1_024;
 /// Capacity of the driver's input channel.
 pub const INPUT_QUEUE_MAX: usize = 16_384;
@@ -520,6 +522,9 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         // A pass of the loop longer than this is worth a warning: followers time out after
         // one election timeout without a heartbeat.
         let stall = self.tick * (self.node.config().election_timeout_ticks / 2).max(1) as u32;
+        // Handling a batch of inputs holds back every message they produce, heartbeats
+        // included: a batch ends after a heartbeat interval however many inputs wait.
+        let batch_for = self.tick * self.node.config().heartbeat_ticks.max(1) as u32;
         loop {
             let Some(first) = self.inputs.blocking_recv() else {
                 break;
@@ -531,7 +536,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             self.catch_up_ticks(start, &mut ticks_done);
             let mut stop = self.handle(first);
             let mut handled = 1;
-            while handled < INPUT_BATCH_MAX && !stop {
+            while handled < INPUT_BATCH_MAX && !stop && woke.elapsed() < batch_for {
                 match self.inputs.try_recv() {
                     Ok(input) => {
                         self.catch_up_ticks(start, &mut ticks_done);
@@ -597,6 +602,8 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 lower_thread_priority();
                 let started = Instant::now();
                 let snapshot = image.encode();
+                // The image's share of the state goes here, not when the driver joins.
+                drop(image);
                 let encode = started.elapsed();
                 let started = Instant::now();
                 let written = writer.write(&snapshot);

@@ -82,6 +82,9 @@ pub struct FileStorage {
     /// by `persist_commit`): synced before the segment is left behind by a rotation, so
     /// that only the newest segment's tail can ever be lost.
     unsynced: bool,
+    /// The thread removing the files the last recorded background snapshot made dead (see
+    /// [`FileStorage::finish_removals`]).
+    removals: Option<std::thread::JoinHandle<()>>,
     /// With [`WalOptions::bug_discard_before_record`] (tests only): the background snapshot
     /// a writer finished, which the next persist refers to before it is recorded.
     #[cfg(feature = "inject-bugs")]
@@ -211,6 +214,7 @@ impl FileStorage {
             poisoned: None,
             fsync: FsyncStats::default(),
             unsynced: false,
+            removals: None,
             #[cfg(feature = "inject-bugs")]
             bug_written_early: Arc::default(),
         };
@@ -374,10 +378,10 @@ impl FileStorage {
         self.fsync.bytes_written += bytes as u64;
     }
 
-    /// Remove segments that hold no stored entry and precede the first one that does.
-    /// Replay can start from any segment's header, so only the state in later segments
-    /// matters. Returns whether a file was removed (the caller fsyncs the directory).
-    fn remove_dead_segments(&mut self) -> Result<bool> {
+    /// Forget segments that hold no stored entry and precede the first one that does, and
+    /// return their numbers for removal. Replay can start from any segment's header, so
+    /// only the state in later segments matters.
+    fn dead_segments(&mut self) -> Vec<u64> {
         let first_live = self
             .entries
             .first_segment()
@@ -385,11 +389,28 @@ impl FileStorage {
             .min(self.active_seq);
         let dead: Vec<u64> = self.segments.range(..first_live).copied().collect();
         for seq in &dead {
-            let path = self.dir.join(segment_name(*seq));
-            fs::remove_file(&path).map_err(WalError::io("remove", &path))?;
             self.segments.remove(seq);
         }
+        dead
+    }
+
+    /// Remove the dead segments now. Returns whether a file was removed (the caller fsyncs
+    /// the directory).
+    fn remove_dead_segments(&mut self) -> Result<bool> {
+        let dead = self.dead_segments();
+        for seq in &dead {
+            let path = self.dir.join(segment_name(*seq));
+            fs::remove_file(&path).map_err(WalError::io("remove", &path))?;
+        }
         Ok(!dead.is_empty())
+    }
+
+    /// Wait until the files that compaction after a recorded background snapshot removes
+    /// on a thread of its own are gone. Dropping the storage waits too.
+    pub fn finish_removals(&mut self) {
+        if let Some(thread) = self.removals.take() {
+            let _ = thread.join();
+        }
     }
 
     /// `persist`, `write` and `persist_commit`: encode the snapshot file (if any) under the
@@ -419,7 +440,7 @@ impl FileStorage {
         };
         #[cfg(feature = "inject-bugs")]
         let snapshot = snapshot.or_else(|| self.bug_take_written_early());
-        self.append_persist(hard_state, snapshot, entries, sync)
+        self.append_persist(hard_state, snapshot, entries, sync, Removal::Now)
     }
 
     /// Append one persist: the snapshot part (its file written first if the part brings the
@@ -433,6 +454,7 @@ impl FileStorage {
         snapshot: Option<SnapshotPart>,
         entries: &[Entry],
         sync: bool,
+        removal: Removal,
     ) -> Result<()> {
         let op = snapshot.as_ref().map(|part| SnapOp {
             snap: part.snap,
@@ -481,7 +503,7 @@ impl FileStorage {
 
         // Compaction: the old snapshot file and the segments the new snapshot covers.
         if op.is_some() {
-            let cleaned = self.compact(previous_snapshot);
+            let cleaned = self.compact(previous_snapshot, removal);
             if let Err(e) = cleaned {
                 self.poisoned = Some(e.to_string());
                 return Err(e);
@@ -490,20 +512,64 @@ impl FileStorage {
         Ok(())
     }
 
-    fn compact(&mut self, previous_snapshot: Option<SnapRef>) -> Result<()> {
-        let mut changed = false;
+    /// Remove the previous snapshot file (if it is not the current one) and the segments the
+    /// log no longer needs, then fsync the directory: now, or on a thread of its own. Nothing
+    /// refers to these files any more, and `open` removes any that a crash (or a failed
+    /// removal in the background) left behind, so when they go is only a matter of space.
+    fn compact(&mut self, previous_snapshot: Option<SnapRef>, removal: Removal) -> Result<()> {
+        let mut dead = Vec::new();
         if let Some(old) = previous_snapshot {
             if Some(old.file_seq) != self.snapshot.map(|s| s.file_seq) {
-                let path = self.dir.join(snapshot_name(old.file_seq));
-                fs::remove_file(&path).map_err(WalError::io("remove", &path))?;
-                changed = true;
+                dead.push(self.dir.join(snapshot_name(old.file_seq)));
             }
         }
-        changed |= self.remove_dead_segments()?;
-        if changed {
-            sync_dir(&self.dir)?;
+        for seq in self.dead_segments() {
+            dead.push(self.dir.join(segment_name(seq)));
         }
-        Ok(())
+        if dead.is_empty() {
+            return Ok(());
+        }
+        if removal == Removal::Background {
+            self.finish_removals();
+            let (dir, lock, paths) = (self.dir.clone(), Arc::clone(&self.lock), dead.clone());
+            let spawned = std::thread::Builder::new()
+                .name("tenure-wal-removal".into())
+                .spawn(move || {
+                    // Holding the lock: the directory is not opened again until this is done.
+                    let _lock = lock;
+                    let _ = remove_files(&dir, &paths);
+                });
+            if let Ok(thread) = spawned {
+                self.removals = Some(thread);
+                return Ok(());
+            }
+        }
+        remove_files(&self.dir, &dead)
+    }
+}
+
+/// When compaction removes the files it made dead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Removal {
+    /// Before the persist returns.
+    Now,
+    /// On a thread of its own: for [`BackgroundSnapshots::record_snapshot`], whose caller
+    /// is the driver's thread (unlinking a few 64 MiB segments and a large snapshot file
+    /// takes about 100 ms).
+    Background,
+}
+
+/// Remove `paths`, then fsync `dir`.
+fn remove_files(dir: &Path, paths: &[PathBuf]) -> Result<()> {
+    for path in paths {
+        fs::remove_file(path).map_err(WalError::io("remove", path))?;
+    }
+    sync_dir(dir)
+}
+
+impl Drop for FileStorage {
+    fn drop(&mut self) {
+        self.finish_removals();
     }
 }
 
@@ -519,6 +585,8 @@ impl Storage for FileStorage {
         if let Some(recovered) = self.recovered.take() {
             return Ok(recovered);
         }
+        // Replay reads the directory: not while dead files are still being removed.
+        self.finish_removals();
         let replayed = replay::replay(&self.dir, &self.options)?;
         if let Some(repair) = replayed.repair {
             let (path, why) = match repair {
@@ -700,7 +768,7 @@ impl BackgroundSnapshots for FileStorage {
     /// A snapshot past the stored one's index: one persist that refers to the written file,
     /// with `keep_tail` decided now as `persist` decides it, fdatasynced, then the same
     /// compaction as a persist with a snapshot (the previous snapshot file, the segments it
-    /// covers wholly). A snapshot at or below the stored one's index: its file is removed and
+    /// covers wholly), whose files are removed on a thread of their own. A snapshot at or below the stored one's index: its file is removed and
     /// nothing is written (`Ok(false)`). Any failure poisons the storage.
     ///
     /// Panics if `written` came from a writer of another handle (the directory reopened in
@@ -734,7 +802,7 @@ impl BackgroundSnapshots for FileStorage {
             snap: written.snap,
             bytes: None,
         };
-        self.append_persist(None, Some(part), &[], true)?;
+        self.append_persist(None, Some(part), &[], true, Removal::Background)?;
         Ok(true)
     }
 }

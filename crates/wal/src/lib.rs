@@ -108,7 +108,10 @@
 //! 3. [`BackgroundSnapshots::record_snapshot`] (driver's thread) appends one persist whose
 //!    part 0 refers to the file (the same `SnapOp`, `keep_tail` decided then as a persist
 //!    decides it), fdatasyncs it, and compacts as above: only now are the covered entries,
-//!    the previous snapshot file and the covered segments discarded. If a snapshot at or
+//!    the previous snapshot file and the covered segments discarded — the files on a thread
+//!    of their own, since unlinking a few 64 MiB segments and a large snapshot takes about
+//!    100 ms ([`FileStorage::finish_removals`] waits for it; drop and `recover` do too;
+//!    `open` removes whatever a crash left behind). If a snapshot at or
 //!    past its index was stored meanwhile, it removes the file and writes nothing instead.
 //!    A failure poisons the handle, as a failed persist does.
 //!
