@@ -193,8 +193,12 @@ macro_rules! background_conformance_tests {
 /// of a fresh storage named after the check.
 macro_rules! check {
     ($(#[$doc:meta])* fn $name:ident($p:ident) $body:block) => {
+        check! { Storage; $(#[$doc])* fn $name($p) $body }
+    };
+    // A check of storages with more than `Storage` (`BackgroundSnapshots`).
+    ($bound:path; $(#[$doc:meta])* fn $name:ident($p:ident) $body:block) => {
         $(#[$doc])*
-        pub fn $name<S: Storage>(fresh: &mut dyn FnMut() -> S, reopen: &mut dyn FnMut(S) -> S) {
+        pub fn $name<S: $bound>(fresh: &mut dyn FnMut() -> S, reopen: &mut dyn FnMut(S) -> S) {
             let mut $p = Probe::new(stringify!($name), fresh, reopen);
             $body
         }
@@ -325,21 +329,8 @@ impl<S: BackgroundSnapshots> Probe<'_, S> {
     }
 }
 
-/// A check of [`BackgroundSnapshots`], like `check!`.
-macro_rules! background_check {
-    ($(#[$doc:meta])* fn $name:ident($p:ident) $body:block) => {
-        $(#[$doc])*
-        pub fn $name<S: BackgroundSnapshots>(
-            fresh: &mut dyn FnMut() -> S,
-            reopen: &mut dyn FnMut(S) -> S,
-        ) {
-            let mut $p = Probe::new(stringify!($name), fresh, reopen);
-            $body
-        }
-    };
-}
-
-background_check! {
+check! {
+    BackgroundSnapshots;
     /// A snapshot written but never recorded is not what a restart finds: the log still
     /// holds every entry it covers, and the previous snapshot, exactly as before the writer
     /// existed; so does a writer dropped before it wrote. The next snapshot is recorded as
@@ -368,7 +359,8 @@ background_check! {
     }
 }
 
-background_check! {
+check! {
+    BackgroundSnapshots;
     /// Entries, hard states and a conflicting suffix past its index, persisted while the
     /// snapshot was written (and before, once its writer existed), stay; the snapshot
     /// replaces what it covers only when recorded.
@@ -390,7 +382,8 @@ background_check! {
     }
 }
 
-background_check! {
+check! {
+    BackgroundSnapshots;
     /// A snapshot persisted at a later index while the background one was written (a
     /// leader's) wins: recording the older one returns false and changes nothing; also when
     /// the leader's came between the writer's creation and its write, and at an equal index.

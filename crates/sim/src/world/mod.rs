@@ -605,29 +605,33 @@ impl World {
 
     /// Deals with how a node's step ended.
     fn after_drive(&mut self, id: NodeId, drive: Drive) {
-        if let Some(slot) = self.nodes.get_mut(&id) {
-            if std::mem::take(&mut slot.fsync_to_schedule) {
+        // The disk work the step started completes later: a pipelined fsync, a background
+        // snapshot (drawn in this order, so that runs replay).
+        let due = match self.nodes.get_mut(&id) {
+            Some(slot) => {
                 let incarnation = slot.incarnation;
-                let delay = self.rng.between(FSYNC_US.0, FSYNC_US.1);
-                self.queue.push(
-                    self.now_us + delay,
-                    Event::FsyncDone {
-                        node: id,
-                        incarnation,
-                    },
-                );
+                [
+                    std::mem::take(&mut slot.fsync_to_schedule).then_some((
+                        FSYNC_US,
+                        Event::FsyncDone {
+                            node: id,
+                            incarnation,
+                        },
+                    )),
+                    std::mem::take(&mut slot.snapshot_to_schedule).then_some((
+                        SNAPSHOT_TAKE_US,
+                        Event::SnapshotTaken {
+                            node: id,
+                            incarnation,
+                        },
+                    )),
+                ]
             }
-            if std::mem::take(&mut slot.snapshot_to_schedule) {
-                let incarnation = slot.incarnation;
-                let delay = self.rng.between(SNAPSHOT_TAKE_US.0, SNAPSHOT_TAKE_US.1);
-                self.queue.push(
-                    self.now_us + delay,
-                    Event::SnapshotTaken {
-                        node: id,
-                        incarnation,
-                    },
-                );
-            }
+            None => [None, None],
+        };
+        for ((least, most), event) in due.into_iter().flatten() {
+            let delay = self.rng.between(least, most);
+            self.queue.push(self.now_us + delay, event);
         }
         match drive {
             Drive::Running => {}
