@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+# The suite is built once per run, not edited and rebuilt: incremental caches would only grow
+# the shared target directory (they had reached 30 GB of it).
+export CARGO_INCREMENTAL=0
+scripts/target-budget.sh
 # Real servers the tests start themselves (installed from Debian's packages if missing).
 scripts/services.sh install-postgres
 scripts/services.sh install-etcd
