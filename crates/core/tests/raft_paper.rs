@@ -566,6 +566,28 @@ fn test_5_3_follower_commit_is_capped_by_the_last_new_entry() {
         2,
         "the leader committed 9 but only 2 is known to match"
     );
+
+    // Figure 2, AppendEntries rule 5: commit up to min(leaderCommit, index of the last new
+    // entry), not up to the end of the follower's log. The follower holds 4@2 and 5@2 from
+    // a deposed leader; the leader of term 3 (whose 4 and 5 differ) sends only 2@1, in a
+    // small batch, with its commit index at 5. 4@2 and 5@2 are not known to match: committing
+    // them would apply entries that no leader committed.
+    let mut n = node_with_log(plain(2, &[1, 2, 3]), 2, &[1, 1, 1, 2, 2]);
+    step(&mut n, append(1, 2, 3, (1, 1), noops(2, &[1]), 5));
+    assert_eq!(
+        log_terms(&n),
+        vec![1, 1, 1, 2, 2],
+        "2@1 matched: nothing cut"
+    );
+    assert_eq!(n.status().commit, 2, "only 2 is known to match the leader");
+    assert_eq!(append_reply(&sent(&mut n), 1), (true, 2, None));
+
+    // The same for an append that starts below the commit index (a delayed one): 3@1 is
+    // new and matches, 4@2 still is not known to.
+    step(&mut n, append(1, 2, 3, (0, 0), noops(1, &[1, 1, 1]), 5));
+    assert_eq!(log_terms(&n), vec![1, 1, 1, 2, 2]);
+    assert_eq!(n.status().commit, 3, "only 3 is known to match the leader");
+    assert_eq!(append_reply(&sent(&mut n), 1), (true, 3, None));
 }
 
 #[test]

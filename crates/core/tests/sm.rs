@@ -899,11 +899,15 @@ fn results_are_bounded_and_a_forgotten_retry_is_refused_not_applied() {
     }
     assert_eq!(h.sm.remembers_since(s), Some(2));
     let digest = h.sm.digest();
-    let old = RequestId::Session { session: s, seq: 1 };
-    assert_eq!(
-        h.request(old, put_value("k", b"y", "e", t)).0,
-        Response::Rejected(SmError::RequestForgotten { session: s, seq: 1 })
-    );
+    // Every forgotten one, up to and including the highest (the edge an off-by-one misses).
+    for seq in 1..=2 {
+        let old = RequestId::Session { session: s, seq };
+        assert_eq!(
+            h.request(old, put_value("k", b"y", "e", t)).0,
+            Response::Rejected(SmError::RequestForgotten { session: s, seq }),
+            "a retry of forgotten request {seq} must not apply again"
+        );
+    }
     assert_eq!(h.sm.digest(), digest);
     let kept = RequestId::Session { session: s, seq: 3 };
     assert!(h.sm.remembered(kept).is_some());

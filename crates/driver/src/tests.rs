@@ -261,3 +261,92 @@ fn events_are_named_and_worded_once_with_the_cores_words_for_consensus() {
         ("session_expired", "session 9 expired")
     );
 }
+
+/// Proposals whose entries a snapshot covered are answered from what the state machine
+/// remembers: `Applied` when it remembers the request, `Indeterminate` when it may have
+/// applied and forgotten it, never a definite failure for a request that was applied. The
+/// node's Ready here is handed over as a driver that installed a snapshot at `index` would
+/// see it: nothing in `applied`, everything through the snapshot's index covered by it.
+#[test]
+fn proposals_covered_by_a_snapshot_are_answered_from_the_remembered_results() {
+    let mut config = Config::new(1, vec![1]);
+    config.limits.results_per_session_max = 1;
+    let mut node = Node::new(config, Recovered::default()).expect("valid");
+    let mut core = Core::new(&node.status(), 0, DriverBugs::default());
+    for _ in 0..100 {
+        node.tick();
+        settle(&mut node, &mut core, 0);
+    }
+    assert_eq!(node.status().role, Role::Leader);
+    core.propose(&mut node, 0, None, grant(1_000), 0);
+    settle(&mut node, &mut core, 0);
+    let session = node
+        .state_machine()
+        .sessions()
+        .map(|(s, _)| s)
+        .next()
+        .expect("granted");
+    core.drain();
+
+    let campaign = |election: &str| Command::Campaign {
+        election: election.into(),
+        session,
+        value: Vec::new(),
+    };
+    let first = RequestId::Session { session, seq: 1 };
+    let second = RequestId::Session { session, seq: 2 };
+    let (i1, _) = core
+        .propose(&mut node, 0, Some(first), campaign("a"), 1)
+        .expect("proposed");
+    let (i2, _) = core
+        .propose(&mut node, 0, Some(second), campaign("b"), 2)
+        .expect("proposed");
+    while node.has_ready() {
+        node.ready();
+        node.advance();
+    }
+    let sm = node.state_machine();
+    assert!(
+        sm.remembered(first).is_none(),
+        "one result kept: 1 is forgotten"
+    );
+    assert_eq!(sm.remembers_since(session), Some(1));
+    let (_, response) = sm.remembered(second).expect("2 is remembered");
+
+    core.on_ready_parts(
+        &node,
+        0,
+        ReadyParts {
+            snapshot_index: Some(i2),
+            applied_through: i2,
+            applied: &[],
+            leader_changes: 0,
+            keepalive_acks: &[],
+            reads: &[],
+            events: &[],
+        },
+    );
+    let answers = core.drain().answers;
+    let outcome = |reply: u32| {
+        answers
+            .iter()
+            .find(|a| a.reply == reply)
+            .map(|a| a.outcome.clone())
+            .expect("answered")
+    };
+    assert_eq!(
+        outcome(1),
+        Outcome::Indeterminate(Unknown::CoveredBySnapshot),
+        "request 1 is at or below what the session forgot: it may have been applied"
+    );
+    assert_eq!(
+        outcome(2),
+        Outcome::Applied {
+            index: i2,
+            response
+        },
+        "request 2 sits at the snapshot's own index and is remembered"
+    );
+    assert!(i1 < i2);
+    assert_eq!(core.proposals_pending(), 0);
+}
