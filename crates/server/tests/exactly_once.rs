@@ -246,3 +246,48 @@ async fn a_retried_request_is_applied_once() {
         describe(&late)
     );
 }
+
+/// A write the leader took but could not commit before the request's deadline (both
+/// followers frozen) may still commit later, when they wake up: the answer is
+/// `indeterminate`, never a definite failure such as `unavailable` or `not-leader`. Retried
+/// with the same request id once the followers are back, it is answered `ok` (its first
+/// result, or applied now) and the value is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_outlives_its_deadline_is_indeterminate_and_a_retry_settles_it() {
+    let mut c = Cluster::start(Options::nodes(3).args(&["--request-timeout-ms", "1500"]));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let followers = c.others(&[leader]);
+    let mut client = c.client();
+    let (session, token) = client.writer_token("writers").await;
+
+    let to_leader = c.channel_with_timeout(leader, secs(30));
+    let mut keys = v1::fenced_keys_client::FencedKeysClient::new(to_leader);
+    keys.put(put("warm", b"0", token, session, 1))
+        .await
+        .expect("the leader takes writes");
+    for f in &followers {
+        c.pause(*f);
+    }
+    let answer = keys
+        .put(put("late", b"1", token, session, 2))
+        .await
+        .map(tonic::Response::into_inner);
+    match &answer {
+        Err(s) => assert!(
+            s.code() == Code::Unknown && reason(s) == Some("indeterminate"),
+            "a write past its deadline was answered {} (must be indeterminate)",
+            describe(&answer)
+        ),
+        Ok(_) => panic!("a write committed with both followers frozen"),
+    }
+    for f in &followers {
+        c.resume(*f);
+    }
+    c.wait_for_leader(&c.ids(), secs(20)).await;
+    client
+        .send(put("late", b"1", token, session, 2), secs(20))
+        .await
+        .expect("the retry with the same request id is answered ok");
+    let stored = client.get("late").await.expect("get").map(|v| v.value);
+    assert_eq!(stored.as_deref(), Some(&b"1"[..]));
+}
