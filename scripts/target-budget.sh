@@ -20,17 +20,18 @@ debug_dir="$CARGO_TARGET_DIR/debug"
 [ -d "$debug_dir" ] || exit 0
 
 gib=$((1024 * 1024))
-used_kib() { du -sk "$debug_dir" 2>/dev/null | cut -f1; }
-free_kib() { df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 { print $4 }'; }
+# Measures once per check (du walks the whole build): sets `used` and `free`, in KiB.
+measure() {
+  used=$(du -sk "$debug_dir" 2>/dev/null | cut -f1)
+  free=$(df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 { print $4 }')
+}
 over() {
-  local used free
-  used=$(used_kib)
-  free=$(free_kib)
+  measure
   ((used > budget_gib * gib || free < min_free_gib * gib))
 }
 report() {
-  echo "target-budget: $debug_dir holds $(($(used_kib) / gib)) GiB" \
-    "(budget $budget_gib GiB); $(($(free_kib) / gib)) GiB free (want $min_free_gib GiB)" >&2
+  echo "target-budget: $debug_dir holds $((used / gib)) GiB" \
+    "(budget $budget_gib GiB); $((free / gib)) GiB free (want $min_free_gib GiB)" >&2
 }
 
 over || exit 0
@@ -40,7 +41,7 @@ rm -rf "$debug_dir/incremental"
 over || exit 0
 report
 # Wiping the build only helps if the build is what takes the room.
-if (($(used_kib) > 4 * gib)); then
+if ((used > 4 * gib)); then
   echo "target-budget: removing the debug profile; this build starts cold" >&2
   rm -rf "$debug_dir"
 fi

@@ -11,7 +11,12 @@ use super::*;
 type Core = DriverCore<u32, u32>;
 
 fn leader() -> (Node, Core) {
-    let mut node = Node::new(Config::new(1, vec![1]), Recovered::default()).expect("valid");
+    leader_with(Config::new(1, vec![1]))
+}
+
+/// A single node with `config` (voters `[1]`), elected.
+fn leader_with(config: Config) -> (Node, Core) {
+    let mut node = Node::new(config, Recovered::default()).expect("valid");
     let mut core = Core::new(&node.status(), 0, DriverBugs::default());
     for _ in 0..100 {
         node.tick();
@@ -271,13 +276,7 @@ fn events_are_named_and_worded_once_with_the_cores_words_for_consensus() {
 fn proposals_covered_by_a_snapshot_are_answered_from_the_remembered_results() {
     let mut config = Config::new(1, vec![1]);
     config.limits.results_per_session_max = 1;
-    let mut node = Node::new(config, Recovered::default()).expect("valid");
-    let mut core = Core::new(&node.status(), 0, DriverBugs::default());
-    for _ in 0..100 {
-        node.tick();
-        settle(&mut node, &mut core, 0);
-    }
-    assert_eq!(node.status().role, Role::Leader);
+    let (mut node, mut core) = leader_with(config);
     core.propose(&mut node, 0, None, grant(1_000), 0);
     settle(&mut node, &mut core, 0);
     let session = node
