@@ -181,7 +181,9 @@ impl From<Status> for Error {
             Reason::Unavailable => Error::Unavailable(message),
             // Every stream slot is taken: the node's answer, not a retry's business.
             Reason::ResourceExhausted => Error::Backend(format!("{reason}: {message}")),
-            Reason::Indeterminate | Reason::RequestForgotten => Error::Indeterminate(message),
+            Reason::Indeterminate | Reason::RequestForgotten | Reason::SessionEnded => {
+                Error::Indeterminate(message)
+            }
         }
     }
 }
@@ -203,7 +205,9 @@ impl From<SmError> for Error {
             SmError::TokenNotIssued { .. } => Error::TokenNotIssued(message),
             SmError::WrongElection { .. } => Error::WrongElection(message),
             SmError::WrongSecret(_) => Error::PermissionDenied(message),
-            SmError::RequestForgotten { .. } => Error::Indeterminate(message),
+            SmError::RequestForgotten { .. } | SmError::SessionEnded { .. } => {
+                Error::Indeterminate(message)
+            }
             SmError::TtlOutOfRange { .. }
             | SmError::BadSize { .. }
             | SmError::BadRequestId(_)

@@ -73,6 +73,10 @@ pub struct InjectedBugs {
     /// to another stream, acknowledged by the previous leader, loses its session to a
     /// stale binding made from a keepalive that arrived late.
     pub release_ignores_older_promises: bool,
+    /// A request (with a request id) on a session that has ended is answered
+    /// `UnknownSession`, a definite failure, although an earlier attempt of it may have taken
+    /// effect before the session ended (its remembered result went with the session).
+    pub session_ended_definite: bool,
 }
 
 impl InjectedBugs {

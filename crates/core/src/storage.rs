@@ -74,11 +74,13 @@ pub trait Storage {
 ///    snapshot's bytes durable, but not yet part of what [`Storage::recover`] returns. A
 ///    crash before step 3 loses this snapshot, and nothing else: every entry it covers is
 ///    still stored.
-/// 3. [`BackgroundSnapshots::record_snapshot`], on the driver's thread: what
+/// 3. On the driver's thread, once the node has decided whether the snapshot is still the
+///    newest it knows ([`crate::node::Node::snapshot_taken`]; the node alone decides, because
+///    a leader's snapshot it accepted may not be persisted yet):
+///    [`BackgroundSnapshots::record_snapshot`] if it adopted it — what
 ///    `persist(None, Some(snapshot), &[])` does (durable on return; the entries the snapshot
-///    covers discarded, or all of them if the stored entry at its index has another term),
-///    except that a snapshot at or below the stored snapshot's index is dropped and
-///    `Ok(false)` returned: a leader's snapshot was persisted in the meantime.
+///    covers discarded, or all of them if the stored entry at its index has another term) —
+///    or [`BackgroundSnapshots::discard_snapshot`] if it did not.
 ///
 /// A writer that is dropped or fails leaves nothing that `recover` would return.
 pub trait BackgroundSnapshots: Storage {
@@ -90,8 +92,15 @@ pub trait BackgroundSnapshots: Storage {
     /// Step 1.
     fn snapshot_writer(&mut self) -> Self::Writer;
 
-    /// Step 3: `Ok(true)` if the snapshot is now the stored one.
-    fn record_snapshot(&mut self, written: Self::Written) -> Result<bool, Self::Error>;
+    /// Step 3 for a snapshot the node adopted: it is now the stored one. A snapshot at or
+    /// below the stored one's index cannot have been adopted (the node's snapshot is never
+    /// behind the stored one), so it is refused with an error and nothing is written: the
+    /// caller broke the contract, and its node must stop.
+    fn record_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error>;
+
+    /// Step 3 for a snapshot the node did not adopt (a newer one, a leader's, got there
+    /// first): what was written is removed, and nothing stored changes.
+    fn discard_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error>;
 }
 
 /// Writes one snapshot durably, on any thread (step 2 of [`BackgroundSnapshots`]).
@@ -134,7 +143,8 @@ pub fn apply_to_image(
     }
 }
 
-/// Storage that keeps everything in memory and never fails: for tests and examples.
+/// Storage that keeps everything in memory: for tests and examples. It fails only when its
+/// caller breaks the contract ([`SnapshotNotNewer`]).
 #[derive(Clone, Debug, Default)]
 pub struct MemStorage {
     image: Recovered,
@@ -147,8 +157,19 @@ impl MemStorage {
     }
 }
 
+/// A background snapshot was recorded although the stored snapshot is already at or past
+/// its index: the caller recorded one its node did not adopt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a background snapshot at {index} was recorded, but the stored snapshot is at {stored}: only a snapshot the node adopted may be recorded")]
+pub struct SnapshotNotNewer {
+    /// The background snapshot's index.
+    pub index: crate::types::Index,
+    /// The stored snapshot's index.
+    pub stored: crate::types::Index,
+}
+
 impl Storage for MemStorage {
-    type Error = std::convert::Infallible;
+    type Error = SnapshotNotNewer;
 
     fn recover(&mut self) -> Result<Recovered, Self::Error> {
         Ok(self.image.clone())
@@ -186,12 +207,19 @@ impl BackgroundSnapshots for MemStorage {
         MemSnapshotWriter
     }
 
-    fn record_snapshot(&mut self, written: Snapshot) -> Result<bool, Self::Error> {
+    fn record_snapshot(&mut self, written: Snapshot) -> Result<(), Self::Error> {
         let stored = self.image.snapshot.as_ref().map_or(0, |s| s.index);
         if written.index <= stored {
-            return Ok(false);
+            return Err(SnapshotNotNewer {
+                index: written.index,
+                stored,
+            });
         }
         apply_to_image(&mut self.image, None, Some(&written), &[]);
-        Ok(true)
+        Ok(())
+    }
+
+    fn discard_snapshot(&mut self, _written: Snapshot) -> Result<(), Self::Error> {
+        Ok(())
     }
 }

@@ -34,6 +34,10 @@
 
 #![deny(missing_docs)]
 
+mod snapshot;
+
+pub use snapshot::finish_background_snapshot;
+
 use std::collections::BTreeMap;
 
 use tenure_core::event::NodeEvent;

@@ -46,8 +46,8 @@ pub fn process_session_secret() -> Vec<u8> {
 /// them, printed and parsed here and nowhere else (see the top of the `.proto` file for
 /// what each means and which gRPC code goes with it).
 ///
-/// Every reason but [`Reason::Indeterminate`] and [`Reason::RequestForgotten`] is
-/// definite: the command did not take effect and never will.
+/// Every reason but [`Reason::Indeterminate`], [`Reason::RequestForgotten`] and
+/// [`Reason::SessionEnded`] is definite: the command did not take effect and never will.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// Not the Raft leader; `tenure-leader-id`/`tenure-leader-addr` name it when known.
@@ -74,6 +74,9 @@ pub enum Reason {
     WrongElection,
     /// A retry older than every result its session still remembers: outcome unknown.
     RequestForgotten,
+    /// A request with a request id on a session that has ended: what the session remembered
+    /// went with it, so whether an earlier attempt took effect is unknown.
+    SessionEnded,
     /// The session secret presented does not match the session's.
     WrongSecret,
     /// No credentials that prove who the caller is.
@@ -86,7 +89,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order of the `.proto` file's list.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::NotLeader,
         Reason::Unavailable,
         Reason::InvalidArgument,
@@ -99,6 +102,7 @@ impl Reason {
         Reason::TokenNotIssued,
         Reason::WrongElection,
         Reason::RequestForgotten,
+        Reason::SessionEnded,
         Reason::WrongSecret,
         Reason::Unauthenticated,
         Reason::PermissionDenied,
@@ -120,6 +124,7 @@ impl Reason {
             Reason::TokenNotIssued => "token-not-issued",
             Reason::WrongElection => "wrong-election",
             Reason::RequestForgotten => "request-forgotten",
+            Reason::SessionEnded => "session-ended",
             Reason::WrongSecret => "wrong-secret",
             Reason::Unauthenticated => "unauthenticated",
             Reason::PermissionDenied => "permission-denied",
@@ -129,7 +134,10 @@ impl Reason {
 
     /// Whether a call that failed for this reason certainly did not take effect.
     pub const fn is_definite(self) -> bool {
-        !matches!(self, Reason::Indeterminate | Reason::RequestForgotten)
+        !matches!(
+            self,
+            Reason::Indeterminate | Reason::RequestForgotten | Reason::SessionEnded
+        )
     }
 
     /// The reason a gRPC status carries, if any (`None` for a status without one, or with
@@ -210,14 +218,18 @@ mod tests {
     }
 
     #[test]
-    fn only_the_two_unknown_outcomes_are_indefinite() {
+    fn only_the_three_unknown_outcomes_are_indefinite() {
         let indefinite: Vec<_> = Reason::ALL
             .into_iter()
             .filter(|r| !r.is_definite())
             .collect();
         assert_eq!(
             indefinite,
-            [Reason::Indeterminate, Reason::RequestForgotten]
+            [
+                Reason::Indeterminate,
+                Reason::RequestForgotten,
+                Reason::SessionEnded
+            ]
         );
     }
 

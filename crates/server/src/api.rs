@@ -113,6 +113,10 @@ impl Api {
                     Status::failed_precondition(e.to_string()),
                     Reason::RequestForgotten,
                 ),
+                SmError::SessionEnded { .. } => (
+                    Status::failed_precondition(e.to_string()),
+                    Reason::SessionEnded,
+                ),
                 SmError::WrongSecret(_) => {
                     self.driver
                         .metrics

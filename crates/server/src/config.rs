@@ -251,7 +251,8 @@ pub struct ServerConfig {
     #[serde(default = "default_snapshot_threshold")]
     pub snapshot_threshold_entries: u64,
     /// Serve `POST /debug/block` on the HTTP port, which cuts this node off from the named
-    /// peers. For tests and demonstrations only.
+    /// peers, and `POST /debug/driver-panic`, which panics its driver thread (the node then
+    /// exits). For tests and demonstrations only.
     #[serde(default)]
     pub fault_injection: bool,
     /// TLS on all three ports: the peer port with mutual TLS (the certificate must carry

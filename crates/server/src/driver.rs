@@ -231,6 +231,9 @@ pub enum Input {
     Client(ClientRequest),
     /// Stop after handling what is queued.
     Shutdown,
+    /// Panic on the driver thread (`POST /debug/driver-panic`, with fault injection only): how
+    /// tests show that a node whose driver dies exits instead of lingering.
+    InjectPanic,
 }
 
 /// Where the driver sends peer messages (the TCP transport, or a test double).
@@ -272,6 +275,10 @@ pub struct DriverHandle {
     /// What happened on this node, for the dashboard's event log (a bounded ring and a
     /// bounded broadcast: the driver never waits for a page).
     pub journal: Arc<crate::dashboard::Journal>,
+    /// True while the driver thread runs: cleared when it returns or panics, so that
+    /// `/health` fails at once while the process exits (a node without its driver answers
+    /// nothing useful, and its published status is frozen).
+    pub running: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DriverHandle {
@@ -495,6 +502,7 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
         published: pub_rx,
         metrics,
         journal,
+        running: Arc::new(std::sync::atomic::AtomicBool::new(true)),
     };
     (driver, handle)
 }
@@ -505,6 +513,15 @@ fn lower_thread_priority() {
     // SAFETY: setpriority reads only its arguments. On Linux a nice value belongs to a
     // thread, and `who = 0` names the calling one; a failure only leaves the priority as it was.
     let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+}
+
+/// What a panic carried, as text.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// A storage failure: the node stops, because continuing could break durability promises.
@@ -632,11 +649,40 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         }
     }
 
-    /// The background snapshot's thread is done: record the snapshot in the log (which may
-    /// then discard the entries it covers) and hand it to the node.
+    /// The background snapshot's thread is done: hand it to the node, then record it in the
+    /// log (which may then discard the entries it covers) if the node adopted it, or remove
+    /// it if a leader's snapshot overtook it (`tenure_driver::finish_background_snapshot`).
     fn finish_snapshot(&mut self) -> Result<(), StorageFailed> {
-        let Ok(done) = self.snapshot_done.1.try_recv() else {
-            return Ok(());
+        let done = match self.snapshot_done.1.try_recv() {
+            Ok(done) => done,
+            Err(_) => {
+                let ended = self
+                    .snapshot_thread
+                    .as_ref()
+                    .is_some_and(|t| t.is_finished());
+                // The thread reports before it ends, so one that ended without a report
+                // panicked. The node would wait for that snapshot for ever and never take
+                // another: give it up, as a failed write is given up.
+                match self.snapshot_done.1.try_recv() {
+                    Ok(done) => done,
+                    Err(_) if ended => {
+                        let thread = self.snapshot_thread.take().expect("checked above");
+                        let why = thread.join().err().map_or_else(
+                            || "ended without a report".to_string(),
+                            |p| panic_message(p.as_ref()),
+                        );
+                        tracing::error!(
+                            node = self.id,
+                            "the snapshot thread died ({why}); the log keeps its entries and \
+                             the next snapshot point tries again"
+                        );
+                        self.metrics.snapshot_failures.fetch_add(1, Relaxed);
+                        self.node.snapshot_taken(None);
+                        return Ok(());
+                    }
+                    Err(_) => return Ok(()),
+                }
+            }
         };
         if let Some(thread) = self.snapshot_thread.take() {
             let _ = thread.join();
@@ -663,18 +709,16 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             }
         };
         let started = Instant::now();
-        let recorded = self
-            .storage
-            .record_snapshot(written)
-            .map_err(|e| StorageFailed(e.to_string()))?;
-        let record = started.elapsed();
         let (index, term, bytes) = (snapshot.index, snapshot.term, snapshot.data.len());
-        let adopted = self.node.snapshot_taken(Some(snapshot));
-        assert_eq!(
-            recorded, adopted,
-            "node {}: the log and the node disagree on the snapshot at {index}",
-            self.id
-        );
+        // The node decides whether the snapshot is still current, and the log follows it.
+        let recorded = tenure_driver::finish_background_snapshot(
+            &mut self.node,
+            &mut self.storage,
+            snapshot,
+            written,
+        )
+        .map_err(|e| StorageFailed(e.to_string()))?;
+        let record = started.elapsed();
         if recorded {
             let m = &self.metrics;
             m.snapshot_bytes.store(bytes as u64, Relaxed);
@@ -720,6 +764,10 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         match input {
             Input::Wake => {}
             Input::Shutdown => return true,
+            Input::InjectPanic => panic!(
+                "node {}: a panic injected on the driver thread (POST /debug/driver-panic)",
+                self.id
+            ),
             Input::PeerClosed(peer) => self.node.peer_connection_closed(peer),
             Input::PeerRefused(peer, epoch) => self.node.peer_reconnect_refused(peer, epoch),
             Input::Peer(m) => {
@@ -1265,7 +1313,7 @@ mod tests {
     struct RecordingStorage(tenure_core::storage::MemStorage, Trail);
 
     impl tenure_core::storage::Storage for RecordingStorage {
-        type Error = std::convert::Infallible;
+        type Error = tenure_core::storage::SnapshotNotNewer;
         fn recover(&mut self) -> Result<tenure_core::types::Recovered, Self::Error> {
             self.0.recover()
         }
@@ -1306,9 +1354,13 @@ mod tests {
         fn snapshot_writer(&mut self) -> Self::Writer {
             self.0.snapshot_writer()
         }
-        fn record_snapshot(&mut self, written: Self::Written) -> Result<bool, Self::Error> {
+        fn record_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error> {
             self.1.lock().unwrap().push("record_snapshot".into());
             self.0.record_snapshot(written)
+        }
+        fn discard_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error> {
+            self.1.lock().unwrap().push("discard_snapshot".into());
+            self.0.discard_snapshot(written)
         }
     }
 

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::State;
@@ -193,6 +194,12 @@ async fn metrics(_: Reader, State(s): State<HttpState>) -> Response {
 
 /// Healthy when the node knows a leader (itself or another) and can take clients.
 async fn health(State(s): State<HttpState>) -> impl IntoResponse {
+    if !s.driver.running.load(std::sync::atomic::Ordering::SeqCst) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the driver thread stopped: this node takes no part and is exiting\n".to_string(),
+        );
+    }
     let st = s.driver.published.borrow().status.clone();
     if !s.client_gate.has_room() {
         return (
@@ -259,28 +266,55 @@ pub(crate) fn status_json(
 /// One-way links: `in=1,2;out=3` drops what arrives from nodes 1 and 2 and what would
 /// leave for node 3 (either part may be left out). Each call replaces the previous sets.
 /// Mounted only when the server runs with `fault_injection = true`.
-pub fn fault_router(transport: tenure_transport::TransportHandle, enabled: bool) -> Router {
+pub fn fault_router(
+    transport: tenure_transport::TransportHandle,
+    driver: DriverHandle,
+    enabled: bool,
+) -> Router {
     if !enabled {
         return Router::new();
     }
-    Router::new().route(
-        "/debug/block",
-        axum::routing::post(move |body: String| {
-            let transport = transport.clone();
-            async move {
-                match parse_block(&body) {
-                    Ok((inbound, outbound)) => {
-                        transport.set_blocked_directed(inbound.clone(), outbound.clone());
-                        (
-                            StatusCode::OK,
-                            format!("blocked from {inbound:?} to {outbound:?}\n"),
-                        )
+    Router::new()
+        .route(
+            "/debug/block",
+            axum::routing::post(move |body: String| {
+                let transport = transport.clone();
+                async move {
+                    match parse_block(&body) {
+                        Ok((inbound, outbound)) => {
+                            transport.set_blocked_directed(inbound.clone(), outbound.clone());
+                            (
+                                StatusCode::OK,
+                                format!("blocked from {inbound:?} to {outbound:?}\n"),
+                            )
+                        }
+                        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")),
                     }
-                    Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")),
                 }
-            }
-        }),
-    )
+            }),
+        )
+        .route(
+            "/debug/driver-panic",
+            axum::routing::post(move || {
+                let driver = driver.clone();
+                async move {
+                    // Answered once the driver thread is gone (or after 5 s), so that what a
+                    // caller asks next meets a node without its driver.
+                    let _ = driver.inputs.send(crate::driver::Input::InjectPanic).await;
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+                    while driver.running.load(std::sync::atomic::Ordering::SeqCst) {
+                        if tokio::time::Instant::now() > deadline {
+                            return (
+                                StatusCode::INTERNAL_SERVER_ERROR,
+                                "the driver thread is still running\n",
+                            );
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    (StatusCode::OK, "the driver thread panicked\n")
+                }
+            }),
+        )
 }
 
 /// Parses `/debug/block`'s body into the (inbound, outbound) sets of blocked peers.

@@ -372,9 +372,27 @@ pub async fn run(
     );
     // `/metrics` shows the transport's per-peer counters next to the driver's.
     let _ = handle.metrics.transport.set(transport.clone());
+    // The node cannot live without its driver thread: when it ends (a panic, a storage
+    // failure) before a shutdown asked it to, `/health` fails at once and `run` returns an
+    // error, so that the process exits and its supervisor restarts it.
+    let (driver_ended_tx, driver_ended) = tokio::sync::oneshot::channel::<String>();
+    let running = Arc::clone(&handle.running);
     let driver_thread = std::thread::Builder::new()
         .name(format!("tenure-driver-{}", config.id))
-        .spawn(move || driver.run())?;
+        .spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.run()));
+            running.store(false, std::sync::atomic::Ordering::SeqCst);
+            let why = match &result {
+                Ok(Ok(())) => "it stopped".to_string(),
+                Ok(Err(e)) => e.to_string(),
+                Err(panic) => format!("it panicked: {}", driver::panic_message(panic.as_ref())),
+            };
+            let _ = driver_ended_tx.send(why);
+            match result {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })?;
 
     // Members added at run time: dial them once their addresses (the replicated directory)
     // and their membership are applied here; forget those removed since.
@@ -490,7 +508,7 @@ pub async fn run(
         .await
     });
     let router = http::router(&config, handle.clone(), policy, client_gate).merge(
-        http::fault_router(transport.clone(), config.fault_injection),
+        http::fault_router(transport.clone(), handle.clone(), config.fault_injection),
     );
     let mut http_stop = stop_rx.clone();
     let http_stopped = async move {
@@ -521,7 +539,32 @@ pub async fn run(
         config.me().http
     );
 
-    shutdown.await;
+    tokio::select! {
+        () = shutdown => {}
+        why = driver_ended => {
+            let why = why.unwrap_or_else(|_| "it ended without a word".to_string());
+            tracing::error!(
+                node = config.id,
+                event = "driver_died",
+                "the driver thread ended ({why}): this node can no longer take part; exiting"
+            );
+            let _ = stop_tx.send(true);
+            waker.abort();
+            forward.abort();
+            if let Some(task) = peer_events {
+                task.abort();
+            }
+            peers_follow.abort();
+            step_down.abort();
+            grpc_task.abort();
+            http_task.abort();
+            transport.shutdown().await;
+            return Err(ServerError::Driver(format!(
+                "node {}: the driver thread ended ({why})",
+                config.id
+            )));
+        }
+    }
     tracing::info!(node = config.id, "shutting down");
     let _ = stop_tx.send(true);
     let _ = handle.inputs.send(Input::Shutdown).await;

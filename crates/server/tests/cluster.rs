@@ -1150,3 +1150,45 @@ fn current_token(status: &tonic::Status) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// A node whose driver thread dies (here a panic injected through `/debug/driver-panic`)
+/// must not linger as a zombie with open ports: `/health` fails from that moment, and the
+/// process exits at once with a non-zero status and says why, so that a supervisor restarts
+/// it. It then restarts from its directory and catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_driver_thread_dies_fails_health_and_exits() {
+    let mut c = Cluster::start(Options::nodes(3).fault_injection());
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let victim = c.others(&[leader])[0];
+    let (code, body) = c
+        .http(victim, "GET", "/health", "", secs(2))
+        .await
+        .expect("GET /health");
+    assert_eq!(code, 200, "healthy before: {body}");
+
+    // Answered once the driver is gone, unless the process exited before it could answer.
+    if let Ok((code, body)) = c
+        .http(victim, "POST", "/debug/driver-panic", "", secs(10))
+        .await
+    {
+        assert_eq!(code, 200, "{body}");
+    }
+    // The driver is gone: the node answers 503, or nothing once it has exited.
+    if let Ok((code, body)) = c.http(victim, "GET", "/health", "", secs(2)).await {
+        assert_eq!(code, 503, "/health after the driver died: {body}");
+    }
+    let status = c
+        .wait_exit(victim, secs(5))
+        .await
+        .expect("the node exits within 5 s of its driver's death");
+    assert!(!status.success(), "exit status {status:?}");
+    let log = c.log(victim);
+    assert!(
+        log.contains("the driver thread ended") && log.contains("panicked"),
+        "the node says why it exits:\n{log}"
+    );
+
+    c.start_node(victim);
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    c.wait_caught_up(leader, &[victim], secs(10)).await;
+}

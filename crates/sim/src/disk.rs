@@ -35,6 +35,15 @@ pub enum StorageError {
     /// Entries written out of order within one write.
     #[error("entries of one write are not contiguous at index {0}")]
     NotContiguous(Index),
+    /// A background snapshot recorded at or below the stored snapshot's index: its node
+    /// cannot have adopted it.
+    #[error("a background snapshot at {index} was recorded over the stored one at {stored}")]
+    SnapshotNotNewer {
+        /// The background snapshot's index.
+        index: Index,
+        /// The stored snapshot's index (written, durable or not).
+        stored: Index,
+    },
 }
 
 /// One write of a Ready's persistent part.
@@ -250,31 +259,29 @@ impl Disk {
         Ok(outcome)
     }
 
-    /// A background snapshot, written and fsynced on its own, joins the log
-    /// (`BackgroundSnapshots::record_snapshot`): durable at once, unless the stored
-    /// snapshot is already at or past it. Returns whether it was recorded.
-    pub fn record_snapshot(&mut self, snapshot: Snapshot) -> bool {
-        if self.snapshot_file_pending == Some(snapshot.index) {
-            // Recorded before it was written (the injected bug); now the file is there too.
-            self.snapshot_file_pending = None;
-            return self.durable.snapshot_index() == snapshot.index;
-        }
-        if snapshot.index <= self.durable.snapshot_index() {
-            return false;
-        }
-        self.durable
-            .apply(Write::Snapshot(snapshot))
-            .expect("a snapshot write never breaks the log's contiguity");
-        true
+    /// The index of the newest snapshot written, durable or not: what the write-ahead log
+    /// holds as its snapshot once a persist (or `write`) has returned.
+    pub fn stored_snapshot_index(&self) -> Index {
+        self.unsynced
+            .iter()
+            .filter_map(|w| match w {
+                Write::Snapshot(s) => Some(s.index),
+                _ => None,
+            })
+            .fold(self.durable.snapshot_index(), Index::max)
     }
 
     /// The injected bug `snapshot-recorded-before-written`: the log refers to a background
     /// snapshot (and discards the entries it covers) as soon as it is handed out, while its
-    /// file is still being written. Until [`Disk::record_snapshot`] says the file is done, a
-    /// crash loses the file, and recovery finds the log without the snapshot or the entries.
+    /// file is still being written. Until its record (`BackgroundSnapshots::record_snapshot`)
+    /// says the file is done, a crash loses the file, and recovery finds the log without the
+    /// snapshot or the entries.
     pub fn record_snapshot_before_written(&mut self, snapshot: Snapshot) {
         let index = snapshot.index;
-        if self.record_snapshot(snapshot) {
+        if index > self.stored_snapshot_index() {
+            self.durable
+                .apply(Write::Snapshot(snapshot))
+                .expect("a snapshot write never breaks the log's contiguity");
             self.snapshot_file_pending = Some(index);
         }
     }
@@ -343,6 +350,60 @@ impl tenure_core::storage::Storage for Disk {
 
     fn sync(&mut self) -> Result<(), StorageError> {
         self.fsync()
+    }
+}
+
+/// The simulator's disk takes background snapshots through the same three steps as the
+/// write-ahead log (`tenure_core::storage::BackgroundSnapshots`), and its driver finishes them
+/// with the server's own function (`tenure_driver::finish_background_snapshot`). The file is
+/// the snapshot itself, held by the driver until it is recorded; a crash loses it.
+impl tenure_core::storage::BackgroundSnapshots for Disk {
+    type Writer = SnapshotWriter;
+    type Written = Snapshot;
+
+    fn snapshot_writer(&mut self) -> SnapshotWriter {
+        SnapshotWriter
+    }
+
+    /// As the write-ahead log does: refused if the stored snapshot (written, durable or not)
+    /// is at or past it; otherwise one persist that refers to it, fsynced with everything
+    /// written before it.
+    fn record_snapshot(&mut self, written: Snapshot) -> Result<(), StorageError> {
+        if self.snapshot_file_pending == Some(written.index) {
+            // Recorded before it was written (the injected bug); now the file is there too.
+            self.snapshot_file_pending = None;
+            return Ok(());
+        }
+        let stored = self.stored_snapshot_index();
+        if written.index <= stored {
+            return Err(StorageError::SnapshotNotNewer {
+                index: written.index,
+                stored,
+            });
+        }
+        self.unsynced.push(Write::Snapshot(written));
+        self.fsync()
+    }
+
+    fn discard_snapshot(&mut self, written: Snapshot) -> Result<(), StorageError> {
+        if self.snapshot_file_pending == Some(written.index) {
+            // The injected bug already made the log refer to it; the file stays.
+            self.snapshot_file_pending = None;
+        }
+        Ok(())
+    }
+}
+
+/// [`Disk`]'s writer of background snapshots: the snapshot is durable once written.
+#[derive(Debug)]
+pub struct SnapshotWriter;
+
+impl tenure_core::storage::SnapshotWriter for SnapshotWriter {
+    type Written = Snapshot;
+    type Error = std::convert::Infallible;
+
+    fn write(self, snapshot: &Snapshot) -> Result<Snapshot, Self::Error> {
+        Ok(snapshot.clone())
     }
 }
 

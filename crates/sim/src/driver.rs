@@ -99,6 +99,9 @@ pub struct DriveCtx<'a> {
     /// `--inject-bug snapshot-recorded-before-written`: the disk records a background
     /// snapshot when it is handed out, before its file is durable.
     pub snapshot_recorded_early: bool,
+    /// `--inject-bug snapshot-log-decides`: a written background snapshot is recorded or
+    /// dropped by the disk's own judgement, then reported to the node.
+    pub snapshot_log_decides: bool,
 }
 
 /// How handling an input ended for the node.
@@ -161,10 +164,18 @@ pub struct NodeSlot {
     /// The world must schedule the `FsyncDone` of the Ready just written.
     pub fsync_to_schedule: bool,
     /// A background snapshot being encoded and written (`Config::snapshot_in_background`):
-    /// durable, and reported to the node, at a `SnapshotTaken` event; lost in a crash before.
+    /// durable at a `SnapshotTaken` event; lost in a crash before.
     snapshot_taking: Option<SnapshotImage>,
+    /// A background snapshot written and reported by its thread, not yet handed to the node
+    /// and the disk: as on the server, the next pass of the driver does that after handling
+    /// its input and before its Ready (`Slot::drive`), so a leader's snapshot stepped in the
+    /// same pass crosses it. Lost in a crash.
+    snapshot_written: Option<tenure_core::types::Snapshot>,
     /// The world must schedule the `SnapshotTaken` of the snapshot just handed out.
     pub snapshot_to_schedule: bool,
+    /// The snapshot thread finished while the process was stopped: its report reaches the
+    /// driver during its first pass after the resume, among the inputs that queued.
+    pub snapshot_done_while_paused: bool,
     /// Removed from the cluster and shut down for good.
     pub decommissioned: bool,
     /// Has been a member of the cluster (so leaving the configuration means removal).
@@ -212,7 +223,9 @@ impl NodeSlot {
             after_fsync: None,
             fsync_to_schedule: false,
             snapshot_taking: None,
+            snapshot_written: None,
             snapshot_to_schedule: false,
+            snapshot_done_while_paused: false,
             crash_mid_ready: false,
             decommissioned: false,
             was_member,
@@ -278,7 +291,9 @@ impl NodeSlot {
         self.fsync_to_schedule = false;
         // A snapshot being written when the process dies never reached the log.
         self.snapshot_taking = None;
+        self.snapshot_written = None;
         self.snapshot_to_schedule = false;
+        self.snapshot_done_while_paused = false;
         self.incarnation += 1;
         self.exited = true;
     }
@@ -317,8 +332,30 @@ impl NodeSlot {
 
     /// A packet arrives (the caller has dealt with pauses).
     pub fn receive(&mut self, from: Addr, packet: Packet, ctx: &mut DriveCtx<'_>) -> Drive {
-        let Some(node) = self.node.as_mut() else {
+        if self.node.is_none() {
             return Drive::Running;
+        }
+        self.step_input(from, packet, ctx);
+        self.drive(ctx)
+    }
+
+    /// Packets that queued while the process was stopped, handled in one pass as the
+    /// server's driver handles its batch: every input first, then a background snapshot its
+    /// thread finished meanwhile, then the Ready.
+    pub fn receive_batch(&mut self, packets: Vec<(Addr, Packet)>, ctx: &mut DriveCtx<'_>) -> Drive {
+        if self.node.is_none() {
+            return Drive::Running;
+        }
+        for (from, packet) in packets {
+            self.step_input(from, packet, ctx);
+        }
+        self.drive(ctx)
+    }
+
+    /// Hands one packet to the node or the driver core, without handling the Ready.
+    fn step_input(&mut self, from: Addr, packet: Packet, ctx: &mut DriveCtx<'_>) {
+        let Some(node) = self.node.as_mut() else {
+            return;
         };
         match (from, packet) {
             (_, Packet::Raft(message)) => {
@@ -334,9 +371,8 @@ impl NodeSlot {
                 self.client_request(client, request, ctx)
             }
             // Nodes never receive replies, and client requests only come from clients.
-            _ => return Drive::Running,
+            _ => {}
         }
-        self.drive(ctx)
     }
 
     fn reply(&self, client: ClientId, reply: ClientReply, ctx: &mut DriveCtx<'_>) {
@@ -548,8 +584,13 @@ impl NodeSlot {
         }
     }
 
-    /// Handles Ready until there is none, then records the node's new status.
+    /// Handles Ready until there is none, then records the node's new status. A background
+    /// snapshot written since the last pass is finished first, after the input that led here
+    /// and before its Ready, in the server driver's order.
     pub fn drive(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
+        if let Drive::StorageContract(why) = self.finish_snapshot(ctx) {
+            return Drive::StorageContract(why);
+        }
         loop {
             let Some(node) = self.node.as_mut() else {
                 return Drive::Running;
@@ -688,31 +729,97 @@ impl NodeSlot {
         self.commit_noted = self.commit_noted.max(index);
     }
 
-    /// The background snapshot is encoded and durable: as the server's driver does, record
-    /// it on the disk (dropped there if a leader's snapshot got further meanwhile), then
-    /// report it to the node. Not called while a Ready awaits its fsync.
-    pub fn snapshot_taken(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
-        let Some(image) = self.snapshot_taking.take() else {
+    /// The background snapshot is encoded and durable: its thread reports it, and the next
+    /// pass of the driver hands it to the node and the disk. Returns whether that pass was
+    /// started here (a wake-up) or is left to the next input.
+    pub fn snapshot_written(&mut self, wake: bool, ctx: &mut DriveCtx<'_>) -> Drive {
+        if let Some(image) = self.snapshot_taking.take() {
+            self.snapshot_written = Some(image.encode());
+        }
+        if wake {
+            self.drive(ctx)
+        } else {
+            Drive::Running
+        }
+    }
+
+    /// Whether a written background snapshot waits for the driver's next pass.
+    pub fn snapshot_waiting(&self) -> Option<Index> {
+        self.snapshot_written.as_ref().map(|s| s.index)
+    }
+
+    /// As the server's driver does, with its function: the node decides whether the written
+    /// snapshot is still current, and the disk records it or discards it accordingly.
+    fn finish_snapshot(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(snapshot) = self.snapshot_written.take() else {
             return Drive::Running;
         };
         let Some(node) = self.node.as_mut() else {
             return Drive::Running;
         };
-        let snapshot = image.encode();
-        let recorded = self.disk.record_snapshot(snapshot.clone());
         let (index, term) = (snapshot.index, snapshot.term);
-        let adopted = in_core(|| node.snapshot_taken(Some(snapshot)));
+        if ctx.snapshot_log_decides {
+            return self.finish_snapshot_as_the_log_decides(snapshot, ctx);
+        }
+        let finished = in_core(|| {
+            tenure_driver::finish_background_snapshot(
+                node,
+                &mut self.disk,
+                snapshot.clone(),
+                snapshot,
+            )
+        });
+        let adopted = match finished {
+            Ok(adopted) => adopted,
+            Err(e) => {
+                return Drive::StorageContract(format!(
+                    "node {}: finishing its background snapshot at {index}: {e}",
+                    self.id
+                ))
+            }
+        };
         ctx.trace.log(ctx.now_us, || {
             format!(
                 "node {} took its background snapshot at {index}: {}",
                 self.id,
-                match (recorded, adopted) {
-                    (true, true) => "recorded and adopted",
-                    (false, false) => "superseded by an installed snapshot",
-                    _ => "recorded and adopted disagree",
+                if adopted {
+                    "recorded and adopted"
+                } else {
+                    "superseded by an installed snapshot"
                 }
             )
         });
+        if adopted {
+            self.before_mirror_compacts(index, term, ctx);
+            self.mirror
+                .install_snapshot(index, term, ctx.history.anchor(index));
+        }
+        Drive::Running
+    }
+
+    /// `--inject-bug snapshot-log-decides`: the server driver's order before the fix. The
+    /// disk records the snapshot if it is past the snapshot the disk holds, the node is told
+    /// after, and a disagreement is what killed the server's driver thread.
+    fn finish_snapshot_as_the_log_decides(
+        &mut self,
+        snapshot: tenure_core::types::Snapshot,
+        ctx: &mut DriveCtx<'_>,
+    ) -> Drive {
+        use tenure_core::storage::BackgroundSnapshots;
+        let Some(node) = self.node.as_mut() else {
+            return Drive::Running;
+        };
+        let (index, term) = (snapshot.index, snapshot.term);
+        let recorded = index > self.disk.stored_snapshot_index();
+        let stored = if recorded {
+            self.disk.record_snapshot(snapshot.clone())
+        } else {
+            self.disk.discard_snapshot(snapshot.clone())
+        };
+        if let Err(e) = stored {
+            return Drive::StorageContract(format!("node {}: {e}", self.id));
+        }
+        let adopted = in_core(|| node.snapshot_taken(Some(snapshot)));
         if recorded != adopted {
             return Drive::StorageContract(format!(
                 "node {}: the disk {} the snapshot at {index} but the node {} it",
@@ -726,7 +833,7 @@ impl NodeSlot {
             self.mirror
                 .install_snapshot(index, term, ctx.history.anchor(index));
         }
-        self.drive(ctx)
+        Drive::Running
     }
 
     /// Whether a Ready's fsync is still running (pipelined persistence).

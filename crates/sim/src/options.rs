@@ -214,11 +214,23 @@ pub enum InjectBug {
     /// crashes while one is being written: it finds a log without the snapshot or the
     /// entries, and cannot restart (or restarts without committed entries).
     SnapshotRecordedBeforeWritten,
+    /// The order of finishing a background snapshot before the fix: the disk decides whether
+    /// to record it (by its own stored snapshot), then the node is told, and the two must
+    /// agree — what the server's driver did until a node that had stepped a leader's
+    /// InstallSnapshot, not yet persisted, dropped a snapshot the log had just recorded (the
+    /// driver thread died on the disagreement). Reached when a written snapshot waits for the
+    /// driver's next pass and that pass steps a leader's snapshot at or past it.
+    SnapshotLogDecides,
+    /// A request with a request id on a session that has ended is answered `UnknownSession`,
+    /// a definite failure (core switch `session_ended_definite`), as the state machine did
+    /// before: a client whose earlier attempt took effect, and whose session expired before
+    /// its retry, is told the request never happened.
+    SessionEndedDefinite,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 24] = [
+    pub const ALL: [InjectBug; 26] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
@@ -243,6 +255,8 @@ impl InjectBug {
         InjectBug::ReleaseOnServerClose,
         InjectBug::ReleaseIgnoresOlderPromises,
         InjectBug::SnapshotRecordedBeforeWritten,
+        InjectBug::SnapshotLogDecides,
+        InjectBug::SessionEndedDefinite,
     ];
 
     /// A bug of fate-sharing sessions: its seeds always have fate-sharing clients.
@@ -263,7 +277,8 @@ impl InjectBug {
             | Some(InjectBug::LeaseFromReceiveTime)
             | Some(InjectBug::ClientClosesBoundStream)
             | Some(InjectBug::NotLeaderAfterSnapshot)
-            | Some(InjectBug::SnapshotRecordedBeforeWritten) => {}
+            | Some(InjectBug::SnapshotRecordedBeforeWritten)
+            | Some(InjectBug::SnapshotLogDecides) => {}
             Some(InjectBug::DoubleVote) => b.double_vote = true,
             Some(InjectBug::CommitWithoutMajority) => b.commit_without_majority = true,
             Some(InjectBug::StaleFenceAccepted) => b.stale_fence_accepted = true,
@@ -284,6 +299,7 @@ impl InjectBug {
             Some(InjectBug::CloseDropsVoteRefusal) => b.close_drops_vote_refusal = true,
             Some(InjectBug::ReleaseOnServerClose) => b.release_on_server_close = true,
             Some(InjectBug::ReleaseIgnoresOlderPromises) => b.release_ignores_older_promises = true,
+            Some(InjectBug::SessionEndedDefinite) => b.session_ended_definite = true,
         }
         b
     }
@@ -315,6 +331,8 @@ impl InjectBug {
             InjectBug::ReleaseOnServerClose => "release-on-server-close",
             InjectBug::ReleaseIgnoresOlderPromises => "release-ignores-older-promises",
             InjectBug::SnapshotRecordedBeforeWritten => "snapshot-recorded-before-written",
+            InjectBug::SnapshotLogDecides => "snapshot-log-decides",
+            InjectBug::SessionEndedDefinite => "session-ended-definite",
         }
     }
 
@@ -367,6 +385,8 @@ impl InjectBug {
             | InjectBug::ReleaseOnServerClose
             | InjectBug::ReleaseIgnoresOlderPromises => "lease-safety",
             InjectBug::SnapshotRecordedBeforeWritten => "recovery",
+            InjectBug::SnapshotLogDecides => "storage-contract",
+            InjectBug::SessionEndedDefinite => "exact-outcomes",
         }
     }
 }

@@ -314,3 +314,23 @@ fn release_ignores_older_promises_is_caught_by_lease_safety() {
 fn snapshot_recorded_before_written_is_caught_by_recovery() {
     caught_by_its_checker(InjectBug::SnapshotRecordedBeforeWritten);
 }
+
+/// Background snapshots: the order in which the server's driver finished one before the fix
+/// (the disk decides whether to record it, then the node is told). A written snapshot that
+/// waits for the driver's next pass while that pass steps a leader's InstallSnapshot at or
+/// past it is recorded by the disk and dropped by the node: the disagreement that killed the
+/// server's driver thread in a ten-minute fault run, which the simulator had not reached
+/// while it finished snapshots only between passes.
+#[test]
+fn snapshot_log_decides_is_caught_by_the_storage_contract() {
+    caught_by_its_checker(InjectBug::SnapshotLogDecides);
+}
+
+/// Exact outcomes per request: a request on a session that has ended answered as a definite
+/// failure (`unknown-session`), as the state machine did before, although an earlier attempt
+/// of it took effect. Reached when a client's attempt is applied but its answer is lost or
+/// indeterminate, and its session expires before the retry reaches the log.
+#[test]
+fn session_ended_definite_is_caught_by_exact_outcomes() {
+    caught_by_its_checker(InjectBug::SessionEndedDefinite);
+}

@@ -914,6 +914,28 @@ impl Cluster {
         }
     }
 
+    /// Waits for node `id`'s process to exit by itself; returns its exit status, or `None` if
+    /// it still runs after `within`.
+    pub async fn wait_exit(
+        &mut self,
+        id: u64,
+        within: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.children.get_mut(&id)?;
+            if let Some(status) = child.try_wait().expect("try_wait on our child") {
+                self.children.remove(&id);
+                self.note(id, "exited by itself");
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+    }
+
     fn note(&self, id: u64, what: &str) {
         if let Ok(mut log) = OpenOptions::new().append(true).open(self.log_path(id)) {
             let _ = writeln!(

@@ -309,23 +309,36 @@ impl<S: BackgroundSnapshots> Probe<'_, S> {
         self.write_with(writer, snapshot)
     }
 
-    /// Step 3: recorded if past the stored snapshot, as the contract says.
+    /// Step 3 as a driver takes it: a snapshot past the stored one (its node adopted it) is
+    /// recorded; one at or below it (the node dropped it) is discarded. Returns whether it was
+    /// recorded.
     fn record(&mut self, snapshot: &Snapshot, written: S::Written) -> bool {
         let check = self.check;
-        let recorded = self
-            .storage()
-            .record_snapshot(written)
-            .unwrap_or_else(|e| panic!("{check}: record_snapshot failed: {e}"));
-        let expected = snapshot.index > self.model.snapshot.as_ref().map_or(0, |s| s.index);
-        assert_eq!(
-            recorded, expected,
-            "{check}: record_snapshot at {} returned {recorded}",
+        let newer = snapshot.index > self.model.snapshot.as_ref().map_or(0, |s| s.index);
+        if newer {
+            self.storage()
+                .record_snapshot(written)
+                .unwrap_or_else(|e| panic!("{check}: record_snapshot failed: {e}"));
+            apply_to_image(&mut self.model, None, Some(snapshot), &[]);
+        } else {
+            self.storage()
+                .discard_snapshot(written)
+                .unwrap_or_else(|e| panic!("{check}: discard_snapshot failed: {e}"));
+        }
+        newer
+    }
+
+    /// Step 3 broken by the caller: recording a snapshot at or below the stored one (which
+    /// no node adopts) is refused, and nothing stored changes.
+    fn record_stale(&mut self, snapshot: &Snapshot, written: S::Written) {
+        let check = self.check;
+        let stored = self.model.snapshot.as_ref().map_or(0, |s| s.index);
+        assert!(snapshot.index <= stored, "{check}: not a stale snapshot");
+        assert!(
+            self.storage().record_snapshot(written).is_err(),
+            "{check}: recording a snapshot at {} over the stored one at {stored} was accepted",
             snapshot.index
         );
-        if recorded {
-            apply_to_image(&mut self.model, None, Some(snapshot), &[]);
-        }
-        recorded
     }
 }
 
@@ -385,8 +398,9 @@ check! {
 check! {
     BackgroundSnapshots;
     /// A snapshot persisted at a later index while the background one was written (a
-    /// leader's) wins: recording the older one returns false and changes nothing; also when
-    /// the leader's came between the writer's creation and its write, and at an equal index.
+    /// leader's) wins: the older one is discarded and changes nothing, and recording it
+    /// instead is refused with nothing written; also when the leader's came between the
+    /// writer's creation and its write, and at an equal index.
     fn background_snapshot_overtaken_by_a_persisted_one_is_dropped(p) {
         p.persist(Some(hard_state(1, Some(1), 5)), None, entries(1..=10, 1));
         let s = snapshot(6, 1, b"own, at 6");
@@ -395,6 +409,9 @@ check! {
         p.persist(None, None, entries(31..=33, 2));
         assert!(!p.record(&s, written));
         p.verify("after the older snapshot was dropped");
+        let written = p.write_background(&s);
+        p.record_stale(&s, written);
+        p.verify_live("after recording an older snapshot was refused");
 
         let s = snapshot(32, 2, b"own, at 32");
         let writer = p.storage().snapshot_writer();
@@ -405,6 +422,9 @@ check! {
         p.verify("after an own snapshot written after a leader's was dropped");
 
         let same = snapshot(40, 3, b"own, at 40");
+        let written = p.write_background(&same);
+        p.record_stale(&same, written);
+        p.verify_live("after recording an equal one was refused");
         let written = p.write_background(&same);
         assert!(!p.record(&same, written));
         p.verify("after an equal one was dropped");

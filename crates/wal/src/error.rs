@@ -105,6 +105,20 @@ pub enum WalError {
         max: u64,
     },
 
+    /// A background snapshot was recorded although the stored snapshot is already at or past
+    /// its index: its node cannot have adopted it (the caller broke the contract of
+    /// `BackgroundSnapshots::record_snapshot`). Nothing was written.
+    #[error(
+        "a background snapshot at index {index} was recorded, but the log's snapshot is at \
+         {stored}: only a snapshot the node adopted may be recorded; nothing was written"
+    )]
+    SnapshotNotNewer {
+        /// The background snapshot's index.
+        index: Index,
+        /// The stored snapshot's index.
+        stored: Index,
+    },
+
     /// An earlier write or fsync failed, so what is on disk is unknown (after a failed fsync
     /// the kernel may have dropped the dirty pages); this handle refuses to go on.
     #[error(

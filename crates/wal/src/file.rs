@@ -765,15 +765,59 @@ impl BackgroundSnapshots for FileStorage {
         }
     }
 
-    /// A snapshot past the stored one's index: one persist that refers to the written file,
-    /// with `keep_tail` decided now as `persist` decides it, fdatasynced, then the same
-    /// compaction as a persist with a snapshot (the previous snapshot file, the segments it
-    /// covers wholly), whose files are removed on a thread of their own. A snapshot at or below the stored one's index: its file is removed and
-    /// nothing is written (`Ok(false)`). Any failure poisons the storage.
+    /// A snapshot past the stored one's index (its node adopted it): one persist that refers
+    /// to the written file, with `keep_tail` decided now as `persist` decides it, fdatasynced,
+    /// then the same compaction as a persist with a snapshot (the previous snapshot file, the
+    /// segments it covers wholly), whose files are removed on a thread of their own. A
+    /// snapshot at or below the stored one's index is the caller's bug
+    /// ([`WalError::SnapshotNotNewer`]): nothing is written, and the file stays until the next
+    /// `open` removes it as unreferenced. Any other failure poisons the storage.
     ///
     /// Panics if `written` came from a writer of another handle (the directory reopened in
     /// between, which removed the file as unreferenced).
-    fn record_snapshot(&mut self, written: WrittenSnapshot) -> Result<bool> {
+    fn record_snapshot(&mut self, written: WrittenSnapshot) -> Result<()> {
+        self.check_handle(&written)?;
+        #[cfg(feature = "inject-bugs")]
+        if self.bug_recorded_early(&written) {
+            return Ok(());
+        }
+        let stored = self.snapshot.map_or(0, |s| s.index);
+        if written.snap.index <= stored && !self.bug_record_stale_snapshot() {
+            return Err(WalError::SnapshotNotNewer {
+                index: written.snap.index,
+                stored,
+            });
+        }
+        let part = SnapshotPart {
+            snap: written.snap,
+            bytes: None,
+        };
+        self.append_persist(None, Some(part), &[], true, Removal::Background)
+    }
+
+    /// The node did not adopt the snapshot: its file is removed, and nothing else changes. A
+    /// failure to remove it poisons the storage, as any failed change to the directory does.
+    fn discard_snapshot(&mut self, written: WrittenSnapshot) -> Result<()> {
+        self.check_handle(&written)?;
+        #[cfg(feature = "inject-bugs")]
+        if self.bug_recorded_early(&written) {
+            // The bug already made the log refer to it; the file must stay.
+            return Ok(());
+        }
+        let path = self.dir.join(snapshot_name(written.snap.file_seq));
+        if let Err(e) = fs::remove_file(&path) {
+            let e = WalError::io("remove", &path)(e);
+            self.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+impl FileStorage {
+    /// A poisoned handle refuses; a snapshot written for another open of the directory is a
+    /// bug of the caller's (that open removed the file as unreferenced).
+    fn check_handle(&self, written: &WrittenSnapshot) -> Result<()> {
         if let Some(why) = &self.poisoned {
             return Err(WalError::Poisoned(why.clone()));
         }
@@ -784,26 +828,7 @@ impl BackgroundSnapshots for FileStorage {
             self.dir.display(),
             written.snap.file_seq
         );
-        #[cfg(feature = "inject-bugs")]
-        if self.bug_recorded_early(&written) {
-            return Ok(true);
-        }
-        let stored = self.snapshot.map_or(0, |s| s.index);
-        if written.snap.index <= stored && !self.bug_record_stale_snapshot() {
-            let path = self.dir.join(snapshot_name(written.snap.file_seq));
-            if let Err(e) = fs::remove_file(&path) {
-                let e = WalError::io("remove", &path)(e);
-                self.poisoned = Some(e.to_string());
-                return Err(e);
-            }
-            return Ok(false);
-        }
-        let part = SnapshotPart {
-            snap: written.snap,
-            bytes: None,
-        };
-        self.append_persist(None, Some(part), &[], true, Removal::Background)?;
-        Ok(true)
+        Ok(())
     }
 }
 

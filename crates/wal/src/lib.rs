@@ -105,15 +105,19 @@
 //!    uses, above: limit checked first, pieces, fsync, rename, directory fsync. The file is
 //!    then durable, but nothing in the log refers to it. A failure leaves the storage as it
 //!    was (not poisoned) and no file but possibly the `.tmp`.
-//! 3. [`BackgroundSnapshots::record_snapshot`] (driver's thread) appends one persist whose
-//!    part 0 refers to the file (the same `SnapOp`, `keep_tail` decided then as a persist
-//!    decides it), fdatasyncs it, and compacts as above: only now are the covered entries,
-//!    the previous snapshot file and the covered segments discarded — the files on a thread
-//!    of their own, since unlinking a few 64 MiB segments and a large snapshot takes about
-//!    100 ms ([`FileStorage::finish_removals`] waits for it; drop and `recover` do too;
-//!    `open` removes whatever a crash left behind). If a snapshot at or
-//!    past its index was stored meanwhile, it removes the file and writes nothing instead.
-//!    A failure poisons the handle, as a failed persist does.
+//! 3. On the driver's thread, the node decides first whether the snapshot is still current
+//!    (`tenure_driver::finish_background_snapshot`: a leader's snapshot it accepted may not
+//!    be persisted yet, so only the node knows). If it adopted it,
+//!    [`BackgroundSnapshots::record_snapshot`] appends one persist whose part 0 refers to the
+//!    file (the same `SnapOp`, `keep_tail` decided then as a persist decides it),
+//!    fdatasyncs it, and compacts as above: only now are the covered entries, the previous
+//!    snapshot file and the covered segments discarded — the files on a thread of their own,
+//!    since unlinking a few 64 MiB segments and a large snapshot takes about 100 ms
+//!    ([`FileStorage::finish_removals`] waits for it; drop and `recover` do too; `open`
+//!    removes whatever a crash left behind). A record at or below the stored snapshot's index
+//!    is refused ([`WalError::SnapshotNotNewer`]; nothing written): the node cannot have
+//!    adopted it. If the node did not adopt it, [`BackgroundSnapshots::discard_snapshot`]
+//!    removes the file. A failure poisons the handle, as a failed persist does.
 //!
 //! A crash at any point is safe because the log is the only thing that makes a snapshot
 //! file current. Before step 3's fdatasync the log refers to the previous snapshot and still
@@ -170,6 +174,7 @@
 //! [`BackgroundSnapshots`]: tenure_core::storage::BackgroundSnapshots
 //! [`BackgroundSnapshots::snapshot_writer`]: tenure_core::storage::BackgroundSnapshots::snapshot_writer
 //! [`BackgroundSnapshots::record_snapshot`]: tenure_core::storage::BackgroundSnapshots::record_snapshot
+//! [`BackgroundSnapshots::discard_snapshot`]: tenure_core::storage::BackgroundSnapshots::discard_snapshot
 //! [`Storage::persist`]: tenure_core::storage::Storage::persist
 //! [`Storage::write`]: tenure_core::storage::Storage::write
 //! [`Storage::persist_commit`]: tenure_core::storage::Storage::persist_commit

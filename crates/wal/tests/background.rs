@@ -100,7 +100,7 @@ fn a_recorded_snapshot_leaves_the_same_bytes_as_a_persisted_one() {
         .unwrap();
     let written = storage.snapshot_writer().write(&s).unwrap();
     assert_eq!((written.index(), written.term()), (6, 1));
-    assert!(storage.record_snapshot(written).unwrap());
+    storage.record_snapshot(written).unwrap();
     drop(storage);
 
     assert_eq!(files(persisted.path()), files(background.path()));
@@ -177,7 +177,7 @@ fn an_oversize_snapshot_fails_in_the_writer_and_leaves_nothing() {
     storage.persist(None, None, &entries(6..=6)).unwrap();
     let small = snapshot(6, vec![1; 100]);
     let written = storage.snapshot_writer().write(&small).unwrap();
-    assert!(storage.record_snapshot(written).unwrap());
+    storage.record_snapshot(written).unwrap();
     let (_, recovered) = reopen(storage);
     assert_eq!(recovered.snapshot, Some(small));
 }
@@ -205,7 +205,7 @@ fn a_failed_write_does_not_poison_the_storage() {
         .unwrap();
     let s = snapshot(6, vec![4; 100]);
     let written = storage.snapshot_writer().write(&s).unwrap();
-    assert!(storage.record_snapshot(written).unwrap());
+    storage.record_snapshot(written).unwrap();
     fs::remove_dir(&blocker).unwrap();
     let (_, recovered) = reopen(storage);
     assert_eq!(recovered.snapshot, Some(s));
@@ -238,7 +238,7 @@ fn a_large_snapshot_written_on_another_thread_while_persists_go_on() {
     let written = thread.join().unwrap().unwrap();
     assert_send_static(&written);
     assert_eq!(storage.recover().unwrap().entries.len(), 60);
-    assert!(storage.record_snapshot(written).unwrap());
+    storage.record_snapshot(written).unwrap();
     let (_, recovered) = reopen(storage);
     assert_eq!(recovered.snapshot, Some(s));
     assert_eq!(recovered.entries, entries(11..=60));
@@ -273,7 +273,7 @@ fn the_record_compacts_like_a_persist() {
         segments_before,
         "nothing goes before the record"
     );
-    assert!(storage.record_snapshot(written).unwrap());
+    storage.record_snapshot(written).unwrap();
     // The dead files go on a thread of their own.
     storage.finish_removals();
     let snaps = names_ending(dir.path(), ".snap");
@@ -288,11 +288,12 @@ fn the_record_compacts_like_a_persist() {
     assert_eq!(recovered.entries, entries(41..=60));
 }
 
-/// A record overtaken by a stored snapshot at or past its index writes nothing and removes
-/// its file; the stored snapshot (persisted after the writer reserved its file number, so
-/// under another name) stays.
+/// A snapshot overtaken by a stored one at or past its index (its node dropped it) is
+/// discarded: its file is removed and nothing else changes; the stored snapshot (persisted
+/// after the writer reserved its file number, so under another name) stays. Recording it
+/// instead is refused and writes nothing.
 #[test]
-fn a_stale_record_removes_its_file_and_writes_nothing() {
+fn a_stale_snapshot_is_discarded_and_recording_it_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut storage = FileStorage::open(dir.path(), WalOptions::default()).unwrap();
     storage
@@ -304,7 +305,21 @@ fn a_stale_record_removes_its_file_and_writes_nothing() {
     let written = writer.write(&snapshot(6, b"own".to_vec())).unwrap();
     assert_eq!(names_ending(dir.path(), ".snap").len(), 2);
     let before = files(dir.path());
-    assert!(!storage.record_snapshot(written).unwrap());
+    match storage.record_snapshot(written) {
+        Err(WalError::SnapshotNotNewer {
+            index: 6,
+            stored: 30,
+        }) => {}
+        other => panic!("expected SnapshotNotNewer, got {other:?}"),
+    }
+    assert_eq!(files(dir.path()), before, "a refused record writes nothing");
+
+    let written = storage
+        .snapshot_writer()
+        .write(&snapshot(6, b"own".to_vec()))
+        .unwrap();
+    let before = files(dir.path());
+    storage.discard_snapshot(written).unwrap();
     let after = files(dir.path());
     assert_eq!(after.len() + 1, before.len(), "only the written file went");
     assert!(

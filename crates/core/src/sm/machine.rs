@@ -425,8 +425,10 @@ impl StateMachine {
     /// remembered result back and changes nothing (Raft dissertation §6.3). Returns the
     /// response and, for a retry, the index that applied the request the first time.
     ///
-    /// A request on a session that no longer exists is refused (`UnknownSession`): its
-    /// results went with the session, so applying it could apply it twice.
+    /// A request on a session that no longer exists is refused: its results went with the
+    /// session, so applying it could apply it twice. The refusal is `SessionEnded`, not a
+    /// definite failure, when the session may have existed (an earlier attempt may have taken
+    /// effect before it ended), and `UnknownSession` when it was never granted.
     pub fn apply_request(
         &mut self,
         index: Index,
@@ -463,6 +465,13 @@ impl StateMachine {
         match id {
             RequestId::Session { session, seq } => {
                 let refusal = match self.state.data.sessions.get(&session) {
+                    // A session id is its grant's index: one below this index may have
+                    // existed and ended, taking with it the results that would tell whether
+                    // an earlier attempt of this request took effect. One at or above it was
+                    // never granted, so this request cannot have taken effect.
+                    None if session < index && !self.bugs.session_ended_definite => {
+                        Some(SmError::SessionEnded { session, seq })
+                    }
                     None => Some(SmError::UnknownSession(session)),
                     Some(s) if seq <= s.results_forgotten_upto => {
                         Some(SmError::RequestForgotten { session, seq })

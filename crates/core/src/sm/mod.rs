@@ -444,6 +444,20 @@ pub enum SmError {
         /// The request's sequence number.
         seq: u64,
     },
+    /// A request (with a request id) on a session that no longer exists, although it may
+    /// have existed (its id is below the request's log index): the results it remembered
+    /// went with it, so whether an earlier attempt of this request took effect before it
+    /// ended is unknown. Not a definite failure (see [`SmError::is_definite`]).
+    #[error(
+        "session {session} has ended, and with it what it remembered: whether request {seq} \
+         took effect before it ended is unknown"
+    )]
+    SessionEnded {
+        /// Session.
+        session: SessionId,
+        /// The request's sequence number.
+        seq: u64,
+    },
     /// A request id that does not fit its command (zero, or naming another session than
     /// the command's own).
     #[error("request id {0:?} does not fit its command")]
@@ -474,6 +488,19 @@ pub enum SmError {
     /// or with another one. Nothing changed.
     #[error("session {0}: the session secret is missing or wrong")]
     WrongSecret(SessionId),
+}
+
+impl SmError {
+    /// Whether a command refused with this error certainly did not take effect and never
+    /// will (DESIGN rule 7). False only where an earlier attempt of the same request may
+    /// have taken effect and the state machine can no longer tell: a retry older than every
+    /// remembered result, or a request on a session that has ended.
+    pub fn is_definite(&self) -> bool {
+        !matches!(
+            self,
+            SmError::RequestForgotten { .. } | SmError::SessionEnded { .. }
+        )
+    }
 }
 
 /// A change of leader in one election, emitted when a command changes who leads.

@@ -7,9 +7,16 @@
 //! term)`; the canonical applied sequence says which positions were committed. A definite
 //! failure for a position that is (or later becomes) committed is a violation, whichever
 //! came first. Indeterminate answers promise nothing and are never a violation here.
+//!
+//! The same holds per request, across attempts (Raft dissertation §6.3): once an attempt of a
+//! request id took effect (its first application changed the state), no later attempt of the
+//! same id may be answered with a definite failure (`SmError::is_definite`) — for instance a
+//! retry that reaches the state machine after the request's session ended, whose remembered
+//! results went with it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use tenure_core::sm::{Command, RequestId, Response};
 use tenure_core::types::{Index, NodeId, Term};
 
 use super::{Checker, View};
@@ -27,6 +34,8 @@ pub struct ExactOutcomes {
     failed: BTreeMap<(Index, Term), (Attempt, &'static str)>,
     /// Committed command positions.
     committed: BTreeSet<(Index, Term)>,
+    /// Requests whose first application took effect, with its index.
+    took_effect: BTreeMap<RequestId, Index>,
 }
 
 impl Checker for ExactOutcomes {
@@ -68,6 +77,27 @@ impl Checker for ExactOutcomes {
             Observation::Canonical(entry) => {
                 let position = (entry.index, entry.term);
                 self.committed.insert(position);
+                let read = matches!(
+                    entry.command.unsealed(),
+                    Command::Get { .. } | Command::Leader { .. }
+                );
+                if let (Some(id), None, false) = (entry.request, entry.replay_of, read) {
+                    match &entry.response {
+                        Response::Rejected(e) if e.is_definite() => {
+                            if let Some(first) = self.took_effect.get(&id) {
+                                return Some(format!(
+                                    "request {id:?} took effect at index {first}, but its attempt \
+                                     applied at index {} was answered {e:?}, a definite failure",
+                                    entry.index
+                                ));
+                            }
+                        }
+                        Response::Rejected(_) => {}
+                        _ => {
+                            self.took_effect.entry(id).or_insert(entry.index);
+                        }
+                    }
+                }
                 let (attempt, what) = self.failed.remove(&position)?;
                 Some(violation(attempt, position, what))
             }

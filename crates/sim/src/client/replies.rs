@@ -113,7 +113,10 @@ impl Client {
             position: Some(index),
             response: Some(response.clone()),
         });
-        if let Response::Rejected(SmError::UnknownSession(s)) = &response {
+        if let Response::Rejected(
+            SmError::UnknownSession(s) | SmError::SessionEnded { session: s, .. },
+        ) = &response
+        {
             if self.session.is_some_and(|own| own.id == *s) && op.kind != OpKind::Revoke {
                 self.session_ended("an operation found its session gone", env);
                 return;

@@ -76,6 +76,10 @@ const FSYNC_US: (u64, u64) = (US_PER_MS, 8 * US_PER_MS);
 /// from an fsync's time to several election timeouts, so that entries, crashes and a
 /// leader's `InstallSnapshot` all happen while one is being taken.
 const SNAPSHOT_TAKE_US: (u64, u64) = (US_PER_MS, 800 * US_PER_MS);
+/// A written snapshot waits up to this long (in eight steps, by its index, so that no draw of
+/// the generator changes) for the driver's next pass: the inputs that arrive meanwhile are
+/// handled first, as a server's driver handles its batch before the snapshot thread's report.
+const SNAPSHOT_WAKE_US: u64 = 4 * US_PER_MS;
 /// In the safety phase, probability that a leader crashes instead of completing a pipelined
 /// fsync: its entries are on followers' disks, possibly committed, and not on its own.
 const FSYNC_CRASH_P: f64 = 0.1;
@@ -98,6 +102,12 @@ enum Event {
     },
     /// A background snapshot is encoded and durable (see `NodeSlot::snapshot_taking`).
     SnapshotTaken {
+        node: NodeId,
+        incarnation: u64,
+    },
+    /// The wake-up a snapshot thread sends its driver: a pass that finishes the snapshot, if
+    /// an input has not already led to one.
+    SnapshotWake {
         node: NodeId,
         incarnation: u64,
     },
@@ -542,6 +552,7 @@ impl World {
             },
             snapshot_recorded_early: self.opts.bug
                 == Some(InjectBug::SnapshotRecordedBeforeWritten),
+            snapshot_log_decides: self.opts.bug == Some(InjectBug::SnapshotLogDecides),
         };
         Some(f(slot, &mut ctx))
     }
@@ -834,6 +845,7 @@ impl World {
             Event::Tick { node, incarnation } => self.on_tick(node, incarnation),
             Event::FsyncDone { node, incarnation } => self.on_fsync_done(node, incarnation),
             Event::SnapshotTaken { node, incarnation } => self.on_snapshot_taken(node, incarnation),
+            Event::SnapshotWake { node, incarnation } => self.on_snapshot_wake(node, incarnation),
             Event::Deliver { from, to, packet } => self.on_deliver(from, to, packet),
             Event::Client { client, timer } => {
                 self.trace
@@ -973,7 +985,16 @@ impl World {
     }
 
     fn deliver_to_node(&mut self, id: NodeId, from: Addr, packet: Packet) {
-        match &packet {
+        self.count_delivery(id, from, &packet);
+        if let Some(drive) = self.with_node(id, |slot, ctx| slot.receive(from, packet, ctx)) {
+            self.after_drive(id, drive);
+        }
+    }
+
+    /// What the world records of a packet handed to node `id`: counters, the trace, and when
+    /// a keepalive arrived.
+    fn count_delivery(&mut self, id: NodeId, from: Addr, packet: &Packet) {
+        match packet {
             Packet::Raft(m) => {
                 self.stats.messages_delivered += 1;
                 self.trace
@@ -995,9 +1016,6 @@ impl World {
             _ => self
                 .trace
                 .event(TraceKind::ClientRequest, self.now_us, &[from.code(), id]),
-        }
-        if let Some(drive) = self.with_node(id, |slot, ctx| slot.receive(from, packet, ctx)) {
-            self.after_drive(id, drive);
         }
     }
 
@@ -1049,6 +1067,39 @@ impl World {
                 slot.catching_up = false;
             }
         }
+        // A snapshot thread that finished while the process was stopped reports during the
+        // first pass after it, as the server's driver sees it: the queued packets are handled
+        // first, then the snapshot, then the Ready.
+        let snapshot_done = self
+            .nodes
+            .get_mut(&id)
+            .is_some_and(|s| std::mem::take(&mut s.snapshot_done_while_paused));
+        if snapshot_done {
+            let batch = self
+                .nodes
+                .get(&id)
+                .is_some_and(|s| s.is_up() && !s.paused && !s.persisting());
+            self.with_node(id, |slot, ctx| slot.snapshot_written(false, ctx));
+            if batch {
+                for (from, packet) in &held {
+                    self.count_delivery(id, *from, packet);
+                }
+                if let Some(drive) = self.with_node(id, |slot, ctx| slot.receive_batch(held, ctx)) {
+                    self.after_drive(id, drive);
+                }
+                return;
+            }
+            if let Some(index) = self.nodes.get(&id).and_then(|s| s.snapshot_waiting()) {
+                let incarnation = self.nodes[&id].incarnation;
+                self.queue.push(
+                    self.now_us + SNAPSHOT_WAKE_US * (index % 8) / 8,
+                    Event::SnapshotWake {
+                        node: id,
+                        incarnation,
+                    },
+                );
+            }
+        }
         for (from, packet) in held {
             // A node may crash while catching up (right after a vote); the rest is then lost.
             let Some(slot) = self.nodes.get_mut(&id) else {
@@ -1091,17 +1142,46 @@ impl World {
         if slot.incarnation != incarnation || !slot.is_up() {
             return;
         }
+        if slot.paused {
+            // Reported in the first pass after the resume (`replay`).
+            if let Some(slot) = self.nodes.get_mut(&id) {
+                slot.snapshot_done_while_paused = true;
+            }
+            return;
+        }
+        self.with_node(id, |slot, ctx| slot.snapshot_written(false, ctx));
+        let Some(index) = self.nodes.get(&id).and_then(|s| s.snapshot_waiting()) else {
+            return;
+        };
+        self.queue.push(
+            self.now_us + SNAPSHOT_WAKE_US * (index % 8) / 8,
+            Event::SnapshotWake {
+                node: id,
+                incarnation,
+            },
+        );
+    }
+
+    /// The snapshot thread's wake-up reaches the driver: a pass finishes the written
+    /// snapshot, unless an input got there first.
+    fn on_snapshot_wake(&mut self, id: NodeId, incarnation: u64) {
+        let Some(slot) = self.nodes.get(&id) else {
+            return;
+        };
+        if slot.incarnation != incarnation || !slot.is_up() || slot.snapshot_waiting().is_none() {
+            return;
+        }
         if slot.paused || slot.persisting() {
             self.queue.push(
                 self.now_us + US_PER_MS,
-                Event::SnapshotTaken {
+                Event::SnapshotWake {
                     node: id,
                     incarnation,
                 },
             );
             return;
         }
-        if let Some(drive) = self.with_node(id, |slot, ctx| slot.snapshot_taken(ctx)) {
+        if let Some(drive) = self.with_node(id, |slot, ctx| slot.snapshot_written(true, ctx)) {
             self.after_drive(id, drive);
         }
     }
