@@ -28,6 +28,12 @@ pub enum Error {
     /// Retrying the same call later is safe: the cluster applies a request at most once.
     #[error("outcome unknown: {0}")]
     Indeterminate(String),
+    /// The request's session has ended (expired or revoked), and with it what the cluster
+    /// remembered of its requests: whether this request (an earlier attempt of it) took effect
+    /// before the session ended is unknown, as with [`Error::Indeterminate`]. Retrying does
+    /// not help, and the session is gone either way.
+    #[error("session ended, outcome unknown: {0}")]
+    SessionEnded(String),
     /// A fenced write carried a token lower than one already accepted, or (on the cluster)
     /// lower than its election's current token: a newer leader exists.
     #[error("stale token: the current token is {current}")]
@@ -121,6 +127,7 @@ impl Error {
             Error::NotLeader { .. } => Reason::NotLeader,
             Error::Unavailable(_) => Reason::Unavailable,
             Error::Indeterminate(_) => Reason::Indeterminate,
+            Error::SessionEnded(_) => Reason::SessionEnded,
             Error::StaleToken { .. } => Reason::StaleToken,
             Error::WrongElection(_) => Reason::WrongElection,
             Error::TokenNotIssued(_) => Reason::TokenNotIssued,
@@ -181,9 +188,8 @@ impl From<Status> for Error {
             Reason::Unavailable => Error::Unavailable(message),
             // Every stream slot is taken: the node's answer, not a retry's business.
             Reason::ResourceExhausted => Error::Backend(format!("{reason}: {message}")),
-            Reason::Indeterminate | Reason::RequestForgotten | Reason::SessionEnded => {
-                Error::Indeterminate(message)
-            }
+            Reason::Indeterminate | Reason::RequestForgotten => Error::Indeterminate(message),
+            Reason::SessionEnded => Error::SessionEnded(message),
         }
     }
 }
@@ -205,9 +211,8 @@ impl From<SmError> for Error {
             SmError::TokenNotIssued { .. } => Error::TokenNotIssued(message),
             SmError::WrongElection { .. } => Error::WrongElection(message),
             SmError::WrongSecret(_) => Error::PermissionDenied(message),
-            SmError::RequestForgotten { .. } | SmError::SessionEnded { .. } => {
-                Error::Indeterminate(message)
-            }
+            SmError::RequestForgotten { .. } => Error::Indeterminate(message),
+            SmError::SessionEnded { .. } => Error::SessionEnded(message),
             SmError::TtlOutOfRange { .. }
             | SmError::BadSize { .. }
             | SmError::BadRequestId(_)

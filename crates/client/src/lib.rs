@@ -132,8 +132,9 @@
 //! id at most once and answers a retry of an applied request with its original result (Raft
 //! dissertation §6.3), so retrying after `Indeterminate` is always safe. The results of a
 //! session's requests are forgotten with the session: a retry after the session ended is
-//! refused ([`Error::SessionLost`]) rather than applied, except that retrying a revoke that
-//! already took effect is reported as success.
+//! refused rather than applied, with [`Error::SessionEnded`] — whether an earlier attempt took
+//! effect before the session ended is unknown — except that retrying a revoke (or a resign)
+//! is reported as success, since the session is gone either way.
 //!
 //! # Cancellation
 //!

@@ -926,7 +926,7 @@ fn results_go_with_their_session_and_requests_on_it_are_refused() {
     assert_eq!(h.sm.remembers_since(s), None);
     assert_eq!(
         h.request(id, put_value("k", b"z", "e", t)).0,
-        Response::Rejected(SmError::UnknownSession(s))
+        Response::Rejected(SmError::SessionEnded { session: s, seq: 1 })
     );
 }
 

@@ -216,6 +216,30 @@ impl Cluster {
         Ok(())
     }
 
+    /// Nodes whose process exited without being killed here (a server exits by itself only
+    /// when it cannot go on, e.g. its driver thread died): each is marked down and described
+    /// with the end of its log. A node is never alive without its driver, so an exit is what
+    /// such a death looks like from outside.
+    pub fn exited_by_themselves(&mut self) -> Vec<String> {
+        let mut exited = Vec::new();
+        for id in self.ids() {
+            if self.life(id) != Life::Up {
+                continue;
+            }
+            let gone = self.procs.get_mut(&id).is_some_and(|p| !p.running());
+            if gone {
+                self.procs.remove(&id);
+                self.life.insert(id, Life::Down);
+                self.blocked.remove(&id);
+                exited.push(format!(
+                    "node {id} exited by itself; its log ends:\n{}",
+                    self.log_tail(id, 8)
+                ));
+            }
+        }
+        exited
+    }
+
     /// The state of node `id`'s process.
     pub fn life(&self, id: u64) -> Life {
         self.life.get(&id).copied().unwrap_or(Life::Down)

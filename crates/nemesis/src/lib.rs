@@ -349,10 +349,12 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     );
     // Let the workload start before the first fault.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut exits = Vec::new();
     for step in &steps {
         if clock.now() >= deadline || options.faults.is_empty() {
             break;
         }
+        exits.extend(nemesis.cluster.exited_by_themselves());
         let before = nemesis.applied.len();
         if let Err(e) = nemesis.apply(step).await {
             harness_errors.push(format!("fault {}: {e:#}", step.kind));
@@ -375,6 +377,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     }
 
     // Heal, let the clients finish, then read everything once more.
+    exits.extend(nemesis.cluster.exited_by_themselves());
     match nemesis.heal_all().await {
         Ok(true) => {}
         Ok(false) => harness_errors.push("removed members were not all added back".into()),
@@ -384,6 +387,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         let _ = t.await;
     }
     let finals = final_phase(&mut nemesis, &options, &mut harness_errors).await;
+    exits.extend(nemesis.cluster.exited_by_themselves());
     watching.store(false, std::sync::atomic::Ordering::Relaxed);
     for w in watchers {
         let _ = w.await;
@@ -406,6 +410,12 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     verdicts.push(checks::fencing(&history));
     verdicts.push(checks::holders(&history));
     verdicts.push(checks::convergence(&finals));
+    verdicts.push(Verdict {
+        name: "processes",
+        checked: "every server process exits only when the nemesis kills it".into(),
+        violations: exits,
+        unknown: Vec::new(),
+    });
     let mut report = Report {
         options,
         history,

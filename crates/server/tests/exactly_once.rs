@@ -241,7 +241,7 @@ async fn a_retried_request_is_applied_once() {
     assert!(
         late.as_ref()
             .err()
-            .is_some_and(|s| reason(s) == Some("unknown-session")),
+            .is_some_and(|s| reason(s) == Some("session-ended")),
         "a Put on an ended session was answered {}",
         describe(&late)
     );

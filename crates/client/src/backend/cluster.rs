@@ -187,7 +187,7 @@ impl Backend for Remote {
         // A retry of a revoke that took effect finds the session gone (its results went
         // with it): the same end state.
         match r {
-            Ok(_) | Err(Error::SessionLost) => {
+            Ok(_) | Err(Error::SessionLost) | Err(Error::SessionEnded(_)) => {
                 self.secrets
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -250,7 +250,10 @@ impl Backend for Remote {
             .await;
         match r {
             // A retried resign that already took effect, or a session already gone.
-            Ok(_) | Err(Error::NotCandidate(_)) | Err(Error::SessionLost) => Ok(()),
+            Ok(_)
+            | Err(Error::NotCandidate(_))
+            | Err(Error::SessionLost)
+            | Err(Error::SessionEnded(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
