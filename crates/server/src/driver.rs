@@ -653,36 +653,19 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
     /// log (which may then discard the entries it covers) if the node adopted it, or remove
     /// it if a leader's snapshot overtook it (`tenure_driver::finish_background_snapshot`).
     fn finish_snapshot(&mut self) -> Result<(), StorageFailed> {
+        // The thread reports before it ends, so one that had ended before this look with
+        // nothing reported panicked.
+        let ended = self
+            .snapshot_thread
+            .as_ref()
+            .is_some_and(|t| t.is_finished());
         let done = match self.snapshot_done.1.try_recv() {
             Ok(done) => done,
-            Err(_) => {
-                let ended = self
-                    .snapshot_thread
-                    .as_ref()
-                    .is_some_and(|t| t.is_finished());
-                // The thread reports before it ends, so one that ended without a report
-                // panicked. The node would wait for that snapshot for ever and never take
-                // another: give it up, as a failed write is given up.
-                match self.snapshot_done.1.try_recv() {
-                    Ok(done) => done,
-                    Err(_) if ended => {
-                        let thread = self.snapshot_thread.take().expect("checked above");
-                        let why = thread.join().err().map_or_else(
-                            || "ended without a report".to_string(),
-                            |p| panic_message(p.as_ref()),
-                        );
-                        tracing::error!(
-                            node = self.id,
-                            "the snapshot thread died ({why}); the log keeps its entries and \
-                             the next snapshot point tries again"
-                        );
-                        self.metrics.snapshot_failures.fetch_add(1, Relaxed);
-                        self.node.snapshot_taken(None);
-                        return Ok(());
-                    }
-                    Err(_) => return Ok(()),
-                }
+            Err(_) if ended => {
+                self.snapshot_thread_died();
+                return Ok(());
             }
+            Err(_) => return Ok(()),
         };
         if let Some(thread) = self.snapshot_thread.take() {
             let _ = thread.join();
@@ -741,6 +724,26 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         let now = self.now_us();
         self.core.observe(&self.node, now);
         Ok(())
+    }
+
+    /// The snapshot thread ended without a report (it panicked). The node would wait for that
+    /// snapshot for ever and never take another: it is given up, as a failed write is.
+    fn snapshot_thread_died(&mut self) {
+        let thread = self
+            .snapshot_thread
+            .take()
+            .expect("a snapshot thread ended");
+        let why = thread.join().err().map_or_else(
+            || "ended without a report".to_string(),
+            |p| panic_message(p.as_ref()),
+        );
+        tracing::error!(
+            node = self.id,
+            "the snapshot thread died ({why}); the log keeps its entries and the next \
+             snapshot point tries again"
+        );
+        self.metrics.snapshot_failures.fetch_add(1, Relaxed);
+        self.node.snapshot_taken(None);
     }
 
     fn now_us(&self) -> Micros {
@@ -1440,6 +1443,109 @@ mod tests {
             ],
             "the new leader's no-op is replicated while its own fsync runs"
         );
+    }
+
+    /// Storage whose background snapshot writer panics: the thread dies without a report.
+    struct PanickingSnapshots(tenure_core::storage::MemStorage);
+
+    struct PanickingWriter;
+
+    impl tenure_core::storage::SnapshotWriter for PanickingWriter {
+        type Written = tenure_core::types::Snapshot;
+        type Error = std::convert::Infallible;
+        fn write(
+            self,
+            _: &tenure_core::types::Snapshot,
+        ) -> Result<tenure_core::types::Snapshot, Self::Error> {
+            panic!("the snapshot writer fails hard (test)")
+        }
+    }
+
+    impl tenure_core::storage::Storage for PanickingSnapshots {
+        type Error = tenure_core::storage::SnapshotNotNewer;
+        fn recover(&mut self) -> Result<tenure_core::types::Recovered, Self::Error> {
+            self.0.recover()
+        }
+        fn persist(
+            &mut self,
+            hs: Option<&tenure_core::types::HardState>,
+            snapshot: Option<&tenure_core::types::Snapshot>,
+            entries: &[tenure_core::types::Entry],
+        ) -> Result<(), Self::Error> {
+            self.0.persist(hs, snapshot, entries)
+        }
+    }
+
+    impl tenure_core::storage::BackgroundSnapshots for PanickingSnapshots {
+        type Writer = PanickingWriter;
+        type Written = tenure_core::types::Snapshot;
+        fn snapshot_writer(&mut self) -> Self::Writer {
+            PanickingWriter
+        }
+        fn record_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error> {
+            self.0.record_snapshot(written)
+        }
+        fn discard_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error> {
+            self.0.discard_snapshot(written)
+        }
+    }
+
+    /// A snapshot thread that dies without reporting is given up (counted as a failed
+    /// snapshot), so that the node takes its next snapshot instead of waiting for that one
+    /// for ever.
+    #[test]
+    fn a_snapshot_thread_that_dies_is_given_up_and_the_next_snapshot_starts() {
+        let mut config = tenure_core::config::Config::new(1, vec![1]);
+        config.snapshot_in_background = true;
+        config.snapshot_threshold_entries = 5;
+        config.snapshot_grows_with_state = false;
+        let node = Node::new(config, Default::default()).expect("valid");
+        let (mut driver, _handle) = new_driver(
+            node,
+            PanickingSnapshots(Default::default()),
+            RecordingOutbox(Trail::default()),
+            Duration::from_millis(10),
+            DriverBugs::default(),
+        );
+        for _ in 0..100 {
+            if driver.node.role() == Role::Leader {
+                break;
+            }
+            driver.node.tick();
+            driver.process_ready().expect("memory");
+        }
+        assert_eq!(driver.node.role(), Role::Leader);
+        // Grants until a background snapshot is started, then until its thread has died.
+        let mut started = 0;
+        for _ in 0..40 {
+            driver
+                .node
+                .propose(Command::Grant { ttl_ticks: 1_000 })
+                .expect("the leader accepts");
+            driver.process_ready().expect("memory");
+            if let Some(thread) = &driver.snapshot_thread {
+                started += 1;
+                while !thread.is_finished() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                driver
+                    .finish_snapshot()
+                    .expect("a dead thread is no storage failure");
+                assert!(
+                    driver.snapshot_thread.is_none(),
+                    "the dead thread was let go"
+                );
+            }
+            if started == 2 {
+                break;
+            }
+        }
+        assert_eq!(
+            started, 2,
+            "the next snapshot point started another snapshot"
+        );
+        assert_eq!(driver.metrics.snapshot_failures.load(Relaxed), 2);
+        assert_eq!(driver.node.snapshot_meta(), (0, 0), "nothing was compacted");
     }
 
     #[test]

@@ -539,6 +539,12 @@ pub async fn run(
         config.me().http
     );
 
+    // The tasks that feed the driver and follow its state, stopped first on any way out.
+    let background: Vec<tokio::task::AbortHandle> = [&waker, &forward, &peers_follow, &step_down]
+        .into_iter()
+        .chain(peer_events.as_ref())
+        .map(|t| t.abort_handle())
+        .collect();
     tokio::select! {
         () = shutdown => {}
         why = driver_ended => {
@@ -549,13 +555,7 @@ pub async fn run(
                 "the driver thread ended ({why}): this node can no longer take part; exiting"
             );
             let _ = stop_tx.send(true);
-            waker.abort();
-            forward.abort();
-            if let Some(task) = peer_events {
-                task.abort();
-            }
-            peers_follow.abort();
-            step_down.abort();
+            background.iter().for_each(tokio::task::AbortHandle::abort);
             grpc_task.abort();
             http_task.abort();
             transport.shutdown().await;
@@ -568,13 +568,7 @@ pub async fn run(
     tracing::info!(node = config.id, "shutting down");
     let _ = stop_tx.send(true);
     let _ = handle.inputs.send(Input::Shutdown).await;
-    waker.abort();
-    forward.abort();
-    if let Some(task) = peer_events {
-        task.abort();
-    }
-    peers_follow.abort();
-    step_down.abort();
+    background.iter().for_each(tokio::task::AbortHandle::abort);
     // Graceful shutdown waits for clients to finish, and a client holding a stream (or one
     // that ignores GOAWAY) would hold the node forever: give them a deadline, then drop them.
     let deadline = Duration::from_secs(2);

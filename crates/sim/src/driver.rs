@@ -168,7 +168,7 @@ pub struct NodeSlot {
     snapshot_taking: Option<SnapshotImage>,
     /// A background snapshot written and reported by its thread, not yet handed to the node
     /// and the disk: as on the server, the next pass of the driver does that after handling
-    /// its input and before its Ready (`Slot::drive`), so a leader's snapshot stepped in the
+    /// its input and before its Ready (`NodeSlot::drive`), so a leader's snapshot stepped in the
     /// same pass crosses it. Lost in a crash.
     snapshot_written: Option<tenure_core::types::Snapshot>,
     /// The world must schedule the `SnapshotTaken` of the snapshot just handed out.
@@ -588,8 +588,12 @@ impl NodeSlot {
     /// snapshot written since the last pass is finished first, after the input that led here
     /// and before its Ready, in the server driver's order.
     pub fn drive(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
-        if let Drive::StorageContract(why) = self.finish_snapshot(ctx) {
-            return Drive::StorageContract(why);
+        // Not while a Ready awaits its fsync (pipelined persistence): the node takes no input
+        // until it is advanced, and the pass after the fsync finishes the snapshot.
+        if !self.persisting() {
+            if let Drive::StorageContract(why) = self.finish_snapshot(ctx) {
+                return Drive::StorageContract(why);
+            }
         }
         loop {
             let Some(node) = self.node.as_mut() else {
@@ -730,20 +734,16 @@ impl NodeSlot {
     }
 
     /// The background snapshot is encoded and durable: its thread reports it, and the next
-    /// pass of the driver hands it to the node and the disk. Returns whether that pass was
-    /// started here (a wake-up) or is left to the next input.
-    pub fn snapshot_written(&mut self, wake: bool, ctx: &mut DriveCtx<'_>) -> Drive {
+    /// pass of the driver ([`NodeSlot::drive`], after that pass's input) hands it to the node and
+    /// the disk. Returns its index, for the wake-up the thread sends.
+    pub fn snapshot_written(&mut self) -> Option<Index> {
         if let Some(image) = self.snapshot_taking.take() {
             self.snapshot_written = Some(image.encode());
         }
-        if wake {
-            self.drive(ctx)
-        } else {
-            Drive::Running
-        }
+        self.snapshot_waiting()
     }
 
-    /// Whether a written background snapshot waits for the driver's next pass.
+    /// The index of a written background snapshot that waits for the driver's next pass.
     pub fn snapshot_waiting(&self) -> Option<Index> {
         self.snapshot_written.as_ref().map(|s| s.index)
     }
@@ -758,25 +758,22 @@ impl NodeSlot {
             return Drive::Running;
         };
         let (index, term) = (snapshot.index, snapshot.term);
-        if ctx.snapshot_log_decides {
-            return self.finish_snapshot_as_the_log_decides(snapshot, ctx);
-        }
-        let finished = in_core(|| {
-            tenure_driver::finish_background_snapshot(
-                node,
-                &mut self.disk,
-                snapshot.clone(),
-                snapshot,
-            )
-        });
+        let finished = if ctx.snapshot_log_decides {
+            Self::finish_as_the_log_decides(node, &mut self.disk, snapshot)
+        } else {
+            in_core(|| {
+                tenure_driver::finish_background_snapshot(
+                    node,
+                    &mut self.disk,
+                    snapshot.clone(),
+                    snapshot,
+                )
+            })
+            .map_err(|e| format!("finishing its background snapshot at {index}: {e}"))
+        };
         let adopted = match finished {
             Ok(adopted) => adopted,
-            Err(e) => {
-                return Drive::StorageContract(format!(
-                    "node {}: finishing its background snapshot at {index}: {e}",
-                    self.id
-                ))
-            }
+            Err(why) => return Drive::StorageContract(format!("node {}: {why}", self.id)),
         };
         ctx.trace.log(ctx.now_us, || {
             format!(
@@ -800,40 +797,29 @@ impl NodeSlot {
     /// `--inject-bug snapshot-log-decides`: the server driver's order before the fix. The
     /// disk records the snapshot if it is past the snapshot the disk holds, the node is told
     /// after, and a disagreement is what killed the server's driver thread.
-    fn finish_snapshot_as_the_log_decides(
-        &mut self,
+    fn finish_as_the_log_decides(
+        node: &mut Node,
+        disk: &mut Disk,
         snapshot: tenure_core::types::Snapshot,
-        ctx: &mut DriveCtx<'_>,
-    ) -> Drive {
+    ) -> Result<bool, String> {
         use tenure_core::storage::BackgroundSnapshots;
-        let Some(node) = self.node.as_mut() else {
-            return Drive::Running;
-        };
-        let (index, term) = (snapshot.index, snapshot.term);
-        let recorded = index > self.disk.stored_snapshot_index();
+        let index = snapshot.index;
+        let recorded = index > disk.stored_snapshot_index();
         let stored = if recorded {
-            self.disk.record_snapshot(snapshot.clone())
+            disk.record_snapshot(snapshot.clone())
         } else {
-            self.disk.discard_snapshot(snapshot.clone())
+            disk.discard_snapshot(snapshot.clone())
         };
-        if let Err(e) = stored {
-            return Drive::StorageContract(format!("node {}: {e}", self.id));
-        }
+        stored.map_err(|e| e.to_string())?;
         let adopted = in_core(|| node.snapshot_taken(Some(snapshot)));
         if recorded != adopted {
-            return Drive::StorageContract(format!(
-                "node {}: the disk {} the snapshot at {index} but the node {} it",
-                self.id,
+            return Err(format!(
+                "the disk {} the snapshot at {index} but the node {} it",
                 if recorded { "recorded" } else { "dropped" },
                 if adopted { "adopted" } else { "dropped" },
             ));
         }
-        if adopted {
-            self.before_mirror_compacts(index, term, ctx);
-            self.mirror
-                .install_snapshot(index, term, ctx.history.anchor(index));
-        }
-        Drive::Running
+        Ok(adopted)
     }
 
     /// Whether a Ready's fsync is still running (pipelined persistence).

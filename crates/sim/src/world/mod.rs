@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use tenure_core::config::Config;
 use tenure_core::drift::DriftPpm;
 use tenure_core::sm::{Command, Response, SessionId};
-use tenure_core::types::NodeId;
+use tenure_core::types::{Index, NodeId};
 
 use crate::checkers::{self, Checker, View};
 use crate::client::{Client, ClientAction, ClientEnv, ClientInput, ClientTimer};
@@ -1079,7 +1079,7 @@ impl World {
                 .nodes
                 .get(&id)
                 .is_some_and(|s| s.is_up() && !s.paused && !s.persisting());
-            self.with_node(id, |slot, ctx| slot.snapshot_written(false, ctx));
+            let written = self.nodes.get_mut(&id).and_then(|s| s.snapshot_written());
             if batch {
                 for (from, packet) in &held {
                     self.count_delivery(id, *from, packet);
@@ -1089,16 +1089,7 @@ impl World {
                 }
                 return;
             }
-            if let Some(index) = self.nodes.get(&id).and_then(|s| s.snapshot_waiting()) {
-                let incarnation = self.nodes[&id].incarnation;
-                self.queue.push(
-                    self.now_us + SNAPSHOT_WAKE_US * (index % 8) / 8,
-                    Event::SnapshotWake {
-                        node: id,
-                        incarnation,
-                    },
-                );
-            }
+            self.schedule_snapshot_wake(id, written);
         }
         for (from, packet) in held {
             // A node may crash while catching up (right after a vote); the rest is then lost.
@@ -1149,10 +1140,17 @@ impl World {
             }
             return;
         }
-        self.with_node(id, |slot, ctx| slot.snapshot_written(false, ctx));
-        let Some(index) = self.nodes.get(&id).and_then(|s| s.snapshot_waiting()) else {
+        let written = self.nodes.get_mut(&id).and_then(|s| s.snapshot_written());
+        self.schedule_snapshot_wake(id, written);
+    }
+
+    /// The wake-up a snapshot thread sends once it has written the snapshot at `written`
+    /// (if any): it reaches the driver up to `SNAPSHOT_WAKE_US` later, by the index.
+    fn schedule_snapshot_wake(&mut self, id: NodeId, written: Option<Index>) {
+        let (Some(index), Some(slot)) = (written, self.nodes.get(&id)) else {
             return;
         };
+        let incarnation = slot.incarnation;
         self.queue.push(
             self.now_us + SNAPSHOT_WAKE_US * (index % 8) / 8,
             Event::SnapshotWake {
@@ -1181,7 +1179,7 @@ impl World {
             );
             return;
         }
-        if let Some(drive) = self.with_node(id, |slot, ctx| slot.snapshot_written(true, ctx)) {
+        if let Some(drive) = self.with_node(id, |slot, ctx| slot.drive(ctx)) {
             self.after_drive(id, drive);
         }
     }
