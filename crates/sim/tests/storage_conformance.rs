@@ -20,3 +20,17 @@ mod sim_disk {
     use super::*;
     tenure_wal::conformance_tests!(@raft_shaped || Disk::new(WalLayout::default()), reopen);
 }
+
+// The background snapshot checks: the simulator's disk takes the node's own snapshots through
+// the same three steps as the write-ahead log (`BackgroundSnapshots`), and its driver finishes
+// them with the server's function, so the two must mean the same by "written", "recorded" and
+// "discarded". The randomized one is left out for the reason above (it also writes entries
+// under a recorded snapshot, which no node does and the simulated disk ignores).
+mod sim_disk_background {
+    use super::*;
+    tenure_wal::conformance_tests!(@each || Disk::new(WalLayout::default()), reopen;
+        background_snapshot_written_but_not_recorded_changes_nothing,
+        background_snapshot_recorded_after_later_persists,
+        background_snapshot_overtaken_by_a_persisted_one_is_dropped,
+    );
+}
