@@ -1,7 +1,7 @@
 //! Elections with no cluster to run: a tenure node inside the application's own process.
 //!
 //! Three (or five) replicas of a service each start an embedded node with the same list of
-//! replicas; the nodes form a Raft cluster among themselves, and each replica's [`Client`]
+//! replicas; the nodes form a Raft cluster among themselves, and each replica's [`Client`](crate::Client)
 //! is the same API as against a separate cluster. A node listens on **one port** for
 //! everything — Raft between the replicas, the client API, and HTTP (`/metrics`, `/health`,
 //! the dashboard) — so there is no gRPC port to open: the application reaches its own node
@@ -41,7 +41,7 @@
 //! doing harm either way. docs/EMBEDDED.md says more.
 //!
 //! A running node is also reachable as `embedded:CLUSTER` (or `embedded:CLUSTER/ID` when one
-//! process runs several, as tests do) by [`Client::connect`], for code that is handed a URL.
+//! process runs several, as tests do) by [`Client::connect`](crate::Client::connect), for code that is handed a URL.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

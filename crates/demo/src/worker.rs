@@ -4,7 +4,7 @@
 //! It campaigns for the election with [`Client::join`] (the library grants the session and
 //! keeps it alive), waits for its [`tenure::Leadership`], and while it leads it "computes"
 //! reports and appends them to a ledger kept in one fenced key. It tells the controller what
-//! happens through `EVENT` lines on stdout (see [`super::protocol`]); details go to stderr,
+//! happens through `EVENT` lines on stdout (see `super::protocol`); details go to stderr,
 //! which the controller sends to a log file.
 //!
 //! The worker is honest about its lease the way DESIGN.md rule 4 asks: it acts only while

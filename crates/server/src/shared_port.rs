@@ -15,7 +15,7 @@
 //! Anything else, a connection that says too little within the handshake timeout, and a
 //! protocol this port does not carry, is closed. Each protocol then applies its own limits
 //! and handshake (the peer transport its mutual TLS, the client and HTTP ports their gates).
-//! At most [`SORTING_MAX`] connections are being sorted at once; more wait in the kernel's
+//! At most `SORTING_MAX` connections are being sorted at once; more wait in the kernel's
 //! accept queue.
 
 use std::collections::BTreeMap;

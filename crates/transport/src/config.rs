@@ -44,7 +44,7 @@ pub struct TransportConfig {
     pub cluster_id: String,
     /// Where peers connect to. Passed in already bound so that tests (and the server's
     /// `--listen :0`) can bind port 0 and learn the port before peers are configured; or
-    /// the peer connections of a port shared with the client API ([`Incoming::Handed`]).
+    /// the peer connections of a port shared with the client API ([`Incoming::Handed`](crate::Incoming::Handed)).
     pub listener: crate::Incoming,
     /// Every other node and where it listens. Only these ids may connect, and only these
     /// ids can be sent to. Must not contain [`TransportConfig::id`]. A host name is

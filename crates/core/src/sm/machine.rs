@@ -811,7 +811,7 @@ impl StateMachine {
         encode(&self.state)
     }
 
-    /// A frozen copy of the replicated state, in O(1) (see [`CowMap`]): what
+    /// A frozen copy of the replicated state, in O(1) (see `CowMap`): what
     /// [`StateMachine::snapshot`] would encode now, to encode later on any thread while
     /// this state machine goes on applying.
     pub fn image(&self) -> StateImage {
