@@ -212,7 +212,7 @@ enum Failure {
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
         match e {
-            Error::Indeterminate(m) => Failure::Indeterminate(m),
+            Error::Indeterminate(m) | Error::SessionEnded(m) => Failure::Indeterminate(m),
             Error::NotLeader { .. } | Error::Unavailable(_) => Failure::Unreachable(e.to_string()),
             Error::InvalidUrl { .. } => Failure::Usage(e.to_string()),
             e => Failure::Refused(e),
@@ -1417,6 +1417,11 @@ mod tests {
         assert_eq!(refused(Reason::InvalidArgument), EXIT_USAGE);
         assert_eq!(refused(Reason::UnknownSession), EXIT_BACKEND);
         assert_eq!(refused(Reason::Indeterminate), EXIT_BACKEND);
+        assert_eq!(refused(Reason::SessionEnded), EXIT_BACKEND);
+        assert!(matches!(
+            Failure::from(Error::SessionEnded("x".into())),
+            Failure::Indeterminate(_)
+        ));
         assert_eq!(
             Failure::Indeterminate("x".into()).report("test"),
             EXIT_BACKEND
