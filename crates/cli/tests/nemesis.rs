@@ -120,3 +120,36 @@ fn the_targeted_fault_catches_a_write_answered_not_leader_after_it_committed() {
         "{report}"
     );
 }
+
+/// Servers whose driver thread dies a few seconds after they start (`driver-dies`, the death
+/// a snapshot race once caused): each node exits, and the nemesis's `processes` verdict must
+/// report it, since nothing else in the run kills them.
+#[test]
+fn a_node_whose_driver_dies_is_reported_by_the_processes_verdict() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (ok, report) = nemesis(&[
+        "--seed",
+        "5",
+        "--nodes",
+        "3",
+        "--duration",
+        "10",
+        "--faults",
+        "pause",
+        "--inject-bug",
+        "driver-dies",
+    ]);
+    assert!(!ok, "a run whose servers' drivers die passed:\n{report}");
+    let verdict = report
+        .lines()
+        .find(|l| l.trim_start().starts_with("processes"))
+        .unwrap_or_else(|| panic!("no processes verdict:\n{report}"));
+    assert!(
+        verdict.contains("VIOLATION"),
+        "the processes verdict missed the deaths: {verdict}\n{report}"
+    );
+    assert!(
+        report.contains("exited by itself"),
+        "the report names the node that exited:\n{report}"
+    );
+}

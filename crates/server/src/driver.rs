@@ -231,8 +231,9 @@ pub enum Input {
     Client(ClientRequest),
     /// Stop after handling what is queued.
     Shutdown,
-    /// Panic on the driver thread (`POST /debug/driver-panic`, with fault injection only): how
-    /// tests show that a node whose driver dies exits instead of lingering.
+    /// Panic on the driver thread (`POST /debug/driver-panic`, with fault injection only, or
+    /// `TENURE_INJECT_BUG=driver-dies`): how tests show that a node whose driver dies exits
+    /// instead of lingering, and that the nemesis sees it.
     InjectPanic,
 }
 

@@ -146,17 +146,30 @@ pub fn check_identity(dir: &std::path::Path, node: u64, cluster: &str) -> Result
 }
 
 /// Environment variable that switches a known bug back on in the driver core, to prove that
-/// the real-process nemesis catches it (`not-leader-after-snapshot`). Never set in production;
-/// a server started with it says so loudly.
+/// the real-process nemesis catches it (`not-leader-after-snapshot`), or kills the driver
+/// thread (`driver-dies`). Never set in production; a server started with it says so loudly.
 pub const INJECT_BUG_ENV: &str = "TENURE_INJECT_BUG";
+
+/// `TENURE_INJECT_BUG=driver-dies`: the driver thread panics [`DRIVER_DIES_AFTER`] after the
+/// node starts, as it did on a snapshot race: the death that the nemesis's `processes` verdict
+/// must see (the node exits, and nothing else kills it).
+const DRIVER_DIES: &str = "driver-dies";
+
+/// When `driver-dies` strikes.
+const DRIVER_DIES_AFTER: Duration = Duration::from_secs(3);
 
 fn injected_driver_bugs() -> Result<tenure_driver::DriverBugs, ServerError> {
     let Ok(name) = std::env::var(INJECT_BUG_ENV) else {
         return Ok(tenure_driver::DriverBugs::default());
     };
-    let bugs = tenure_driver::DriverBugs::from_name(&name).ok_or_else(|| {
+    let bugs = match name.as_str() {
+        DRIVER_DIES => Some(tenure_driver::DriverBugs::default()),
+        _ => tenure_driver::DriverBugs::from_name(&name),
+    };
+    let bugs = bugs.ok_or_else(|| {
         ServerError::Driver(format!(
-            "{INJECT_BUG_ENV}={name:?} names no known bug (known: not-leader-after-snapshot)"
+            "{INJECT_BUG_ENV}={name:?} names no known bug (known: not-leader-after-snapshot, \
+             {DRIVER_DIES})"
         ))
     })?;
     tracing::warn!("{INJECT_BUG_ENV}={name}: a KNOWN BUG is switched on; for tests only");
@@ -393,6 +406,14 @@ pub async fn run(
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         })?;
+
+    if std::env::var(INJECT_BUG_ENV).is_ok_and(|name| name == DRIVER_DIES) {
+        let inputs = handle.inputs.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(DRIVER_DIES_AFTER).await;
+            let _ = inputs.send(Input::InjectPanic).await;
+        });
+    }
 
     // Members added at run time: dial them once their addresses (the replicated directory)
     // and their membership are applied here; forget those removed since.
