@@ -1314,12 +1314,45 @@ mod tests {
     /// What the driver does with its disk and its peers, in order.
     type Trail = Arc<std::sync::Mutex<Vec<String>>>;
 
-    struct RecordingStorage(tenure_core::storage::MemStorage, Trail);
+    /// A memory disk that records what the driver does with it; its background snapshot
+    /// writer panics if `writer_panics` (the thread then dies without a report).
+    struct RecordingStorage {
+        disk: tenure_core::storage::MemStorage,
+        trail: Trail,
+        writer_panics: bool,
+    }
+
+    impl RecordingStorage {
+        fn new(trail: Trail) -> RecordingStorage {
+            RecordingStorage {
+                disk: Default::default(),
+                trail,
+                writer_panics: false,
+            }
+        }
+    }
+
+    /// [`RecordingStorage`]'s snapshot writer.
+    struct TestWriter {
+        panics: bool,
+    }
+
+    impl tenure_core::storage::SnapshotWriter for TestWriter {
+        type Written = tenure_core::types::Snapshot;
+        type Error = std::convert::Infallible;
+        fn write(
+            self,
+            snapshot: &tenure_core::types::Snapshot,
+        ) -> Result<tenure_core::types::Snapshot, Self::Error> {
+            assert!(!self.panics, "the snapshot writer fails hard (test)");
+            Ok(snapshot.clone())
+        }
+    }
 
     impl tenure_core::storage::Storage for RecordingStorage {
         type Error = tenure_core::storage::SnapshotNotNewer;
         fn recover(&mut self) -> Result<tenure_core::types::Recovered, Self::Error> {
-            self.0.recover()
+            self.disk.recover()
         }
         fn persist(
             &mut self,
@@ -1327,15 +1360,15 @@ mod tests {
             snapshot: Option<&tenure_core::types::Snapshot>,
             entries: &[tenure_core::types::Entry],
         ) -> Result<(), Self::Error> {
-            self.1.lock().unwrap().push("persist".into());
-            self.0.persist(hs, snapshot, entries)
+            self.trail.lock().unwrap().push("persist".into());
+            self.disk.persist(hs, snapshot, entries)
         }
         fn persist_commit(
             &mut self,
             hs: &tenure_core::types::HardState,
         ) -> Result<(), Self::Error> {
-            self.1.lock().unwrap().push("persist_commit".into());
-            self.0.persist_commit(hs)
+            self.trail.lock().unwrap().push("persist_commit".into());
+            self.disk.persist_commit(hs)
         }
         fn write(
             &mut self,
@@ -1343,28 +1376,30 @@ mod tests {
             snapshot: Option<&tenure_core::types::Snapshot>,
             entries: &[tenure_core::types::Entry],
         ) -> Result<(), Self::Error> {
-            self.1.lock().unwrap().push("write".into());
-            self.0.persist(hs, snapshot, entries)
+            self.trail.lock().unwrap().push("write".into());
+            self.disk.persist(hs, snapshot, entries)
         }
         fn sync(&mut self) -> Result<(), Self::Error> {
-            self.1.lock().unwrap().push("sync".into());
+            self.trail.lock().unwrap().push("sync".into());
             Ok(())
         }
     }
 
     impl tenure_core::storage::BackgroundSnapshots for RecordingStorage {
-        type Writer = tenure_core::storage::MemSnapshotWriter;
+        type Writer = TestWriter;
         type Written = tenure_core::types::Snapshot;
         fn snapshot_writer(&mut self) -> Self::Writer {
-            self.0.snapshot_writer()
+            TestWriter {
+                panics: self.writer_panics,
+            }
         }
         fn record_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error> {
-            self.1.lock().unwrap().push("record_snapshot".into());
-            self.0.record_snapshot(written)
+            self.trail.lock().unwrap().push("record_snapshot".into());
+            self.disk.record_snapshot(written)
         }
         fn discard_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error> {
-            self.1.lock().unwrap().push("discard_snapshot".into());
-            self.0.discard_snapshot(written)
+            self.trail.lock().unwrap().push("discard_snapshot".into());
+            self.disk.discard_snapshot(written)
         }
     }
 
@@ -1392,7 +1427,7 @@ mod tests {
             Default::default(),
         )
         .expect("valid");
-        let storage = RecordingStorage(Default::default(), trail.clone());
+        let storage = RecordingStorage::new(trail.clone());
         let (mut driver, _handle) = new_driver(
             node,
             storage,
@@ -1446,51 +1481,6 @@ mod tests {
         );
     }
 
-    /// Storage whose background snapshot writer panics: the thread dies without a report.
-    struct PanickingSnapshots(tenure_core::storage::MemStorage);
-
-    struct PanickingWriter;
-
-    impl tenure_core::storage::SnapshotWriter for PanickingWriter {
-        type Written = tenure_core::types::Snapshot;
-        type Error = std::convert::Infallible;
-        fn write(
-            self,
-            _: &tenure_core::types::Snapshot,
-        ) -> Result<tenure_core::types::Snapshot, Self::Error> {
-            panic!("the snapshot writer fails hard (test)")
-        }
-    }
-
-    impl tenure_core::storage::Storage for PanickingSnapshots {
-        type Error = tenure_core::storage::SnapshotNotNewer;
-        fn recover(&mut self) -> Result<tenure_core::types::Recovered, Self::Error> {
-            self.0.recover()
-        }
-        fn persist(
-            &mut self,
-            hs: Option<&tenure_core::types::HardState>,
-            snapshot: Option<&tenure_core::types::Snapshot>,
-            entries: &[tenure_core::types::Entry],
-        ) -> Result<(), Self::Error> {
-            self.0.persist(hs, snapshot, entries)
-        }
-    }
-
-    impl tenure_core::storage::BackgroundSnapshots for PanickingSnapshots {
-        type Writer = PanickingWriter;
-        type Written = tenure_core::types::Snapshot;
-        fn snapshot_writer(&mut self) -> Self::Writer {
-            PanickingWriter
-        }
-        fn record_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error> {
-            self.0.record_snapshot(written)
-        }
-        fn discard_snapshot(&mut self, written: Self::Written) -> Result<(), Self::Error> {
-            self.0.discard_snapshot(written)
-        }
-    }
-
     /// A snapshot thread that dies without reporting is given up (counted as a failed
     /// snapshot), so that the node takes its next snapshot instead of waiting for that one
     /// for ever.
@@ -1501,10 +1491,15 @@ mod tests {
         config.snapshot_threshold_entries = 5;
         config.snapshot_grows_with_state = false;
         let node = Node::new(config, Default::default()).expect("valid");
+        let trail = Trail::default();
+        let storage = RecordingStorage {
+            writer_panics: true,
+            ..RecordingStorage::new(trail.clone())
+        };
         let (mut driver, _handle) = new_driver(
             node,
-            PanickingSnapshots(Default::default()),
-            RecordingOutbox(Trail::default()),
+            storage,
+            RecordingOutbox(trail),
             Duration::from_millis(10),
             DriverBugs::default(),
         );
