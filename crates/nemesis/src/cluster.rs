@@ -96,6 +96,9 @@ pub struct Cluster {
     channels: BTreeMap<u64, Channel>,
     /// Which peers each node currently blocks (what `/debug/block` was last told).
     blocked: BTreeMap<u64, BTreeSet<u64>>,
+    /// Nodes found exited by themselves when the nemesis came to kill them, for
+    /// [`Cluster::exited_by_themselves`].
+    exits: Vec<String>,
 }
 
 impl Cluster {
@@ -130,6 +133,7 @@ impl Cluster {
             life: BTreeMap::new(),
             channels,
             blocked: BTreeMap::new(),
+            exits: Vec::new(),
         };
         for id in c.ids() {
             c.write_config(id)?;
@@ -221,7 +225,7 @@ impl Cluster {
     /// with the end of its log. A node is never alive without its driver, so an exit is what
     /// such a death looks like from outside.
     pub fn exited_by_themselves(&mut self) -> Vec<String> {
-        let mut exited = Vec::new();
+        let mut exited = std::mem::take(&mut self.exits);
         for id in self.ids() {
             if self.life(id) != Life::Up {
                 continue;
@@ -266,7 +270,14 @@ impl Cluster {
 
     /// SIGKILL node `id` and reap it.
     pub fn kill(&mut self, id: u64) {
-        if let Some(p) = self.procs.remove(&id) {
+        if let Some(mut p) = self.procs.remove(&id) {
+            // A death between two checks must not hide behind this kill.
+            if self.life(id) == Life::Up && !p.running() {
+                self.exits.push(format!(
+                    "node {id} exited by itself (found when it was to be killed); its log ends:\n{}",
+                    self.log_tail(id, 8)
+                ));
+            }
             p.kill();
         }
         self.life.insert(id, Life::Down);
