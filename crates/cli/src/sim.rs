@@ -63,10 +63,6 @@ pub struct SimArgs {
     /// (reproduces a driver that handles input before catching up with its clock).
     #[arg(long, hide = true)]
     no_pause_catch_up: bool,
-    /// How drivers lay a Ready out on disk: term-first (default), state-last, state-first
-    /// (the latter two reproduce recovery problems of the core; see tenure-sim's disk docs).
-    #[arg(long, hide = true, value_parser = tenure_sim::disk::WalLayout::from_name, default_value = "term-first")]
-    wal_layout: tenure_sim::disk::WalLayout,
     /// Print one line per seed with its fault mix, trace hash and counters.
     #[arg(long)]
     verbose: bool,
@@ -108,7 +104,6 @@ impl SimArgs {
             trace: self.trace,
             trace_raft: self.trace_raft,
             pause_catch_up: !self.no_pause_catch_up,
-            wal_layout: self.wal_layout,
         };
         opts.validate()?;
         Ok(opts)

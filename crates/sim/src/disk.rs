@@ -1,28 +1,33 @@
-//! A node's simulated disk: a durable part and an unsynced part.
+//! A node's simulated disk: the server's own write-ahead log ([`tenure_wal::FileStorage`],
+//! the same code: format, write order, fsyncs, segment rotation, compaction, background
+//! snapshot files, recovery from a torn tail) over an in-memory file system
+//! ([`tenure_wal::MemFs`]) that the simulator crashes.
 //!
-//! Writes land in the unsynced part; `fsync` moves them to the durable part. A crash drops
-//! the unsynced part, except that a crash *between write and fsync* may keep a prefix of the
-//! unsynced writes, the last of them torn (only a prefix of its entries kept), as a real disk
-//! that reorders nothing but loses power mid-write would.
+//! A crash at an arbitrary moment ([`Disk::crash`]) loses whatever was not fsynced, as a power
+//! loss does. A crash *between write and fsync* ([`Disk::crash_torn`]) lets the file system
+//! keep a random part of the unsynced bytes (a prefix, sometimes as zeros) and a random prefix
+//! of the directory changes not yet fsynced; the log must then recover to the state after some
+//! persist it wrote, never less than the last one it acknowledged. A restart opens the log
+//! again ([`Disk::open`]), repairs a torn tail exactly as a server would, and hands the node
+//! what it recovered.
 //!
-//! `tenure_core::storage::Storage::persist` documents the order snapshot, entries, hard
-//! state ([`WalLayout::StateLast`]). With that order a crash between the entries and the hard
-//! state leaves entries of a term newer than the persisted term, and `Node::new` currently
-//! refuses such a disk as corrupt (a core bug: raising the term to the last entry's term with
-//! no vote would be safe, since a vote of that term was never sent). Until the core accepts
-//! it, the simulator's default layout ([`WalLayout::TermFirst`]) writes the term and vote
-//! first, then the snapshot and entries, and the whole hard state (with the commit index)
-//! last: no crash can then leave entries newer than the persisted term, nor a persisted commit
-//! index over entries that were not written. `--wal-layout state-last` reproduces the
-//! recovery failure; `--wal-layout state-first` shows why the commit index must come after
-//! the entries (a torn write leaves a stale conflicting tail under it, which is then applied).
+//! On top, the disk checks what a node asks it to write (entries contiguous, no gap after the
+//! log), so that a simulator bug surfaces as an error rather than an odd log.
 
+use std::path::{Path, PathBuf};
+
+use tenure_core::storage::Storage as _;
 use tenure_core::types::{Entry, HardState, Index, Recovered, Snapshot};
+use tenure_wal::{
+    CrashChoices, CrashReport, FileSnapshotWriter, FileStorage, LoseEverythingUnsynced, MemFs,
+    WalError, WalOptions, WrittenSnapshot,
+};
 
 use crate::rng::SimRng;
 
-/// A broken storage contract: the node asked to persist something inconsistent.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// A broken storage contract (the node asked to persist something inconsistent), or the log
+/// refused.
+#[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// Entries that do not continue the stored log.
     #[error("entries start at index {first} but the stored log ends at {last}: a gap")]
@@ -35,275 +40,174 @@ pub enum StorageError {
     /// Entries written out of order within one write.
     #[error("entries of one write are not contiguous at index {0}")]
     NotContiguous(Index),
-    /// A background snapshot recorded at or below the stored snapshot's index: its node
-    /// cannot have adopted it.
-    #[error("a background snapshot at {index} was recorded over the stored one at {stored}")]
-    SnapshotNotNewer {
-        /// The background snapshot's index.
-        index: Index,
-        /// The stored snapshot's index (written, durable or not).
-        stored: Index,
-    },
-}
-
-/// One write of a Ready's persistent part.
-#[derive(Clone, Debug)]
-enum Write {
-    /// Term and vote only; the commit index stays as it was.
-    TermVote(HardState),
-    Snapshot(Snapshot),
-    Entries(Vec<Entry>),
-    HardState(HardState),
-}
-
-/// What survives on the disk.
-#[derive(Clone, Debug, Default)]
-struct Stored {
-    hard_state: HardState,
-    snapshot: Option<Snapshot>,
-    /// Entries after the snapshot, contiguous.
-    entries: Vec<Entry>,
-}
-
-impl Stored {
-    fn snapshot_index(&self) -> Index {
-        self.snapshot.as_ref().map_or(0, |s| s.index)
-    }
-
-    fn last_index(&self) -> Index {
-        self.snapshot_index() + self.entries.len() as Index
-    }
-
-    fn apply(&mut self, write: Write) -> Result<(), StorageError> {
-        match write {
-            Write::HardState(hs) => self.hard_state = hs,
-            Write::TermVote(hs) => {
-                self.hard_state.term = hs.term;
-                self.hard_state.vote = hs.vote;
-            }
-            Write::Snapshot(snapshot) => {
-                // Exactly `Storage::persist`'s rule (checked by the conformance suite): keep
-                // the tail only if an entry at the snapshot's index has the snapshot's term.
-                let base = self.snapshot_index();
-                let same = snapshot.index > base
-                    && self
-                        .entries
-                        .get((snapshot.index - base - 1) as usize)
-                        .is_some_and(|e| e.term == snapshot.term);
-                if same {
-                    self.entries.drain(..(snapshot.index - base) as usize);
-                } else {
-                    self.entries.clear();
-                }
-                self.snapshot = Some(snapshot);
-            }
-            Write::Entries(entries) => {
-                let base = self.snapshot_index();
-                let mut expected: Option<Index> = None;
-                for entry in entries {
-                    if let Some(next) = expected {
-                        if entry.index != next {
-                            return Err(StorageError::NotContiguous(entry.index));
-                        }
-                    }
-                    expected = Some(entry.index + 1);
-                    if entry.index <= base {
-                        continue;
-                    }
-                    if entry.index > self.last_index() + 1 {
-                        return Err(StorageError::Gap {
-                            first: entry.index,
-                            last: self.last_index(),
-                        });
-                    }
-                    self.entries.truncate((entry.index - base - 1) as usize);
-                    self.entries.push(entry);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A node's disk.
-#[derive(Clone, Debug, Default)]
-pub struct Disk {
-    layout: WalLayout,
-    durable: Stored,
-    unsynced: Vec<Write>,
-    /// `--inject-bug snapshot-recorded-before-written`: the index of a snapshot the log
-    /// refers to whose file is not yet durable; a crash loses the file.
-    snapshot_file_pending: Option<Index>,
-}
-
-/// How the driver lays a Ready's persistent parts out on the disk, which decides what a crash
-/// between write and fsync can leave behind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum WalLayout {
-    /// Term and vote, snapshot, entries, then the commit index (the default; see the module
-    /// documentation for why).
-    #[default]
-    TermFirst,
-    /// Snapshot, entries, then the whole hard state (etcd's WAL order). A crash can leave
-    /// entries of a term newer than the persisted term.
-    StateLast,
-    /// The whole hard state, snapshot, then entries. A crash can leave a persisted commit
-    /// index over a stale conflicting tail that a torn write failed to replace.
-    StateFirst,
-}
-
-impl WalLayout {
-    /// The command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            WalLayout::TermFirst => "term-first",
-            WalLayout::StateLast => "state-last",
-            WalLayout::StateFirst => "state-first",
-        }
-    }
-
-    /// Parses a command-line name.
-    pub fn from_name(name: &str) -> Result<WalLayout, String> {
-        [
-            WalLayout::TermFirst,
-            WalLayout::StateLast,
-            WalLayout::StateFirst,
-        ]
-        .into_iter()
-        .find(|l| l.name() == name)
-        .ok_or_else(|| {
-            format!("unknown WAL layout {name:?}; valid: term-first, state-last, state-first")
-        })
-    }
+    /// The write-ahead log failed or refused (a background snapshot not newer than the stored
+    /// one, a log that does not recover, ...).
+    #[error(transparent)]
+    Wal(#[from] WalError),
 }
 
 /// What a crash between write and fsync left behind, for the trace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TornWrite {
-    /// Writes pending at the crash.
-    pub pending: usize,
-    /// Writes that survived whole.
-    pub kept_whole: usize,
-    /// Entries kept from a torn entries write, if one was torn.
-    pub torn_entries_kept: Option<usize>,
+pub type TornWrite = CrashReport;
+
+/// Segments small enough that a simulated run rotates and compacts them all the time.
+const SEGMENT_BYTES: u64 = 16 << 10;
+
+/// A node's disk.
+#[derive(Debug)]
+pub struct Disk {
+    fs: MemFs,
+    options: WalOptions,
+    /// The open log while the node's process runs; `None` from a crash to the next open.
+    log: Option<FileStorage<MemFs>>,
+    /// What the last open repaired, for the trace.
+    repaired: Option<String>,
+}
+
+impl Default for Disk {
+    fn default() -> Disk {
+        Disk::new(WalOptions::default())
+    }
+}
+
+/// The log's directory on the simulated file system (one file system per node).
+fn dir() -> PathBuf {
+    PathBuf::from("/var/lib/tenure")
+}
+
+/// A crash's choices, drawn from the run's generator.
+struct RandomLoss<'a>(&'a mut SimRng);
+
+impl CrashChoices for RandomLoss<'_> {
+    fn unsynced_bytes(&mut self, _: &Path, unsynced: usize) -> (usize, bool) {
+        let keep = match self.0.below(4) {
+            0 => 0,
+            1 => unsynced,
+            _ => self.0.below(unsynced as u64 + 1) as usize,
+        };
+        (keep, self.0.chance(0.1))
+    }
+
+    fn directory_changes(&mut self, pending: usize) -> usize {
+        self.0.below(pending as u64 + 1) as usize
+    }
 }
 
 impl Disk {
-    /// Queues the persistent parts of a Ready, in write-ahead-log order.
-    pub fn write(
-        &mut self,
-        snapshot: Option<Snapshot>,
-        entries: Vec<Entry>,
-        hard_state: Option<HardState>,
-    ) {
-        let (first, last) = match (self.layout, hard_state) {
-            (_, None) => (None, None),
-            (WalLayout::TermFirst, Some(hs)) => {
-                (Some(Write::TermVote(hs)), Some(Write::HardState(hs)))
-            }
-            (WalLayout::StateLast, Some(hs)) => (None, Some(Write::HardState(hs))),
-            (WalLayout::StateFirst, Some(hs)) => (Some(Write::HardState(hs)), None),
+    /// An empty disk, its log open, with `options` but small segments.
+    pub fn new(options: WalOptions) -> Disk {
+        let options = WalOptions {
+            segment_bytes_max: SEGMENT_BYTES,
+            ..options
         };
-        self.unsynced.extend(first);
-        if let Some(s) = snapshot {
-            self.unsynced.push(Write::Snapshot(s));
-        }
-        if !entries.is_empty() {
-            self.unsynced.push(Write::Entries(entries));
-        }
-        self.unsynced.extend(last);
+        let mut disk = Disk {
+            fs: MemFs::new(),
+            options,
+            log: None,
+            repaired: None,
+        };
+        disk.open().expect("an empty log opens");
+        disk
     }
 
-    /// An empty disk whose driver uses `layout`.
-    pub fn new(layout: WalLayout) -> Disk {
-        Disk {
-            layout,
-            ..Disk::default()
-        }
+    /// Options for `--inject-bug snapshot-recorded-before-written`: the log records a
+    /// background snapshot whose file was never made durable (the write-ahead log's own test
+    /// switch: its writer skips the fsyncs). `None` in a build without the `inject-bugs`
+    /// feature.
+    pub fn options_recording_snapshots_early() -> Option<WalOptions> {
+        let mut options = WalOptions::default();
+        options
+            .inject_snapshot_file_not_durable()
+            .then_some(options)
     }
 
-    /// Makes every queued write durable.
-    pub fn fsync(&mut self) -> Result<(), StorageError> {
-        for write in std::mem::take(&mut self.unsynced) {
-            self.durable.apply(write)?;
+    /// Opens the log (again, after a crash), repairing a torn tail as a server would, and
+    /// returns what it holds.
+    pub fn open(&mut self) -> Result<Recovered, StorageError> {
+        self.log = None;
+        let mut log = FileStorage::open_in(self.fs.clone(), &dir(), self.options)?;
+        self.repaired = log.repaired().map(str::to_string);
+        let recovered = log.recover()?;
+        self.log = Some(log);
+        Ok(recovered)
+    }
+
+    /// What the last open cut from a torn tail, if anything.
+    pub fn repaired(&self) -> Option<&str> {
+        self.repaired.as_deref()
+    }
+
+    fn log(&mut self) -> &mut FileStorage<MemFs> {
+        self.log
+            .as_mut()
+            .expect("the disk is written only while its node runs (opened since its crash)")
+    }
+
+    /// The entries are in order and continue the log (written, durable or not) without a
+    /// gap. With a snapshot in the same write, the end is the snapshot's index or the log's
+    /// (whether it keeps the tail is the log's decision; this check only needs a bound).
+    fn check(
+        &mut self,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+    ) -> Result<(), StorageError> {
+        for pair in entries.windows(2) {
+            if pair[1].index != pair[0].index + 1 {
+                return Err(StorageError::NotContiguous(pair[1].index));
+            }
+        }
+        if let Some(first) = entries.first() {
+            let last = self.log().last_index();
+            let end = snapshot.map_or(last, |s| s.index.max(last));
+            if first.index > end + 1 {
+                return Err(StorageError::Gap {
+                    first: first.index,
+                    last: end,
+                });
+            }
         }
         Ok(())
     }
 
-    /// Power loss between write and fsync: a random prefix of the queued writes survives and
-    /// the next one may survive in part (a prefix of its entries; a torn snapshot or hard
-    /// state fails its checksum and is lost whole).
-    pub fn crash_torn(&mut self, rng: &mut SimRng) -> Result<TornWrite, StorageError> {
-        let pending = std::mem::take(&mut self.unsynced);
-        let kept_whole = rng.below(pending.len() as u64 + 1) as usize;
-        let mut outcome = TornWrite {
-            pending: pending.len(),
-            kept_whole,
-            torn_entries_kept: None,
-        };
-        for (i, write) in pending.into_iter().enumerate() {
-            if i < kept_whole {
-                self.durable.apply(write)?;
-            } else {
-                if let Write::Entries(mut entries) = write {
-                    let keep = rng.below(entries.len() as u64) as usize;
-                    entries.truncate(keep);
-                    outcome.torn_entries_kept = Some(keep);
-                    if !entries.is_empty() {
-                        self.durable.apply(Write::Entries(entries))?;
-                    }
-                }
-                break;
-            }
-        }
-        Ok(outcome)
+    /// Writes the persistent parts of a Ready without the fsync (a persist with a snapshot
+    /// is fsynced anyway, as the log does).
+    pub fn write(
+        &mut self,
+        snapshot: Option<&Snapshot>,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+    ) -> Result<(), StorageError> {
+        self.check(snapshot, entries)?;
+        Ok(self.log().write(hard_state, snapshot, entries)?)
+    }
+
+    /// Makes every write durable.
+    pub fn fsync(&mut self) -> Result<(), StorageError> {
+        Ok(self.log().sync()?)
+    }
+
+    /// Power loss between write and fsync: the file system keeps a random part of what was
+    /// not fsynced (see the module documentation).
+    pub fn crash_torn(&mut self, rng: &mut SimRng) -> TornWrite {
+        self.log = None;
+        self.fs.crash(&mut RandomLoss(rng))
+    }
+
+    /// Power loss at an arbitrary moment: whatever was not fsynced is lost.
+    pub fn crash(&mut self) {
+        self.log = None;
+        self.fs.crash(&mut LoseEverythingUnsynced);
+    }
+
+    /// The process exits while the machine stays up: nothing written is lost.
+    pub fn restart(&mut self) {
+        self.log = None;
+        self.fs.crash(&mut tenure_wal::KeepEverything);
     }
 
     /// The index of the newest snapshot written, durable or not: what the write-ahead log
     /// holds as its snapshot once a persist (or `write`) has returned.
-    pub fn stored_snapshot_index(&self) -> Index {
-        self.unsynced
-            .iter()
-            .filter_map(|w| match w {
-                Write::Snapshot(s) => Some(s.index),
-                _ => None,
-            })
-            .fold(self.durable.snapshot_index(), Index::max)
-    }
-
-    /// The injected bug `snapshot-recorded-before-written`: the log refers to a background
-    /// snapshot (and discards the entries it covers) as soon as it is handed out, while its
-    /// file is still being written. Until its record (`BackgroundSnapshots::record_snapshot`)
-    /// says the file is done, a crash loses the file, and recovery finds the log without the
-    /// snapshot or the entries.
-    pub fn record_snapshot_before_written(&mut self, snapshot: Snapshot) {
-        let index = snapshot.index;
-        if index > self.stored_snapshot_index() {
-            self.durable
-                .apply(Write::Snapshot(snapshot))
-                .expect("a snapshot write never breaks the log's contiguity");
-            self.snapshot_file_pending = Some(index);
-        }
-    }
-
-    /// Power loss at an arbitrary moment: unsynced writes are lost.
-    pub fn crash(&mut self) {
-        self.unsynced.clear();
-        if let Some(index) = self.snapshot_file_pending.take() {
-            if self.durable.snapshot_index() == index {
-                // The log names a snapshot file that never became durable.
-                self.durable.snapshot = None;
-            }
-        }
-    }
-
-    /// What a restarting node finds.
-    pub fn recovered(&self) -> Recovered {
-        Recovered {
-            hard_state: self.durable.hard_state,
-            snapshot: self.durable.snapshot.clone(),
-            entries: self.durable.entries.clone(),
-        }
+    pub fn stored_snapshot_index(&mut self) -> Index {
+        self.log().snapshot_index()
     }
 }
 
@@ -314,7 +218,7 @@ impl tenure_core::storage::Storage for Disk {
     type Error = StorageError;
 
     fn recover(&mut self) -> Result<Recovered, StorageError> {
-        Ok(self.recovered())
+        Ok(self.log().recover()?)
     }
 
     fn persist(
@@ -323,14 +227,12 @@ impl tenure_core::storage::Storage for Disk {
         snapshot: Option<&Snapshot>,
         entries: &[Entry],
     ) -> Result<(), StorageError> {
-        self.write(snapshot.cloned(), entries.to_vec(), hard_state.copied());
-        self.fsync()
+        self.check(snapshot, entries)?;
+        Ok(self.log().persist(hard_state, snapshot, entries)?)
     }
 
     fn persist_commit(&mut self, hard_state: &HardState) -> Result<(), StorageError> {
-        // Written, not fsynced: a crash before the next fsync loses it.
-        self.write(None, Vec::new(), Some(*hard_state));
-        Ok(())
+        Ok(self.log().persist_commit(hard_state)?)
     }
 
     fn write(
@@ -339,13 +241,7 @@ impl tenure_core::storage::Storage for Disk {
         snapshot: Option<&Snapshot>,
         entries: &[Entry],
     ) -> Result<(), StorageError> {
-        Disk::write(
-            self,
-            snapshot.cloned(),
-            entries.to_vec(),
-            hard_state.copied(),
-        );
-        Ok(())
+        Disk::write(self, snapshot, entries, hard_state)
     }
 
     fn sync(&mut self) -> Result<(), StorageError> {
@@ -353,57 +249,21 @@ impl tenure_core::storage::Storage for Disk {
     }
 }
 
-/// The simulator's disk takes background snapshots through the same three steps as the
-/// write-ahead log (`tenure_core::storage::BackgroundSnapshots`), and its driver finishes them
-/// with the server's own function (`tenure_driver::finish_background_snapshot`). The file is
-/// the snapshot itself, held by the driver until it is recorded; a crash loses it.
+/// Background snapshots go through the write-ahead log's own three steps, files and all.
 impl tenure_core::storage::BackgroundSnapshots for Disk {
-    type Writer = SnapshotWriter;
-    type Written = Snapshot;
+    type Writer = FileSnapshotWriter<MemFs>;
+    type Written = WrittenSnapshot;
 
-    fn snapshot_writer(&mut self) -> SnapshotWriter {
-        SnapshotWriter
+    fn snapshot_writer(&mut self) -> FileSnapshotWriter<MemFs> {
+        self.log().snapshot_writer()
     }
 
-    /// As the write-ahead log does: refused if the stored snapshot (written, durable or not)
-    /// is at or past it; otherwise one persist that refers to it, fsynced with everything
-    /// written before it.
-    fn record_snapshot(&mut self, written: Snapshot) -> Result<(), StorageError> {
-        if self.snapshot_file_pending == Some(written.index) {
-            // Recorded before it was written (the injected bug); now the file is there too.
-            self.snapshot_file_pending = None;
-            return Ok(());
-        }
-        let stored = self.stored_snapshot_index();
-        if written.index <= stored {
-            return Err(StorageError::SnapshotNotNewer {
-                index: written.index,
-                stored,
-            });
-        }
-        self.unsynced.push(Write::Snapshot(written));
-        self.fsync()
+    fn record_snapshot(&mut self, written: WrittenSnapshot) -> Result<(), StorageError> {
+        Ok(self.log().record_snapshot(written)?)
     }
 
-    fn discard_snapshot(&mut self, written: Snapshot) -> Result<(), StorageError> {
-        if self.snapshot_file_pending == Some(written.index) {
-            // The injected bug already made the log refer to it; the file stays.
-            self.snapshot_file_pending = None;
-        }
-        Ok(())
-    }
-}
-
-/// [`Disk`]'s writer of background snapshots: the snapshot is durable once written.
-#[derive(Debug)]
-pub struct SnapshotWriter;
-
-impl tenure_core::storage::SnapshotWriter for SnapshotWriter {
-    type Written = Snapshot;
-    type Error = std::convert::Infallible;
-
-    fn write(self, snapshot: &Snapshot) -> Result<Snapshot, Self::Error> {
-        Ok(snapshot.clone())
+    fn discard_snapshot(&mut self, written: WrittenSnapshot) -> Result<(), StorageError> {
+        Ok(self.log().discard_snapshot(written)?)
     }
 }
 
@@ -420,27 +280,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_commit_index_alone_is_not_fsynced_and_a_crash_loses_only_it() {
-        use tenure_core::storage::Storage as _;
-        let mut disk = Disk::default();
-        let hs = |commit| HardState {
+    fn hs(commit: Index) -> HardState {
+        HardState {
             term: 1,
             vote: Some(1),
             commit,
-        };
+        }
+    }
+
+    #[test]
+    fn a_commit_index_alone_is_not_fsynced_and_a_crash_loses_only_it() {
+        let mut disk = Disk::default();
         disk.persist(Some(&hs(1)), None, &[entry(1, 1), entry(2, 1)])
             .expect("persist");
         disk.persist_commit(&hs(2)).expect("persist_commit");
-        assert_eq!(disk.recovered().hard_state, hs(1), "not durable yet");
         disk.crash();
-        let r = disk.recovered();
+        let r = disk.open().expect("reopen");
         assert_eq!((r.hard_state, r.entries.len()), (hs(1), 2));
         disk.persist_commit(&hs(2)).expect("persist_commit");
         disk.persist(None, None, &[entry(3, 1)]).expect("persist");
         disk.crash();
         assert_eq!(
-            disk.recovered().hard_state,
+            disk.open().expect("reopen").hard_state,
             hs(2),
             "the next persist made it durable"
         );
@@ -449,71 +310,48 @@ mod tests {
     #[test]
     fn fsync_makes_writes_durable_and_crash_loses_unsynced() {
         let mut disk = Disk::default();
-        disk.write(
-            None,
-            vec![entry(1, 1), entry(2, 1)],
-            Some(HardState {
-                term: 1,
-                vote: Some(1),
-                commit: 0,
-            }),
-        );
-        disk.fsync().expect("contiguous");
-        disk.write(None, vec![entry(3, 1)], None);
+        disk.write(None, &[entry(1, 1), entry(2, 1)], Some(&hs(0)))
+            .expect("write");
+        disk.fsync().expect("fsync");
+        disk.write(None, &[entry(3, 1)], None).expect("write");
         disk.crash();
-        let r = disk.recovered();
+        let r = disk.open().expect("reopen");
         assert_eq!(r.entries.len(), 2);
         assert_eq!(r.hard_state.vote, Some(1));
     }
 
     #[test]
-    fn later_entries_truncate_conflicting_suffix() {
+    fn a_gap_or_a_reordered_batch_is_a_storage_error() {
         let mut disk = Disk::default();
-        disk.write(None, vec![entry(1, 1), entry(2, 1), entry(3, 1)], None);
-        disk.fsync().expect("contiguous");
-        disk.write(None, vec![entry(2, 2)], None);
-        disk.fsync().expect("contiguous");
-        let r = disk.recovered();
-        assert_eq!(r.entries, vec![entry(1, 1), entry(2, 2)]);
-    }
-
-    #[test]
-    fn a_gap_is_a_storage_error() {
-        let mut disk = Disk::default();
-        disk.write(None, vec![entry(2, 1)], None);
         assert!(matches!(
-            disk.fsync(),
+            disk.write(None, &[entry(2, 1)], None),
             Err(StorageError::Gap { first: 2, last: 0 })
+        ));
+        assert!(matches!(
+            disk.write(None, &[entry(1, 1), entry(3, 1)], None),
+            Err(StorageError::NotContiguous(3))
         ));
     }
 
     #[test]
-    fn torn_crash_keeps_a_prefix() {
+    fn a_torn_crash_recovers_a_whole_persist_never_a_part() {
         let mut rng = SimRng::new(7);
-        for _ in 0..50 {
+        let mut torn = 0;
+        for _ in 0..200 {
             let mut disk = Disk::default();
-            disk.write(
-                None,
-                vec![entry(1, 1), entry(2, 1), entry(3, 1)],
-                Some(HardState {
-                    term: 1,
-                    vote: None,
-                    commit: 3,
-                }),
-            );
-            disk.crash_torn(&mut rng).expect("contiguous");
-            let r = disk.recovered();
-            // Entries survive only after the term written before them, and the commit index
-            // only after all the entries it covers.
-            if !r.entries.is_empty() {
-                assert_eq!(r.hard_state.term, 1);
-            }
-            if r.hard_state.commit == 3 {
-                assert_eq!(r.entries.len(), 3);
-            }
-            for (i, e) in r.entries.iter().enumerate() {
-                assert_eq!(e.index, i as u64 + 1);
+            disk.persist(Some(&hs(0)), None, &[entry(1, 1)])
+                .expect("persist");
+            let batch: Vec<Entry> = (2..=40).map(|i| entry(i, 1)).collect();
+            disk.write(None, &batch, Some(&hs(40))).expect("write");
+            let report = disk.crash_torn(&mut rng);
+            torn += usize::from(report.kept_bytes > 0 && report.kept_bytes < report.unsynced_bytes);
+            let r = disk.open().expect("a torn tail is repaired");
+            match r.entries.len() {
+                1 => assert_eq!(r.hard_state, hs(0)),
+                40 => assert_eq!(r.hard_state, hs(40)),
+                n => panic!("{n} entries: half a persist survived"),
             }
         }
+        assert!(torn > 20, "only {torn} crashes tore the write");
     }
 }

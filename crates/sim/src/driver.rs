@@ -32,6 +32,8 @@ use crate::report::Stats;
 use crate::rng::SimRng;
 use crate::time::SimTimeUs;
 use crate::trace::{Trace, TraceKind};
+use tenure_core::storage::{BackgroundSnapshots as _, SnapshotWriter as _};
+use tenure_wal::{FileSnapshotWriter, MemFs, WrittenSnapshot};
 
 /// The rest of a Ready whose fsync is still running (pipelined persistence): what is done
 /// once it is durable.
@@ -96,9 +98,6 @@ pub struct DriveCtx<'a> {
     pub crash_after_vote: f64,
     /// Bugs switched on in the driver core (`--inject-bug`).
     pub driver_bugs: DriverBugs,
-    /// `--inject-bug snapshot-recorded-before-written`: the disk records a background
-    /// snapshot when it is handed out, before its file is durable.
-    pub snapshot_recorded_early: bool,
     /// `--inject-bug snapshot-log-decides`: a written background snapshot is recorded or
     /// dropped by the disk's own judgement, then reported to the node.
     pub snapshot_log_decides: bool,
@@ -165,12 +164,12 @@ pub struct NodeSlot {
     pub fsync_to_schedule: bool,
     /// A background snapshot being encoded and written (`Config::snapshot_in_background`):
     /// durable at a `SnapshotTaken` event; lost in a crash before.
-    snapshot_taking: Option<SnapshotImage>,
+    snapshot_taking: Option<(SnapshotImage, FileSnapshotWriter<MemFs>)>,
     /// A background snapshot written and reported by its thread, not yet handed to the node
     /// and the disk: as on the server, the next pass of the driver does that after handling
     /// its input and before its Ready (`NodeSlot::drive`), so a leader's snapshot stepped in the
     /// same pass crosses it. Lost in a crash.
-    snapshot_written: Option<tenure_core::types::Snapshot>,
+    snapshot_written: Option<(tenure_core::types::Snapshot, WrittenSnapshot)>,
     /// The world must schedule the `SnapshotTaken` of the snapshot just handed out.
     pub snapshot_to_schedule: bool,
     /// The snapshot thread finished while the process was stopped: its report reaches the
@@ -252,7 +251,15 @@ impl NodeSlot {
 
     /// Starts (or restarts) the node from its disk with a fresh seed.
     pub fn start(&mut self, seed: u64, ctx: &mut DriveCtx<'_>) -> Result<Drive, String> {
-        let recovered = self.disk.recovered();
+        let recovered = self
+            .disk
+            .open()
+            .map_err(|e| format!("node {} cannot open its write-ahead log: {e}", self.id))?;
+        if let Some(repair) = self.disk.repaired() {
+            ctx.trace.log(ctx.now_us, || {
+                format!("node {} recovery: {repair}", self.id)
+            });
+        }
         let snapshot = recovered
             .snapshot
             .as_ref()
@@ -659,15 +666,20 @@ impl NodeSlot {
                     image.index()
                 )
             });
-            if ctx.snapshot_recorded_early {
-                self.disk.record_snapshot_before_written(image.encode());
-            }
-            self.snapshot_taking = Some(image);
+            // As the server's driver does: the file number is reserved now, the file written
+            // by the snapshot thread (the `SnapshotTaken` event).
+            let writer = self.disk.snapshot_writer();
+            self.snapshot_taking = Some((image, writer));
             self.snapshot_to_schedule = true;
         }
         let writes = hard_state.is_some() || snapshot.is_some() || !entries.is_empty();
         if writes && self.crash_mid_ready {
-            self.disk.write(snapshot, entries, hard_state);
+            if let Err(e) = self
+                .disk
+                .write(snapshot.as_ref(), &entries, hard_state.as_ref())
+            {
+                return Drive::StorageContract(format!("node {}: {e}", self.id));
+            }
             return self.crash_before_fsync("between write and fsync", ctx);
         }
 
@@ -688,7 +700,12 @@ impl NodeSlot {
             });
         }
         let snapshot_index = snapshot.as_ref().map(|s| s.index);
-        self.disk.write(snapshot, entries, hard_state);
+        if let Err(e) = self
+            .disk
+            .write(snapshot.as_ref(), &entries, hard_state.as_ref())
+        {
+            return Drive::StorageContract(format!("node {}: {e}", self.id));
+        }
         let rest = AfterFsync {
             messages,
             snapshot_index,
@@ -737,21 +754,27 @@ impl NodeSlot {
     /// pass of the driver ([`NodeSlot::drive`], after that pass's input) hands it to the node and
     /// the disk. Returns its index, for the wake-up the thread sends.
     pub fn snapshot_written(&mut self) -> Option<Index> {
-        if let Some(image) = self.snapshot_taking.take() {
-            self.snapshot_written = Some(image.encode());
+        if let Some((image, writer)) = self.snapshot_taking.take() {
+            let snapshot = image.encode();
+            // The in-memory file system does not fail, and a simulated snapshot is far
+            // below the log's size limit.
+            let written = writer
+                .write(&snapshot)
+                .expect("a simulated snapshot file is written");
+            self.snapshot_written = Some((snapshot, written));
         }
         self.snapshot_waiting()
     }
 
     /// The index of a written background snapshot that waits for the driver's next pass.
     pub fn snapshot_waiting(&self) -> Option<Index> {
-        self.snapshot_written.as_ref().map(|s| s.index)
+        self.snapshot_written.as_ref().map(|(s, _)| s.index)
     }
 
     /// As the server's driver does, with its function: the node decides whether the written
     /// snapshot is still current, and the disk records it or discards it accordingly.
     fn finish_snapshot(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
-        let Some(snapshot) = self.snapshot_written.take() else {
+        let Some((snapshot, written)) = self.snapshot_written.take() else {
             return Drive::Running;
         };
         let Some(node) = self.node.as_mut() else {
@@ -759,15 +782,10 @@ impl NodeSlot {
         };
         let (index, term) = (snapshot.index, snapshot.term);
         let finished = if ctx.snapshot_log_decides {
-            Self::finish_as_the_log_decides(node, &mut self.disk, snapshot)
+            Self::finish_as_the_log_decides(node, &mut self.disk, snapshot, written)
         } else {
             in_core(|| {
-                tenure_driver::finish_background_snapshot(
-                    node,
-                    &mut self.disk,
-                    snapshot.clone(),
-                    snapshot,
-                )
+                tenure_driver::finish_background_snapshot(node, &mut self.disk, snapshot, written)
             })
             .map_err(|e| format!("finishing its background snapshot at {index}: {e}"))
         };
@@ -801,14 +819,14 @@ impl NodeSlot {
         node: &mut Node,
         disk: &mut Disk,
         snapshot: tenure_core::types::Snapshot,
+        written: WrittenSnapshot,
     ) -> Result<bool, String> {
-        use tenure_core::storage::BackgroundSnapshots;
         let index = snapshot.index;
         let recorded = index > disk.stored_snapshot_index();
         let stored = if recorded {
-            disk.record_snapshot(snapshot.clone())
+            disk.record_snapshot(written)
         } else {
-            disk.discard_snapshot(snapshot.clone())
+            disk.discard_snapshot(written)
         };
         stored.map_err(|e| e.to_string())?;
         let adopted = in_core(|| node.snapshot_taken(Some(snapshot)));
@@ -869,10 +887,7 @@ impl NodeSlot {
 
     /// Crash with the last write not yet fsynced: the disk keeps a torn prefix of it.
     fn crash_before_fsync(&mut self, reason: &'static str, ctx: &mut DriveCtx<'_>) -> Drive {
-        let torn = match self.disk.crash_torn(ctx.rng) {
-            Ok(torn) => torn,
-            Err(e) => return Drive::StorageContract(format!("node {}: {e}", self.id)),
-        };
+        let torn = self.disk.crash_torn(ctx.rng);
         self.crash();
         Drive::Crashed {
             reason,

@@ -18,11 +18,12 @@
 //!   leader sends a Ready's AppendEntries before its own fsync completes (1–8 ms later),
 //!   keeps ticking and counts acknowledgements meanwhile (`Node::step_while_persisting`),
 //!   holds other inputs for after the fsync, and sometimes crashes before it completes.
-//! - **Disk** ([`disk`]): a durable part and an unsynced part. A crash loses unsynced writes;
-//!   a crash *between* a Ready's write and its fsync keeps a random prefix of that Ready's
-//!   writes (laid out as term+vote, snapshot, entries, commit) with the last one possibly
-//!   torn, and the Ready's messages are never sent. A restart is
-//!   `Node::new(config, recovered)` from the durable part.
+//! - **Disk** ([`disk`]): the server's write-ahead log (`tenure_wal::FileStorage`, the same
+//!   code) over an in-memory file system (`tenure_wal::MemFs`). A crash is a power loss: what
+//!   was not fsynced is lost; a crash *between* a Ready's write and its fsync keeps a random
+//!   part of the unsynced bytes (a prefix, sometimes zeros) and of the directory changes not
+//!   yet fsynced, and the Ready's messages are never sent. A restart opens the log again (it
+//!   cuts a torn tail as a server would) and is `Node::new(config, recovered)` from it.
 //! - **Network** ([`network`]): per-packet delay (1 ms up to 2–15 ms, sometimes 20–400 ms;
 //!   in a fifth of the seeds the whole network is slow, up to 50–250 ms, until heal), loss,
 //!   duplication and therefore reordering; full partitions (a set of nodes, and maybe
@@ -161,9 +162,6 @@ pub fn reproduce_command(opts: &SimOptions, seed: u64) -> String {
     }
     if !opts.pause_catch_up {
         cmd.push_str(" --no-pause-catch-up");
-    }
-    if opts.wal_layout != defaults.wal_layout {
-        cmd.push_str(&format!(" --wal-layout {}", opts.wal_layout.name()));
     }
     if let Some(bug) = opts.bug {
         cmd.push_str(&format!(" --inject-bug {bug}"));

@@ -34,8 +34,6 @@ pub struct SimOptions {
     /// up (a driver that ticks from a monotonic clock). Off only to reproduce what happens
     /// when a driver handles queued input first.
     pub pause_catch_up: bool,
-    /// How drivers lay Readies out on disk (what a torn write can leave behind).
-    pub wal_layout: crate::disk::WalLayout,
 }
 
 impl Default for SimOptions {
@@ -50,12 +48,23 @@ impl Default for SimOptions {
             trace: false,
             trace_raft: false,
             pause_catch_up: true,
-            wal_layout: crate::disk::WalLayout::TermFirst,
         }
     }
 }
 
 impl SimOptions {
+    /// A node's empty disk: the write-ahead log over a fresh in-memory file system, with
+    /// the log's own test switch on for `--inject-bug snapshot-recorded-before-written`.
+    pub fn new_disk(&self) -> crate::disk::Disk {
+        let options = if self.bug == Some(InjectBug::SnapshotRecordedBeforeWritten) {
+            crate::disk::Disk::options_recording_snapshots_early()
+                .expect("the bug's name is refused in builds without the log's bug switches")
+        } else {
+            tenure_wal::WalOptions::default()
+        };
+        crate::disk::Disk::new(options)
+    }
+
     /// Checks the options, returning a message fit for a command-line user.
     pub fn validate(&self) -> Result<(), String> {
         validate_nodes(self.nodes)?;
@@ -350,6 +359,12 @@ impl InjectBug {
                 let names: Vec<&str> = InjectBug::ALL.iter().map(|b| b.name()).collect();
                 format!("unknown bug {name:?}; valid names: {}", names.join(", "))
             })?;
+        if bug == InjectBug::SnapshotRecordedBeforeWritten && !tenure_wal::WalOptions::BUGS_BUILT {
+            return Err(format!(
+                "{name} is a bug of the write-ahead log, and this build has no log bug \
+                 switches (build with --features inject-bugs)"
+            ));
+        }
         if InjectBug::core_bugs(Some(bug)).any() && !tenure_core::config::InjectedBugs::BUILT {
             return Err(format!(
                 "{name} is a bug of the core, and this build has no core bug switches \

@@ -1,36 +1,28 @@
-//! The simulator's disk passes the same storage conformance suite as the server's
-//! write-ahead log (`tenure_wal::conformance`), so "persisted" means one thing in both.
-//! Reopening is a crash (losing what is unsynced: a `persist_commit` not yet followed by a
-//! `persist`), followed by recovery from the durable part.
+//! The simulator's disk is the server's write-ahead log over an in-memory file system, and
+//! passes the same storage conformance suite, so "persisted" means one thing in both.
+//! Reopening is a restart of the process (the power losses are `tenure-wal`'s `memfs` tests'
+//! and the simulator's business), followed by the log's own recovery.
 
-use tenure_sim::disk::{Disk, WalLayout};
+use tenure_sim::disk::Disk;
 
 fn reopen(mut disk: Disk) -> Disk {
-    // Every `persist` fsyncs, so a crash here loses at most a `persist_commit`'s commit
-    // index (the suite reopens only after a `persist`); recovery reads the durable part.
-    disk.crash();
+    disk.restart();
+    disk.open().expect("the log recovers after a power loss");
     disk
 }
 
-// Every check of the suite but the randomized one: that one also feeds batches no driver
-// of the core can produce (gaps after the log, reversed batches, entries under the
-// snapshot), which the simulated disk refuses on purpose so that a simulator bug surfaces as
-// an error instead of a silently odd disk. The two disks agree on every Raft-shaped input.
+// Every check of the suite but the randomized one: that one also feeds batches no driver of
+// the core can produce (gaps after the log, reversed batches), which the simulator's disk
+// refuses on purpose so that a simulator bug surfaces as an error instead of an odd log.
 mod sim_disk {
     use super::*;
-    tenure_wal::conformance_tests!(@raft_shaped || Disk::new(WalLayout::default()), reopen);
+    tenure_wal::conformance_tests!(@raft_shaped Disk::default, reopen);
 }
 
-// The background snapshot checks: the simulator's disk takes the node's own snapshots through
-// the same three steps as the write-ahead log (`BackgroundSnapshots`), and its driver finishes
-// them with the server's function, so the two must mean the same by "written", "recorded" and
-// "discarded". The randomized one is left out for the reason above (it also writes entries
-// under a recorded snapshot, which no node does and the simulated disk ignores).
+// The background snapshot checks, all of them: the simulator's disk writes the node's own
+// snapshots through the log's three steps, files and all, and its driver finishes them with
+// the server's function.
 mod sim_disk_background {
     use super::*;
-    tenure_wal::conformance_tests!(@each || Disk::new(WalLayout::default()), reopen;
-        background_snapshot_written_but_not_recorded_changes_nothing,
-        background_snapshot_recorded_after_later_persists,
-        background_snapshot_overtaken_by_a_persisted_one_is_dropped,
-    );
+    tenure_wal::background_conformance_tests!(Disk::default, reopen);
 }

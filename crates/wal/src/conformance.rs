@@ -20,8 +20,8 @@
 //! Storage that also writes snapshots off the driver's thread ([`BackgroundSnapshots`]: the
 //! files of this crate, `MemStorage`) has a second list, [`background_checks`], run with
 //! [`run_all_background`] or [`background_conformance_tests!`](crate::background_conformance_tests).
-//! It is kept apart so that storage implementing only [`Storage`] (the simulator's disk)
-//! still runs the first list:
+//! It is kept apart so that storage implementing only [`Storage`] still runs the first
+//! list:
 //!
 //! ```
 //! mod mem_storage_background {
@@ -282,10 +282,13 @@ impl<'a, S: Storage> Probe<'a, S> {
             .storage()
             .recover()
             .unwrap_or_else(|e| panic!("{check}: {step}: recover failed: {e}"));
-        assert_eq!(
-            got, self.model,
-            "{check}: {step}: recovered state differs from the model"
-        );
+        if got != self.model {
+            panic!(
+                "{check}: {step}: recovered state differs from the model\n  recovered: {}\n  model:     {}",
+                summary(&got),
+                summary(&self.model)
+            );
+        }
     }
 
     fn reopen(&mut self) {
@@ -555,6 +558,38 @@ pub fn random_background_snapshots_with<S: BackgroundSnapshots>(
         }
     }
     p.verify(&format!("seed {seed} at the end"));
+}
+
+/// A recovered state in one line: hard state, snapshot, entries' (index, term) runs.
+fn summary(r: &Recovered) -> String {
+    let mut runs: Vec<String> = Vec::new();
+    let mut run: Option<(Index, Index, Term)> = None;
+    let close = |run: (Index, Index, Term), runs: &mut Vec<String>| {
+        runs.push(format!("{}..={}@{}", run.0, run.1, run.2));
+    };
+    for e in &r.entries {
+        run = match run {
+            Some((a, b, t)) if e.index == b + 1 && e.term == t => Some((a, e.index, t)),
+            Some(done) => {
+                close(done, &mut runs);
+                Some((e.index, e.index, e.term))
+            }
+            None => Some((e.index, e.index, e.term)),
+        };
+    }
+    if let Some(done) = run {
+        close(done, &mut runs);
+    }
+    format!(
+        "{:?}, snapshot {:?}, entries [{}] ({} payload bytes)",
+        r.hard_state,
+        r.snapshot.as_ref().map(|s| (s.index, s.term, s.data.len())),
+        runs.join(", "),
+        r.entries
+            .iter()
+            .map(|e| format!("{:?}", e.payload).len())
+            .sum::<usize>()
+    )
 }
 
 fn entry(index: Index, term: Term) -> Entry {

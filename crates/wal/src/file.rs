@@ -1,9 +1,6 @@
 //! [`FileStorage`]: the write-ahead log and snapshots on files, with fsync.
 
 use std::collections::BTreeSet;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,13 +10,11 @@ use tenure_core::storage::{BackgroundSnapshots, SnapshotWriter, Storage};
 use tenure_core::types::{Entry, HardState, Index, Recovered, Snapshot, Term};
 
 use crate::error::{Result, WalError};
+use crate::fs::{FileSystem, LogFile, OsFs};
 use crate::options::WalOptions;
 use crate::record::{self, kind, PersistPartRef, SegmentHeader, SnapOp, SnapRef, SnapshotFileRef};
 use crate::replay::{self, segment_name, snapshot_name, Repair, TMP_SUFFIX};
 use crate::tracked::{Slot, TrackedLog};
-
-/// Name of the lock file that keeps a second process out of the directory.
-pub const LOCK_FILE: &str = "LOCK";
 
 /// How long the log's fsyncs took, for the server's fsync-latency metric.
 ///
@@ -47,18 +42,22 @@ pub struct FsyncStats {
 /// Invariant: `hard_state`, `snapshot`, `entries` and `persist_seq` describe exactly what
 /// replaying the directory would give (they are updated only after an fsync returned).
 /// Invariant: `active_seq` is the newest segment and the only one written to.
+///
+/// All of its IO goes through `F` ([`OsFs`] in a server; the simulator's disk is the same
+/// code over [`MemFs`](crate::MemFs), which it crashes).
 #[derive(Debug)]
-pub struct FileStorage {
+pub struct FileStorage<F: FileSystem = OsFs> {
+    fs: F,
     dir: PathBuf,
     options: WalOptions,
     /// Held open for its advisory lock; closing it releases the directory. Shared with the
     /// [`FileSnapshotWriter`]s handed out, so that the directory stays locked (no other open
     /// removes their temporary file or reuses their file number) until they are done.
-    lock: Arc<File>,
+    lock: Arc<F::Lock>,
     /// Tells this handle's [`WrittenSnapshot`]s from another open's.
     handle: u64,
     /// The newest segment, opened for appending.
-    active: File,
+    active: F::File,
     active_seq: u64,
     /// Length of the active segment, to know when to rotate.
     active_bytes: u64,
@@ -107,10 +106,17 @@ impl FileStorage {
     /// [`WalError::UnsupportedVersion`] without changing anything when the log is damaged
     /// anywhere but a torn tail, and with [`WalError::Locked`] when another process has it.
     pub fn open(dir: &Path, options: WalOptions) -> Result<FileStorage> {
+        FileStorage::open_in(OsFs, dir, options)
+    }
+}
+
+impl<F: FileSystem> FileStorage<F> {
+    /// [`FileStorage::open`] on the file system `fs`.
+    pub fn open_in(fs: F, dir: &Path, options: WalOptions) -> Result<FileStorage<F>> {
         options.validate()?;
-        create_dir_durably(dir)?;
-        let lock = lock_dir(dir)?;
-        let replayed = replay::replay(dir, &options)?;
+        fs.prepare_dir(dir)?;
+        let lock = fs.lock_dir(dir)?;
+        let replayed = replay::replay(&fs, dir, &options)?;
 
         // Nothing below runs unless the whole directory replayed, so a damaged log is left
         // exactly as found.
@@ -118,19 +124,15 @@ impl FileStorage {
         let repaired = match &replayed.repair {
             None => None,
             Some(Repair::Truncate { path, len, why }) => {
-                let file = OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(WalError::io("open", path))?;
-                file.set_len(*len).map_err(WalError::io("truncate", path))?;
-                file.sync_all().map_err(WalError::io("fsync", path))?;
+                fs.truncate(path, *len)
+                    .map_err(WalError::io("truncate", path))?;
                 Some(format!(
                     "cut a torn write at the end of {} at byte {len}: {why}",
                     path.display()
                 ))
             }
             Some(Repair::Remove { path, why, .. }) => {
-                fs::remove_file(path).map_err(WalError::io("remove", path))?;
+                fs.remove(path).map_err(WalError::io("remove", path))?;
                 dir_changed = true;
                 Some(format!(
                     "removed {}, whose header was torn while it was created: {why}",
@@ -139,13 +141,13 @@ impl FileStorage {
             }
         };
         for path in &replayed.listing.temporaries {
-            fs::remove_file(path).map_err(WalError::io("remove", path))?;
+            fs.remove(path).map_err(WalError::io("remove", path))?;
             dir_changed = true;
         }
         let current_snapshot = replayed.snapshot_ref.map(|s| s.file_seq);
         for (&seq, path) in &replayed.listing.snapshots {
             if Some(seq) != current_snapshot {
-                fs::remove_file(path).map_err(WalError::io("remove", path))?;
+                fs.remove(path).map_err(WalError::io("remove", path))?;
                 dir_changed = true;
             }
         }
@@ -163,10 +165,7 @@ impl FileStorage {
         let (active, active_seq, active_bytes) = match replayed.segment_bytes.last_key_value() {
             Some((&seq, &bytes)) => {
                 let path = dir.join(segment_name(seq));
-                let file = OpenOptions::new()
-                    .append(true)
-                    .open(&path)
-                    .map_err(WalError::io("open", &path))?;
+                let file = fs.open_append(&path).map_err(WalError::io("open", &path))?;
                 (file, seq, bytes)
             }
             None => {
@@ -181,7 +180,9 @@ impl FileStorage {
                 let mut buf = Vec::new();
                 encode_header(&mut buf, &header, &options)?;
                 let path = dir.join(segment_name(seq));
-                let mut file = create_segment(&path)?;
+                let mut file = fs
+                    .create_new(&path)
+                    .map_err(WalError::io("create", &path))?;
                 file.write_all(&buf).map_err(WalError::io("write", &path))?;
                 file.sync_data().map_err(WalError::io("fsync", &path))?;
                 segments.insert(seq);
@@ -196,6 +197,7 @@ impl FileStorage {
             entries: replayed.entries.into_values().collect(),
         };
         let mut storage = FileStorage {
+            fs,
             dir: dir.to_path_buf(),
             options,
             lock: Arc::new(lock),
@@ -221,9 +223,21 @@ impl FileStorage {
         // A crash between a snapshot and its compaction leaves dead segments behind.
         dir_changed |= storage.remove_dead_segments()?;
         if dir_changed {
-            sync_dir(dir)?;
+            storage.sync_dir()?;
         }
         Ok(storage)
+    }
+
+    /// Fsync the directory.
+    fn sync_dir(&self) -> Result<()> {
+        self.fs
+            .sync_dir(&self.dir)
+            .map_err(WalError::io("fsync directory", &self.dir))
+    }
+
+    /// The file system it works on.
+    pub fn file_system(&self) -> &F {
+        &self.fs
     }
 
     /// The directory this storage owns.
@@ -245,6 +259,17 @@ impl FileStorage {
     /// operator's log; `None` after a clean shutdown or crash between persists.
     pub fn repaired(&self) -> Option<&str> {
         self.repaired.as_deref()
+    }
+
+    /// The stored snapshot's index (written, durable or not), 0 without one.
+    pub fn snapshot_index(&self) -> Index {
+        self.snapshot.map_or(0, |s| s.index)
+    }
+
+    /// The last stored entry's index (written, durable or not), or the snapshot's without
+    /// entries after it.
+    pub fn last_index(&self) -> Index {
+        self.entries.last().unwrap_or(0).max(self.snapshot_index())
     }
 
     /// Sequence numbers of the segment files on disk, oldest first.
@@ -322,7 +347,7 @@ impl FileStorage {
         sync: bool,
     ) -> Result<()> {
         if let Some((seq, bytes)) = snapshot_file {
-            write_snapshot_file(&self.dir, seq, bytes)?;
+            write_snapshot_file(&self.fs, &self.dir, seq, bytes, true)?;
         }
         let rotate = self.active_bytes >= self.options.segment_bytes_max;
         if rotate && self.unsynced {
@@ -343,11 +368,14 @@ impl FileStorage {
             encode_header(&mut buf, &header, &self.options)?;
             buf.extend_from_slice(wal);
             let path = self.dir.join(segment_name(seq));
-            let mut file = create_segment(&path)?;
+            let mut file = self
+                .fs
+                .create_new(&path)
+                .map_err(WalError::io("create", &path))?;
             self.segments.insert(seq);
             file.write_all(&buf).map_err(WalError::io("write", &path))?;
             let took = timed_sync(&file, &path)?;
-            sync_dir(&self.dir)?;
+            self.sync_dir()?;
             self.note_fsync(took, buf.len());
             self.active = file;
             self.active_seq = seq;
@@ -400,7 +428,9 @@ impl FileStorage {
         let dead = self.dead_segments();
         for seq in &dead {
             let path = self.dir.join(segment_name(*seq));
-            fs::remove_file(&path).map_err(WalError::io("remove", &path))?;
+            self.fs
+                .remove(&path)
+                .map_err(WalError::io("remove", &path))?;
         }
         Ok(!dead.is_empty())
     }
@@ -529,22 +559,27 @@ impl FileStorage {
         if dead.is_empty() {
             return Ok(());
         }
-        if removal == Removal::Background {
+        if removal == Removal::Background && self.fs.removes_in_background() {
             self.finish_removals();
-            let (dir, lock, paths) = (self.dir.clone(), Arc::clone(&self.lock), dead.clone());
+            let (fs, dir, lock, paths) = (
+                self.fs.clone(),
+                self.dir.clone(),
+                Arc::clone(&self.lock),
+                dead.clone(),
+            );
             let spawned = std::thread::Builder::new()
                 .name("tenure-wal-removal".into())
                 .spawn(move || {
                     // Holding the lock: the directory is not opened again until this is done.
                     let _lock = lock;
-                    let _ = remove_files(&dir, &paths);
+                    let _ = remove_files(&fs, &dir, &paths);
                 });
             if let Ok(thread) = spawned {
                 self.removals = Some(thread);
                 return Ok(());
             }
         }
-        remove_files(&self.dir, &dead)
+        remove_files(&self.fs, &self.dir, &dead)
     }
 }
 
@@ -560,20 +595,21 @@ enum Removal {
 }
 
 /// Remove `paths`, then fsync `dir`.
-fn remove_files(dir: &Path, paths: &[PathBuf]) -> Result<()> {
+fn remove_files<F: FileSystem>(fs: &F, dir: &Path, paths: &[PathBuf]) -> Result<()> {
     for path in paths {
-        fs::remove_file(path).map_err(WalError::io("remove", path))?;
+        fs.remove(path).map_err(WalError::io("remove", path))?;
     }
-    sync_dir(dir)
+    fs.sync_dir(dir)
+        .map_err(WalError::io("fsync directory", dir))
 }
 
-impl Drop for FileStorage {
+impl<F: FileSystem> Drop for FileStorage<F> {
     fn drop(&mut self) {
         self.finish_removals();
     }
 }
 
-impl Storage for FileStorage {
+impl<F: FileSystem> Storage for FileStorage<F> {
     type Error = WalError;
 
     /// What the directory holds. The first call after [`FileStorage::open`] returns what
@@ -587,7 +623,7 @@ impl Storage for FileStorage {
         }
         // Replay reads the directory: not while dead files are still being removed.
         self.finish_removals();
-        let replayed = replay::replay(&self.dir, &self.options)?;
+        let replayed = replay::replay(&self.fs, &self.dir, &self.options)?;
         if let Some(repair) = replayed.repair {
             let (path, why) = match repair {
                 Repair::Truncate { path, why, .. } | Repair::Remove { path, why, .. } => {
@@ -683,12 +719,13 @@ impl Storage for FileStorage {
 /// limits; nothing borrowed from the storage. It shares the directory's lock, so the
 /// directory cannot be opened again until the writer is done or dropped.
 #[derive(Debug)]
-pub struct FileSnapshotWriter {
+pub struct FileSnapshotWriter<F: FileSystem = OsFs> {
+    fs: F,
     dir: PathBuf,
     seq: u64,
     options: WalOptions,
     handle: u64,
-    _lock: Arc<File>,
+    _lock: Arc<F::Lock>,
     /// With [`WalOptions::bug_discard_before_record`]: where to hand the file to the log.
     #[cfg(feature = "inject-bugs")]
     bug_written_early: Option<Arc<std::sync::Mutex<Option<SnapRef>>>>,
@@ -714,7 +751,7 @@ impl WrittenSnapshot {
     }
 }
 
-impl SnapshotWriter for FileSnapshotWriter {
+impl<F: FileSystem> SnapshotWriter for FileSnapshotWriter<F> {
     type Written = WrittenSnapshot;
     type Error = WalError;
 
@@ -725,7 +762,8 @@ impl SnapshotWriter for FileSnapshotWriter {
     /// temporary one, which the next `open` removes.
     fn write(self, snapshot: &Snapshot) -> Result<WrittenSnapshot> {
         let bytes = encode_snapshot_file(self.seq, snapshot, &self.options)?;
-        write_snapshot_file(&self.dir, self.seq, &bytes)?;
+        let durable = self.options.snapshot_file_made_durable();
+        write_snapshot_file(&self.fs, &self.dir, self.seq, &bytes, durable)?;
         let snap = SnapRef {
             file_seq: self.seq,
             index: snapshot.index,
@@ -742,16 +780,17 @@ impl SnapshotWriter for FileSnapshotWriter {
     }
 }
 
-impl BackgroundSnapshots for FileStorage {
-    type Writer = FileSnapshotWriter;
+impl<F: FileSystem> BackgroundSnapshots for FileStorage<F> {
+    type Writer = FileSnapshotWriter<F>;
     type Written = WrittenSnapshot;
 
     /// Reserves the next snapshot file number; a snapshot persisted meanwhile (a leader's)
     /// takes a later one. Writes nothing.
-    fn snapshot_writer(&mut self) -> FileSnapshotWriter {
+    fn snapshot_writer(&mut self) -> FileSnapshotWriter<F> {
         let seq = self.next_snapshot_seq;
         self.next_snapshot_seq += 1;
         FileSnapshotWriter {
+            fs: self.fs.clone(),
             dir: self.dir.clone(),
             seq,
             options: self.options,
@@ -805,7 +844,7 @@ impl BackgroundSnapshots for FileStorage {
             return Ok(());
         }
         let path = self.dir.join(snapshot_name(written.snap.file_seq));
-        if let Err(e) = fs::remove_file(&path) {
+        if let Err(e) = self.fs.remove(&path) {
             let e = WalError::io("remove", &path)(e);
             self.poisoned = Some(e.to_string());
             return Err(e);
@@ -814,7 +853,7 @@ impl BackgroundSnapshots for FileStorage {
     }
 }
 
-impl FileStorage {
+impl<F: FileSystem> FileStorage<F> {
     /// A poisoned handle refuses; a snapshot written for another open of the directory is a
     /// bug of the caller's (that open removed the file as unreferenced).
     fn check_handle(&self, written: &WrittenSnapshot) -> Result<()> {
@@ -833,7 +872,7 @@ impl FileStorage {
 }
 
 /// The injected bugs of the background path (tests only).
-impl FileStorage {
+impl<F: FileSystem> FileStorage<F> {
     #[cfg(feature = "inject-bugs")]
     fn bug_record_stale_snapshot(&self) -> bool {
         self.options.bug_record_stale_snapshot
@@ -900,34 +939,43 @@ const SNAPSHOT_PIECE_BYTES: usize = 8 << 20;
 /// `snap-<seq>.snap.tmp` in fdatasynced pieces of [`SNAPSHOT_PIECE_BYTES`], fsynced whole,
 /// renamed, the directory fsynced (the log will refer to the name). A failure removes the
 /// temporary file if it can (else `open` does).
-fn write_snapshot_file(dir: &Path, seq: u64, bytes: &[u8]) -> Result<()> {
+/// (`durable` is false only with the injected bug `bug_snapshot_file_not_durable`.)
+fn write_snapshot_file<F: FileSystem>(
+    fs: &F,
+    dir: &Path,
+    seq: u64,
+    bytes: &[u8],
+    durable: bool,
+) -> Result<()> {
     let name = snapshot_name(seq);
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let path = dir.join(name);
     let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(FILE_MODE)
-            .open(&tmp)
+        let mut file = fs
+            .create_truncate(&tmp)
             .map_err(WalError::io("create", &tmp))?;
         let mut pieces = bytes.chunks(SNAPSHOT_PIECE_BYTES).peekable();
         while let Some(piece) = pieces.next() {
             file.write_all(piece).map_err(WalError::io("write", &tmp))?;
-            if pieces.peek().is_some() {
+            if pieces.peek().is_some() && durable {
                 file.sync_data().map_err(WalError::io("fdatasync", &tmp))?;
             }
         }
-        file.sync_all().map_err(WalError::io("fsync", &tmp))?;
+        if durable {
+            file.sync_all().map_err(WalError::io("fsync", &tmp))?;
+        }
         drop(file);
-        fs::rename(&tmp, &path).map_err(WalError::io("rename", &tmp))
+        fs.rename(&tmp, &path).map_err(WalError::io("rename", &tmp))
     })();
     if written.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = fs.remove(&tmp);
     }
     written?;
-    sync_dir(dir)
+    if !durable {
+        return Ok(());
+    }
+    fs.sync_dir(dir)
+        .map_err(WalError::io("fsync directory", dir))
 }
 
 fn encode_header(out: &mut Vec<u8>, header: &SegmentHeader, options: &WalOptions) -> Result<()> {
@@ -947,88 +995,8 @@ fn encode_header(out: &mut Vec<u8>, header: &SegmentHeader, options: &WalOptions
 }
 
 /// Fsync a segment's data (and the size that makes it readable), timed for the metrics.
-fn timed_sync(file: &File, path: &Path) -> Result<Duration> {
+fn timed_sync(file: &impl LogFile, path: &Path) -> Result<Duration> {
     let started = Instant::now();
     file.sync_data().map_err(WalError::io("fsync", path))?;
     Ok(started.elapsed())
-}
-
-/// Permissions of every file the log creates: the owner's alone (the log holds sessions,
-/// values and, later, credentials' hashes).
-const FILE_MODE: u32 = 0o600;
-/// Permissions of the data directory.
-const DIR_MODE: u32 = 0o700;
-
-fn create_segment(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(path)
-        .map_err(WalError::io("create", path))
-}
-
-/// Fsync a directory, making the creation, renaming and removal of its entries durable.
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(WalError::io("fsync directory", dir))
-}
-
-/// Create the data directory (0700) if it is missing, durably; an existing one that others
-/// may read or enter is narrowed to 0700.
-fn create_dir_durably(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        let mode = fs::metadata(dir)
-            .map_err(WalError::io("stat", dir))?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE))
-                .map_err(WalError::io("chmod 0700", dir))?;
-        }
-        return Ok(());
-    }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(DIR_MODE)
-        .create(dir)
-        .map_err(WalError::io("create directory", dir))?;
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    sync_dir(parent)
-}
-
-/// Take the directory's advisory lock (flock), released when the process exits or the
-/// storage is dropped, and write our pid into it for the error message of the next one.
-fn lock_dir(dir: &Path) -> Result<File> {
-    let path = dir.join(LOCK_FILE);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(FILE_MODE)
-        .open(&path)
-        .map_err(WalError::io("open", &path))?;
-    match fs4::FileExt::try_lock(&file) {
-        Ok(()) => {}
-        Err(fs4::TryLockError::WouldBlock) => {
-            let holder = fs::read_to_string(&path)
-                .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok())
-                .map(|pid| format!(" (pid {pid})"))
-                .unwrap_or_default();
-            return Err(WalError::Locked {
-                dir: dir.to_path_buf(),
-                holder,
-            });
-        }
-        Err(fs4::TryLockError::Error(e)) => return Err(WalError::io("lock", &path)(e)),
-    }
-    file.set_len(0).map_err(WalError::io("truncate", &path))?;
-    writeln!(file, "{}", std::process::id()).map_err(WalError::io("write", &path))?;
-    Ok(file)
 }

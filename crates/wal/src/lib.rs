@@ -26,6 +26,11 @@
 //! The same contract is checked against every implementation (this one, `MemStorage`, the
 //! simulator's disk) by the [`conformance`] suite.
 //!
+//! Every byte goes through a [`FileSystem`]: [`OsFs`] for a server, [`MemFs`] for the
+//! simulator and crash tests, an in-memory one whose [`MemFs::crash`] keeps only what a
+//! journaling file system guarantees after a power loss (and a chosen part of the rest), so
+//! that the simulator runs this very code, write order and recovery included.
+//!
 //! # On-disk format (version 1)
 //!
 //! A directory holds:
@@ -183,12 +188,17 @@
 pub mod conformance;
 mod error;
 mod file;
+mod fs;
 mod options;
 mod record;
 mod replay;
 mod tracked;
 
 pub use error::{Result, WalError};
-pub use file::{FileSnapshotWriter, FileStorage, FsyncStats, WrittenSnapshot, LOCK_FILE};
+pub use file::{FileSnapshotWriter, FileStorage, FsyncStats, WrittenSnapshot};
+pub use fs::{
+    CrashChoices, CrashReport, FileSystem, KeepEverything, LogFile, LoseEverythingUnsynced,
+    MemFile, MemFs, MemLock, OsFs, LOCK_FILE,
+};
 pub use options::{WalOptions, RECORD_BYTES_MIN};
 pub use record::FORMAT_VERSION;

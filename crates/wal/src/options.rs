@@ -33,6 +33,13 @@ pub struct WalOptions {
     #[cfg(feature = "inject-bugs")]
     #[doc(hidden)]
     pub bug_record_stale_snapshot: bool,
+    /// Test the testers: a background snapshot's file is recorded before it is durable (the
+    /// writer skips the fsync of the file and of the directory), so a power loss after the
+    /// record leaves the log referring to a missing or empty file. Only in builds with the
+    /// `inject-bugs` feature; the simulator's recovery checker must catch it.
+    #[cfg(feature = "inject-bugs")]
+    #[doc(hidden)]
+    pub bug_snapshot_file_not_durable: bool,
 }
 
 impl Default for WalOptions {
@@ -45,6 +52,8 @@ impl Default for WalOptions {
             bug_discard_before_record: false,
             #[cfg(feature = "inject-bugs")]
             bug_record_stale_snapshot: false,
+            #[cfg(feature = "inject-bugs")]
+            bug_snapshot_file_not_durable: false,
         }
     }
 }
@@ -74,6 +83,34 @@ impl WalOptions {
             )));
         }
         Ok(())
+    }
+
+    /// Whether this build has the test-the-testers switches (the `inject-bugs` feature).
+    pub const BUGS_BUILT: bool = cfg!(feature = "inject-bugs");
+
+    /// Switches on `bug_snapshot_file_not_durable` for the simulator's `--inject-bug
+    /// snapshot-recorded-before-written`; returns false, changing nothing, in a build without
+    /// the `inject-bugs` feature.
+    #[doc(hidden)]
+    pub fn inject_snapshot_file_not_durable(&mut self) -> bool {
+        #[cfg(feature = "inject-bugs")]
+        {
+            self.bug_snapshot_file_not_durable = true;
+        }
+        Self::BUGS_BUILT
+    }
+
+    /// Whether a background snapshot's file is made durable before it is handed back (always,
+    /// unless the injected bug above is on).
+    pub(crate) fn snapshot_file_made_durable(&self) -> bool {
+        #[cfg(feature = "inject-bugs")]
+        {
+            !self.bug_snapshot_file_not_durable
+        }
+        #[cfg(not(feature = "inject-bugs"))]
+        {
+            true
+        }
     }
 
     /// The most one entry may take, encoded: a record minus its header and the fixed part of

@@ -3,12 +3,12 @@
 //! writes; the repair it finds is carried out by [`crate::FileStorage::open`].
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use tenure_core::types::{Entry, HardState, Snapshot};
 
 use crate::error::{Result, WalError};
+use crate::fs::FileSystem;
 use crate::options::WalOptions;
 use crate::record::{
     self, Body, DecodeError, PersistPart, SegmentHeader, SnapRef, FORMAT_VERSION,
@@ -49,14 +49,11 @@ pub struct Listing {
 }
 
 /// List the WAL files in `dir`.
-pub fn list(dir: &Path) -> Result<Listing> {
+pub fn list<F: FileSystem>(fs: &F, dir: &Path) -> Result<Listing> {
     let mut listing = Listing::default();
-    let read_dir = fs::read_dir(dir).map_err(WalError::io("list", dir))?;
-    for item in read_dir {
-        let item = item.map_err(WalError::io("list", dir))?;
-        let name = item.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let path = item.path();
+    for name in fs.list(dir).map_err(WalError::io("list", dir))? {
+        let name = name.as_str();
+        let path = dir.join(name);
         if let Some(seq) = parse_seq(name, "wal-", ".log") {
             listing.segments.insert(seq, path);
         } else if let Some(seq) = parse_seq(name, "snap-", ".snap") {
@@ -139,8 +136,8 @@ enum SegmentEnd {
 
 /// Replay the directory. `Err` for damage, an unknown version, or an IO failure; a torn tail
 /// in the last segment is reported in [`Replayed::repair`], not repaired.
-pub fn replay(dir: &Path, options: &WalOptions) -> Result<Replayed> {
-    let listing = list(dir)?;
+pub fn replay<F: FileSystem>(fs: &F, dir: &Path, options: &WalOptions) -> Result<Replayed> {
+    let listing = list(fs, dir)?;
     let mut state = State {
         hard_state: HardState::default(),
         snapshot: None,
@@ -179,7 +176,7 @@ pub fn replay(dir: &Path, options: &WalOptions) -> Result<Replayed> {
         let is_first = previous.is_none();
         previous = Some(seq);
         let is_last = Some(seq) == last_seq;
-        let buf = fs::read(path).map_err(WalError::io("read", path))?;
+        let buf = fs.read(path).map_err(WalError::io("read", path))?;
         match replay_segment(&mut state, seq, path, &buf, is_first, is_last, options)? {
             SegmentEnd::Clean => {
                 segment_bytes.insert(seq, buf.len() as u64);
@@ -203,7 +200,7 @@ pub fn replay(dir: &Path, options: &WalOptions) -> Result<Replayed> {
     }
 
     let snapshot = match state.snapshot {
-        Some(snap) => Some(load_snapshot(dir, snap, options)?),
+        Some(snap) => Some(load_snapshot(fs, dir, snap, options)?),
         None => None,
     };
     Ok(Replayed {
@@ -474,11 +471,16 @@ fn decode_error(
 }
 
 /// Read and check the snapshot file `snap` names.
-pub fn load_snapshot(dir: &Path, snap: SnapRef, options: &WalOptions) -> Result<Snapshot> {
+pub fn load_snapshot<F: FileSystem>(
+    fs: &F,
+    dir: &Path,
+    snap: SnapRef,
+    options: &WalOptions,
+) -> Result<Snapshot> {
     let path = dir.join(snapshot_name(snap.file_seq));
     let corrupt = |offset: u64, why: String| WalError::corrupt(&path, offset, why);
-    let bytes = match fs::metadata(&path) {
-        Ok(m) => m.len(),
+    let bytes = match fs.len(&path) {
+        Ok(len) => len,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(corrupt(
                 0,
@@ -499,7 +501,7 @@ pub fn load_snapshot(dir: &Path, snap: SnapRef, options: &WalOptions) -> Result<
             ),
         ));
     }
-    let buf = fs::read(&path).map_err(WalError::io("read", &path))?;
+    let buf = fs.read(&path).map_err(WalError::io("read", &path))?;
     let frame =
         record::frame_at(&buf, 0, options.snapshot_bytes_max).map_err(|why| corrupt(0, why))?;
     if frame.end != buf.len() {

@@ -95,6 +95,11 @@ impl<T> TrackedLog<T> {
         self.slots.push_back(slot);
     }
 
+    /// The index of the last entry written (the highest, for a log Raft wrote).
+    pub fn last(&self) -> Option<Index> {
+        self.slots.back().map(|s| s.index)
+    }
+
     /// The oldest segment that still holds a stored entry.
     pub fn first_segment(&self) -> Option<u64> {
         self.slots.front().map(|s| s.segment)

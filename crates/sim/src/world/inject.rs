@@ -8,7 +8,6 @@ use tenure_core::node::Role;
 use tenure_core::types::{Membership, NodeId};
 
 use super::{Event, World, DOWNTIME_US};
-use crate::disk::Disk;
 use crate::driver::NodeSlot;
 use crate::faults::FAULT_TICK_US;
 use crate::network::{full_partition, PARTITIONS_MAX};
@@ -303,7 +302,7 @@ impl World {
         let period = self.draw_tick_period();
         self.nodes.insert(
             id,
-            NodeSlot::new(id, config, period, false, Disk::new(self.opts.wal_layout)),
+            NodeSlot::new(id, config, period, false, self.opts.new_disk()),
         );
         let pipelined = self.pipelined;
         if let Some(slot) = self.nodes.get_mut(&id) {

@@ -10,7 +10,6 @@ use tenure_core::types::{Index, NodeId};
 
 use crate::checkers::{self, Checker, View};
 use crate::client::{Client, ClientAction, ClientEnv, ClientInput, ClientTimer};
-use crate::disk::Disk;
 use crate::driver::{Drive, DriveCtx, NodeSlot};
 use crate::faults::{FaultMix, FAULT_TICK_US};
 use crate::history::History;
@@ -354,7 +353,7 @@ impl World {
             let period = world.draw_tick_period();
             world.nodes.insert(
                 id,
-                NodeSlot::new(id, config, period, true, Disk::new(world.opts.wal_layout)),
+                NodeSlot::new(id, config, period, true, world.opts.new_disk()),
             );
             if let Some(slot) = world.nodes.get_mut(&id) {
                 slot.pipelined = pipelined;
@@ -550,8 +549,6 @@ impl World {
             driver_bugs: tenure_driver::DriverBugs {
                 not_leader_after_snapshot: self.opts.bug == Some(InjectBug::NotLeaderAfterSnapshot),
             },
-            snapshot_recorded_early: self.opts.bug
-                == Some(InjectBug::SnapshotRecordedBeforeWritten),
             snapshot_log_decides: self.opts.bug == Some(InjectBug::SnapshotLogDecides),
         };
         Some(f(slot, &mut ctx))
