@@ -268,6 +268,17 @@ enum DirChange {
     Rename(PathBuf, PathBuf, u64),
 }
 
+impl MemState {
+    /// The file a name refers to now.
+    fn file_mut(&mut self, path: &Path) -> io::Result<&mut Inode> {
+        let inode = *self.names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(self
+            .inodes
+            .get_mut(&inode)
+            .expect("a live name has its inode"))
+    }
+}
+
 impl DirChange {
     fn apply(&self, names: &mut BTreeMap<PathBuf, u64>) {
         match self {
@@ -428,24 +439,6 @@ impl MemFs {
         report
     }
 
-    /// The names of every file, as the running process sees them.
-    pub fn files(&self) -> Vec<PathBuf> {
-        self.state().names.keys().cloned().collect()
-    }
-
-    /// Replace a file's bytes (durably), as damage on the medium would.
-    pub fn overwrite(&self, path: &Path, bytes: Vec<u8>) -> io::Result<()> {
-        let mut state = self.state();
-        let inode = *state.names.get(path).ok_or_else(|| not_found(path))?;
-        let file = state
-            .inodes
-            .get_mut(&inode)
-            .expect("a live name has its inode");
-        file.synced = bytes.len();
-        file.data = bytes;
-        Ok(())
-    }
-
     fn link_new(&self, state: &mut MemState, path: &Path) -> MemFile {
         let inode = state.next_inode;
         state.next_inode += 1;
@@ -593,11 +586,7 @@ impl FileSystem for MemFs {
 
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
         let mut state = self.state();
-        let inode = *state.names.get(path).ok_or_else(|| not_found(path))?;
-        let file = state
-            .inodes
-            .get_mut(&inode)
-            .expect("a live name has its inode");
+        let file = state.file_mut(path)?;
         let len = usize::try_from(len).map_err(io::Error::other)?;
         file.data.truncate(len);
         file.synced = file.data.len();
