@@ -70,6 +70,22 @@ pub struct ServerArgs {
     /// Most connections open at once on the HTTP port.
     #[arg(long)]
     http_connections_max: Option<usize>,
+    /// With TLS or an auth file: most gRPC connections not authenticated yet (a pool apart
+    /// from --connections-max).
+    #[arg(long)]
+    unauthenticated_connections_max: Option<usize>,
+    /// Most unauthenticated gRPC connections from one IP address.
+    #[arg(long)]
+    unauthenticated_connections_per_ip_max: Option<usize>,
+    /// How long a gRPC connection may stay unauthenticated before it is closed, in ms.
+    #[arg(long)]
+    authenticate_within_ms: Option<u64>,
+    /// Of --connections-max, the slots only admins and observers may take.
+    #[arg(long)]
+    operator_connections_reserved: Option<usize>,
+    /// Most authenticated gRPC connections one principal holds at once.
+    #[arg(long)]
+    connections_per_principal_max: Option<usize>,
     /// How long a new connection may take to send its first byte (and finish TLS), in ms.
     #[arg(long)]
     handshake_timeout_ms: Option<u64>,
@@ -219,6 +235,11 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         connections_max,
         connections_per_ip_max,
         http_connections_max,
+        unauthenticated_connections_max,
+        unauthenticated_connections_per_ip_max,
+        authenticate_within_ms,
+        operator_connections_reserved,
+        connections_per_principal_max,
         handshake_timeout_ms,
         idle_timeout_ms,
         streams_per_connection_max,

@@ -402,16 +402,37 @@ impl Policy {
         self.tokens.get(&hash).map(String::as_str)
     }
 
-    /// Authenticate a request from its `authorization` header value (if any) and the
-    /// principal its client certificate names (if any), and authorize `action`. A bearer
+    /// Who a request's client is, from its `authorization` header value (if any) and the
+    /// principal its client certificate names (if any), before anything says what it wants:
+    /// what the client port asks at a request's headers ([`crate::admission`]). A bearer
     /// token, when present, is what counts.
-    pub fn check(
+    pub fn identify(
         &self,
         authorization: Option<&str>,
         certificate: Option<&str>,
-        action: &Action<'_>,
-    ) -> Result<Principal, Denied> {
-        let (name, from_certificate) = match (authorization, certificate) {
+    ) -> Result<Identity, Denied> {
+        let (name, from_certificate) = self.authenticate(authorization, certificate, None)?;
+        let rights = self.rights(&name, from_certificate);
+        let operator = rights.is_some_and(|r| r.has(Role::Admin) || r.has(Role::Observer));
+        Ok(Identity { name, operator })
+    }
+
+    fn rights(&self, name: &str, from_certificate: bool) -> Option<&Rights> {
+        match self.principals.get(name) {
+            Some(rights) => Some(rights),
+            None if from_certificate => self.any_certificate.as_ref(),
+            None => None,
+        }
+    }
+
+    /// The principal's name, and whether a certificate (not a token) named it.
+    fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        certificate: Option<&str>,
+        action: Option<&Action<'_>>,
+    ) -> Result<(String, bool), Denied> {
+        Ok(match (authorization, certificate) {
             (Some(header), _) => {
                 let token = header
                     .strip_prefix("Bearer ")
@@ -431,15 +452,24 @@ impl Policy {
             (None, None) => {
                 return Err(Denied::Unauthenticated(format!(
                     "{} needs a client certificate or a bearer token",
-                    action.describe()
+                    action.map_or("this call".to_string(), |a| a.describe())
                 )))
             }
-        };
-        let rights = match self.principals.get(&name) {
-            Some(rights) => Some(rights),
-            None if from_certificate => self.any_certificate.as_ref(),
-            None => None,
-        };
+        })
+    }
+
+    /// Authenticate a request from its `authorization` header value (if any) and the
+    /// principal its client certificate names (if any), and authorize `action`. A bearer
+    /// token, when present, is what counts.
+    pub fn check(
+        &self,
+        authorization: Option<&str>,
+        certificate: Option<&str>,
+        action: &Action<'_>,
+    ) -> Result<Principal, Denied> {
+        let (name, from_certificate) =
+            self.authenticate(authorization, certificate, Some(action))?;
+        let rights = self.rights(&name, from_certificate);
         if rights.is_some_and(|r| r.allow(action)) {
             Ok(Principal::Named(name))
         } else {
@@ -449,6 +479,42 @@ impl Policy {
             })
         }
     }
+}
+
+/// Who a client is, as far as admission cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The principal.
+    pub name: String,
+    /// An admin or an observer: may use the connection slots kept for operators.
+    pub operator: bool,
+}
+
+/// Who the client behind `authorization` (the header's bytes, if it sent one) and `leaf`
+/// (its client certificate, if any) is, under `policy`: [`Policy::identify`], counting a
+/// refusal in `metrics`.
+pub fn identify(
+    policy: &Policy,
+    cluster_id: &str,
+    authorization: Option<&[u8]>,
+    leaf: Option<&CertificateDer<'_>>,
+    metrics: &Metrics,
+) -> Result<Identity, Denied> {
+    authorization
+        .map(|bytes| {
+            std::str::from_utf8(bytes)
+                .map_err(|_| Denied::Unauthenticated("the authorization header is not text".into()))
+        })
+        .transpose()
+        .and_then(|authorization| {
+            let certificate = leaf.and_then(|leaf| client_principal(leaf, cluster_id));
+            policy.identify(authorization, certificate.as_deref())
+        })
+        .inspect_err(|_| {
+            metrics
+                .unauthenticated
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
 }
 
 /// What the gRPC and HTTP ports both ask: may the client behind `authorization` (the

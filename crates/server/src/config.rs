@@ -126,6 +126,21 @@ fn default_connections_per_ip_max() -> usize {
 fn default_http_connections_max() -> usize {
     256
 }
+fn default_unauthenticated_connections_max() -> usize {
+    256
+}
+fn default_unauthenticated_connections_per_ip_max() -> usize {
+    32
+}
+fn default_authenticate_within_ms() -> u64 {
+    10_000
+}
+fn default_operator_connections_reserved() -> usize {
+    32
+}
+fn default_connections_per_principal_max() -> usize {
+    256
+}
 fn default_handshake_timeout_ms() -> u64 {
     5_000
 }
@@ -218,6 +233,26 @@ pub struct ServerConfig {
     /// Most concurrent connections on the HTTP port.
     #[serde(default = "default_http_connections_max")]
     pub http_connections_max: usize,
+    /// With authentication on (TLS or an auth file): most gRPC connections that have not
+    /// authenticated yet, a pool apart from the `connections_max` authenticated ones, so an
+    /// anonymous flood cannot take the slots of clients that prove who they are.
+    #[serde(default = "default_unauthenticated_connections_max")]
+    pub unauthenticated_connections_max: usize,
+    /// Most unauthenticated gRPC connections from one IP address.
+    #[serde(default = "default_unauthenticated_connections_per_ip_max")]
+    pub unauthenticated_connections_per_ip_max: usize,
+    /// How long a gRPC connection may stay unauthenticated (no request with valid
+    /// credentials yet) before it is closed, pings or not.
+    #[serde(default = "default_authenticate_within_ms")]
+    pub authenticate_within_ms: u64,
+    /// Of `connections_max`, the slots only admins and observers may take, so that an
+    /// operator can always look at a node whose clients took the rest (at most an eighth of
+    /// `connections_max`, whatever is set here).
+    #[serde(default = "default_operator_connections_reserved")]
+    pub operator_connections_reserved: usize,
+    /// Most authenticated gRPC connections one principal holds at once.
+    #[serde(default = "default_connections_per_principal_max")]
+    pub connections_per_principal_max: usize,
     /// How long a new client or HTTP connection may take to send its first byte (and, with
     /// TLS, to finish its handshake).
     #[serde(default = "default_handshake_timeout_ms")]
@@ -376,6 +411,12 @@ impl ServerConfig {
             connections_max: default_connections_max(),
             connections_per_ip_max: default_connections_per_ip_max(),
             http_connections_max: default_http_connections_max(),
+            unauthenticated_connections_max: default_unauthenticated_connections_max(),
+            unauthenticated_connections_per_ip_max: default_unauthenticated_connections_per_ip_max(
+            ),
+            authenticate_within_ms: default_authenticate_within_ms(),
+            operator_connections_reserved: default_operator_connections_reserved(),
+            connections_per_principal_max: default_connections_per_principal_max(),
             handshake_timeout_ms: default_handshake_timeout_ms(),
             idle_timeout_ms: default_idle_timeout_ms(),
             streams_per_connection_max: default_streams_per_connection_max(),
@@ -519,6 +560,26 @@ impl ServerConfig {
         range(
             "http_connections_max",
             self.http_connections_max > 0,
+            "must be positive".into(),
+        )?;
+        range(
+            "unauthenticated_connections_max",
+            self.unauthenticated_connections_max > 0,
+            "must be positive".into(),
+        )?;
+        range(
+            "unauthenticated_connections_per_ip_max",
+            self.unauthenticated_connections_per_ip_max > 0,
+            "must be positive".into(),
+        )?;
+        range(
+            "authenticate_within_ms",
+            (100..=600_000).contains(&self.authenticate_within_ms),
+            format!("{} is outside 100..=600000", self.authenticate_within_ms),
+        )?;
+        range(
+            "connections_per_principal_max",
+            self.connections_per_principal_max > 0,
             "must be positive".into(),
         )?;
         range(

@@ -1,11 +1,19 @@
 //! Client connections on the gRPC and HTTP ports, bounded and released.
 //!
-//! Each port admits at most `max` connections, and at most `per_ip_max` from one address; a
-//! connection that says nothing within the handshake timeout, or that moves no byte either
-//! way for the idle timeout, is closed. A refused connection is closed at once and counted.
-//! So idle sockets cannot use up a node's file descriptors, and a node that does run out
-//! of slots says so (its `/health` fails) instead of looking well while it turns clients
-//! away.
+//! Each port admits at most `max` connections, and at most `per_ip_max` from one address
+//! (never more than half the port's slots); a connection that says nothing within the
+//! handshake timeout, or that moves no byte either way for the idle timeout, is closed. A
+//! refused connection is closed at once and counted. So idle sockets cannot use up a node's
+//! file descriptors, and a node that does run out of slots says so (its `/health` fails)
+//! instead of looking well while it turns clients away.
+//!
+//! With authentication on ([`AuthLimits`], the gRPC port), a new connection first takes a
+//! slot of a small pool of *unauthenticated* connections (with its own per-address cap) and
+//! must authenticate within a deadline: the first request with valid credentials
+//! ([`crate::admission`]) moves it into the `max` slots of authenticated connections, under
+//! its principal's cap, and the last `operator_reserve` of those only admins and observers
+//! may take. An anonymous flood can fill the unauthenticated pool, never the authenticated
+//! one; HTTP/2 pings do not keep an unauthenticated connection past its deadline.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -26,8 +34,54 @@ use tokio::time::{Instant, Sleep};
 /// "Fate-sharing sessions"). Only an end of file or a reset read from the socket is the
 /// peer's; the server's own idle timeout, a shutdown it began, a connection it dropped, and
 /// any error it cannot attribute are its own. The first end noted stays.
+///
+/// It also holds the connection's slot at its gate: unauthenticated, or authenticated as a
+/// principal ([`ConnEnd::promote`]).
+#[derive(Default)]
+pub struct ConnEnd {
+    end: AtomicU8,
+    slot: Mutex<Slot>,
+    /// The gate's shared state, to move the slot (none for a record made outside a gate).
+    gate: Option<Gate>,
+}
+
+impl std::fmt::Debug for ConnEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnEnd")
+            .field("end", &self.end)
+            .field("slot", &*self.slot())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection's slot at its gate.
 #[derive(Debug, Default)]
-pub struct ConnEnd(AtomicU8);
+enum Slot {
+    /// Released (the connection is gone), or never held.
+    #[default]
+    None,
+    /// In the unauthenticated pool, from `ip`.
+    Unauthenticated {
+        _permit: OwnedSemaphorePermit,
+        ip: IpAddr,
+    },
+    /// In the authenticated pool, as `principal` (none without authentication).
+    Authenticated {
+        _permit: OwnedSemaphorePermit,
+        principal: Option<String>,
+    },
+}
+
+/// What [`ConnEnd::promote`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Promotion {
+    /// Moved into the authenticated pool.
+    Done,
+    /// It was there already.
+    Already,
+    /// A limit stops it (said in the text); the connection stays unauthenticated.
+    Refused(String),
+}
 
 impl ConnEnd {
     const OPEN: u8 = 0;
@@ -36,14 +90,66 @@ impl ConnEnd {
 
     fn note(&self, end: u8) {
         let _ = self
-            .0
+            .end
             .compare_exchange(ConnEnd::OPEN, end, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Whether the peer ended the connection (its end of file or its reset was read before
     /// this server ended the connection in any way).
     pub fn by_peer(&self) -> bool {
-        self.0.load(Ordering::SeqCst) == ConnEnd::BY_PEER
+        self.end.load(Ordering::SeqCst) == ConnEnd::BY_PEER
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the connection has authenticated (or needs not).
+    pub fn authenticated(&self) -> bool {
+        matches!(*self.slot(), Slot::Authenticated { .. })
+    }
+
+    /// Move an unauthenticated connection into the authenticated pool as `principal` (an
+    /// `operator` may take the reserved slots), unless a limit stops it.
+    pub fn promote(&self, principal: &str, operator: bool) -> Promotion {
+        let Some(gate) = &self.gate else {
+            return Promotion::Already;
+        };
+        let mut slot = self.slot();
+        let Slot::Unauthenticated { ip, .. } = *slot else {
+            return Promotion::Already;
+        };
+        match gate.authenticated_slot(principal, operator) {
+            Ok(permit) => {
+                // The unauthenticated permit goes back with the old value.
+                *slot = Slot::Authenticated {
+                    _permit: permit,
+                    principal: Some(principal.to_string()),
+                };
+                gate.unauthenticated_left(ip);
+                Promotion::Done
+            }
+            Err(why) => {
+                gate.metrics.refused_authenticated.fetch_add(1, Relaxed);
+                Promotion::Refused(why)
+            }
+        }
+    }
+
+    /// Give the slot back (the connection is gone).
+    fn release(&self) {
+        let old = std::mem::take(&mut *self.slot());
+        let Some(gate) = &self.gate else {
+            return;
+        };
+        match old {
+            Slot::Unauthenticated { ip, .. } => gate.unauthenticated_left(ip),
+            Slot::Authenticated {
+                principal: Some(principal),
+                ..
+            } => gate.principal_left(&principal),
+            _ => {}
+        }
     }
 }
 
@@ -72,8 +178,12 @@ impl ConnEnds {
             .cloned()
     }
 
-    fn insert(&self, peer: SocketAddr) -> Arc<ConnEnd> {
-        let end = Arc::new(ConnEnd::default());
+    fn insert(&self, peer: SocketAddr, slot: Slot, gate: Gate) -> Arc<ConnEnd> {
+        let end = Arc::new(ConnEnd {
+            end: AtomicU8::new(ConnEnd::OPEN),
+            slot: Mutex::new(slot),
+            gate: Some(gate),
+        });
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -100,6 +210,24 @@ pub struct Limits {
     pub handshake: Duration,
     /// How long a connection may move no byte in either direction.
     pub idle: Duration,
+    /// Admission of connections before they authenticate; `None`: no authentication (every
+    /// connection takes one of the `max` slots at once).
+    pub auth: Option<AuthLimits>,
+}
+
+/// What a port allows connections that have not authenticated yet, and principals.
+#[derive(Clone, Debug)]
+pub struct AuthLimits {
+    /// Unauthenticated connections open at once (a pool of their own).
+    pub unauthenticated_max: usize,
+    /// Unauthenticated connections open at once from one IP address.
+    pub unauthenticated_per_ip_max: usize,
+    /// How long a connection may stay unauthenticated before it is closed.
+    pub deadline: Duration,
+    /// Authenticated slots only admins and observers may take (of `max`).
+    pub operator_reserve: usize,
+    /// Authenticated connections of one principal at once.
+    pub per_principal_max: usize,
 }
 
 /// One port's counters (shared with the metrics).
@@ -111,6 +239,13 @@ pub struct PortMetrics {
     pub refused: AtomicU64,
     /// Connections closed for saying nothing in time, or for idling.
     pub timed_out: AtomicU64,
+    /// Of `open`, those not authenticated yet.
+    pub unauthenticated_open: AtomicU64,
+    /// Unauthenticated connections closed at their deadline.
+    pub unauthenticated_timed_out: AtomicU64,
+    /// Connections that authenticated but found no authenticated slot (the pool, the
+    /// operators' reserve or their principal's cap).
+    pub refused_authenticated: AtomicU64,
 }
 
 /// A port's admission state.
@@ -118,7 +253,12 @@ pub struct PortMetrics {
 pub struct Gate {
     limits: Limits,
     slots: Arc<Semaphore>,
-    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// The unauthenticated pool (with authentication on).
+    unauthenticated: Arc<Semaphore>,
+    /// Connections per address: all of them, and the unauthenticated ones.
+    per_ip: Arc<Mutex<HashMap<IpAddr, (usize, usize)>>>,
+    /// Authenticated connections per principal.
+    per_principal: Arc<Mutex<HashMap<String, usize>>>,
     metrics: Arc<PortMetrics>,
     /// The last accept failed (out of file descriptors, most likely).
     accept_failing: Arc<std::sync::atomic::AtomicBool>,
@@ -128,11 +268,16 @@ pub struct Gate {
 
 impl Gate {
     /// A gate with `limits`, counting into `metrics`.
-    pub fn new(limits: Limits, metrics: Arc<PortMetrics>) -> Gate {
+    pub fn new(mut limits: Limits, metrics: Arc<PortMetrics>) -> Gate {
+        // One address never holds more than half the port.
+        limits.per_ip_max = limits.per_ip_max.min(limits.max.div_ceil(2)).max(1);
+        let unauthenticated = limits.auth.as_ref().map_or(0, |a| a.unauthenticated_max);
         Gate {
             slots: Arc::new(Semaphore::new(limits.max)),
+            unauthenticated: Arc::new(Semaphore::new(unauthenticated)),
             limits,
             per_ip: Arc::new(Mutex::new(HashMap::new())),
+            per_principal: Arc::new(Mutex::new(HashMap::new())),
             metrics,
             accept_failing: Arc::default(),
             ends: ConnEnds::default(),
@@ -144,31 +289,110 @@ impl Gate {
         self.ends.clone()
     }
 
-    /// Whether a new connection would find a slot now (and the port can accept at all).
+    /// Whether an authenticated client that is not an operator would find a slot now (and
+    /// the port can accept at all). Unauthenticated connections do not count: an anonymous
+    /// flood fills its own pool, never this one.
     pub fn has_room(&self) -> bool {
-        self.slots.available_permits() > 0 && !self.accept_failing.load(Relaxed)
+        let reserve = self.limits.auth.as_ref().map_or(0, |a| a.operator_reserve);
+        self.slots.available_permits() > reserve && !self.accept_failing.load(Relaxed)
     }
 
     /// Admit a connection from `peer`, or say which limit stops it.
     fn admit(&self, peer: SocketAddr) -> Result<Admission, &'static str> {
-        let permit = Arc::clone(&self.slots)
-            .try_acquire_owned()
-            .map_err(|_| "connection limit reached")?;
+        let auth = self.limits.auth.as_ref();
+        let (pool, full) = match auth {
+            Some(_) => (
+                &self.unauthenticated,
+                "unauthenticated connection limit reached",
+            ),
+            None => (&self.slots, "connection limit reached"),
+        };
+        let permit = Arc::clone(pool).try_acquire_owned().map_err(|_| full)?;
         let ip = peer.ip();
         {
             let mut per_ip = self.per_ip.lock().unwrap_or_else(|p| p.into_inner());
-            let n = per_ip.entry(ip).or_insert(0);
-            if *n >= self.limits.per_ip_max {
+            let (all, unauthenticated) = per_ip.entry(ip).or_insert((0, 0));
+            if *all >= self.limits.per_ip_max {
                 return Err("per-address connection limit reached");
             }
-            *n += 1;
+            if auth.is_some_and(|a| *unauthenticated >= a.unauthenticated_per_ip_max) {
+                return Err("per-address unauthenticated connection limit reached");
+            }
+            *all += 1;
+            if auth.is_some() {
+                *unauthenticated += 1;
+            }
         }
         self.metrics.open.fetch_add(1, Relaxed);
+        let slot = match auth {
+            Some(_) => {
+                self.metrics.unauthenticated_open.fetch_add(1, Relaxed);
+                Slot::Unauthenticated {
+                    _permit: permit,
+                    ip,
+                }
+            }
+            None => Slot::Authenticated {
+                _permit: permit,
+                principal: None,
+            },
+        };
         Ok(Admission {
-            _permit: permit,
+            slot: Some(slot),
             ip,
             gate: self.clone(),
         })
+    }
+
+    /// A slot of the authenticated pool for `principal`, within its cap and (unless an
+    /// `operator`) outside the operators' reserve.
+    fn authenticated_slot(
+        &self,
+        principal: &str,
+        operator: bool,
+    ) -> Result<OwnedSemaphorePermit, String> {
+        let Some(auth) = &self.limits.auth else {
+            return Err("this port does not authenticate".into());
+        };
+        let mut per_principal = self.per_principal.lock().unwrap_or_else(|p| p.into_inner());
+        let held = per_principal.get(principal).copied().unwrap_or(0);
+        if held >= auth.per_principal_max {
+            return Err(format!(
+                "principal {principal:?} already holds {held} connections to this node, its cap \
+                 (connections_per_principal_max)"
+            ));
+        }
+        if !operator && self.slots.available_permits() <= auth.operator_reserve {
+            return Err(format!(
+                "every connection slot of this node is taken but the {} kept for admins and \
+                 observers (connections_max)",
+                auth.operator_reserve
+            ));
+        }
+        let permit = Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map_err(|_| "every connection slot of this node is taken (connections_max)")?;
+        *per_principal.entry(principal.to_string()).or_insert(0) += 1;
+        Ok(permit)
+    }
+
+    /// An unauthenticated connection from `ip` authenticated or went away.
+    fn unauthenticated_left(&self, ip: IpAddr) {
+        self.metrics.unauthenticated_open.fetch_sub(1, Relaxed);
+        let mut per_ip = self.per_ip.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, unauthenticated)) = per_ip.get_mut(&ip) {
+            *unauthenticated -= 1;
+        }
+    }
+
+    fn principal_left(&self, principal: &str) {
+        let mut per_principal = self.per_principal.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = per_principal.get_mut(principal) {
+            *n -= 1;
+            if *n == 0 {
+                per_principal.remove(principal);
+            }
+        }
     }
 
     /// Accepts on `listener` (a port of its own, or this protocol's share of a shared
@@ -214,7 +438,7 @@ impl Gate {
                     match tokio::time::timeout(gate.limits.handshake, stream.peek(&mut first)).await
                     {
                         Ok(Ok(n)) if n > 0 => {
-                            let conn = Conn::new(stream, admission, gate.limits.idle, peer);
+                            let conn = Conn::new(stream, admission, &gate.limits, peer);
                             let _ = tx.send((conn, peer)).await;
                         }
                         // Closed before a word, or failed.
@@ -231,19 +455,25 @@ impl Gate {
     }
 }
 
-/// A connection's place at its gate, given back when it closes.
+/// A connection's place at its gate, given back when it closes: its address's count here,
+/// its slot in the connection's [`ConnEnd`] once it has one.
 struct Admission {
-    _permit: OwnedSemaphorePermit,
+    slot: Option<Slot>,
     ip: IpAddr,
     gate: Gate,
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
+        if let Some(Slot::Unauthenticated { ip, .. }) = self.slot.take() {
+            // Never became a connection (closed before its first byte).
+            self.gate.unauthenticated_left(ip);
+        }
+        // After the connection's own release (`Conn` drops its `ConnEnd` slot first).
         let mut per_ip = self.gate.per_ip.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = per_ip.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some((all, _)) = per_ip.get_mut(&self.ip) {
+            *all -= 1;
+            if *all == 0 {
                 per_ip.remove(&self.ip);
             }
         }
@@ -258,21 +488,51 @@ pub struct Conn {
     admission: Admission,
     idle: Duration,
     deadline: Pin<Box<Sleep>>,
+    /// When it must have authenticated (authentication on, not yet authenticated).
+    auth_deadline: Option<Pin<Box<Sleep>>>,
     peer: SocketAddr,
     end: Arc<ConnEnd>,
 }
 
 impl Conn {
-    fn new(stream: TcpStream, admission: Admission, idle: Duration, peer: SocketAddr) -> Conn {
-        let end = admission.gate.ends.insert(peer);
+    fn new(stream: TcpStream, mut admission: Admission, limits: &Limits, peer: SocketAddr) -> Conn {
+        let slot = admission.slot.take().unwrap_or_default();
+        let end = admission
+            .gate
+            .ends
+            .insert(peer, slot, admission.gate.clone());
         Conn {
             stream,
             admission,
-            idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
+            idle: limits.idle,
+            deadline: Box::pin(tokio::time::sleep(limits.idle)),
+            auth_deadline: limits
+                .auth
+                .as_ref()
+                .map(|a| Box::pin(tokio::time::sleep(a.deadline))),
             peer,
             end,
         }
+    }
+
+    /// Whether the connection is past its deadline to authenticate (registering for a
+    /// wake-up when it will be); once authenticated, never.
+    fn unauthenticated_too_long(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.auth_deadline.as_mut() else {
+            return false;
+        };
+        if self.end.authenticated() {
+            self.auth_deadline = None;
+            return false;
+        }
+        if std::future::Future::poll(deadline.as_mut(), cx).is_ready() {
+            let metrics = &self.admission.gate.metrics;
+            metrics.timed_out.fetch_add(1, Relaxed);
+            metrics.unauthenticated_timed_out.fetch_add(1, Relaxed);
+            self.end.note(ConnEnd::HERE);
+            return true;
+        }
+        false
     }
 
     fn moved(&mut self) {
@@ -295,6 +555,7 @@ impl Drop for Conn {
     fn drop(&mut self) {
         // Dropped without an end noted: the server let go of it.
         self.end.note(ConnEnd::HERE);
+        self.end.release();
         self.admission.gate.ends.remove(self.peer, &self.end);
     }
 }
@@ -312,6 +573,12 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if self.unauthenticated_too_long(cx) {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "client connection did not authenticate in time",
+            )));
+        }
         let before = buf.filled().len();
         let room = buf.remaining() > 0;
         match Pin::new(&mut self.stream).poll_read(cx, buf) {
@@ -430,9 +697,18 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Chan
 /// How long a leader's client port may stay full before it hands leadership on.
 pub const STEP_DOWN_AFTER_FULL: Duration = Duration::from_secs(2);
 
+/// The least time between two hand-overs by one node: a port that stays full everywhere
+/// (every node as loaded as this one) must not move leadership round the cluster every few
+/// seconds, each move costing every client an election's worth of unavailability.
+pub const STEP_DOWN_SPACING: Duration = Duration::from_secs(60);
+
 /// While this node leads and its client port has stayed full (or unable to accept) for
 /// [`STEP_DOWN_AFTER_FULL`], it hands Raft leadership to another voter: a leader no client
 /// can reach leaves the cluster without a usable leader, although every node looks well.
+///
+/// "Full" counts only what clients that authenticated can use ([`Gate::has_room`]): with
+/// authentication on, an anonymous flood fills the unauthenticated pool and never moves
+/// leadership. One node hands leadership on at most once per [`STEP_DOWN_SPACING`].
 pub fn step_down_when_full(
     gate: Gate,
     driver: crate::driver::DriverHandle,
@@ -442,6 +718,7 @@ pub fn step_down_when_full(
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_millis(200));
         let mut full_since: Option<Instant> = None;
+        let mut last_move: Option<Instant> = None;
         loop {
             every.tick().await;
             if gate.has_room() {
@@ -449,7 +726,9 @@ pub fn step_down_when_full(
                 continue;
             }
             let since = *full_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < STEP_DOWN_AFTER_FULL {
+            if since.elapsed() < STEP_DOWN_AFTER_FULL
+                || last_move.is_some_and(|at| at.elapsed() < STEP_DOWN_SPACING)
+            {
                 continue;
             }
             let status = driver.published.borrow().status.clone();
@@ -473,7 +752,8 @@ pub fn step_down_when_full(
             if let Err(e) = moved {
                 tracing::warn!(node = me, to, "handing leadership on failed: {e}");
             }
-            full_since = Some(Instant::now());
+            last_move = Some(Instant::now());
+            full_since = None;
         }
     })
 }

@@ -11,6 +11,7 @@
 //!   [`dashboard`] at `/`.
 #![deny(missing_docs)]
 
+mod admission;
 pub mod api;
 pub mod auth;
 pub mod config;
@@ -475,9 +476,21 @@ pub async fn run(
         per_ip_max: config.connections_per_ip_max,
         handshake: Duration::from_millis(config.handshake_timeout_ms),
         idle: Duration::from_millis(config.idle_timeout_ms),
+        auth: None,
     };
     let client_gate = conn::Gate::new(
-        limits(config.connections_max),
+        conn::Limits {
+            auth: policy.is_some().then(|| conn::AuthLimits {
+                unauthenticated_max: config.unauthenticated_connections_max,
+                unauthenticated_per_ip_max: config.unauthenticated_connections_per_ip_max,
+                deadline: Duration::from_millis(config.authenticate_within_ms),
+                operator_reserve: config
+                    .operator_connections_reserved
+                    .min(config.connections_max / 8),
+                per_principal_max: config.connections_per_principal_max,
+            }),
+            ..limits(config.connections_max)
+        },
         Arc::clone(&handle.metrics.client_connections),
     );
     let api = api::Api::new(&config, handle.clone(), policy.clone(), client_gate.ends());
@@ -494,6 +507,12 @@ pub async fn run(
     }
     let grpc = grpc
         .layer(tower::util::MapResponseLayer::new(label_decoder_errors))
+        .layer(admission::AuthenticateLayer::new(
+            policy.clone(),
+            &config.cluster_id,
+            client_gate.ends(),
+            Arc::clone(&handle.metrics),
+        ))
         .add_service(
             v1::sessions_server::SessionsServer::new(api.clone()).max_decoding_message_size(limit),
         )

@@ -324,6 +324,27 @@ impl Metrics {
                 ),
                 &m.timed_out,
             );
+            gauge(
+                &mut out,
+                &format!("tenure_{port}_unauthenticated_connections"),
+                &format!("Of the {port} port's open connections, those not authenticated yet."),
+                &m.unauthenticated_open,
+            );
+            counter(
+                &mut out,
+                &format!("tenure_{port}_unauthenticated_timed_out_total"),
+                &format!("Connections closed on the {port} port for not authenticating in time."),
+                &m.unauthenticated_timed_out,
+            );
+            counter(
+                &mut out,
+                &format!("tenure_{port}_connections_refused_authenticated_total"),
+                &format!(
+                    "Requests on the {port} port whose client authenticated but found no \
+                     authenticated slot (the pool, the operators' reserve, its principal's cap)."
+                ),
+                &m.refused_authenticated,
+            );
         }
         gauge(
             &mut out,

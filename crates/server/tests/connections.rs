@@ -197,10 +197,11 @@ async fn a_leader_no_client_can_reach_hands_leadership_on() {
     ]));
     let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
     let addrs = c.addrs(leader);
-    // Fill the leader's client port with silent sockets.
+    // Fill the leader's client port with silent sockets (two per address: one address
+    // never holds more than half a port).
     let mut silent = Vec::new();
-    for _ in 0..8 {
-        let mut s = connect_from(30, addrs.client).await;
+    for n in 0..8 {
+        let mut s = connect_from(30 + n / 2, addrs.client).await;
         if closed_within(&mut s, ms(150)).await {
             break;
         }

@@ -852,6 +852,17 @@ impl Cluster {
         self.children.contains_key(&id)
     }
 
+    /// Node `id`'s resident memory in KiB (`VmRSS`).
+    pub fn rss_kib(&self, id: u64) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid(id)))
+            .expect("read the node's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
     fn pid(&self, id: u64) -> libc::pid_t {
         self.children
             .get(&id)
@@ -1178,8 +1189,65 @@ impl Cluster {
         client: Option<&str>,
         authorization: Option<&str>,
     ) -> std::io::Result<(u16, String)> {
+        let connector = self.http_tls_as(client);
+        let headers = authorization
+            .map(|a| format!("Authorization: {a}\r\n"))
+            .unwrap_or_default();
+        http_over(
+            Some(&connector),
+            self.addrs[&id].http,
+            "GET",
+            path,
+            "",
+            &headers,
+            secs(5),
+        )
+        .await
+    }
+
+    /// Writes `head` (a request line and headers, up to and including the blank line) to
+    /// node `id`'s HTTP port over TLS as client principal `client` (or with no client
+    /// certificate), sends no body whatever its headers announce, and reads the answer.
+    pub async fn http_head_only_as(
+        &self,
+        id: u64,
+        client: Option<&str>,
+        head: &str,
+        within: Duration,
+    ) -> std::io::Result<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let connector = self.http_tls_as(client);
+        let addr = self.addrs[&id].http;
+        let exchange = async {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
+            let mut stream = connector.connect(name, tcp).await?;
+            stream.write_all(head.as_bytes()).await?;
+            stream.flush().await?;
+            let mut raw = Vec::new();
+            match stream.read_to_end(&mut raw).await {
+                Ok(_) => Ok(raw),
+                Err(e) if !raw.is_empty() => {
+                    let _ = e;
+                    Ok(raw)
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from {addr} within {within:?}"),
+            )
+        })??;
+        parse_http_response(&raw)
+    }
+
+    /// A TLS connector to the HTTP port as client principal `client`, or with no client
+    /// certificate.
+    fn http_tls_as(&self, client: Option<&str>) -> tokio_rustls::TlsConnector {
         use tenure_transport::certs::files;
-        let tls = self.tls.as_ref().expect("http_get_as needs TLS on");
+        let tls = self.tls.as_ref().expect("this needs TLS on");
         let config = match client {
             Some(client) => tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
                 ca: tls.dir.join(files::CA),
@@ -1207,20 +1275,7 @@ impl Cluster {
                 .with_no_client_auth()
             }
         };
-        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-        let headers = authorization
-            .map(|a| format!("Authorization: {a}\r\n"))
-            .unwrap_or_default();
-        http_over(
-            Some(&connector),
-            self.addrs[&id].http,
-            "GET",
-            path,
-            "",
-            &headers,
-            secs(5),
-        )
-        .await
+        tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
     }
 
     /// A channel to node `id` over TLS as client principal `client` (its certificate from

@@ -77,7 +77,7 @@ impl CrashChoices for RandomLoss<'_> {
             1 => unsynced,
             _ => (self.0.next_u64() % (unsynced as u64 + 1)) as usize,
         };
-        (keep, self.0.next_u32() % 8 == 0)
+        (keep, self.0.next_u32().is_multiple_of(8))
     }
 
     fn directory_changes(&mut self, pending: usize) -> usize {

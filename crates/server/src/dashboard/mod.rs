@@ -550,13 +550,12 @@ fn answer(code: StatusCode, key: &str, text: String) -> Response {
     (code, axum::Json(body)).into_response()
 }
 
-/// Admin, from this page's own origin, with a body of the expected shape.
-fn admit_action<T: for<'de> Deserialize<'de>>(
-    s: &HttpState,
-    peer: &HttpPeer,
-    headers: &HeaderMap,
-    body: &str,
-) -> Result<T, Box<Response>> {
+/// The largest body of a dashboard action (`{"to": 3}`, `{"id": 4}`).
+const ACTION_BODY_MAX: usize = 1024;
+
+/// Admin, from this page's own origin: decided from the headers alone, before any body is
+/// read, so that a client without the right costs the node no memory.
+fn admit_caller(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Result<(), Box<Response>> {
     s.authorize(peer, headers, Action::Admin)?;
     if headers.get(ACTION_HEADER).map(|v| v.as_bytes()) != Some(b"1") {
         return Err(Box::new(answer(
@@ -582,7 +581,12 @@ fn admit_action<T: for<'de> Deserialize<'de>>(
             )));
         }
     }
-    serde_json::from_str(body).map_err(|e| {
+    Ok(())
+}
+
+/// A body of the expected shape.
+fn parse_action<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
         Box::new(answer(
             StatusCode::BAD_REQUEST,
             "error",
@@ -591,8 +595,10 @@ fn admit_action<T: for<'de> Deserialize<'de>>(
     })
 }
 
-/// An admin action's body, admitted by [`admit_action`]: as an extractor, the handler runs
-/// only for an admin, from the page's own origin, with a body of the expected shape.
+/// An admin action's body: as an extractor, the handler runs only for an admin, from the
+/// page's own origin ([`admit_caller`], before the body is read), with a body of at most
+/// [`ACTION_BODY_MAX`] bytes (a larger `Content-Length` is refused unread) and of the
+/// expected shape.
 struct AdminAction<T>(T);
 
 impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<HttpState> for AdminAction<T> {
@@ -607,11 +613,26 @@ impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<HttpState> for Adm
             .get::<ConnectInfo<HttpPeer>>()
             .map(|c| c.0.clone())
             .unwrap_or_default();
-        let headers = req.headers().clone();
-        let body = String::from_request(req, s)
+        admit_caller(s, &peer, req.headers()).map_err(|refused| *refused)?;
+        let too_large = || {
+            answer(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "error",
+                format!("an action's body is at most {ACTION_BODY_MAX} bytes"),
+            )
+        };
+        let announced = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if announced.is_some_and(|n| n > ACTION_BODY_MAX as u64) {
+            return Err(too_large());
+        }
+        let body = axum::body::to_bytes(req.into_body(), ACTION_BODY_MAX)
             .await
-            .map_err(IntoResponse::into_response)?;
-        admit_action(s, &peer, &headers, &body)
+            .map_err(|_| too_large())?;
+        parse_action(&body)
             .map(AdminAction)
             .map_err(|refused| *refused)
     }
