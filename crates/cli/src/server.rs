@@ -86,6 +86,12 @@ pub struct ServerArgs {
     /// Most authenticated gRPC connections one principal holds at once.
     #[arg(long)]
     connections_per_principal_max: Option<usize>,
+    /// Most KeepAlive streams one principal holds at once (the auth file may set its own).
+    #[arg(long)]
+    keepalive_streams_per_principal_max: Option<usize>,
+    /// Most Observe streams one principal holds at once (the auth file may set its own).
+    #[arg(long)]
+    observe_streams_per_principal_max: Option<usize>,
     /// How long a new connection may take to send its first byte (and finish TLS), in ms.
     #[arg(long)]
     handshake_timeout_ms: Option<u64>,
@@ -240,6 +246,8 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         authenticate_within_ms,
         operator_connections_reserved,
         connections_per_principal_max,
+        keepalive_streams_per_principal_max,
+        observe_streams_per_principal_max,
         handshake_timeout_ms,
         idle_timeout_ms,
         streams_per_connection_max,

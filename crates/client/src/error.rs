@@ -187,7 +187,9 @@ impl From<Status> for Error {
             Reason::InvalidArgument => Error::InvalidArgument(message),
             Reason::Unavailable => Error::Unavailable(message),
             // Every stream slot is taken: the node's answer, not a retry's business.
-            Reason::ResourceExhausted => Error::Backend(format!("{reason}: {message}")),
+            Reason::ResourceExhausted | Reason::QuotaExceeded => {
+                Error::Backend(format!("{reason}: {message}"))
+            }
             Reason::Indeterminate | Reason::RequestForgotten => Error::Indeterminate(message),
             Reason::SessionEnded => Error::SessionEnded(message),
         }

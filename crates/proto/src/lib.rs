@@ -85,11 +85,14 @@ pub enum Reason {
     PermissionDenied,
     /// Every slot of a bounded resource (streams) is taken.
     ResourceExhausted,
+    /// The caller's principal holds all its share of a resource (its quota); others may
+    /// still have room.
+    QuotaExceeded,
 }
 
 impl Reason {
     /// Every reason, in the order of the `.proto` file's list.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::NotLeader,
         Reason::Unavailable,
         Reason::InvalidArgument,
@@ -107,6 +110,7 @@ impl Reason {
         Reason::Unauthenticated,
         Reason::PermissionDenied,
         Reason::ResourceExhausted,
+        Reason::QuotaExceeded,
     ];
 
     /// The reason as it travels in [`ERROR_KEY`].
@@ -129,6 +133,7 @@ impl Reason {
             Reason::Unauthenticated => "unauthenticated",
             Reason::PermissionDenied => "permission-denied",
             Reason::ResourceExhausted => "resource-exhausted",
+            Reason::QuotaExceeded => "quota-exceeded",
         }
     }
 

@@ -4,6 +4,7 @@
 //! leader's client address, so that clients go there directly (no hidden forwarding hop).
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
-use crate::auth::{Action, Denied, Policy};
+use crate::auth::{Action, Denied, Policy, Principal};
 use crate::config::{NodeAddrs, ServerConfig};
 use crate::conn::{ConnEnd, ConnEnds};
 use crate::driver::{ApiError, ClientRequest, DriverHandle, Input, ListRequest, Listing};
@@ -60,8 +61,16 @@ impl Api {
             nodes: Arc::new(config.nodes.clone()),
             timeout: config.request_timeout(),
             tick_ms: config.tick_ms,
-            keepalive_streams: StreamPool::new(StreamKind::KeepAlive, config.keepalive_streams_max),
-            observe_streams: StreamPool::new(StreamKind::Observe, config.observe_streams_max),
+            keepalive_streams: StreamPool::new(
+                StreamKind::KeepAlive,
+                config.keepalive_streams_max,
+                config.keepalive_streams_per_principal_max,
+            ),
+            observe_streams: StreamPool::new(
+                StreamKind::Observe,
+                config.observe_streams_max,
+                config.observe_streams_per_principal_max,
+            ),
             config: Arc::new(config.clone()),
             policy,
             conn_ends,
@@ -164,7 +173,7 @@ impl Api {
     /// PERMISSION_DENIED (`permission-denied`) when who it is may not; each refusal is
     /// counted. With no policy (TLS and the auth file both off) everything is let through,
     /// as the server said at start.
-    fn authorize<T>(&self, req: &Request<T>, action: Action<'_>) -> Result<(), Status> {
+    fn authorize<T>(&self, req: &Request<T>, action: Action<'_>) -> Result<Principal, Status> {
         let certs = req.peer_certs();
         crate::auth::authorize(
             self.policy.as_deref(),
@@ -175,6 +184,14 @@ impl Api {
             &self.driver.metrics,
         )
         .map_err(|denied| self.denied(denied))
+    }
+
+    /// The quotas the auth file sets for `who`.
+    fn quotas(&self, who: &Principal) -> crate::auth::Quotas {
+        match (who, self.policy.as_deref()) {
+            (Principal::Named(name), Some(policy)) => policy.quotas(name),
+            _ => crate::auth::Quotas::default(),
+        }
     }
 
     /// A refusal as a gRPC status (already counted by `auth::authorize`).
@@ -294,12 +311,16 @@ impl StreamKind {
     }
 }
 
-/// A bounded number of open streams of one kind.
+/// A bounded number of open streams of one kind, and each principal's share of it.
 #[derive(Clone)]
 struct StreamPool {
     kind: StreamKind,
     slots: Arc<Semaphore>,
     max: usize,
+    /// A principal's share unless the auth file sets its own.
+    share: usize,
+    /// Streams held, by principal.
+    held: Arc<std::sync::Mutex<HashMap<String, usize>>>,
 }
 
 /// One open stream's place in its pool, given back when the stream's task ends.
@@ -307,19 +328,71 @@ struct StreamSlot {
     _permit: OwnedSemaphorePermit,
     kind: StreamKind,
     metrics: Arc<Metrics>,
+    /// Its principal's count in the pool, if it has one.
+    principal: Option<(String, Arc<std::sync::Mutex<HashMap<String, usize>>>)>,
 }
 
 impl StreamPool {
-    fn new(kind: StreamKind, max: usize) -> StreamPool {
+    fn new(kind: StreamKind, max: usize, share: usize) -> StreamPool {
         StreamPool {
             kind,
             slots: Arc::new(Semaphore::new(max)),
             max,
+            share,
+            held: Arc::default(),
         }
     }
 
-    /// A slot, or RESOURCE_EXHAUSTED (`resource-exhausted`) when all are taken.
-    fn take(&self, metrics: &Arc<Metrics>) -> Result<StreamSlot, Status> {
+    /// The quota's name, for refusals.
+    fn quota_names(&self) -> (&'static str, &'static str, &'static str) {
+        match self.kind {
+            StreamKind::KeepAlive => (
+                "KeepAlive",
+                "keepalive_streams_max",
+                "keepalive_streams (keepalive_streams_per_principal_max)",
+            ),
+            StreamKind::Observe => (
+                "Observe",
+                "observe_streams_max",
+                "observe_streams (observe_streams_per_principal_max)",
+            ),
+        }
+    }
+
+    /// A slot for `principal`, or RESOURCE_EXHAUSTED: `quota-exceeded` when the principal
+    /// holds its whole share (`quota`, or the pool's default share), `resource-exhausted`
+    /// when every slot is taken. One principal's streams never take more than its share, so
+    /// with shares that add up to the pool no principal is refused for another's.
+    fn take(
+        &self,
+        metrics: &Arc<Metrics>,
+        principal: &Principal,
+        quota: Option<usize>,
+    ) -> Result<StreamSlot, Status> {
+        let (what, _, quota_name) = self.quota_names();
+        let mut counted = None;
+        if let Principal::Named(name) = principal {
+            let share = quota.unwrap_or(self.share);
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            let n = held.entry(name.clone()).or_insert(0);
+            if *n >= share {
+                self.kind.refused(metrics).fetch_add(1, Ordering::Relaxed);
+                return Err(
+                    Reason::QuotaExceeded.label(Status::resource_exhausted(format!(
+                        "principal {name:?} has {n} {what} streams open on this node, its quota \
+                     {quota_name} of {share}; end some of its own first"
+                    ))),
+                );
+            }
+            *n += 1;
+            counted = Some((name.clone(), Arc::clone(&self.held)));
+        }
+        let give_back =
+            |counted: &Option<(String, Arc<std::sync::Mutex<HashMap<String, usize>>>)>| {
+                if let Some((name, held)) = counted {
+                    release_share(held, name);
+                }
+            };
         match Arc::clone(&self.slots).try_acquire_owned() {
             Ok(permit) => {
                 self.kind.open(metrics).fetch_add(1, Ordering::Relaxed);
@@ -327,14 +400,13 @@ impl StreamPool {
                     _permit: permit,
                     kind: self.kind,
                     metrics: Arc::clone(metrics),
+                    principal: counted,
                 })
             }
             Err(_) => {
+                give_back(&counted);
                 self.kind.refused(metrics).fetch_add(1, Ordering::Relaxed);
-                let (what, flag) = match self.kind {
-                    StreamKind::KeepAlive => ("KeepAlive", "keepalive_streams_max"),
-                    StreamKind::Observe => ("Observe", "observe_streams_max"),
-                };
+                let (what, flag, _) = self.quota_names();
                 Err(Reason::ResourceExhausted.label(Status::resource_exhausted(format!(
                     "this node has {} {what} streams open, its limit ({flag}); retry later or on another node",
                     self.max
@@ -349,6 +421,20 @@ impl Drop for StreamSlot {
         self.kind
             .open(&self.metrics)
             .fetch_sub(1, Ordering::Relaxed);
+        if let Some((name, held)) = &self.principal {
+            release_share(held, name);
+        }
+    }
+}
+
+/// One stream of principal `name` ended.
+fn release_share(held: &std::sync::Mutex<HashMap<String, usize>>, name: &str) {
+    let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(n) = held.get_mut(name) {
+        *n -= 1;
+        if *n == 0 {
+            held.remove(name);
+        }
     }
 }
 
@@ -410,8 +496,11 @@ impl v1::sessions_server::Sessions for Api {
         &self,
         req: Request<tonic::Streaming<v1::KeepAliveRequest>>,
     ) -> Result<tonic::Response<Self::KeepAliveStream>, Status> {
-        self.authorize(&req, Action::Session)?;
-        let slot = self.keepalive_streams.take(&self.driver.metrics)?;
+        let who = self.authorize(&req, Action::Session)?;
+        let quota = self.quotas(&who).keepalive_streams;
+        let slot = self
+            .keepalive_streams
+            .take(&self.driver.metrics, &who, quota)?;
         let conn_end = req.remote_addr().and_then(|peer| self.conn_ends.of(peer));
         let mut incoming = req.into_inner();
         let (tx, rx) = mpsc::channel::<Result<v1::KeepAliveResponse, Status>>(256);
@@ -671,8 +760,11 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::ObserveRequest>,
     ) -> Result<tonic::Response<Self::ObserveStream>, Status> {
-        self.authorize(&req, Action::Observe(&req.get_ref().election))?;
-        let slot = self.observe_streams.take(&self.driver.metrics)?;
+        let who = self.authorize(&req, Action::Observe(&req.get_ref().election))?;
+        let quota = self.quotas(&who).observe_streams;
+        let slot = self
+            .observe_streams
+            .take(&self.driver.metrics, &who, quota)?;
         let election = req.into_inner().election;
         let mut changes = self.driver.leader_changes.subscribe();
         let (index, current) = match self

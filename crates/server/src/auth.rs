@@ -90,6 +90,20 @@ pub struct Rights {
     /// Grants on name prefixes.
     #[serde(default)]
     pub grants: Vec<Grant>,
+    /// This principal's shares of the node's pools, where they differ from the server's
+    /// defaults.
+    #[serde(default)]
+    pub quotas: Quotas,
+}
+
+/// A principal's shares of a node's pools (`None`: the server's default share).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quotas {
+    /// KeepAlive streams open at once on one node.
+    pub keepalive_streams: Option<usize>,
+    /// Observe streams open at once on one node.
+    pub observe_streams: Option<usize>,
 }
 
 impl Rights {
@@ -371,6 +385,7 @@ impl Policy {
         let admin = Rights {
             roles: BTreeSet::from([Role::Admin]),
             grants: Vec::new(),
+            quotas: Quotas::default(),
         };
         Policy {
             principals: admins.iter().map(|a| (a.clone(), admin.clone())).collect(),
@@ -385,6 +400,7 @@ impl Policy {
                         Permission::Write,
                     ]),
                 }],
+                quotas: Quotas::default(),
             }),
             tokens: HashMap::new(),
             source: PolicySource::DefaultWithTls,
@@ -415,6 +431,15 @@ impl Policy {
         let rights = self.rights(&name, from_certificate);
         let operator = rights.is_some_and(|r| r.has(Role::Admin) || r.has(Role::Observer));
         Ok(Identity { name, operator })
+    }
+
+    /// The quotas set for principal `name` in the auth file (none for the default policy's
+    /// unlisted certificates, nor without a policy).
+    pub fn quotas(&self, name: &str) -> Quotas {
+        self.principals
+            .get(name)
+            .map(|r| r.quotas)
+            .unwrap_or_default()
     }
 
     fn rights(&self, name: &str, from_certificate: bool) -> Option<&Rights> {
@@ -527,9 +552,9 @@ pub fn authorize(
     leaf: Option<&CertificateDer<'_>>,
     action: &Action<'_>,
     metrics: &Metrics,
-) -> Result<(), Denied> {
+) -> Result<Principal, Denied> {
     let Some(policy) = policy else {
-        return Ok(());
+        return Ok(Principal::Anyone);
     };
     let checked = authorization
         .map(|bytes| {
@@ -541,7 +566,7 @@ pub fn authorize(
             let certificate = leaf.and_then(|leaf| client_principal(leaf, cluster_id));
             policy.check(authorization, certificate.as_deref(), action)
         });
-    checked.map(|_| ()).map_err(|denied| {
+    checked.map_err(|denied| {
         let counter = match denied {
             Denied::Unauthenticated(_) => &metrics.unauthenticated,
             Denied::Forbidden { .. } => &metrics.permission_denied,

@@ -156,6 +156,9 @@ fn default_keepalive_streams_max() -> usize {
 fn default_observe_streams_max() -> usize {
     10_000
 }
+fn default_streams_per_principal_max() -> usize {
+    2_500
+}
 fn default_message_bytes_max() -> usize {
     4 * 1024 * 1024
 }
@@ -275,6 +278,15 @@ pub struct ServerConfig {
     /// as soon as its client goes.
     #[serde(default = "default_observe_streams_max")]
     pub observe_streams_max: usize,
+    /// Most KeepAlive streams one principal holds at once on a node (with authentication
+    /// on; an auth file may set a principal's own `quotas.keepalive_streams`), so that one
+    /// tenant's streams never take the renewals of another's.
+    #[serde(default = "default_streams_per_principal_max")]
+    pub keepalive_streams_per_principal_max: usize,
+    /// Most Observe streams one principal holds at once on a node (likewise
+    /// `quotas.observe_streams`).
+    #[serde(default = "default_streams_per_principal_max")]
+    pub observe_streams_per_principal_max: usize,
     /// Largest gRPC message accepted, and largest peer frame.
     #[serde(default = "default_message_bytes_max")]
     pub message_bytes_max: usize,
@@ -417,6 +429,8 @@ impl ServerConfig {
             authenticate_within_ms: default_authenticate_within_ms(),
             operator_connections_reserved: default_operator_connections_reserved(),
             connections_per_principal_max: default_connections_per_principal_max(),
+            keepalive_streams_per_principal_max: default_streams_per_principal_max(),
+            observe_streams_per_principal_max: default_streams_per_principal_max(),
             handshake_timeout_ms: default_handshake_timeout_ms(),
             idle_timeout_ms: default_idle_timeout_ms(),
             streams_per_connection_max: default_streams_per_connection_max(),

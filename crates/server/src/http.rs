@@ -68,6 +68,7 @@ impl HttpState {
             &action,
             &self.driver.metrics,
         )
+        .map(|_| ())
         .map_err(|denied| {
             let code = match denied {
                 Denied::Unauthenticated(_) => StatusCode::UNAUTHORIZED,

@@ -323,3 +323,70 @@ async fn a_dashboard_action_is_refused_from_its_headers_before_its_body() {
         assert_eq!(code, 413, "an admin, {length}-byte body announced");
     }
 }
+
+/// Each principal has its share of the KeepAlive pool: a tenant opening every stream its
+/// grants allow is refused `quota-exceeded` at its share, and another tenant still opens
+/// its own; an auth file can set a principal's own share. (Before, one principal with rights
+/// only on `beta/` took all 10,000 KeepAlive slots in about 5 s and `alpha`'s renewals were
+/// refused; without the shares this test's `alpha` is refused `resource-exhausted`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_cannot_take_another_tenants_keepalive_streams() {
+    let auth = AuthFile::new(
+        r#"
+[principals.admin]
+roles = ["admin"]
+
+[principals.alpha]
+grants = [{ prefix = "alpha/", allow = ["campaign"] }]
+
+[principals.beta]
+grants = [{ prefix = "beta/", allow = ["campaign"] }]
+
+[principals.gamma]
+grants = [{ prefix = "gamma/", allow = ["campaign"] }]
+quotas = { keepalive_streams = 1 }
+"#,
+        &["alpha", "beta", "gamma"],
+    );
+    let c = Cluster::start(Options::nodes(1).auth_file(&auth).args(&[
+        "--keepalive-streams-max",
+        "6",
+        "--keepalive-streams-per-principal-max",
+        "3",
+    ]));
+    let (id, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let open = |who: &'static str| {
+        let ch = c.channel_as(id, None);
+        let token = auth.token(who).to_string();
+        async move { KeepAlives::open_as(ch, Some(&token)).await }
+    };
+
+    // beta takes its share, and no more.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(open("beta").await.expect("beta's share"));
+    }
+    let refused = open("beta").await.err().expect("beta past its share");
+    assert_eq!(reason(&refused), Some("quota-exceeded"), "{refused:?}");
+    assert!(
+        refused.message().contains("keepalive_streams"),
+        "{refused:?}"
+    );
+
+    // alpha still gets streams of its own; gamma has the share its auth-file entry sets.
+    for _ in 0..2 {
+        held.push(open("alpha").await.expect("alpha's streams beside beta's"));
+    }
+    held.push(open("gamma").await.expect("gamma's one stream"));
+    let refused = open("gamma").await.err().expect("gamma past its own quota");
+    assert_eq!(reason(&refused), Some("quota-exceeded"), "{refused:?}");
+
+    // The pool itself is still bounded: it is full now (3 + 2 + 1).
+    let refused = open("alpha").await.err().expect("the pool is full");
+    assert_eq!(reason(&refused), Some("resource-exhausted"), "{refused:?}");
+
+    // A stream that ends gives its principal's share back.
+    drop(held.remove(0));
+    tokio::time::sleep(ms(300)).await;
+    held.push(open("beta").await.expect("beta's share, one given back"));
+}

@@ -1754,9 +1754,19 @@ impl tonic::codegen::tokio_stream::Stream for Outgoing {
 impl KeepAlives {
     /// Open one on `ch`.
     pub async fn open(ch: Channel) -> Result<KeepAlives, Status> {
+        KeepAlives::open_as(ch, None).await
+    }
+
+    /// Open one on `ch` with `authorization: Bearer <token>` when a token is given.
+    pub async fn open_as(ch: Channel, token: Option<&str>) -> Result<KeepAlives, Status> {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let mut request = tonic::Request::new(Outgoing(rx));
+        if let Some(token) = token {
+            let header = format!("Bearer {token}").parse().expect("an ASCII header");
+            request.metadata_mut().insert("authorization", header);
+        }
         let answers = v1::sessions_client::SessionsClient::new(ch)
-            .keep_alive(Outgoing(rx))
+            .keep_alive(request)
             .await?
             .into_inner();
         Ok(KeepAlives { tx, answers })
