@@ -851,7 +851,14 @@ impl v1::fenced_keys_server::FencedKeys for Api {
         &self,
         req: Request<v1::PutRequest>,
     ) -> Result<tonic::Response<v1::PutResponse>, Status> {
-        self.authorize(&req, Action::Write(&req.get_ref().key))?;
+        let r = req.get_ref();
+        self.authorize(
+            &req,
+            Action::Write {
+                key: &r.key,
+                election: &r.election,
+            },
+        )?;
         let r = req.into_inner();
         let request = on_session(r.session_id, r.request_seq);
         let cmd = self.seal(

@@ -134,7 +134,12 @@ impl Rights {
             Action::Campaign(election) => self.granted(Permission::Campaign, election),
             Action::Observe(election) => observer || self.granted(Permission::Observe, election),
             Action::Read(key) => observer || self.granted(Permission::Read, key),
-            Action::Write(key) => self.granted(Permission::Write, key),
+            // The token a fenced write carries is the election's: writing with it is part of
+            // holding its leadership, and a caller without that right learns nothing about
+            // the election's tokens from the answer (refused before anything is looked up).
+            Action::Write { key, election } => {
+                self.granted(Permission::Write, key) && self.granted(Permission::Campaign, election)
+            }
         }
     }
 }
@@ -150,8 +155,14 @@ pub enum Action<'a> {
     Observe(&'a str),
     /// Get a fenced key.
     Read(&'a str),
-    /// Put a fenced key.
-    Write(&'a str),
+    /// Put a fenced key, fenced by an election's token: `write` on the key and `campaign` in
+    /// the election.
+    Write {
+        /// The key.
+        key: &'a str,
+        /// The election whose token fences the write.
+        election: &'a str,
+    },
     /// The cluster's status (every authenticated principal).
     Status,
     /// The cluster's member list with client addresses (every authenticated principal:
@@ -171,7 +182,9 @@ impl Action<'_> {
             Action::Campaign(e) => format!("campaign in election {e:?}"),
             Action::Observe(e) => format!("observe election {e:?}"),
             Action::Read(k) => format!("read key {k:?}"),
-            Action::Write(k) => format!("write key {k:?}"),
+            Action::Write { key, election } => {
+                format!("write key {key:?} fenced by election {election:?}")
+            }
             Action::Status => "the cluster's status".into(),
             Action::Members => "the cluster's member list".into(),
             Action::Metrics => "metrics and status (the observer role)".into(),
@@ -619,7 +632,14 @@ grafana = "sha256:REPLACE"
             .check(None, billing, &Action::Observe("billing/close"))
             .is_ok());
         assert!(p
-            .check(None, billing, &Action::Write("billing/keys/x"))
+            .check(
+                None,
+                billing,
+                &Action::Write {
+                    key: "billing/keys/x",
+                    election: "billing/close"
+                }
+            )
             .is_ok());
         assert!(p.check(None, billing, &Action::Session).is_ok());
         assert!(p.check(None, billing, &Action::Status).is_ok());
@@ -627,7 +647,15 @@ grafana = "sha256:REPLACE"
         for denied in [
             Action::Campaign("shipping/close"),
             Action::Campaign("billing"),
-            Action::Write("billing/close"),
+            Action::Write {
+                key: "billing/close",
+                election: "billing/close",
+            },
+            // A key it may write, fenced by an election it may not campaign in.
+            Action::Write {
+                key: "billing/keys/x",
+                election: "shipping/close",
+            },
             Action::Read("billing/close"),
             Action::Metrics,
             Action::Admin,
@@ -663,7 +691,10 @@ grafana = "sha256:REPLACE"
         for denied in [
             Action::Session,
             Action::Campaign("any"),
-            Action::Write("any/key"),
+            Action::Write {
+                key: "any/key",
+                election: "any/election",
+            },
             Action::Admin,
         ] {
             assert!(p.check(auth, None, &denied).is_err(), "{denied:?}");
@@ -700,7 +731,16 @@ grafana = "sha256:REPLACE"
     fn the_default_policy_lets_cluster_clients_work_and_only_admins_administer() {
         let p = Policy::default_with_tls(&["ops".into()]);
         assert!(p.check(None, Some("app"), &Action::Campaign("x")).is_ok());
-        assert!(p.check(None, Some("app"), &Action::Write("k")).is_ok());
+        assert!(p
+            .check(
+                None,
+                Some("app"),
+                &Action::Write {
+                    key: "k",
+                    election: "e"
+                }
+            )
+            .is_ok());
         assert!(p.check(None, Some("app"), &Action::Metrics).is_ok());
         assert!(p.check(None, Some("app"), &Action::Admin).is_err());
         assert!(p.check(None, Some("ops"), &Action::Admin).is_ok());

@@ -112,6 +112,24 @@ async fn principals_do_what_their_grants_allow_and_nothing_else() {
         unit(billing.send(get("app/config")).await),
         "billing reads outside billing/keys/",
     );
+    // A key billing may write, fenced by an election it may not campaign in (the app's):
+    // refused before the election is looked up, whether it exists or not, so the answer
+    // says nothing about the app's elections or tokens. (Before, the key's right alone let
+    // the write through to the state machine, whose stale-token answer carried the
+    // election's current token.)
+    for election in ["app/leader", "app/no-such-election"] {
+        refused(
+            unit(
+                billing
+                    .send(v1::PutRequest {
+                        election: election.into(),
+                        ..put("billing/keys/ledger", b"x")
+                    })
+                    .await,
+            ),
+            "billing writes its key fenced by another principal's election",
+        );
+    }
     refused(
         unit(billing.send(v1::TransferLeadershipRequest { to: 0 }).await),
         "billing moves Raft leadership",
