@@ -240,3 +240,99 @@ async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
         "tenure leader with --ca/--cert/--key: {stderr}"
     );
 }
+
+/// A certificate signed by the cluster's own CA (its key is in the harness's TLS directory)
+/// with `names` and the extended key usages `usages`.
+fn signed_by_the_cluster_ca(
+    c: &Cluster,
+    names: &[&str],
+    usages: Vec<rcgen::ExtendedKeyUsagePurpose>,
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    use tenure_transport::certs::files;
+    let dir = &c.tls().expect("TLS is on").dir;
+    let ca_key = rcgen::KeyPair::from_pem(
+        &std::fs::read_to_string(dir.join(files::CA_KEY)).expect("the CA's key"),
+    )
+    .expect("a key");
+    // The issuer as `tenure certs` made it: its subject is only this common name.
+    let mut ca_params = rcgen::CertificateParams::default();
+    ca_params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("tenure CA for cluster {CLUSTER_ID}"),
+    );
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .expect("names");
+    params.extended_key_usages = usages;
+    params.use_authority_key_identifier_extension = true;
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = params.signed_by(&key, &issuer).expect("signed");
+    let out = tempfile::tempdir().expect("tempdir");
+    let (cert_path, key_path) = (out.path().join("cert.pem"), out.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).expect("write");
+    std::fs::write(&key_path, key.serialize_pem()).expect("write");
+    (out, cert_path, key_path)
+}
+
+/// A peer is a node certificate, exactly: signed by the cluster's own CA, a wildcard that
+/// matches every node's name, and a client-only certificate that names the leader, are each
+/// refused on a follower's peer port, and the forged frames change nothing. (Before, either
+/// was accepted as the leader, and a forged AppendEntries left a follower diverged.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_or_client_only_certificate_cannot_speak_as_a_node() {
+    use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+    let c = Cluster::start(Options::nodes(3));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let follower = c.others(&[leader])[0];
+    c.wait_caught_up(leader, &c.ids(), secs(10)).await;
+    let before = c.status_of(follower).await;
+    let bytes = forged(leader, follower, term, before.commit_index);
+    let leader_name = tenure_transport::node_name(CLUSTER_ID, leader);
+    let wildcard = format!("*.{CLUSTER_ID}.tenure");
+    for (what, names, usages) in [
+        (
+            "a wildcard",
+            vec![wildcard.as_str()],
+            vec![ServerAuth, ClientAuth],
+        ),
+        ("client-only", vec![leader_name.as_str()], vec![ClientAuth]),
+    ] {
+        let (_dir, cert, key) = signed_by_the_cluster_ca(&c, &names, usages);
+        use tenure_transport::certs::files;
+        let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+            ca: c.tls().expect("TLS is on").dir.join(files::CA),
+            cert,
+            key,
+        })
+        .expect("material");
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+            material.client_config().expect("client config"),
+        ));
+        let tcp = tokio::net::TcpStream::connect(c.addrs(follower).peer)
+            .await
+            .expect("connect");
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(
+            tenure_transport::node_name(CLUSTER_ID, follower),
+        )
+        .expect("name");
+        let tls = connector
+            .connect(name, tcp)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: the TLS handshake itself succeeds: {e}"));
+        send_and_wait_close(tls, &bytes).await;
+    }
+    tokio::time::sleep(ms(500)).await;
+    let after = c.status_of(follower).await;
+    assert_eq!(after.term, before.term, "the term moved: {after:?}");
+    assert_eq!(after.voters, before.voters, "the voters changed: {after:?}");
+    let log = c.log(follower);
+    for why in ["does not name", "not a node certificate"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("handshake failed") && l.contains(why)),
+            "no refusal saying {why:?} in node {follower}'s log"
+        );
+    }
+    assert_eq!(c.wait_for_leader(&c.ids(), secs(5)).await, (leader, term));
+}

@@ -221,15 +221,16 @@ async fn serve_connection(
     };
     let failure = match accepted {
         Ok(Ok(stream)) => {
-            let leaf = stream
+            let chain = stream
                 .get_ref()
                 .1
                 .peer_certificates()
-                .and_then(|chain| chain.first())
-                .cloned();
-            match leaf {
-                Some(leaf) => {
-                    return serve_stream(ctx, stream, Some(leaf), addr, deadline, shutdown).await
+                .filter(|chain| !chain.is_empty())
+                .map(|chain| chain.to_vec());
+            match chain {
+                Some(chain) => {
+                    let checked = Some((chain, Arc::clone(&tls.roots)));
+                    return serve_stream(ctx, stream, checked, addr, deadline, shutdown).await;
                 }
                 // The verifier requires a certificate, so this does not happen; refuse anyway.
                 None => HandshakeError::Tls("no client certificate".into()),
@@ -243,11 +244,14 @@ async fn serve_connection(
 }
 
 /// Serves one connection after its TLS handshake, if any: the hello, then frames.
-/// `leaf` is the dialer's verified certificate when TLS is on.
+/// `certs` is the dialer's verified chain and the CA when TLS is on.
 async fn serve_stream<S: AsyncRead + Unpin>(
     ctx: &Arc<InboundCtx>,
     mut stream: S,
-    leaf: Option<rustls::pki_types::CertificateDer<'static>>,
+    certs: Option<(
+        Vec<rustls::pki_types::CertificateDer<'static>>,
+        Arc<rustls::RootCertStore>,
+    )>,
     addr: SocketAddr,
     deadline: Instant,
     mut shutdown: watch::Receiver<bool>,
@@ -266,14 +270,12 @@ async fn serve_stream<S: AsyncRead + Unpin>(
     };
     let checked = hello.and_then(|hello| {
         let peer = ctx.check_hello(&hello)?;
-        if let Some(leaf) = &leaf {
-            let name = crate::tls::node_name(&ctx.shared.cluster_id, hello.node_id);
-            crate::tls::cert_names(leaf, &name).map_err(|why| {
-                HandshakeError::CertificateMismatch {
+        if let Some((chain, roots)) = &certs {
+            crate::tls::check_node_certificate(chain, roots, &ctx.shared.cluster_id, hello.node_id)
+                .map_err(|why| HandshakeError::CertificateMismatch {
                     node_id: hello.node_id,
                     why,
-                }
-            })?;
+                })?;
         }
         Ok((peer, hello))
     });

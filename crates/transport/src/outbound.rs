@@ -163,6 +163,23 @@ async fn connect(ctx: &OutboundCtx) -> Result<Box<dyn PeerIo>, Dial> {
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))?
             .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
+            let chain = tls_stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .unwrap_or_default();
+            crate::tls::check_node_certificate(
+                chain,
+                &tls.roots,
+                &ctx.shared.cluster_id,
+                ctx.peer_id,
+            )
+            .map_err(|why| {
+                io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("peer {} is not the node it should be: {why}", ctx.peer_id),
+                )
+            })?;
             Box::new(tls_stream)
         }
     };

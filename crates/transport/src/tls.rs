@@ -8,7 +8,10 @@
 //!   reach, so a connection to the wrong node (or another cluster's node) fails;
 //! - the acceptor requires a client certificate signed by the same CA, finishes the TLS
 //!   handshake before it reads a single frame, and then accepts the hello only if the
-//!   certificate is valid for the name of the node the hello claims to be.
+//!   certificate is a node certificate of the node the hello claims to be
+//!   ([`check_node_certificate`]): that exact name (not a wildcard that happens to match),
+//!   and usable for both server and client authentication (a client-only certificate that
+//!   names a node is refused). The dialer applies the same check to the acceptor.
 //!
 //! A stranger without a certificate from the cluster's CA therefore cannot send any frame,
 //! and a node cannot speak for another node. What a stolen node certificate allows is in
@@ -240,6 +243,8 @@ impl TlsMaterial {
 pub struct PeerTls {
     pub(crate) acceptor: TlsAcceptor,
     pub(crate) connector: TlsConnector,
+    /// The CA, for [`check_node_certificate`].
+    pub(crate) roots: Arc<RootCertStore>,
 }
 
 impl std::fmt::Debug for PeerTls {
@@ -255,6 +260,7 @@ impl PeerTls {
         Ok(PeerTls {
             acceptor: TlsAcceptor::from(Arc::new(material.server_config(ClientAuth::Required)?)),
             connector: TlsConnector::from(Arc::new(material.client_config()?)),
+            roots: material.roots(),
         })
     }
 }
@@ -264,6 +270,76 @@ pub fn cert_names(leaf: &CertificateDer<'_>, name: &str) -> Result<(), String> {
     let parsed = ParsedCertificate::try_from(leaf).map_err(|e| e.to_string())?;
     let server_name = ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
     rustls::client::verify_server_name(&parsed, &server_name).map_err(|e| e.to_string())
+}
+
+/// What a peer must present to speak as node `id` (beyond the TLS handshake's chain check):
+/// a DNS subject alternative name exactly [`node_name`]`(cluster, id)` (a wildcard SAN is
+/// not a node's name, though TLS name matching would accept it), and a chain to `roots`
+/// that verifies with the extended key usages of a node, serverAuth *and* clientAuth, both
+/// present (a certificate issued for a client only, or without any extended key usage, is
+/// not a node's; `tenure certs` issues nodes both).
+pub fn check_node_certificate(
+    chain: &[CertificateDer<'_>],
+    roots: &RootCertStore,
+    cluster_id: &str,
+    id: NodeId,
+) -> Result<(), String> {
+    let leaf = chain.first().ok_or("no certificate")?;
+    let name = node_name(cluster_id, id);
+    let parsed = webpki::EndEntityCert::try_from(leaf).map_err(|e| e.to_string())?;
+    if !parsed.valid_dns_names().any(|dns| dns == name) {
+        return Err(format!(
+            "the certificate does not name {name} exactly (a node certificate carries its own \
+             name, not a wildcard)"
+        ));
+    }
+    parsed
+        .verify_for_usage(
+            provider().signature_verification_algorithms.all,
+            &roots.roots,
+            &chain[1..],
+            rustls::pki_types::UnixTime::now(),
+            NodeUsage,
+            None,
+            None,
+        )
+        .map_err(|e| {
+            format!(
+                "not a node certificate ({e}): a peer's certificate needs both the serverAuth \
+                 and clientAuth extended key usages"
+            )
+        })?;
+    Ok(())
+}
+
+/// The extended key usages of a node certificate: serverAuth and clientAuth, both required.
+struct NodeUsage;
+
+/// id-kp-serverAuth (1.3.6.1.5.5.7.3.1), DER-encoded without tag and length.
+const EKU_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
+/// id-kp-clientAuth (1.3.6.1.5.5.7.3.2).
+const EKU_CLIENT_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02];
+
+impl webpki::ExtendedKeyUsageValidator for NodeUsage {
+    fn validate(&self, iter: webpki::KeyPurposeIdIter<'_, '_>) -> Result<(), webpki::Error> {
+        let (server, client) = (
+            webpki::KeyPurposeId::new(EKU_SERVER_AUTH),
+            webpki::KeyPurposeId::new(EKU_CLIENT_AUTH),
+        );
+        let (mut has_server, mut has_client) = (false, false);
+        for id in iter {
+            let id = id?;
+            has_server |= id == server;
+            has_client |= id == client;
+        }
+        if has_server && has_client {
+            Ok(())
+        } else {
+            // The caller's message says which usages a node certificate needs.
+            #[allow(deprecated)]
+            Err(webpki::Error::RequiredEkuNotFound)
+        }
+    }
 }
 
 /// The server name a dialer expects of peer `id`.
