@@ -320,8 +320,11 @@ struct StreamPool {
     /// A principal's share unless the auth file sets its own.
     share: usize,
     /// Streams held, by principal.
-    held: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    held: SharesHeld,
 }
+
+/// Streams held in one pool, by principal.
+type SharesHeld = Arc<std::sync::Mutex<HashMap<String, usize>>>;
 
 /// One open stream's place in its pool, given back when the stream's task ends.
 struct StreamSlot {
@@ -329,7 +332,7 @@ struct StreamSlot {
     kind: StreamKind,
     metrics: Arc<Metrics>,
     /// Its principal's count in the pool, if it has one.
-    principal: Option<(String, Arc<std::sync::Mutex<HashMap<String, usize>>>)>,
+    principal: Option<(String, SharesHeld)>,
 }
 
 impl StreamPool {
@@ -387,12 +390,11 @@ impl StreamPool {
             *n += 1;
             counted = Some((name.clone(), Arc::clone(&self.held)));
         }
-        let give_back =
-            |counted: &Option<(String, Arc<std::sync::Mutex<HashMap<String, usize>>>)>| {
-                if let Some((name, held)) = counted {
-                    release_share(held, name);
-                }
-            };
+        let give_back = |counted: &Option<(String, SharesHeld)>| {
+            if let Some((name, held)) = counted {
+                release_share(held, name);
+            }
+        };
         match Arc::clone(&self.slots).try_acquire_owned() {
             Ok(permit) => {
                 self.kind.open(metrics).fetch_add(1, Ordering::Relaxed);

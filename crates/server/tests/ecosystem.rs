@@ -597,12 +597,17 @@ fn the_sample_config_validates_and_agrees_with_tenure_certs_and_the_systemd_unit
     let may = |who: &str, action: Action<'_>| policy.check(None, Some(who), &action).is_ok();
     assert!(may("admin", Action::Admin));
     assert!(may("billing", Action::Campaign("billing/close")));
-    assert!(may("billing", Action::Write("billing/keys/day")));
-    assert!(!may("billing", Action::Write("billing/close")));
+    let write = |key, election| Action::Write { key, election };
+    assert!(may("billing", write("billing/keys/day", "billing/close")));
+    assert!(!may("billing", write("billing/close", "billing/close")));
+    assert!(!may("billing", write("billing/keys/day", "payroll/close")));
     assert!(!may("billing", Action::Campaign("payroll/close")));
     assert!(!may("billing", Action::Admin));
     assert!(may("prometheus", Action::Metrics));
-    assert!(!may("prometheus", Action::Write("billing/keys/day")));
+    assert!(!may(
+        "prometheus",
+        write("billing/keys/day", "billing/close")
+    ));
     assert!(!may("stranger", Action::Status));
 
     // The systemd unit runs the server with this file and lets it write its data directory
