@@ -37,7 +37,12 @@ pub fn escape_value(bytes: &[u8]) -> String {
                 c if c.is_ascii_control() => {
                     let _ = write!(out, "\\x{:02x}", c as u32);
                 }
-                c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
+                // Controls, line separators, and the bidirectional-text controls that could
+                // make a name display as another (a right-to-left override hides what follows).
+                c if c.is_control()
+                    || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}'
+                        | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+                {
                     let _ = write!(out, "\\u{{{:04x}}}", c as u32);
                 }
                 c => out.push(c),
@@ -171,6 +176,20 @@ mod tests {
         }
         assert_eq!(escape_value(b"\xff"), "\\xff");
         assert_eq!(escape_value("\u{85}".as_bytes()), "\\u{0085}");
+    }
+
+    /// A name with a right-to-left override displays as another name in a terminal
+    /// (`billing\u{202e}exe.` shows as `billing.exe`); every bidirectional control is escaped
+    /// and comes back unchanged.
+    #[test]
+    fn bidirectional_controls_are_escaped() {
+        let name = "billing/\u{202e}esolc\u{202c} \u{2066}x\u{2069} \u{200f}\u{061c}";
+        let line = escape_value(name.as_bytes());
+        assert_eq!(
+            line,
+            "billing/\\u{202e}esolc\\u{202c} \\u{2066}x\\u{2069} \\u{200f}\\u{061c}"
+        );
+        assert_eq!(unescape(&line), name.as_bytes());
     }
 
     #[test]

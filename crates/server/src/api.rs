@@ -221,6 +221,15 @@ impl Api {
                 secret.len()
             ))));
         }
+        // One byte repeated (all zeros, say) is what a client that forgot to draw one sends:
+        // anyone could guess it.
+        if secret.iter().all(|&b| b == secret[0]) {
+            return Err(self.status(ApiError::Invalid(
+                "session_secret is one byte repeated, which anyone could guess; draw 16 random \
+                 bytes (the tenure client library does)"
+                    .into(),
+            )));
+        }
         use sha2::Digest as _;
         Ok(Some(sha2::Sha256::digest(secret).into()))
     }

@@ -330,7 +330,28 @@ fn parse_hash(text: &str) -> Option<TokenHash> {
 
 impl Policy {
     /// The policy in the auth file at `path`.
+    ///
+    /// A file that others than its owner may write is refused: whoever can write it can make
+    /// themselves an admin.
     pub fn load(path: &Path) -> Result<Policy, AuthFileError> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path)
+            .map_err(|e| AuthFileError::Parse {
+                path: path.to_path_buf(),
+                why: e.to_string(),
+            })?
+            .permissions()
+            .mode();
+        if mode & 0o022 != 0 {
+            return Err(AuthFileError::Invalid {
+                path: path.to_path_buf(),
+                why: format!(
+                    "its mode {:o} lets others than its owner change who may do what; \
+                     chmod go-w it",
+                    mode & 0o777
+                ),
+            });
+        }
         let text = std::fs::read_to_string(path).map_err(|e| AuthFileError::Parse {
             path: path.to_path_buf(),
             why: e.to_string(),

@@ -266,15 +266,51 @@ pub(crate) fn status_json(
 /// drops all traffic to and from those peers at this node's transport (an empty body heals).
 /// One-way links: `in=1,2;out=3` drops what arrives from nodes 1 and 2 and what would
 /// leave for node 3 (either part may be left out). Each call replaces the previous sets.
-/// Mounted only when the server runs with `fault_injection = true`.
+/// Mounted only when the server runs with `fault_injection = true`; with authentication on
+/// (TLS or an auth file), only admins may call it, decided from the headers before the body
+/// is read.
 pub fn fault_router(
     transport: tenure_transport::TransportHandle,
     driver: DriverHandle,
     enabled: bool,
+    policy: Option<Arc<Policy>>,
+    cluster_id: &str,
 ) -> Router {
     if !enabled {
         return Router::new();
     }
+    let cluster_id = cluster_id.to_string();
+    let metrics = Arc::clone(&driver.metrics);
+    let admins_only = axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let (policy, cluster_id, metrics) =
+                (policy.clone(), cluster_id.clone(), Arc::clone(&metrics));
+            async move {
+                let leaf = req
+                    .extensions()
+                    .get::<ConnectInfo<HttpPeer>>()
+                    .and_then(|c| c.0.leaf.clone());
+                let checked = crate::auth::authorize(
+                    policy.as_deref(),
+                    &cluster_id,
+                    req.headers().get("authorization").map(|v| v.as_bytes()),
+                    leaf.as_ref(),
+                    &Action::Admin,
+                    &metrics,
+                );
+                match checked {
+                    Ok(_) => next.run(req).await,
+                    Err(denied) => {
+                        let code = match denied {
+                            Denied::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+                            Denied::Forbidden { .. } => StatusCode::FORBIDDEN,
+                        };
+                        (code, format!("fault injection: {denied}\n")).into_response()
+                    }
+                }
+            }
+        },
+    );
     Router::new()
         .route(
             "/debug/block",
@@ -316,6 +352,7 @@ pub fn fault_router(
                 }
             }),
         )
+        .route_layer(admins_only)
 }
 
 /// Parses `/debug/block`'s body into the (inbound, outbound) sets of blocked peers.

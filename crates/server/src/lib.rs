@@ -99,6 +99,20 @@ pub enum ServerError {
         /// This node's cluster id.
         cluster: String,
     },
+    /// The data directory holds Raft state (a log, a snapshot, a term or vote) but no
+    /// identity file: whose it is cannot be told.
+    #[error(
+        "data directory {dir} holds a Raft log or state but no {IDENTITY_FILE} file, so nothing \
+         says which node it belongs to; starting it as node {node} could give that node another \
+         node's vote and log. Restore the file if you know the directory is this node's, or \
+         start with an empty directory"
+    )]
+    IdentityMissing {
+        /// The data directory.
+        dir: String,
+        /// This node's id.
+        node: u64,
+    },
 }
 
 /// The file in a data directory that names the node and cluster it belongs to.
@@ -106,7 +120,14 @@ pub const IDENTITY_FILE: &str = "tenure-identity";
 
 /// On first start, write this node's id and cluster id into its data directory (0600,
 /// fsynced); on every later start, refuse a directory written by another node or cluster.
-pub fn check_identity(dir: &std::path::Path, node: u64, cluster: &str) -> Result<(), ServerError> {
+/// `holds_state`: the directory's log holds anything (then a missing identity file is
+/// refused, not written: the state is someone's).
+pub fn check_identity(
+    dir: &std::path::Path,
+    node: u64,
+    cluster: &str,
+    holds_state: bool,
+) -> Result<(), ServerError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let path = dir.join(IDENTITY_FILE);
@@ -130,6 +151,12 @@ pub fn check_identity(dir: &std::path::Path, node: u64, cluster: &str) -> Result
                     cluster: cluster.to_owned(),
                 })
             }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && holds_state => {
+            Err(ServerError::IdentityMissing {
+                dir: dir.display().to_string(),
+                node,
+            })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut file = std::fs::OpenOptions::new()
@@ -338,7 +365,24 @@ pub async fn run(
     let mut storage =
         tenure_wal::FileStorage::open(&config.data_dir, tenure_wal::WalOptions::default())
             .map_err(|e| ServerError::Storage(e.to_string()))?;
-    check_identity(&config.data_dir, config.id, &config.cluster_id)?;
+    check_identity(
+        &config.data_dir,
+        config.id,
+        &config.cluster_id,
+        storage.holds_state(),
+    )?;
+    if config.fault_injection {
+        tracing::warn!(
+            node = config.id,
+            "FAULT INJECTION is on: POST /debug/block and /debug/driver-panic on the HTTP port \
+             cut this node off or kill its driver{}; for tests only, never in production",
+            if policy.is_some() {
+                " (admins only)"
+            } else {
+                ", for anyone who can reach the port"
+            }
+        );
+    }
     if let Some(repaired) = storage.repaired() {
         // A torn write at the end of the log was cut: say what, so that an operator who
         // did not expect a crash learns that one happened.
@@ -547,8 +591,14 @@ pub async fn run(
         })
         .await
     });
-    let router = http::router(&config, handle.clone(), policy, client_gate).merge(
-        http::fault_router(transport.clone(), handle.clone(), config.fault_injection),
+    let router = http::router(&config, handle.clone(), policy.clone(), client_gate).merge(
+        http::fault_router(
+            transport.clone(),
+            handle.clone(),
+            config.fault_injection,
+            policy.clone(),
+            &config.cluster_id,
+        ),
     );
     let mut http_stop = stop_rx.clone();
     let http_stopped = async move {

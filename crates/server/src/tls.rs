@@ -36,7 +36,21 @@ fn files(paths: &TlsPaths) -> TlsFiles {
 }
 
 impl NodeTls {
+    /// A private key that others than its owner may read is refused: it is the node's
+    /// identity towards its peers and clients.
     pub(crate) fn load(paths: &TlsPaths) -> Result<NodeTls, ServerError> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&paths.key)
+            .map_err(|e| ServerError::Tls(format!("cannot read {}: {e}", paths.key.display())))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(ServerError::Tls(format!(
+                "the private key {} has mode {:o}: others than its owner may read it (chmod 600 it)",
+                paths.key.display(),
+                mode & 0o777
+            )));
+        }
         let material =
             TlsMaterial::load(&files(paths)).map_err(|e| ServerError::Tls(e.to_string()))?;
         Ok(NodeTls {

@@ -51,6 +51,24 @@ async fn a_session_is_used_only_with_its_secret() {
     // The stranger learns the holder's session id from Leader().
     let stranger = Caller::new(ch.clone());
     assert_eq!(who_leads(&stranger, "jobs").await, Some((holder, token)));
+
+    // A secret anyone could guess (one byte repeated: what a client that forgot to draw
+    // one sends) is refused as a grant's secret, before anything is granted.
+    for weak in [vec![0u8; 16], vec![0x5a; 16]] {
+        let granted = stranger
+            .send(v1::GrantRequest {
+                ttl_ms: TTL_MS,
+                session_secret: weak,
+                ..Default::default()
+            })
+            .await;
+        assert_error(
+            granted.map(drop),
+            tonic::Code::InvalidArgument,
+            "invalid-argument",
+            "a grant with a guessable secret",
+        );
+    }
     let before = c.status_of(leader).await;
 
     // Every call that acts for the holder's session, sent with a stranger's secret.
@@ -76,7 +94,7 @@ async fn a_session_is_used_only_with_its_secret() {
     };
     for (what, wrong) in [
         ("no secret", Vec::new()),
-        ("another secret", vec![0x5a; 16]),
+        ("another secret", (0x50..0x60).collect()),
     ] {
         resign.session_secret = wrong.clone();
         transfer.from_session_secret = wrong.clone();
@@ -116,7 +134,7 @@ async fn a_session_is_used_only_with_its_secret() {
                 session_secret: if seq % 2 == 0 {
                     Vec::new()
                 } else {
-                    vec![0x5a; 16]
+                    (0x50..0x60).collect()
                 },
                 bind: false,
             };

@@ -261,6 +261,13 @@ impl<F: FileSystem> FileStorage<F> {
         self.repaired.as_deref()
     }
 
+    /// Whether the log holds anything: a term, vote or commit index, a snapshot, or entries.
+    pub fn holds_state(&self) -> bool {
+        self.hard_state != HardState::default()
+            || self.snapshot.is_some()
+            || self.entries.last().is_some()
+    }
+
     /// The stored snapshot's index (written, durable or not), 0 without one.
     pub fn snapshot_index(&self) -> Index {
         self.snapshot.map_or(0, |s| s.index)
