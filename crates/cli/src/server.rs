@@ -70,6 +70,10 @@ pub struct ServerArgs {
     /// Most connections open at once on the HTTP port.
     #[arg(long)]
     http_connections_max: Option<usize>,
+    /// How long an HTTP client may wait with what it sent unanswered before its connection
+    /// is closed, in ms (above --request-timeout-ms): headers that never end.
+    #[arg(long)]
+    http_answer_timeout_ms: Option<u64>,
     /// With TLS or an auth file: most gRPC connections not authenticated yet (a pool apart
     /// from --connections-max).
     #[arg(long)]
@@ -241,6 +245,7 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         connections_max,
         connections_per_ip_max,
         http_connections_max,
+        http_answer_timeout_ms,
         unauthenticated_connections_max,
         unauthenticated_connections_per_ip_max,
         authenticate_within_ms,

@@ -4,7 +4,6 @@
 //! leader's client address, so that clients go there directly (no hidden forwarding hop).
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +55,7 @@ impl Api {
         policy: Option<Arc<Policy>>,
         conn_ends: ConnEnds,
     ) -> Api {
+        let metrics = Arc::clone(&driver.metrics);
         Api {
             driver,
             nodes: Arc::new(config.nodes.clone()),
@@ -65,11 +65,13 @@ impl Api {
                 StreamKind::KeepAlive,
                 config.keepalive_streams_max,
                 config.keepalive_streams_per_principal_max,
+                Arc::clone(&metrics.keepalive_streams_by_principal),
             ),
             observe_streams: StreamPool::new(
                 StreamKind::Observe,
                 config.observe_streams_max,
                 config.observe_streams_per_principal_max,
+                Arc::clone(&metrics.observe_streams_by_principal),
             ),
             config: Arc::new(config.clone()),
             policy,
@@ -332,8 +334,8 @@ struct StreamPool {
     held: SharesHeld,
 }
 
-/// Streams held in one pool, by principal.
-type SharesHeld = Arc<std::sync::Mutex<HashMap<String, usize>>>;
+/// Streams held in one pool, by principal (the metrics show them).
+type SharesHeld = crate::metrics::PrincipalCounts;
 
 /// One open stream's place in its pool, given back when the stream's task ends.
 struct StreamSlot {
@@ -345,13 +347,13 @@ struct StreamSlot {
 }
 
 impl StreamPool {
-    fn new(kind: StreamKind, max: usize, share: usize) -> StreamPool {
+    fn new(kind: StreamKind, max: usize, share: usize, held: SharesHeld) -> StreamPool {
         StreamPool {
             kind,
             slots: Arc::new(Semaphore::new(max)),
             max,
             share,
-            held: Arc::default(),
+            held,
         }
     }
 
@@ -439,7 +441,7 @@ impl Drop for StreamSlot {
 }
 
 /// One stream of principal `name` ended.
-fn release_share(held: &std::sync::Mutex<HashMap<String, usize>>, name: &str) {
+fn release_share(held: &SharesHeld, name: &str) {
     let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(n) = held.get_mut(name) {
         *n -= 1;

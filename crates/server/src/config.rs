@@ -141,6 +141,9 @@ fn default_operator_connections_reserved() -> usize {
 fn default_connections_per_principal_max() -> usize {
     256
 }
+fn default_http_answer_timeout_ms() -> u64 {
+    30_000
+}
 fn default_handshake_timeout_ms() -> u64 {
     5_000
 }
@@ -236,6 +239,12 @@ pub struct ServerConfig {
     /// Most concurrent connections on the HTTP port.
     #[serde(default = "default_http_connections_max")]
     pub http_connections_max: usize,
+    /// An HTTP connection whose client has sent bytes and been sent nothing back for this
+    /// long is closed: a request whose headers never end (or end a byte at a time) cannot
+    /// hold a slot of the HTTP port. At least `request_timeout_ms` + 1 s whatever is set
+    /// here, since that bounds how long a dashboard action may take to answer.
+    #[serde(default = "default_http_answer_timeout_ms")]
+    pub http_answer_timeout_ms: u64,
     /// With authentication on (TLS or an auth file): most gRPC connections that have not
     /// authenticated yet, a pool apart from the `connections_max` authenticated ones, so an
     /// anonymous flood cannot take the slots of clients that prove who they are.
@@ -423,6 +432,7 @@ impl ServerConfig {
             connections_max: default_connections_max(),
             connections_per_ip_max: default_connections_per_ip_max(),
             http_connections_max: default_http_connections_max(),
+            http_answer_timeout_ms: default_http_answer_timeout_ms(),
             unauthenticated_connections_max: default_unauthenticated_connections_max(),
             unauthenticated_connections_per_ip_max: default_unauthenticated_connections_per_ip_max(
             ),
@@ -575,6 +585,11 @@ impl ServerConfig {
             "http_connections_max",
             self.http_connections_max > 0,
             "must be positive".into(),
+        )?;
+        range(
+            "http_answer_timeout_ms",
+            (1_000..=600_000).contains(&self.http_answer_timeout_ms),
+            format!("{} is outside 1000..=600000", self.http_answer_timeout_ms),
         )?;
         range(
             "unauthenticated_connections_max",

@@ -213,6 +213,10 @@ pub struct Limits {
     /// Admission of connections before they authenticate; `None`: no authentication (every
     /// connection takes one of the `max` slots at once).
     pub auth: Option<AuthLimits>,
+    /// A connection whose client has sent bytes and been sent nothing back for this long is
+    /// closed (the HTTP port: headers that never end, or end a byte at a time); `None`: no
+    /// such limit (the gRPC port, whose streams legitimately send without answers).
+    pub answer_within: Option<Duration>,
 }
 
 /// What a port allows connections that have not authenticated yet, and principals.
@@ -490,6 +494,10 @@ pub struct Conn {
     deadline: Pin<Box<Sleep>>,
     /// When it must have authenticated (authentication on, not yet authenticated).
     auth_deadline: Option<Pin<Box<Sleep>>>,
+    /// [`Limits::answer_within`].
+    answer_within: Option<Duration>,
+    /// When bytes read since the last write must have been answered.
+    answer_deadline: Option<Pin<Box<Sleep>>>,
     peer: SocketAddr,
     end: Arc<ConnEnd>,
 }
@@ -510,9 +518,25 @@ impl Conn {
                 .auth
                 .as_ref()
                 .map(|a| Box::pin(tokio::time::sleep(a.deadline))),
+            answer_within: limits.answer_within,
+            answer_deadline: None,
             peer,
             end,
         }
+    }
+
+    /// Whether the client has waited past [`Limits::answer_within`] with what it sent
+    /// unanswered (registering for a wake-up when it will have).
+    fn unanswered_too_long(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.answer_deadline.as_mut() else {
+            return false;
+        };
+        if std::future::Future::poll(deadline.as_mut(), cx).is_ready() {
+            self.admission.gate.metrics.timed_out.fetch_add(1, Relaxed);
+            self.end.note(ConnEnd::HERE);
+            return true;
+        }
+        false
     }
 
     /// Whether the connection is past its deadline to authenticate (registering for a
@@ -579,12 +603,23 @@ impl AsyncRead for Conn {
                 "client connection did not authenticate in time",
             )));
         }
+        if self.unanswered_too_long(cx) {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "client request not complete in time",
+            )));
+        }
         let before = buf.filled().len();
         let room = buf.remaining() > 0;
         match Pin::new(&mut self.stream).poll_read(cx, buf) {
             Poll::Ready(result) => {
                 match &result {
-                    Ok(()) if buf.filled().len() > before => self.moved(),
+                    Ok(()) if buf.filled().len() > before => {
+                        self.moved();
+                        if let (Some(within), None) = (self.answer_within, &self.answer_deadline) {
+                            self.answer_deadline = Some(Box::pin(tokio::time::sleep(within)));
+                        }
+                    }
                     // End of file: the peer closed its side (its process may be gone).
                     Ok(()) if room => self.end.note(ConnEnd::BY_PEER),
                     Ok(()) => {}
@@ -609,6 +644,7 @@ impl AsyncWrite for Conn {
             Poll::Ready(Ok(n)) => {
                 if n > 0 {
                     self.moved();
+                    self.answer_deadline = None;
                 }
                 Poll::Ready(Ok(n))
             }

@@ -521,6 +521,7 @@ pub async fn run(
         handshake: Duration::from_millis(config.handshake_timeout_ms),
         idle: Duration::from_millis(config.idle_timeout_ms),
         auth: None,
+        answer_within: None,
     };
     let client_gate = conn::Gate::new(
         conn::Limits {
@@ -571,7 +572,13 @@ pub async fn run(
         .add_service(v1::cluster_server::ClusterServer::new(api).max_decoding_message_size(limit));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let http_gate = conn::Gate::new(
-        limits(config.http_connections_max),
+        conn::Limits {
+            answer_within: Some(
+                Duration::from_millis(config.http_answer_timeout_ms)
+                    .max(config.request_timeout() + Duration::from_secs(1)),
+            ),
+            ..limits(config.http_connections_max)
+        },
         Arc::clone(&handle.metrics.http_connections),
     );
     let step_down = conn::step_down_when_full(

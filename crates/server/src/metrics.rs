@@ -68,6 +68,11 @@ impl Histogram {
     }
 }
 
+/// Streams held in one pool, by principal: shared by the pool (which counts) and the metrics
+/// (which show them).
+pub type PrincipalCounts =
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, usize>>>;
+
 /// Every metric DESIGN.md lists.
 #[derive(Debug)]
 pub struct Metrics {
@@ -135,6 +140,10 @@ pub struct Metrics {
     pub observe_streams: AtomicU64,
     /// Observe streams refused because the pool was full.
     pub observe_streams_refused: AtomicU64,
+    /// KeepAlive streams open now, by principal (with authentication on).
+    pub keepalive_streams_by_principal: PrincipalCounts,
+    /// Observe streams open now, by principal.
+    pub observe_streams_by_principal: PrincipalCounts,
     /// InstallSnapshot messages this node sent (each resend counted).
     pub snapshots_sent: AtomicU64,
     /// Snapshots from a leader this node installed (made durable).
@@ -198,6 +207,8 @@ impl Default for Metrics {
             keepalive_streams: AtomicU64::new(0),
             keepalive_streams_refused: AtomicU64::new(0),
             observe_streams: AtomicU64::new(0),
+            keepalive_streams_by_principal: PrincipalCounts::default(),
+            observe_streams_by_principal: PrincipalCounts::default(),
             observe_streams_refused: AtomicU64::new(0),
             bad_peer_messages: AtomicU64::new(0),
             snapshots_sent: AtomicU64::new(0),
@@ -352,6 +363,29 @@ impl Metrics {
             "KeepAlive streams open now.",
             &self.keepalive_streams,
         );
+        for (name, kind, counts) in [
+            (
+                "tenure_principal_keepalive_streams",
+                "KeepAlive",
+                &self.keepalive_streams_by_principal,
+            ),
+            (
+                "tenure_principal_observe_streams",
+                "Observe",
+                &self.observe_streams_by_principal,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {kind} streams open now, by principal (its share of the pool).\n\
+                 # TYPE {name} gauge"
+            );
+            let counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+            for (principal, n) in counts.iter() {
+                // Principal names are DNS labels: nothing to escape in a label value.
+                let _ = writeln!(out, "{name}{{principal=\"{principal}\"}} {n}");
+            }
+        }
         counter(
             &mut out,
             "tenure_keepalive_streams_refused_total",

@@ -24,12 +24,22 @@ use tenure_testkit::*;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::rustls;
 
-/// A TLS connection to `to` from 127.0.0.`last_octet` that trusts the cluster's CA and
-/// presents no client certificate, speaking HTTP/2.
+/// A TLS connection to the client port `to` from 127.0.0.`last_octet` that trusts the
+/// cluster's CA and presents no client certificate, speaking HTTP/2.
 async fn anonymous_tls(
     c: &Cluster,
     last_octet: u8,
     to: SocketAddr,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    anonymous_tls_speaking(c, last_octet, to, b"h2").await
+}
+
+/// [`anonymous_tls`] offering application protocol `alpn`.
+async fn anonymous_tls_speaking(
+    c: &Cluster,
+    last_octet: u8,
+    to: SocketAddr,
+    alpn: &[u8],
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::{CertificateDer, ServerName};
@@ -47,7 +57,7 @@ async fn anonymous_tls(
     let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     let tcp = connect_from(last_octet, to).await;
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::IpAddress(to.ip().into()), tcp)
@@ -372,6 +382,12 @@ quotas = { keepalive_streams = 1 }
         refused.message().contains("keepalive_streams"),
         "{refused:?}"
     );
+    // Each principal's usage is in /metrics.
+    assert_eq!(
+        c.metric(id, "tenure_principal_keepalive_streams{principal=\"beta\"}")
+            .await,
+        3.0
+    );
 
     // alpha still gets streams of its own; gamma has the share its auth-file entry sets.
     for _ in 0..2 {
@@ -389,4 +405,47 @@ quotas = { keepalive_streams = 1 }
     drop(held.remove(0));
     tokio::time::sleep(ms(300)).await;
     held.push(open("beta").await.expect("beta's share, one given back"));
+}
+
+/// Headers that never end cannot hold the HTTP port: a client that sends a request a byte
+/// at a time and gets nothing back is closed after `--http-answer-timeout-ms`, while
+/// `/health` answers others throughout. (Before, each byte reset the idle timeout, and 256
+/// such connections kept `/health`, `/metrics` and the dashboard unreachable.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_sent_a_byte_at_a_time_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let c = Cluster::start(Options::nodes(1).args(&[
+        "--http-answer-timeout-ms",
+        "2000",
+        "--request-timeout-ms",
+        "500",
+    ]));
+    let (id, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let http = c.addrs(id).http;
+    let mut slow = anonymous_tls_speaking(&c, 2, http, b"http/1.1").await;
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("a request line");
+    let started = Instant::now();
+    let mut closed_after = None;
+    for _ in 0..40 {
+        if slow.write_all(b"X").await.is_err() {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(ms(250), slow.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+            _ => {}
+        }
+        assert_eq!(health(&c, id).await, Some(200), "/health meanwhile");
+    }
+    let closed_after = closed_after.expect("a byte-at-a-time request was never cut off");
+    assert!(
+        closed_after >= ms(1_500) && closed_after < secs(6),
+        "cut off after {closed_after:?}"
+    );
 }
