@@ -36,6 +36,31 @@ pub struct HttpState {
     client_gate: Gate,
     /// The dashboard's samples and its client for the other members' `/status`.
     pub(crate) dashboard: Arc<crate::dashboard::Dashboard>,
+    /// The origins a dashboard page of this node has (`scheme://host:port`): the HTTP port
+    /// under the configured host, loopback names, and the names of the node's certificate.
+    pub(crate) origins: Arc<BTreeSet<String>>,
+}
+
+/// The origins of this node's dashboard: its HTTP port under `host` (as configured), the
+/// loopback names, and `names` (its certificate's), by `http` and `https`.
+pub fn dashboard_origins(config: &ServerConfig, names: &[String]) -> BTreeSet<String> {
+    let me = &config.me().http;
+    let port = me.port();
+    let configured = match me.ip() {
+        Some(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+        _ => me.host().to_string(),
+    };
+    let hosts = [
+        configured,
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "[::1]".into(),
+    ]
+    .into_iter()
+    .chain(names.iter().map(|n| n.to_ascii_lowercase()));
+    hosts
+        .flat_map(|h| ["http", "https"].map(|scheme| format!("{scheme}://{h}:{port}")))
+        .collect()
 }
 
 /// Who is at the other end of an HTTP connection: the certificate it presented, if any.
@@ -144,6 +169,7 @@ pub fn router(
     driver: DriverHandle,
     policy: Option<Arc<Policy>>,
     client_gate: Gate,
+    origins: BTreeSet<String>,
 ) -> Router {
     let dashboard = Arc::new(crate::dashboard::Dashboard::start(config, &driver));
     let state = HttpState {
@@ -152,6 +178,7 @@ pub fn router(
         policy,
         client_gate,
         dashboard,
+        origins: Arc::new(origins),
     };
     Router::new()
         .route("/metrics", get(metrics))

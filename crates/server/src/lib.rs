@@ -598,15 +598,25 @@ pub async fn run(
         })
         .await
     });
-    let router = http::router(&config, handle.clone(), policy.clone(), client_gate).merge(
-        http::fault_router(
-            transport.clone(),
-            handle.clone(),
-            config.fault_injection,
-            policy.clone(),
-            &config.cluster_id,
-        ),
-    );
+    let names = node_tls
+        .as_ref()
+        .map(tls::NodeTls::dns_names)
+        .unwrap_or_default();
+    let origins = http::dashboard_origins(&config, &names);
+    let router = http::router(
+        &config,
+        handle.clone(),
+        policy.clone(),
+        client_gate,
+        origins,
+    )
+    .merge(http::fault_router(
+        transport.clone(),
+        handle.clone(),
+        config.fault_injection,
+        policy.clone(),
+        &config.cluster_id,
+    ));
     let mut http_stop = stop_rx.clone();
     let http_stopped = async move {
         let _ = http_stop.wait_for(|s| *s).await;

@@ -59,6 +59,11 @@ impl NodeTls {
         })
     }
 
+    /// The DNS names the node's certificate carries: names browsers may reach it by.
+    pub(crate) fn dns_names(&self) -> Vec<String> {
+        self.material.dns_names()
+    }
+
     pub(crate) fn peer(&self) -> Result<PeerTls, ServerError> {
         PeerTls::new(&self.material).map_err(|e| ServerError::Tls(e.to_string()))
     }

@@ -449,3 +449,35 @@ async fn headers_sent_a_byte_at_a_time_are_cut_off() {
         "cut off after {closed_after:?}"
     );
 }
+
+/// A dashboard action's Origin must be one of the node's own names, not merely the Host
+/// header's: a page on a name rebound to the node's address sends both as its own name.
+/// (Before, Origin equal to Host passed, and a rebound page moved leadership and removed a
+/// member; this test then gets 400 for the empty body instead of 403.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_action_from_a_rebound_name_is_refused() {
+    let c = Cluster::start(Options::nodes(1));
+    let (id, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let port = c.addrs(id).http.port();
+    let head = |host: &str| {
+        format!(
+            "POST /api/transfer-leadership HTTP/1.1\r\nHost: {host}:{port}\r\n\
+             Origin: https://{host}:{port}\r\nContent-Type: application/json\r\n\
+             x-tenure-dashboard: 1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    let (code, said) = c
+        .http_head_only_as(id, Some(ADMIN_CLIENT), &head("rebound.example"), secs(3))
+        .await
+        .expect("an answer");
+    assert_eq!(code, 403, "{said}");
+    assert!(said.contains("not one of this node's own"), "{said}");
+    // The node's own names pass the origin check (and reach the body, which is empty).
+    for host in ["127.0.0.1", "localhost"] {
+        let (code, said) = c
+            .http_head_only_as(id, Some(ADMIN_CLIENT), &head(host), secs(3))
+            .await
+            .expect("an answer");
+        assert_eq!(code, 400, "{host}: {said}");
+    }
+}

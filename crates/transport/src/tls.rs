@@ -191,6 +191,15 @@ impl TlsMaterial {
         })
     }
 
+    /// The DNS names this party's certificate carries (subject alternative names).
+    pub fn dns_names(&self) -> Vec<String> {
+        self.chain
+            .first()
+            .and_then(|leaf| webpki::EndEntityCert::try_from(leaf).ok())
+            .map(|cert| cert.valid_dns_names().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
     /// The CA roots, for verifying others.
     pub fn roots(&self) -> Arc<RootCertStore> {
         Arc::clone(&self.roots)

@@ -564,20 +564,19 @@ fn admit_caller(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Result<(
             format!("refused: an action needs the header {ACTION_HEADER}: 1 (sent by the dashboard itself)"),
         )));
     }
+    // A browser sends the page's origin; it must be one of this node's own (its configured
+    // HTTP address, loopback, its certificate's names), not merely equal to the Host header,
+    // which a page on a rebound DNS name sets to its own name.
     if let Some(origin) = headers.get("origin") {
-        let host = headers
-            .get("host")
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        let origin = origin.to_str().unwrap_or("");
-        let same = ["https://", "http://"]
-            .iter()
-            .any(|scheme| origin.strip_prefix(scheme) == Some(host));
-        if !same {
+        let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
+        if !s.origins.contains(&origin) {
             return Err(Box::new(answer(
                 StatusCode::FORBIDDEN,
                 "error",
-                format!("refused: a request from origin {origin:?} to host {host:?} (cross-site)"),
+                format!(
+                    "refused: a request from origin {origin:?}, which is not one of this node's \
+                     own (cross-site, or a name this node was not configured with)"
+                ),
             )));
         }
     }
