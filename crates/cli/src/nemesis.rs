@@ -39,6 +39,10 @@ pub struct NemesisArgs {
     /// replaced as soon as its followers see its port refuse a dial.
     #[arg(long)]
     fast_election: bool,
+    /// TLS between the nodes and on their client and HTTP ports, with client
+    /// authentication (the default policy; the harness is the `admin` client).
+    #[arg(long)]
+    tls: bool,
     /// Start the servers with TENURE_INJECT_BUG set to this (test the tester).
     #[arg(long)]
     inject_bug: Option<String>,
@@ -85,6 +89,7 @@ pub fn run(args: NemesisArgs) -> ExitCode {
         elections: args.elections.max(1),
         candidates: args.candidates.max(1),
         fast_election: args.fast_election,
+        tls: args.tls,
         inject_bug: args.inject_bug,
         keep_dir: args.keep_dir,
         history_file: args.history_file,

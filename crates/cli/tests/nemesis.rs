@@ -47,6 +47,9 @@ fn fault_kinds(report: &str) -> Vec<String> {
 fn a_short_run_with_every_fault_kind_passes_every_checker() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let started = std::time::Instant::now();
+    // With TLS and client authentication, as a cluster should run: the faults then also
+    // reach what clients and peers meet first (handshakes, authentication at the headers,
+    // the unauthenticated pool, reconnections after kills).
     let (ok, report) = nemesis(&[
         "--seed",
         "7",
@@ -56,7 +59,9 @@ fn a_short_run_with_every_fault_kind_passes_every_checker() {
         "50",
         "--snapshot-threshold-entries",
         "20",
+        "--tls",
     ]);
+    assert!(report.contains(", TLS"), "{report}");
     let kinds = fault_kinds(&report);
     for k in [
         "pause",

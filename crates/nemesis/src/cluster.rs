@@ -34,7 +34,43 @@ pub struct ServerOptions {
     pub fast_election: bool,
     /// Extra environment for every server (e.g. `TENURE_INJECT_BUG`).
     pub env: Vec<(String, String)>,
+    /// Mutual TLS between the nodes, TLS and client authentication on the gRPC and HTTP
+    /// ports (the default policy: the harness is the `admin` client, by certificate).
+    pub tls: bool,
 }
+
+/// How the harness speaks HTTP to the nodes: plaintext, or HTTPS as the `admin` client.
+#[derive(Clone)]
+pub struct HttpClient(Option<tokio_rustls::TlsConnector>);
+
+impl HttpClient {
+    /// `method path` with `body` on the HTTP port `addr`: the status code and the body.
+    pub async fn request(
+        &self,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &str,
+        within: Duration,
+    ) -> std::io::Result<(u16, String)> {
+        let Some(tls) = &self.0 else {
+            return http(addr, method, path, body, within).await;
+        };
+        let started = tokio::time::Instant::now();
+        let stream = tokio::time::timeout(within, async {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
+            tls.connect(name, tcp).await
+        })
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
+        let left = within.saturating_sub(started.elapsed());
+        tenure_bench::system::http_on(stream, addr, method, path, body, left).await
+    }
+}
+
+/// The principal the harness's certificate names (an admin under the default policy).
+const HARNESS_CLIENT: &str = "admin";
 
 /// The addresses of one node.
 #[derive(Clone, Copy, Debug)]
@@ -87,6 +123,7 @@ pub enum Life {
 pub struct Cluster {
     bin: PathBuf,
     opts: ServerOptions,
+    http: HttpClient,
     /// `None` only while being dropped.
     dir: Option<tempfile::TempDir>,
     keep_dir: bool,
@@ -112,20 +149,32 @@ impl Cluster {
             .prefix("tenure-nemesis-")
             .tempdir()
             .context("create a temporary directory")?;
+        let certs = dir.path().join("certs");
+        let (grpc_tls, http) = if opts.tls {
+            issue_certs(&certs, opts.nodes)?
+        } else {
+            (None, HttpClient(None))
+        };
         let channels = addrs
             .iter()
             .map(|(&id, a)| {
-                let ch = Endpoint::from_shared(format!("http://{}", a.client))
+                let scheme = if grpc_tls.is_some() { "https" } else { "http" };
+                let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", a.client))
                     .expect("a socket address makes a valid URI")
                     .connect_timeout(Duration::from_millis(300))
-                    .tcp_nodelay(true)
-                    .connect_lazy();
-                (id, ch)
+                    .tcp_nodelay(true);
+                if let Some(tls) = &grpc_tls {
+                    endpoint = endpoint
+                        .tls_config(tls.clone())
+                        .expect("the harness's TLS config is valid");
+                }
+                (id, endpoint.connect_lazy())
             })
             .collect();
         let mut c = Cluster {
             bin: bin.to_path_buf(),
             opts,
+            http,
             dir: Some(dir),
             keep_dir,
             addrs,
@@ -164,6 +213,11 @@ impl Cluster {
         &self.addrs
     }
 
+    /// How to speak HTTP to the nodes (HTTPS as the admin client with `--tls`).
+    pub fn http_client(&self) -> HttpClient {
+        self.http.clone()
+    }
+
     /// The gRPC channel of node `id` (connected lazily, reconnecting by itself).
     pub fn channel(&self, id: u64) -> Channel {
         self.channels[&id].clone()
@@ -192,6 +246,16 @@ impl Cluster {
         );
         if self.opts.fast_election {
             toml.push_str("fast_election = true\n");
+        }
+        if self.opts.tls {
+            use tenure_transport::certs::files;
+            let certs = self.path().join("certs");
+            toml.push_str(&format!(
+                "[tls]\nca = {:?}\ncert = {:?}\nkey = {:?}\n",
+                certs.join(files::CA).display().to_string(),
+                certs.join(files::node(id)).display().to_string(),
+                certs.join(files::node_key(id)).display().to_string(),
+            ));
         }
         for (n, a) in &self.addrs {
             toml.push_str(&format!(
@@ -325,15 +389,17 @@ impl Cluster {
         if self.life(id) != Life::Up {
             return Ok(());
         }
-        let (code, text) = http(
-            self.addrs[&id].http,
-            "POST",
-            "/debug/block",
-            body,
-            Duration::from_secs(2),
-        )
-        .await
-        .with_context(|| format!("POST /debug/block to node {id}"))?;
+        let (code, text) = self
+            .http
+            .request(
+                self.addrs[&id].http,
+                "POST",
+                "/debug/block",
+                body,
+                Duration::from_secs(2),
+            )
+            .await
+            .with_context(|| format!("POST /debug/block to node {id}"))?;
         if code != 200 {
             bail!("POST /debug/block {body:?} to node {id}: {code} {text}");
         }
@@ -389,7 +455,9 @@ impl Cluster {
         if self.life(id) != Life::Up {
             return None;
         }
-        let (code, body) = http(self.addrs[&id].http, "GET", "/status", "", within)
+        let (code, body) = self
+            .http
+            .request(self.addrs[&id].http, "GET", "/status", "", within)
             .await
             .ok()?;
         if code != 200 {
@@ -514,4 +582,46 @@ pub fn probe_netem() -> String {
         }
     };
     result
+}
+
+/// A CA and certificates for nodes 1..=`nodes` and the harness's client in `dir`, as
+/// `tenure certs` writes them; the harness's gRPC and HTTP client TLS.
+fn issue_certs(
+    dir: &Path,
+    nodes: usize,
+) -> anyhow::Result<(Option<tonic::transport::ClientTlsConfig>, HttpClient)> {
+    use tenure_transport::certs::{files, issue, CertsRequest};
+    issue(
+        dir,
+        &CertsRequest {
+            cluster_id: "tenure".into(),
+            nodes: (1..=nodes as u64).collect(),
+            clients: vec![HARNESS_CLIENT.into()],
+            hosts: Vec::new(),
+            days: 1,
+        },
+    )
+    .context("issue the cluster's certificates")?;
+    let read = |name: &str| std::fs::read(dir.join(name)).with_context(|| format!("read {name}"));
+    let grpc = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)?))
+        .identity(tonic::transport::Identity::from_pem(
+            read(&files::client(HARNESS_CLIENT))?,
+            read(&files::client_key(HARNESS_CLIENT))?,
+        ));
+    let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+        ca: dir.join(files::CA),
+        cert: dir.join(files::client(HARNESS_CLIENT)),
+        key: dir.join(files::client_key(HARNESS_CLIENT)),
+    })
+    .context("load the harness's certificate")?;
+    let config = material
+        .client_config()
+        .context("the harness's client TLS")?;
+    Ok((
+        Some(grpc),
+        HttpClient(Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+            config,
+        )))),
+    ))
 }

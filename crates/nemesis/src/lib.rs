@@ -55,6 +55,9 @@ pub struct Options {
     pub candidates: usize,
     /// The servers run with `fast_election = true`.
     pub fast_election: bool,
+    /// TLS between the nodes and on the client and HTTP ports, clients authenticated by
+    /// certificate.
+    pub tls: bool,
     /// `TENURE_INJECT_BUG` for the servers, if any.
     pub inject_bug: Option<String>,
     /// Keep the temporary directory (logs, data) for a post-mortem.
@@ -79,6 +82,9 @@ impl Options {
         );
         if self.fast_election {
             cmd.push_str(" --fast-election");
+        }
+        if self.tls {
+            cmd.push_str(" --tls");
         }
         if let Some(b) = &self.inject_bug {
             let _ = write!(cmd, " --inject-bug {b}");
@@ -128,10 +134,11 @@ impl Report {
             o.snapshot_threshold_entries,
             o.elections,
             o.candidates,
-            if o.fast_election {
-                ", fast election"
-            } else {
-                ""
+            match (o.fast_election, o.tls) {
+                (true, true) => ", fast election, TLS",
+                (true, false) => ", fast election",
+                (false, true) => ", TLS",
+                (false, false) => "",
             },
             o.inject_bug
                 .as_ref()
@@ -265,6 +272,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         request_timeout_ms: 30_000,
         fast_election: options.fast_election,
         env,
+        tls: options.tls,
     };
     let cluster =
         Cluster::start(&options.bin, server, options.keep_dir).context("start the cluster")?;
@@ -284,10 +292,12 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let mut watchers = Vec::new();
     for (&id, a) in cluster.addrs() {
         let (http, seen, on) = (a.http, leaderships.clone(), watching.clone());
+        let client = cluster.http_client();
         watchers.push(tokio::spawn(async move {
             while on.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok((200, body)) =
-                    cluster::http(http, "GET", "/status", "", Duration::from_millis(300)).await
+                if let Ok((200, body)) = client
+                    .request(http, "GET", "/status", "", Duration::from_millis(300))
+                    .await
                 {
                     if let Ok(s) = serde_json::from_str::<cluster::Status>(&body) {
                         if s.role == "leader" {
