@@ -43,6 +43,13 @@ pub struct NemesisArgs {
     /// authentication (the default policy; the harness is the `admin` client).
     #[arg(long)]
     tls: bool,
+    /// With --tls: anonymous connection, body and slow-header floods against every node for
+    /// the whole run; the report adds what they did, /health failures and node memory.
+    #[arg(long, requires = "tls")]
+    hostile: bool,
+    /// No faults: the workload alone (with --hostile, the hostile load alone).
+    #[arg(long, conflicts_with = "faults")]
+    no_faults: bool,
     /// Start the servers with TENURE_INJECT_BUG set to this (test the tester).
     #[arg(long)]
     inject_bug: Option<String>,
@@ -72,7 +79,9 @@ pub fn run(args: NemesisArgs) -> ExitCode {
             .map(|d| d.as_nanos() as u64 % 1_000_000)
             .unwrap_or(1)
     });
-    let faults = if args.faults.is_empty() {
+    let faults = if args.no_faults {
+        Vec::new()
+    } else if args.faults.is_empty() {
         FaultKind::ALL.to_vec()
     } else {
         args.faults
@@ -90,6 +99,7 @@ pub fn run(args: NemesisArgs) -> ExitCode {
         candidates: args.candidates.max(1),
         fast_election: args.fast_election,
         tls: args.tls,
+        hostile: args.hostile,
         inject_bug: args.inject_bug,
         keep_dir: args.keep_dir,
         history_file: args.history_file,

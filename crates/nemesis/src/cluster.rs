@@ -213,6 +213,11 @@ impl Cluster {
         &self.addrs
     }
 
+    /// The process id of every running node.
+    pub fn pids(&self) -> BTreeMap<u64, u32> {
+        self.procs.iter().map(|(&id, p)| (id, p.pid())).collect()
+    }
+
     /// How to speak HTTP to the nodes (HTTPS as the admin client with `--tls`).
     pub fn http_client(&self) -> HttpClient {
         self.http.clone()

@@ -128,8 +128,11 @@ pub struct Step {
 }
 
 /// The first `count` steps of the schedule of `seed` over `kinds`: every kind once in a
-/// seeded order, then weighted draws.
+/// seeded order, then weighted draws. No kinds, no steps.
 pub fn schedule(seed: u64, kinds: &[FaultKind], count: usize) -> Vec<Step> {
+    if kinds.is_empty() {
+        return Vec::new();
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6e65_6d65_7369_7321);
     let mut first: Vec<FaultKind> = kinds.to_vec();
     first.sort();

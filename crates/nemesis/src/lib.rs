@@ -25,6 +25,7 @@ pub mod checks;
 pub mod cluster;
 pub mod faults;
 pub mod history;
+pub mod hostile;
 pub mod linear;
 pub mod workload;
 
@@ -58,6 +59,9 @@ pub struct Options {
     /// TLS between the nodes and on the client and HTTP ports, clients authenticated by
     /// certificate.
     pub tls: bool,
+    /// Anonymous connection, body and slow-header floods against every node for the whole
+    /// run ([`hostile`]); needs `tls`.
+    pub hostile: bool,
     /// `TENURE_INJECT_BUG` for the servers, if any.
     pub inject_bug: Option<String>,
     /// Keep the temporary directory (logs, data) for a post-mortem.
@@ -70,12 +74,16 @@ impl Options {
     /// The command that replays this run's schedule.
     pub fn replay_command(&self) -> String {
         let faults: Vec<&str> = self.faults.iter().map(|k| k.name()).collect();
+        let faults = if faults.is_empty() {
+            "--no-faults".to_string()
+        } else {
+            format!("--faults {}", faults.join(","))
+        };
         let mut cmd = format!(
-            "tenure nemesis --seed {} --nodes {} --duration {} --faults {} --snapshot-threshold-entries {} --elections {} --candidates {}",
+            "tenure nemesis --seed {} --nodes {} --duration {} {faults} --snapshot-threshold-entries {} --elections {} --candidates {}",
             self.seed,
             self.nodes,
             self.duration.as_secs(),
-            faults.join(","),
             self.snapshot_threshold_entries,
             self.elections,
             self.candidates,
@@ -85,6 +93,9 @@ impl Options {
         }
         if self.tls {
             cmd.push_str(" --tls");
+        }
+        if self.hostile {
+            cmd.push_str(" --hostile");
         }
         if let Some(b) = &self.inject_bug {
             let _ = write!(cmd, " --inject-bug {b}");
@@ -101,7 +112,8 @@ pub struct Report {
     pub history: Vec<Op>,
     /// Faults applied, in order.
     pub faults: Vec<faults::Applied>,
-    /// Raft leaderships seen (term, leader) by polling every node's `/status`.
+    /// Raft leaderships seen (term, leader) by polling every node's `/status`, from the start
+    /// to the end of the run (before healing and the final phase).
     pub raft_leaderships: BTreeSet<(u64, u64)>,
     /// Each checker's verdict.
     pub verdicts: Vec<Verdict>,
@@ -113,6 +125,27 @@ pub struct Report {
     pub harness_errors: Vec<String>,
     /// Node log tails, when something failed.
     pub log_tails: String,
+    /// What the hostile load did and saw (`--hostile`).
+    pub hostile: Option<HostileReport>,
+}
+
+/// What `--hostile` measured.
+#[derive(Clone, Debug, Default)]
+pub struct HostileReport {
+    /// Anonymous TLS connections opened.
+    pub connections_opened: u64,
+    /// Anonymous connections a node refused or closed.
+    pub connections_closed: u64,
+    /// Calls with unfinished bodies answered (at the headers).
+    pub bodies_answered: u64,
+    /// Slow-header connections cut off.
+    pub slow_headers_cut: u64,
+    /// `/health` asked over every node, and not answered 200.
+    pub health_checks: u64,
+    /// Of those, not answered 200.
+    pub health_failures: u64,
+    /// Resident memory growth of each node over the run, the largest (MiB).
+    pub memory_growth_mib_max: u64,
 }
 
 impl Report {
@@ -218,11 +251,27 @@ impl Report {
             .collect();
         let _ = writeln!(
             out,
-            "\nleader changes: Raft {} (distinct term/leader pairs seen: {}); elections (distinct tokens seen): {}",
+            "\nleader changes: Raft {} during the run (distinct term/leader pairs seen: {}); elections (distinct tokens seen): {}",
             self.raft_leaderships.len().saturating_sub(1),
             self.raft_leaderships.len(),
             el.join(", ")
         );
+        if let Some(h) = &self.hostile {
+            let _ = writeln!(
+                out,
+                "\nhostile load: {} anonymous connections opened, {} refused or closed by the \
+                 nodes; {} unfinished bodies answered at their headers; {} slow-header \
+                 connections cut off\n/health: {} of {} checks not 200; node memory growth: at \
+                 most {} MiB",
+                h.connections_opened,
+                h.connections_closed,
+                h.bodies_answered,
+                h.slow_headers_cut,
+                h.health_failures,
+                h.health_checks,
+                h.memory_growth_mib_max
+            );
+        }
         let _ = writeln!(out, "\nverdicts:");
         for v in &self.verdicts {
             let _ = writeln!(
@@ -351,6 +400,11 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         applied: Vec::new(),
         snapshot_threshold: options.snapshot_threshold_entries,
     };
+    let hostile = if options.hostile {
+        Some(hostile::Hostile::start(&nemesis.cluster).context("start the hostile load")?)
+    } else {
+        None
+    };
     // Enough steps for any duration: a step takes at least 300 ms.
     let steps = faults::schedule(
         options.seed,
@@ -385,6 +439,26 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     if clock.now() < deadline {
         tokio::time::sleep(Duration::from_micros(deadline - clock.now())).await;
     }
+    let hostile_report = match hostile {
+        None => None,
+        Some(h) => {
+            let (counts, memory) = h.stop().await;
+            use std::sync::atomic::Ordering::Relaxed;
+            Some(HostileReport {
+                connections_opened: counts.connections_opened.load(Relaxed),
+                connections_closed: counts.connections_closed.load(Relaxed),
+                bodies_answered: counts.bodies_answered.load(Relaxed),
+                slow_headers_cut: counts.slow_headers_cut.load(Relaxed),
+                health_checks: counts.health_checks.load(Relaxed),
+                health_failures: counts.health_failures.load(Relaxed),
+                memory_growth_mib_max: memory
+                    .values()
+                    .map(|(first, most)| most.saturating_sub(*first) / 1024)
+                    .max()
+                    .unwrap_or(0),
+            })
+        }
+    };
 
     // Heal, let the clients finish, then read everything once more.
     exits.extend(nemesis.cluster.exited_by_themselves());
@@ -396,12 +470,14 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     for t in tasks {
         let _ = t.await;
     }
-    let finals = final_phase(&mut nemesis, &options, &mut harness_errors).await;
-    exits.extend(nemesis.cluster.exited_by_themselves());
+    // Leaderships are counted over the run (workload, faults, hostile load), not over the
+    // final phase, which moves leadership to every node in turn on purpose.
     watching.store(false, std::sync::atomic::Ordering::Relaxed);
     for w in watchers {
         let _ = w.await;
     }
+    let finals = final_phase(&mut nemesis, &options, &mut harness_errors).await;
+    exits.extend(nemesis.cluster.exited_by_themselves());
     let history = rec.snapshot();
     if let Some(path) = &options.history_file {
         let text: String = history.iter().map(|op| format!("{op}\n")).collect();
@@ -436,6 +512,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         wall: started.elapsed(),
         harness_errors,
         log_tails: String::new(),
+        hostile: hostile_report,
     };
     if !report.ok() {
         for id in nemesis.cluster.ids() {

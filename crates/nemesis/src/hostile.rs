@@ -1,0 +1,308 @@
+//! Hostile load (`--hostile`, with `--tls`): what anyone on the network can do to a secured
+//! cluster, run against every node for the whole run while the workload holds leases, renews,
+//! observes and writes.
+//!
+//! - **Anonymous connections**: from eight loopback addresses per node, TLS connections
+//!   without a client certificate that finish the handshake and the HTTP/2 preface and then
+//!   wait (answering pings); each one the node closes is opened again at once.
+//! - **Anonymous bodies**: on those connections, calls that announce a 4 MB message, send
+//!   1 MB of it and never finish.
+//! - **Slow headers**: HTTP requests on each node's HTTP port whose headers arrive a byte a
+//!   second; each one the node cuts off is started again.
+//! - **A watcher** asks every node's `/health` four times a second and samples each
+//!   server's resident memory.
+//!
+//! What it reports is measured, not judged here; `crates/cli/tests/nemesis.rs` holds a short
+//! run to the bounds (no lease lost, at most one Raft leader change, `/health`
+//! answering throughout, memory growth under 64 MiB).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::rustls;
+
+use crate::cluster::{Cluster, HttpClient};
+
+/// Anonymous connections each attacking address keeps open against one node.
+const CONNECTIONS_PER_ADDRESS: usize = 24;
+/// Attacking addresses per node (from 127.0.0.10 up).
+const ADDRESSES: u8 = 8;
+/// Slow-header connections against one node's HTTP port.
+const SLOW_HEADERS: usize = 16;
+
+/// What the attackers did and what the watcher saw.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Anonymous TLS connections opened (handshake and HTTP/2 preface done).
+    pub connections_opened: AtomicU64,
+    /// Anonymous connections refused or closed by a node.
+    pub connections_closed: AtomicU64,
+    /// Calls with unfinished bodies a node answered (UNAUTHENTICATED, at the headers).
+    pub bodies_answered: AtomicU64,
+    /// Slow-header HTTP connections a node cut off.
+    pub slow_headers_cut: AtomicU64,
+    /// `/health` asked, and not answered 200, over every node.
+    pub health_checks: AtomicU64,
+    /// Of those, the ones not answered 200 (a node that the schedule took down counts too).
+    pub health_failures: AtomicU64,
+}
+
+/// The running attack.
+pub struct Hostile {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<()>>,
+    counts: Arc<Counts>,
+    /// Resident memory by node: at the start, and the most seen since (KiB).
+    memory: Arc<std::sync::Mutex<BTreeMap<u64, (u64, u64)>>>,
+}
+
+/// The client TLS of an anonymous attacker: the cluster's CA, no certificate of its own.
+fn anonymous_tls(certs: &Path, alpn: &[u8]) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::pem::PemObject as _;
+    let ca = certs.join(tenure_transport::certs::files::CA);
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(&ca).context("read the CA")? {
+        roots.add(cert.context("a CA certificate")?)?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+async fn connect_from(octet: u8, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, octet)),
+        0,
+    ))?;
+    socket.connect(to).await
+}
+
+impl Hostile {
+    /// Start attacking every node of `cluster` (which must run with TLS).
+    pub fn start(cluster: &Cluster) -> anyhow::Result<Hostile> {
+        let certs = cluster.dir().join("certs");
+        let h2_tls = anonymous_tls(&certs, b"h2")?;
+        let http_tls = anonymous_tls(&certs, b"http/1.1")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts = Arc::new(Counts::default());
+        let memory = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let mut tasks = Vec::new();
+        for (&id, addrs) in cluster.addrs() {
+            for a in 0..ADDRESSES {
+                let octet = 10 + a + ADDRESSES * (id as u8);
+                for n in 0..CONNECTIONS_PER_ADDRESS {
+                    // One connection in eight also sends unfinished bodies.
+                    let bodies = n % 8 == 0;
+                    tasks.push(tokio::spawn(hold_anonymous(
+                        h2_tls.clone(),
+                        octet,
+                        addrs.client,
+                        bodies,
+                        Arc::clone(&stop),
+                        Arc::clone(&counts),
+                    )));
+                }
+            }
+            for n in 0..SLOW_HEADERS {
+                tasks.push(tokio::spawn(slow_headers(
+                    http_tls.clone(),
+                    100 + (id as u8) * 10 + (n % 4) as u8,
+                    addrs.http,
+                    Arc::clone(&stop),
+                    Arc::clone(&counts),
+                )));
+            }
+        }
+        tasks.push(tokio::spawn(watch(
+            cluster.http_client(),
+            cluster
+                .addrs()
+                .iter()
+                .map(|(&id, a)| (id, a.http))
+                .collect(),
+            cluster.pids(),
+            Arc::clone(&stop),
+            Arc::clone(&counts),
+            Arc::clone(&memory),
+        )));
+        Ok(Hostile {
+            stop,
+            tasks,
+            counts,
+            memory,
+        })
+    }
+
+    /// Stop every attacker; what they did.
+    pub async fn stop(self) -> (Arc<Counts>, BTreeMap<u64, (u64, u64)>) {
+        self.stop.store(true, Relaxed);
+        for t in self.tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        let memory = self.memory.lock().expect("no panics").clone();
+        (self.counts, memory)
+    }
+}
+
+/// Keep one anonymous HTTP/2 connection open against `to`, opening it again whenever the
+/// node closes it; with `bodies`, send calls that never finish on it.
+async fn hold_anonymous(
+    tls: tokio_rustls::TlsConnector,
+    octet: u8,
+    to: SocketAddr,
+    bodies: bool,
+    stop: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+) {
+    while !stop.load(Relaxed) {
+        let opened = async {
+            let tcp = connect_from(octet, to).await?;
+            let tls = tls
+                .connect(
+                    rustls::pki_types::ServerName::IpAddress(to.ip().into()),
+                    tcp,
+                )
+                .await?;
+            h2::client::handshake(tls)
+                .await
+                .map_err(std::io::Error::other)
+        };
+        let Ok(Ok((mut client, conn))) = tokio::time::timeout(Duration::from_secs(5), opened).await
+        else {
+            counts.connections_closed.fetch_add(1, Relaxed);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        counts.connections_opened.fetch_add(1, Relaxed);
+        let mut conn = tokio::spawn(conn);
+        let mut held = Vec::new();
+        loop {
+            if bodies {
+                let request = http::Request::post(format!("https://{to}/tenure.v1.FencedKeys/Put"))
+                    .header("content-type", "application/grpc")
+                    .header("te", "trailers")
+                    .body(())
+                    .expect("a request");
+                if let Ok((answer, mut send)) = client.send_request(request, false) {
+                    let mut prefix = vec![0u8];
+                    prefix.extend_from_slice(&(4u32 << 20).to_be_bytes());
+                    let _ = send.send_data(prefix.into(), false);
+                    let _ = send.send_data(vec![7u8; 1 << 20].into(), false);
+                    let counts = Arc::clone(&counts);
+                    held.push(send);
+                    tokio::spawn(async move {
+                        if answer.await.is_ok() {
+                            counts.bodies_answered.fetch_add(1, Relaxed);
+                        }
+                    });
+                    held.truncate(4);
+                }
+            }
+            tokio::select! {
+                _ = &mut conn => break,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+            if stop.load(Relaxed) {
+                conn.abort();
+                return;
+            }
+        }
+        counts.connections_closed.fetch_add(1, Relaxed);
+    }
+}
+
+/// HTTP requests on `to` whose headers arrive a byte a second, one after another.
+async fn slow_headers(
+    tls: tokio_rustls::TlsConnector,
+    octet: u8,
+    to: SocketAddr,
+    stop: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+) {
+    while !stop.load(Relaxed) {
+        let opened = async {
+            let tcp = connect_from(octet, to).await?;
+            tls.connect(
+                rustls::pki_types::ServerName::IpAddress(to.ip().into()),
+                tcp,
+            )
+            .await
+        };
+        let Ok(Ok(mut stream)) = tokio::time::timeout(Duration::from_secs(5), opened).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        if stream
+            .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        while !stop.load(Relaxed) {
+            if stream.write_all(b"X").await.is_err() || stream.flush().await.is_err() {
+                counts.slow_headers_cut.fetch_add(1, Relaxed);
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// `/health` of every node four times a second, and each server's resident memory.
+async fn watch(
+    http: HttpClient,
+    nodes: Vec<(u64, SocketAddr)>,
+    pids: BTreeMap<u64, u32>,
+    stop: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+    memory: Arc<std::sync::Mutex<BTreeMap<u64, (u64, u64)>>>,
+) {
+    while !stop.load(Relaxed) {
+        for &(id, addr) in &nodes {
+            counts.health_checks.fetch_add(1, Relaxed);
+            let ok = matches!(
+                http.request(addr, "GET", "/health", "", Duration::from_secs(1))
+                    .await,
+                Ok((200, _))
+            );
+            if !ok {
+                counts.health_failures.fetch_add(1, Relaxed);
+            }
+            if let Some(kib) = pids.get(&id).and_then(|&pid| rss_kib(pid)) {
+                let mut memory = memory.lock().expect("no panics");
+                let entry = memory.entry(id).or_insert((kib, kib));
+                entry.1 = entry.1.max(kib);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A process's resident memory in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
