@@ -160,10 +160,16 @@ impl Report {
         let o = &self.options;
         let _ = writeln!(
             out,
-            "tenure nemesis: seed {}, {} nodes, {} s of faults, snapshot threshold {} entries, {} elections x {} candidates{}{}",
+            "tenure nemesis: seed {}, {} nodes, {} s {}, snapshot threshold {} entries, {} elections x {} candidates{}{}",
             o.seed,
             o.nodes,
             o.duration.as_secs(),
+            match (o.faults.is_empty(), o.hostile) {
+                (true, false) => "without faults",
+                (true, true) => "of hostile load, without faults",
+                (false, false) => "of faults",
+                (false, true) => "of faults and hostile load",
+            },
             o.snapshot_threshold_entries,
             o.elections,
             o.candidates,
