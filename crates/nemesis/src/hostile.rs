@@ -82,13 +82,29 @@ fn anonymous_tls(certs: &Path, alpn: &[u8]) -> anyhow::Result<tokio_rustls::TlsC
     Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
-async fn connect_from(octet: u8, to: SocketAddr) -> std::io::Result<TcpStream> {
-    let socket = TcpSocket::new_v4()?;
-    socket.bind(SocketAddr::new(
-        IpAddr::V4(Ipv4Addr::new(127, 0, 0, octet)),
-        0,
-    ))?;
-    socket.connect(to).await
+/// A TLS session with `to` from 127.0.0.`octet`, or `None` if it cannot be had within 5 s.
+async fn open_tls(
+    tls: &tokio_rustls::TlsConnector,
+    octet: u8,
+    to: SocketAddr,
+) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
+    let opened = async {
+        let socket = TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, octet)),
+            0,
+        ))?;
+        let tcp = socket.connect(to).await?;
+        tls.connect(
+            rustls::pki_types::ServerName::IpAddress(to.ip().into()),
+            tcp,
+        )
+        .await
+    };
+    tokio::time::timeout(Duration::from_secs(5), opened)
+        .await
+        .ok()?
+        .ok()
 }
 
 impl Hostile {
@@ -170,20 +186,14 @@ async fn hold_anonymous(
     counts: Arc<Counts>,
 ) {
     while !stop.load(Relaxed) {
-        let opened = async {
-            let tcp = connect_from(octet, to).await?;
-            let tls = tls
-                .connect(
-                    rustls::pki_types::ServerName::IpAddress(to.ip().into()),
-                    tcp,
-                )
-                .await?;
-            h2::client::handshake(tls)
+        let handshake = async {
+            let tls = open_tls(&tls, octet, to).await?;
+            tokio::time::timeout(Duration::from_secs(5), h2::client::handshake(tls))
                 .await
-                .map_err(std::io::Error::other)
+                .ok()?
+                .ok()
         };
-        let Ok(Ok((mut client, conn))) = tokio::time::timeout(Duration::from_secs(5), opened).await
-        else {
+        let Some((mut client, conn)) = handshake.await else {
             counts.connections_closed.fetch_add(1, Relaxed);
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
@@ -235,15 +245,7 @@ async fn slow_headers(
     counts: Arc<Counts>,
 ) {
     while !stop.load(Relaxed) {
-        let opened = async {
-            let tcp = connect_from(octet, to).await?;
-            tls.connect(
-                rustls::pki_types::ServerName::IpAddress(to.ip().into()),
-                tcp,
-            )
-            .await
-        };
-        let Ok(Ok(mut stream)) = tokio::time::timeout(Duration::from_secs(5), opened).await else {
+        let Some(mut stream) = open_tls(&tls, octet, to).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };

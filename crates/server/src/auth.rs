@@ -559,21 +559,37 @@ pub fn identify(
     leaf: Option<&CertificateDer<'_>>,
     metrics: &Metrics,
 ) -> Result<Identity, Denied> {
-    authorization
+    credentials(cluster_id, authorization, leaf)
+        .and_then(|(authorization, certificate)| {
+            policy.identify(authorization, certificate.as_deref())
+        })
+        .inspect_err(|denied| count(denied, metrics))
+}
+
+/// What a request presents: its `authorization` header as text, and the principal its
+/// client certificate names (if it is one of this cluster's clients).
+fn credentials<'a>(
+    cluster_id: &str,
+    authorization: Option<&'a [u8]>,
+    leaf: Option<&CertificateDer<'_>>,
+) -> Result<(Option<&'a str>, Option<String>), Denied> {
+    let authorization = authorization
         .map(|bytes| {
             std::str::from_utf8(bytes)
                 .map_err(|_| Denied::Unauthenticated("the authorization header is not text".into()))
         })
-        .transpose()
-        .and_then(|authorization| {
-            let certificate = leaf.and_then(|leaf| client_principal(leaf, cluster_id));
-            policy.identify(authorization, certificate.as_deref())
-        })
-        .inspect_err(|_| {
-            metrics
-                .unauthenticated
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        })
+        .transpose()?;
+    let certificate = leaf.and_then(|leaf| client_principal(leaf, cluster_id));
+    Ok((authorization, certificate))
+}
+
+/// Counts a refusal in the metrics.
+fn count(denied: &Denied, metrics: &Metrics) {
+    let counter = match denied {
+        Denied::Unauthenticated(_) => &metrics.unauthenticated,
+        Denied::Forbidden { .. } => &metrics.permission_denied,
+    };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// What the gRPC and HTTP ports both ask: may the client behind `authorization` (the
@@ -590,24 +606,11 @@ pub fn authorize(
     let Some(policy) = policy else {
         return Ok(Principal::Anyone);
     };
-    let checked = authorization
-        .map(|bytes| {
-            std::str::from_utf8(bytes)
-                .map_err(|_| Denied::Unauthenticated("the authorization header is not text".into()))
-        })
-        .transpose()
-        .and_then(|authorization| {
-            let certificate = leaf.and_then(|leaf| client_principal(leaf, cluster_id));
+    credentials(cluster_id, authorization, leaf)
+        .and_then(|(authorization, certificate)| {
             policy.check(authorization, certificate.as_deref(), action)
-        });
-    checked.map_err(|denied| {
-        let counter = match denied {
-            Denied::Unauthenticated(_) => &metrics.unauthenticated,
-            Denied::Forbidden { .. } => &metrics.permission_denied,
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        denied
-    })
+        })
+        .inspect_err(|denied| count(denied, metrics))
 }
 
 #[cfg(test)]

@@ -7,12 +7,11 @@
 //! The test's sockets come from 127.0.0.2 and up (Linux routes all of 127/8 to loopback),
 //! so that the harness's own connections from 127.0.0.1 do not count against them.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use tenure_testkit::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 const PER_IP: usize = 2;
 const CLIENT_MAX: usize = 6;
@@ -21,17 +20,6 @@ const HTTP_MAX: usize = 3;
 /// handshake timeout at work and not the idle one.
 const HANDSHAKE_MS: u64 = 2_000;
 const IDLE_MS: u64 = 6_000;
-
-async fn connect_from(last_octet: u8, to: SocketAddr) -> TcpStream {
-    let socket = TcpSocket::new_v4().expect("socket");
-    socket
-        .bind(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, last_octet)),
-            0,
-        ))
-        .expect("bind a loopback source address");
-    socket.connect(to).await.expect("TCP connect")
-}
 
 /// Whether the node closed `stream` within `within` (EOF or reset on read).
 async fn closed_within(stream: &mut TcpStream, within: std::time::Duration) -> bool {

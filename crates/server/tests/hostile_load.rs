@@ -15,13 +15,13 @@
 //!   was. (Before, anonymous sockets filled the one pool every client shares, `/health` said
 //!   503 and the node handed leadership on every two seconds.)
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_proto::v1;
 use tenure_testkit::*;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 
 /// A TLS connection to the client port `to` from 127.0.0.`last_octet` that trusts the
@@ -63,17 +63,6 @@ async fn anonymous_tls_speaking(
         .connect(ServerName::IpAddress(to.ip().into()), tcp)
         .await
         .expect("TLS handshake without a client certificate")
-}
-
-async fn connect_from(last_octet: u8, to: SocketAddr) -> TcpStream {
-    let socket = TcpSocket::new_v4().expect("socket");
-    socket
-        .bind(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, last_octet)),
-            0,
-        ))
-        .expect("bind a loopback source address");
-    socket.connect(to).await.expect("TCP connect")
 }
 
 /// The 5-byte gRPC message prefix announcing `len` bytes.

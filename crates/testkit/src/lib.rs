@@ -256,6 +256,19 @@ impl AuthFile {
     }
 }
 
+/// A TCP connection to `to` from 127.0.0.`last_octet` (Linux routes all of 127/8 to
+/// loopback), so that a test's sockets count against a per-address limit of their own.
+pub async fn connect_from(last_octet: u8, to: SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::new(
+            std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, last_octet)),
+            0,
+        ))
+        .expect("bind a loopback source address");
+    socket.connect(to).await.expect("TCP connect")
+}
+
 /// Reads `stream` until its peer closes it (or resets it), for at most `within`; whether
 /// it was closed in time.
 pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
