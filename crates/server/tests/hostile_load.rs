@@ -110,9 +110,10 @@ async fn an_unauthenticated_call_is_refused_at_its_headers_and_costs_no_memory()
     let (response, mut send) = h2c
         .send_request(put_request(to), false)
         .expect("open a stream");
-    send.send_data(grpc_prefix(4 << 20), false).expect("prefix");
-    send.send_data(vec![7u8; 1 << 20].into(), false)
-        .expect("a first megabyte");
+    // The node may answer (and reset the stream) before the data is even sent: then the
+    // sends fail, which is the point.
+    let _ = send.send_data(grpc_prefix(4 << 20), false);
+    let _ = send.send_data(vec![7u8; 1 << 20].into(), false);
     let response = tokio::time::timeout(secs(3), response)
         .await
         .expect("no answer while the body was unfinished: credentials are checked after it")
