@@ -187,6 +187,8 @@ impl Report {
         let _ = writeln!(out, "network namespaces: {}", self.netem);
         let _ = writeln!(out, "\noperations by kind and outcome:");
         let mut table: BTreeMap<&str, [usize; 3]> = BTreeMap::new();
+        // How long each answered operation took, from send to answer (microseconds).
+        let mut took: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
         for op in &self.history {
             let row = table.entry(op.kind.name()).or_default();
             row[match op.outcome {
@@ -194,15 +196,34 @@ impl Report {
                 Outcome::Fail { .. } => 1,
                 Outcome::Indeterminate { .. } => 2,
             }] += 1;
+            if let Outcome::Ok(_) = op.outcome {
+                took.entry(op.kind.name())
+                    .or_default()
+                    .push(op.complete.saturating_sub(op.invoke));
+            }
         }
         let _ = writeln!(
             out,
-            "  {:<20} {:>8} {:>8} {:>14}",
-            "kind", "ok", "fail", "indeterminate"
+            "  {:<20} {:>8} {:>8} {:>14} {:>11} {:>11}",
+            "kind", "ok", "fail", "indeterminate", "ok p50 ms", "ok p99 ms"
         );
+        let quantile = |v: &mut Vec<u64>, q: f64| -> String {
+            if v.is_empty() {
+                return "-".into();
+            }
+            v.sort_unstable();
+            let at = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+            format!("{:.1}", v[at] as f64 / 1000.0)
+        };
         let mut total = [0usize; 3];
         for (k, r) in &table {
-            let _ = writeln!(out, "  {k:<20} {:>8} {:>8} {:>14}", r[0], r[1], r[2]);
+            let mut t = took.remove(k).unwrap_or_default();
+            let (p50, p99) = (quantile(&mut t, 0.50), quantile(&mut t, 0.99));
+            let _ = writeln!(
+                out,
+                "  {k:<20} {:>8} {:>8} {:>14} {p50:>11} {p99:>11}",
+                r[0], r[1], r[2]
+            );
             for i in 0..3 {
                 total[i] += r[i];
             }
