@@ -120,22 +120,10 @@ async fn forged_peer_frames_move_a_plaintext_cluster_but_not_a_tls_one() {
     )
     .expect("a stranger's CA and a certificate naming the leader");
     use tenure_transport::certs::files;
-    let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
-        // The stranger trusts the real CA (so the client side finishes) but presents its own.
-        ca: c.tls().expect("TLS is on").dir.join(files::CA),
-        cert: stranger.path().join(files::node(leader)),
-        key: stranger.path().join(files::node_key(leader)),
-    })
-    .expect("material");
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
-        material.client_config().expect("client config"),
-    ));
-    let tcp = tokio::net::TcpStream::connect(peer).await.expect("connect");
-    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(tenure_transport::node_name(
-        CLUSTER_ID, follower,
-    ))
-    .expect("name");
-    if let Ok(tls) = connector.connect(name, tcp).await {
+    // The stranger trusts the real CA (so the client side finishes) but presents its own.
+    let cert = stranger.path().join(files::node(leader));
+    let key = stranger.path().join(files::node_key(leader));
+    if let Ok(tls) = tls_to_peer(&c, follower, cert, key).await {
         send_and_wait_close(tls, &bytes).await;
     }
 
@@ -241,6 +229,32 @@ async fn the_cli_speaks_tls_with_the_ca_and_fails_cleanly_without_it() {
     );
 }
 
+/// A TLS session with node `to`'s peer port presenting `cert` and `key`, trusting the
+/// cluster's CA and expecting `to`'s node name.
+async fn tls_to_peer(
+    c: &Cluster,
+    to: u64,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use tenure_transport::certs::files;
+    let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+        ca: c.tls().expect("TLS is on").dir.join(files::CA),
+        cert,
+        key,
+    })
+    .expect("material");
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        material.client_config().expect("client config"),
+    ));
+    let tcp = tokio::net::TcpStream::connect(c.addrs(to).peer).await?;
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(tenure_transport::node_name(
+        CLUSTER_ID, to,
+    ))
+    .expect("name");
+    connector.connect(name, tcp).await
+}
+
 /// A certificate signed by the cluster's own CA (its key is in the harness's TLS directory)
 /// with `names` and the extended key usages `usages`.
 fn signed_by_the_cluster_ca(
@@ -299,25 +313,7 @@ async fn a_wildcard_or_client_only_certificate_cannot_speak_as_a_node() {
         ("client-only", vec![leader_name.as_str()], vec![ClientAuth]),
     ] {
         let (_dir, cert, key) = signed_by_the_cluster_ca(&c, &names, usages);
-        use tenure_transport::certs::files;
-        let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
-            ca: c.tls().expect("TLS is on").dir.join(files::CA),
-            cert,
-            key,
-        })
-        .expect("material");
-        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
-            material.client_config().expect("client config"),
-        ));
-        let tcp = tokio::net::TcpStream::connect(c.addrs(follower).peer)
-            .await
-            .expect("connect");
-        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(
-            tenure_transport::node_name(CLUSTER_ID, follower),
-        )
-        .expect("name");
-        let tls = connector
-            .connect(name, tcp)
+        let tls = tls_to_peer(&c, follower, cert, key)
             .await
             .unwrap_or_else(|e| panic!("{what}: the TLS handshake itself succeeds: {e}"));
         send_and_wait_close(tls, &bytes).await;

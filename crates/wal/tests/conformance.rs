@@ -7,15 +7,8 @@ use std::path::PathBuf;
 use tempfile::TempDir;
 use tenure_wal::{FileStorage, WalOptions};
 
-/// Limits small enough that rotation, compaction and split persists happen constantly.
-fn tiny() -> WalOptions {
-    WalOptions {
-        segment_bytes_max: 2048,
-        record_bytes_max: 16 * 1024,
-        snapshot_bytes_max: 1 << 20,
-        ..WalOptions::default()
-    }
-}
+mod common;
+use common::tiny;
 
 /// `fresh` for files: each storage in a new temporary directory, removed when the test's
 /// closure is dropped.

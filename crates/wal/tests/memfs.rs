@@ -13,14 +13,8 @@ use tenure_core::storage::{apply_to_image, BackgroundSnapshots, SnapshotWriter, 
 use tenure_core::types::{Entry, HardState, Membership, Payload, Recovered, Snapshot};
 use tenure_wal::{CrashChoices, FileStorage, KeepEverything, MemFs, WalOptions};
 
-fn tiny() -> WalOptions {
-    WalOptions {
-        segment_bytes_max: 2048,
-        record_bytes_max: 16 * 1024,
-        snapshot_bytes_max: 1 << 20,
-        ..WalOptions::default()
-    }
-}
+mod common;
+use common::tiny;
 
 fn dir() -> PathBuf {
     PathBuf::from("/node")
