@@ -323,6 +323,16 @@ impl Cluster for EtcdCluster {
         Ok(())
     }
 
+    fn flood_target(&self) -> Option<(Vec<std::net::SocketAddr>, PathBuf)> {
+        let (certs, _) = self.tls.as_ref()?;
+        let addrs = self
+            .client_ports
+            .iter()
+            .map(|&p| std::net::SocketAddr::from(([127, 0, 0, 1], p)))
+            .collect();
+        Some((addrs, certs.join(tenure_transport::certs::files::CA)))
+    }
+
     fn url(&self) -> String {
         let hosts: Vec<String> = self
             .client_ports

@@ -21,6 +21,7 @@ use clap::Args;
 
 mod backend;
 mod etcd;
+mod flood;
 pub mod report;
 pub mod scenarios;
 pub mod system;
@@ -42,7 +43,7 @@ pub struct BenchArgs {
     /// Systems to measure (comma-separated); default every cluster: all but `postgres` and
     /// `memory`. `tenure-tls` and `etcd-tls` are tenure and etcd with TLS on client and peer
     /// traffic, measured in the write and keepalives scenarios (their cost next to the
-    /// plaintext runs is tabled in "TLS's cost"). `postgres` and `memory` are the client
+    /// plaintext runs is tabled in "TLS's cost") and alone in flood. `postgres` and `memory` are the client
     /// library's PostgreSQL and in-process backends, measured in takeover only.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub systems: Vec<System>,

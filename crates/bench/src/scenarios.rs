@@ -44,6 +44,10 @@ pub enum Scenario {
     Elections,
     /// 50 waiters: wake-ups per leader change.
     Herd,
+    /// One client's write latency without and then under an anonymous connection flood
+    /// (TLS connections without a client certificate, from eight addresses per node, each
+    /// opened again as soon as it ends): the TLS systems only.
+    Flood,
     /// Exercise every operation of each cluster once (for developing the harness).
     #[value(hide = true)]
     Probe,
@@ -108,7 +112,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     let tls_measured = chosen.iter().any(|&s| measures_tls(s));
     if !tls_measured && systems.iter().all(|s| s.tls()) {
         bail!(
-            "{} {} measured in the write and keepalives scenarios only",
+            "{} {} measured in the write, keepalives and flood scenarios only",
             names(&systems),
             if systems.len() == 1 { "is" } else { "are" }
         );
@@ -131,7 +135,12 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
             if systems.len() == 1 { "is" } else { "are" }
         );
     }
-    let tls_skipped = skip_line(&chosen, &systems, System::tls, "write and keepalives");
+    let tls_skipped = skip_line(
+        &chosen,
+        &systems,
+        System::tls,
+        "write, keepalives and flood",
+    );
     let backends_skipped = skip_line(&chosen, &systems, System::backend_only, "takeover");
     let fast_skipped = skip_line(
         &chosen,
@@ -256,7 +265,10 @@ fn names<T: ValueEnum>(xs: &[T]) -> String {
 /// cost is a question of the request path (write latency and throughput, renewals), not of
 /// failure detection or elections.
 fn measures_tls(scenario: Scenario) -> bool {
-    matches!(scenario, Scenario::Write | Scenario::Keepalives)
+    matches!(
+        scenario,
+        Scenario::Write | Scenario::Keepalives | Scenario::Flood
+    )
 }
 
 /// What the output says when the systems of a kind (`kind`: the TLS variants, the client
@@ -287,6 +299,9 @@ fn skip_line(
 /// Whether `system` is measured in `scenario`: the TLS variants in the request path only
 /// ([`measures_tls`]), the client backends in takeover only, every cluster in everything.
 fn measured_in(system: System, scenario: Scenario) -> bool {
+    if scenario == Scenario::Flood {
+        return system.tls() && !system.backend_only() && !system.fast_election();
+    }
     if system.backend_only() {
         scenario == Scenario::Takeover
     } else if system.fast_election() {
@@ -505,6 +520,11 @@ async fn measure_system(
             }
         }
     }
+    if has(Scenario::Flood) {
+        let c = system::start(system, profile, env).await?;
+        c.wait_stable(STABLE_WITHIN).await?;
+        flood(&*c, sizes, report).await.context("flood")?;
+    }
     if has(Scenario::Takeover)
         || has(Scenario::Write)
         || has(Scenario::Read)
@@ -556,6 +576,7 @@ fn scenario_name(s: Scenario) -> &'static str {
         Scenario::Keepalives => "keepalives",
         Scenario::Elections => "elections",
         Scenario::Herd => "herd",
+        Scenario::Flood => "flood",
         Scenario::All => "all",
         Scenario::Probe => "probe",
     }
@@ -764,6 +785,91 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
             clients,
         };
         what.record(&load, sizes.throughput_window, system, profile, report);
+    }
+    Ok(())
+}
+
+/// Writes of one client, one after another, until `count` are done and `window` has
+/// passed: each one's latency.
+async fn timed_writes(
+    w: &dyn Writer,
+    count: usize,
+    window: Duration,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut lat = Vec::with_capacity(count);
+    let started = Instant::now();
+    let mut k = 0usize;
+    while k < count || started.elapsed() < window {
+        k += 1;
+        let t = Instant::now();
+        w.put("latency", &[k as u8; 64], Duration::from_secs(5))
+            .await
+            .context("a timed write")?;
+        lat.push(t.elapsed());
+    }
+    Ok(lat)
+}
+
+/// How long the flood scenario writes under the flood: longer than tenure's deadline for an
+/// unauthenticated connection (10 s), so that the flood's reconnections are measured too.
+const FLOOD_WINDOW: Duration = Duration::from_secs(15);
+
+/// One client's write latency without a flood, then under the anonymous connection flood
+/// of [`crate::flood`] against every node for [`FLOOD_WINDOW`], on the same cluster; and
+/// whether the Raft leader changed meanwhile.
+async fn flood(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let Some((targets, ca)) = c.flood_target() else {
+        return Ok(());
+    };
+    let all: Vec<usize> = (0..c.len()).collect();
+    let w = c.writer(&all).await?;
+    for k in 0..50 {
+        w.put(&format!("warm-{k}"), &[0; 64], Duration::from_secs(5))
+            .await?;
+    }
+    let quiet = timed_writes(&*w, sizes.write_count, Duration::ZERO).await?;
+    let leader_before = c.leader().await;
+    let attack = crate::flood::Flood::start(&targets, &ca)?;
+    // Let the flood reach its full size before measuring.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let loaded = timed_writes(&*w, 0, FLOOD_WINDOW).await;
+    let leader_after = c.leader().await;
+    let (opened, ended) = (
+        attack.opened.load(std::sync::atomic::Ordering::Relaxed),
+        attack.ended.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    attack.stop().await;
+    let loaded = loaded?;
+    let p = |lat: &[Duration], q: f64| {
+        let mut v = lat.to_vec();
+        v.sort();
+        as_ms(v[((v.len() as f64 * q) as usize).min(v.len() - 1)])
+    };
+    let line = format!(
+        "write latency p50 {:.2} -> {:.2} ms, p99 {:.2} -> {:.2} ms under the flood \
+         ({opened} anonymous TLS sessions opened, {ended} refused or ended); Raft leader \
+         {leader_before:?} -> {leader_after:?}",
+        p(&quiet, 0.5),
+        p(&loaded, 0.5),
+        p(&quiet, 0.99),
+        p(&loaded, 0.99),
+    );
+    eprintln!("[{system} {profile}] flood: {line}");
+    report.note("flood", system, profile, line);
+    for (metric, lat) in [
+        ("one client, latency, no flood", &quiet),
+        ("one client, latency, under the flood", &loaded),
+    ] {
+        report.record(
+            "flood",
+            metric,
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            lat.iter().map(|d| as_ms(*d)).enumerate(),
+        );
     }
     Ok(())
 }

@@ -256,6 +256,13 @@ pub trait Cluster: Send + Sync {
     async fn metrics(&self, _i: usize) -> anyhow::Result<Option<String>> {
         Ok(None)
     }
+
+    /// For a system with TLS on its client ports: every node's client address and the CA
+    /// file that signs their certificates (what the `flood` scenario attacks with); `None`
+    /// for the others.
+    fn flood_target(&self) -> Option<(Vec<std::net::SocketAddr>, PathBuf)> {
+        None
+    }
 }
 
 /// The load of [`Cluster::keepalives`]: grant `leases` leases (sessions) of `ttl`, then renew

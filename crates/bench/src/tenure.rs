@@ -375,6 +375,12 @@ impl Cluster for TenureCluster {
         Ok(())
     }
 
+    fn flood_target(&self) -> Option<(Vec<std::net::SocketAddr>, PathBuf)> {
+        let tls = self.tls.as_ref()?;
+        let addrs = self.addrs.iter().map(|a| a[1]).collect();
+        Some((addrs, tls.dir.join(tenure_transport::certs::files::CA)))
+    }
+
     fn url(&self) -> String {
         let addrs: Vec<String> = self.addrs.iter().map(|a| a[1].to_string()).collect();
         let hosts = addrs.join(",");

@@ -104,6 +104,18 @@ enum Cmd {
     /// the key belongs to another election): nothing was written; 69 unreachable or outcome
     /// unknown; 2 bad arguments; 77 not allowed.
     Put(ops::PutArgs),
+    /// Delete a fenced key with its election's current token (default
+    /// `$TENURE_FENCING_TOKEN`): fenced exactly like `put`.
+    ///
+    /// Exit codes: 0 deleted (or already absent: `existed=false`); 78 refused by its token;
+    /// 69 unreachable or outcome unknown; 2 bad arguments; 77 not allowed.
+    Delete(ops::DeleteArgs),
+    /// Delete an election that has no candidates. Its tokens never come back: an election
+    /// created later under the same name starts above them.
+    ///
+    /// Exit codes: 0 deleted (or already absent: `existed=false`); 1 it still has
+    /// candidates; 69 unreachable; 2 bad arguments; 77 not allowed.
+    DeleteElection(ops::DeleteElectionArgs),
     /// Print a shell completion script: `tenure completion bash > /etc/bash_completion.d/tenure`,
     /// `tenure completion zsh > "${fpath[1]}/_tenure"`, `tenure completion fish >
     /// ~/.config/fish/completions/tenure.fish`.
@@ -196,5 +208,7 @@ fn main() -> ExitCode {
         Cmd::Sessions(args) => ops::sessions(args),
         Cmd::Get(args) => ops::get(args),
         Cmd::Put(args) => ops::put(args),
+        Cmd::Delete(args) => ops::delete(args),
+        Cmd::DeleteElection(args) => ops::delete_election(args),
     }
 }

@@ -47,6 +47,10 @@ pub struct NemesisArgs {
     /// the whole run; the report adds what they did, /health failures and node memory.
     #[arg(long, requires = "tls")]
     hostile: bool,
+    /// Session TTLs of 2–5 s instead of 0.6–1.5 s (implied by --hostile; alone, the same
+    /// workload without the hostile load, as its baseline).
+    #[arg(long)]
+    long_ttls: bool,
     /// No faults: the workload alone (with --hostile, the hostile load alone).
     #[arg(long, conflicts_with = "faults")]
     no_faults: bool,
@@ -100,6 +104,7 @@ pub fn run(args: NemesisArgs) -> ExitCode {
         fast_election: args.fast_election,
         tls: args.tls,
         hostile: args.hostile,
+        long_ttls: args.long_ttls,
         inject_bug: args.inject_bug,
         keep_dir: args.keep_dir,
         history_file: args.history_file,

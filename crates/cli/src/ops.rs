@@ -193,6 +193,32 @@ pub struct PutArgs {
     token: Option<u64>,
 }
 
+/// `tenure delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The fenced key.
+    #[arg(value_name = "KEY")]
+    fenced_key: String,
+    /// The election whose token guards the key.
+    #[arg(long)]
+    election: String,
+    /// The current leader's fencing token; default `$TENURE_FENCING_TOKEN`.
+    #[arg(long)]
+    token: Option<u64>,
+}
+
+/// `tenure delete-election`.
+#[derive(Debug, Args)]
+pub struct DeleteElectionArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The election.
+    #[arg(value_name = "ELECTION")]
+    election: String,
+}
+
 // ------------------------------------------------------------------------------------------
 // Reaching the cluster.
 
@@ -249,6 +275,7 @@ impl Failure {
                     Error::StaleToken { .. }
                     | Error::TokenNotIssued(_)
                     | Error::WrongElection(_) => EXIT_FENCED,
+                    Error::ElectionInUse(_) => 1,
                     _ => EXIT_BACKEND,
                 }
             }
@@ -1245,6 +1272,70 @@ async fn put_inner(args: &PutArgs) -> Result<String, Failure> {
             .to_string()
     } else {
         format!("index={index}")
+    })
+}
+
+pub fn delete(args: DeleteArgs) -> ExitCode {
+    block_on(async move {
+        match delete_inner(&args).await {
+            Ok(line) => {
+                print_lines(&[line]);
+                0
+            }
+            Err(f) => f.report(&format!(
+                "delete of key \"{}\" refused",
+                output::escape_value(args.fenced_key.as_bytes())
+            )),
+        }
+    })
+}
+
+async fn delete_inner(args: &DeleteArgs) -> Result<String, Failure> {
+    if args.fenced_key.is_empty() {
+        return Err(Failure::Usage("the key is empty".into()));
+    }
+    if args.election.is_empty() {
+        return Err(Failure::Usage("--election is empty".into()));
+    }
+    let token =
+        put_token(args.token, std::env::var_os("TENURE_FENCING_TOKEN")).map_err(Failure::Usage)?;
+    let client = tenure::Client::with_channel(connect(&args.target)?.nodes);
+    let existed = client
+        .fenced_delete(&args.fenced_key, &args.election, token)
+        .await?;
+    Ok(if args.target.json {
+        json!({ "key": args.fenced_key, "election": args.election, "token": token, "existed": existed })
+            .to_string()
+    } else {
+        format!("existed={existed}")
+    })
+}
+
+pub fn delete_election(args: DeleteElectionArgs) -> ExitCode {
+    block_on(async move {
+        match delete_election_inner(&args).await {
+            Ok(line) => {
+                print_lines(&[line]);
+                0
+            }
+            Err(f) => f.report(&format!(
+                "delete of election \"{}\" refused",
+                output::escape_value(args.election.as_bytes())
+            )),
+        }
+    })
+}
+
+async fn delete_election_inner(args: &DeleteElectionArgs) -> Result<String, Failure> {
+    if args.election.is_empty() {
+        return Err(Failure::Usage("the election name is empty".into()));
+    }
+    let client = tenure::Client::with_channel(connect(&args.target)?.nodes);
+    let existed = client.delete_election(&args.election).await?;
+    Ok(if args.target.json {
+        json!({ "election": args.election, "existed": existed }).to_string()
+    } else {
+        format!("existed={existed}")
     })
 }
 

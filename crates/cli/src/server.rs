@@ -96,6 +96,25 @@ pub struct ServerArgs {
     /// Most Observe streams one principal holds at once (the auth file may set its own).
     #[arg(long)]
     observe_streams_per_principal_max: Option<usize>,
+    /// Most live sessions one principal owns in the cluster (the auth file may set its own
+    /// `quotas.sessions`).
+    #[arg(long)]
+    sessions_per_principal_max: Option<u64>,
+    /// Most elections one principal created that still exist (`quotas.elections`).
+    #[arg(long)]
+    elections_per_principal_max: Option<u64>,
+    /// Most fenced keys one principal wrote last (`quotas.keys`).
+    #[arg(long)]
+    keys_per_principal_max: Option<u64>,
+    /// Most bytes (names plus values) of those keys (`quotas.key_bytes`).
+    #[arg(long)]
+    key_bytes_per_principal_max: Option<u64>,
+    /// Most calls per second one principal makes on this node (`quotas.requests_per_second`).
+    #[arg(long)]
+    requests_per_second_per_principal_max: Option<u32>,
+    /// Delete an election once it has had no candidate for this many ms (0 keeps them).
+    #[arg(long)]
+    election_retention_ms: Option<u64>,
     /// How long a new connection may take to send its first byte (and finish TLS), in ms.
     #[arg(long)]
     handshake_timeout_ms: Option<u64>,
@@ -253,6 +272,12 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         connections_per_principal_max,
         keepalive_streams_per_principal_max,
         observe_streams_per_principal_max,
+        sessions_per_principal_max,
+        elections_per_principal_max,
+        keys_per_principal_max,
+        key_bytes_per_principal_max,
+        requests_per_second_per_principal_max,
+        election_retention_ms,
         handshake_timeout_ms,
         idle_timeout_ms,
         streams_per_connection_max,

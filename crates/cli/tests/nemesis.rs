@@ -212,6 +212,11 @@ fn a_short_hostile_run_keeps_the_leader_health_and_memory() {
         number_after(&report, "leader changes: Raft ") <= 1,
         "leadership moved under the flood:\n{report}"
     );
+    assert_eq!(
+        number_after(&report, "leases lost: "),
+        0,
+        "a legitimate holder lost its lease under the flood:\n{report}"
+    );
     assert!(
         number_after(&report, "node memory growth: at most ") < 64,
         "{report}"

@@ -78,6 +78,14 @@ pub enum Error {
     /// The request was malformed or out of range (sizes, TTL).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The caller's principal holds all it may of something (sessions, elections, keys,
+    /// key bytes, streams, requests per second; the message names which): end some of its
+    /// own, or ask the operator for a larger quota. Other principals are not affected.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
+    /// The election still has candidates, so it cannot be deleted.
+    #[error("election in use: {0}")]
+    ElectionInUse(String),
     /// The URL names a backend this build does not support (yet).
     #[error("unsupported backend {scheme:?}: {why}")]
     UnsupportedBackend {
@@ -137,6 +145,8 @@ impl Error {
             Error::UnknownElection(_) => Reason::UnknownElection,
             Error::NotCandidate(_) => Reason::NotCandidate,
             Error::InvalidArgument(_) => Reason::InvalidArgument,
+            Error::QuotaExceeded(_) => Reason::QuotaExceeded,
+            Error::ElectionInUse(_) => Reason::ElectionInUse,
             Error::Tls(_)
             | Error::UnsupportedBackend { .. }
             | Error::InvalidUrl { .. }
@@ -187,9 +197,9 @@ impl From<Status> for Error {
             Reason::InvalidArgument => Error::InvalidArgument(message),
             Reason::Unavailable => Error::Unavailable(message),
             // Every stream slot is taken: the node's answer, not a retry's business.
-            Reason::ResourceExhausted | Reason::QuotaExceeded => {
-                Error::Backend(format!("{reason}: {message}"))
-            }
+            Reason::ResourceExhausted => Error::Backend(format!("{reason}: {message}")),
+            Reason::QuotaExceeded => Error::QuotaExceeded(message),
+            Reason::ElectionInUse => Error::ElectionInUse(message),
             Reason::Indeterminate | Reason::RequestForgotten => Error::Indeterminate(message),
             Reason::SessionEnded => Error::SessionEnded(message),
         }
@@ -212,7 +222,12 @@ impl From<SmError> for Error {
             }
             SmError::TokenNotIssued { .. } => Error::TokenNotIssued(message),
             SmError::WrongElection { .. } => Error::WrongElection(message),
-            SmError::WrongSecret(_) => Error::PermissionDenied(message),
+            SmError::WrongSecret(_) | SmError::NotOwner(_) => Error::PermissionDenied(message),
+            SmError::QuotaExceeded { definite: true, .. } => Error::QuotaExceeded(message),
+            SmError::QuotaExceeded {
+                definite: false, ..
+            } => Error::Indeterminate(message),
+            SmError::ElectionInUse { .. } => Error::ElectionInUse(message),
             SmError::RequestForgotten { .. } => Error::Indeterminate(message),
             SmError::SessionEnded { .. } => Error::SessionEnded(message),
             SmError::TtlOutOfRange { .. }

@@ -430,6 +430,20 @@ impl Client {
             .await
     }
 
+    /// Remove the fenced key `key`, fenced by `election`'s `token` exactly like
+    /// [`Client::fenced_put`]: only the election's current leader may. Returns whether the
+    /// key existed. `tenure://` and `memory:` only.
+    pub async fn fenced_delete(&self, key: &str, election: &str, token: u64) -> Result<bool> {
+        self.backend.fenced_delete(key, election, token, None).await
+    }
+
+    /// Remove `election`, which must have no candidates ([`Error::ElectionInUse`]
+    /// otherwise). Its tokens never come back: an election created later under the same
+    /// name starts above them. Returns whether it existed. `tenure://` and `memory:` only.
+    pub async fn delete_election(&self, election: &str) -> Result<bool> {
+        self.backend.delete_election(election).await
+    }
+
     /// The value stored at the fenced key `key`, or `None` if nothing was ever written
     /// there. A linearizable read on `tenure://`. etcd, PostgreSQL and ZooKeeper have no
     /// fenced keys ([`Error::UnsupportedBackend`]).
@@ -837,6 +851,16 @@ impl Leadership {
             .client
             .backend
             .fenced_put(key, value, &self.election, self.token, Some(self.session()))
+            .await
+    }
+
+    /// Remove a fenced key with this leadership's token (retried safely on its session, as
+    /// [`Leadership::fenced_put`]); whether it existed.
+    pub async fn fenced_delete(&self, key: &str) -> Result<bool> {
+        self.held
+            .client
+            .backend
+            .fenced_delete(key, &self.election, self.token, Some(self.session()))
             .await
     }
 }

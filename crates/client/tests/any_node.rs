@@ -168,6 +168,12 @@ impl v1::elections_server::Elections for OldServer {
     ) -> Result<Response<Self::ObserveStream>, Status> {
         gone()
     }
+    async fn delete(
+        &self,
+        _: Request<v1::DeleteElectionRequest>,
+    ) -> Result<Response<v1::DeleteElectionResponse>, Status> {
+        gone()
+    }
 }
 
 /// The cluster service of the older server: `Members` is what it does not have.

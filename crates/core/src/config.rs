@@ -77,6 +77,14 @@ pub struct InjectedBugs {
     /// `UnknownSession`, a definite failure, although an earlier attempt of it may have taken
     /// effect before the session ended (its remembered result went with the session).
     pub session_ended_definite: bool,
+    /// An election created after another of any name was deleted starts its tokens at 1
+    /// again instead of above the token floor: a re-created election hands out tokens its
+    /// deleted namesake already handed out.
+    pub deleted_election_tokens_restart: bool,
+    /// A grant carrying a request nonce refused over its principal's session quota is
+    /// answered as a definite failure, although it may be the retry of a grant that
+    /// created a session which has since ended.
+    pub grant_quota_definite: bool,
 }
 
 impl InjectedBugs {

@@ -1138,6 +1138,15 @@ fn fmt_entry(e: &Entry) -> String {
 fn fmt_command(c: &Command) -> String {
     match c {
         Command::Sealed { command, .. } => format!("Sealed({})", fmt_command(command)),
+        Command::Charged {
+            principal, command, ..
+        } => format!("Charged({principal}, {})", fmt_command(command)),
+        Command::DeleteElection { election } => format!("DeleteElection({election})"),
+        Command::DeleteKey {
+            key,
+            election,
+            token,
+        } => format!("DeleteKey({key}, {election}, {token})"),
         Command::Grant { ttl_ticks } => format!("Grant(ttl={ttl_ticks})"),
         Command::Revoke { session } => format!("Revoke({session})"),
         Command::Expire { session } => format!("Expire({session})"),

@@ -594,12 +594,12 @@ fn restore_refuses_bytes_that_are_not_a_snapshot() {
     ));
     assert!(matches!(restore(&[]), Err(SmDecodeError::Malformed(_))));
     let mut future = good;
-    future[0] = 4;
+    future[0] = 5;
     assert_eq!(
         restore(&future).err(),
         Some(SmDecodeError::UnsupportedFormat {
-            found: 4,
-            expected: 3
+            found: 5,
+            expected: 4
         })
     );
 }
@@ -638,7 +638,19 @@ enum Op {
     FencedPut(usize, usize, i8),
     Get(usize),
     Leader(usize),
+    DeleteElection(usize),
+    DeleteKey(usize, usize, i8),
+    /// The op charged to principal `p0` or `p1` (see [`QUOTA`]).
+    Charged(u8, Box<Op>),
 }
+
+/// The quota of the random test's principals: small enough to be reached often.
+const QUOTA: Quota = Quota {
+    sessions: 2,
+    elections: 2,
+    keys: 1,
+    key_bytes: 3,
+};
 
 /// Valid names first; the last is empty and the one before it too long.
 const ELECTIONS: [&str; 5] = ["a", "b", "c", "toolongname", ""];
@@ -662,8 +674,18 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (e.clone(), s.clone()).prop_map(|(e, s)| Op::Resign(e, s)),
         2 => (e.clone(), any::<bool>(), s.clone()).prop_map(|(e, l, s)| Op::Transfer(e, l, s)),
         3 => (k.clone(), e.clone(), -3..2i8).prop_map(|(k, e, d)| Op::FencedPut(k, e, d)),
-        1 => k.prop_map(Op::Get),
-        1 => e.prop_map(Op::Leader),
+        1 => k.clone().prop_map(Op::Get),
+        1 => e.clone().prop_map(Op::Leader),
+        1 => e.clone().prop_map(Op::DeleteElection),
+        1 => (k, e, -3..2i8).prop_map(|(k, e, d)| Op::DeleteKey(k, e, d)),
+    ]
+}
+
+/// An op, charged to a principal about half of the time.
+fn charged_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => op(),
+        1 => (0..2u8, op()).prop_map(|(p, op)| Op::Charged(p, Box::new(op))),
     ]
 }
 
@@ -715,6 +737,17 @@ fn concretize(sm: &StateMachine, op: &Op) -> Command {
             key: KEYS[*k].into(),
         },
         Op::Leader(e) => Command::Leader { election: name(*e) },
+        Op::DeleteElection(e) => Command::DeleteElection { election: name(*e) },
+        Op::DeleteKey(k, e, delta) => Command::DeleteKey {
+            key: KEYS[*k].into(),
+            election: name(*e),
+            token: (sm.token(&name(*e)) as i64 + i64::from(*delta)).max(0) as u64,
+        },
+        Op::Charged(p, op) => Command::Charged {
+            principal: format!("p{p}"),
+            quota: QUOTA,
+            command: Box::new(concretize(sm, op)),
+        },
     }
 }
 
@@ -756,18 +789,26 @@ fn replicas_agree(ops: &[Op], restore_at: usize, bugs: InjectedBugs) -> Result<(
         for election in ELECTIONS {
             let leader = x.leader(election).map(|l| l.session);
             prop_assert_eq!(leader, x.candidates(election).first().copied());
+            // An election that exists has a token at or above every token its name ever
+            // had, including a deleted namesake's (0: it does not exist now).
             let token = x.token(election);
-            let previous = tokens.insert(election, token).unwrap_or(0);
-            prop_assert!(
-                token >= previous,
-                "token of {:?} fell to {}",
-                election,
-                token
-            );
+            if token != 0 {
+                let previous = tokens.insert(election, token).unwrap_or(0);
+                prop_assert!(
+                    token >= previous,
+                    "token of {:?} fell to {}",
+                    election,
+                    token
+                );
+            }
         }
         for key in KEYS {
-            // Fencing (DESIGN rule 3): a key's accepted token never goes down.
-            let token = x.fenced(key).map_or(0, |v| v.token);
+            // Fencing (DESIGN rule 3): a key's accepted token never goes down while it is
+            // stored (a deleted key is guarded by its election's current token).
+            let Some(token) = x.fenced(key).map(|v| v.token) else {
+                key_tokens.remove(key);
+                continue;
+            };
             let previous = key_tokens.insert(key, token).unwrap_or(0);
             prop_assert!(
                 token >= previous,
@@ -776,12 +817,25 @@ fn replicas_agree(ops: &[Op], restore_at: usize, bugs: InjectedBugs) -> Result<(
                 token
             );
         }
+        // No principal holds more than its quota (an uncharged command may write over a
+        // charged key, which only lowers what its old owner holds).
+        for (principal, usage) in x.usages() {
+            prop_assert!(
+                usage.sessions <= QUOTA.sessions
+                    && usage.elections <= QUOTA.elections
+                    && usage.keys <= QUOTA.keys
+                    && usage.key_bytes <= QUOTA.key_bytes,
+                "{} holds {:?}, over its quota",
+                principal,
+                usage
+            );
+        }
     }
     Ok(())
 }
 
 fn ops() -> impl Strategy<Value = (Vec<Op>, usize)> {
-    (proptest::collection::vec(op(), 0..80), 0..80usize)
+    (proptest::collection::vec(charged_op(), 0..80), 0..80usize)
 }
 
 proptest! {
@@ -815,6 +869,274 @@ fn the_random_command_test_catches_the_stale_fence_bug() {
         Err(TestError::Fail(reason, _)) => assert!(reason.message().contains("went back to token")),
         other => panic!("the stale fence bug went unnoticed: {other:?}"),
     }
+}
+
+/// The random test without the token floor (the bug switch): a re-created election counts
+/// from 1 again, below its deleted namesake's tokens. Fails without the floor.
+#[test]
+fn the_random_command_test_catches_a_re_created_election_restarting_its_tokens() {
+    use proptest::test_runner::{Config, TestError, TestRng, TestRunner};
+    let bugs = InjectedBugs {
+        deleted_election_tokens_restart: true,
+        ..InjectedBugs::default()
+    };
+    if !InjectedBugs::BUILT {
+        return;
+    }
+    let config = Config {
+        cases: 2_000,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let rng = TestRng::deterministic_rng(config.rng_algorithm);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    let result = runner.run(&ops(), |(ops, restore_at)| {
+        replicas_agree(&ops, restore_at, bugs)
+    });
+    match result {
+        Err(TestError::Fail(reason, _)) => {
+            let message = reason.message();
+            assert!(
+                message.contains("token did not rise") || message.contains("fell to"),
+                "{message}"
+            )
+        }
+        other => panic!("a re-created election restarting its tokens went unnoticed: {other:?}"),
+    }
+}
+
+// ----- Deletes, the token floor, owners and quotas ------------------------------------------
+
+fn charged(principal: &str, quota: Quota, command: Command) -> Command {
+    Command::Charged {
+        principal: principal.into(),
+        quota,
+        command: Box::new(command),
+    }
+}
+
+#[test]
+fn an_election_is_deleted_only_without_candidates_and_its_tokens_never_come_back() {
+    let mut h = Harness::new();
+    let a = h.grant();
+    let b = h.grant();
+    h.campaign("e", a);
+    h.campaign("e", b);
+    h.apply(put("k", "e", 1));
+    h.expect_rejected(
+        Command::DeleteElection {
+            election: "e".into(),
+        },
+        SmError::ElectionInUse {
+            election: "e".into(),
+            candidates: 2,
+        },
+    );
+    h.apply(resign("e", a)); // b leads with token 2
+    h.apply(resign("e", b));
+    assert_eq!(h.sm.token("e"), 2);
+    let delete = Command::DeleteElection {
+        election: "e".into(),
+    };
+    assert_eq!(h.apply(delete.clone()), Response::Deleted { existed: true });
+    assert_eq!(h.sm.token_floor(), 2);
+    // Gone: a lookup says so, and a second delete changes nothing and says so.
+    assert_eq!(
+        h.apply(Command::Leader {
+            election: "e".into()
+        }),
+        Response::Rejected(SmError::UnknownElection("e".into()))
+    );
+    assert_eq!(h.apply(delete), Response::Deleted { existed: false });
+    // The old holder's write finds no election; the key keeps its token.
+    h.expect_rejected(put("k", "e", 2), SmError::UnknownElection("e".into()));
+    // Created again: its first leader's token is above every token the old one issued, so
+    // a store that saw token 2 accepts the new leader, and the old holders stay refused.
+    let c = h.grant();
+    assert_eq!(
+        h.campaign("e", c),
+        Response::Campaigned {
+            leader_token: Some(3),
+            position: 0
+        }
+    );
+    h.expect_rejected(
+        put("k", "e", 2),
+        SmError::TokenSuperseded {
+            election: "e".into(),
+            token: 2,
+            current: 3,
+        },
+    );
+    assert_eq!(h.apply(put("k", "e", 3)), Response::Put);
+    // The floor survives a snapshot.
+    let restored =
+        StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot()).expect("ok");
+    assert_eq!(restored.token_floor(), 2);
+    assert_eq!(restored.digest(), h.sm.digest());
+}
+
+#[test]
+fn a_key_is_deleted_only_by_the_current_leader_of_its_election() {
+    let mut h = Harness::new();
+    let a = h.grant();
+    let b = h.grant();
+    h.campaign("e", a);
+    h.campaign("f", b);
+    h.apply(put("k", "e", 1));
+    let delete = |election: &str, token| Command::DeleteKey {
+        key: "k".into(),
+        election: election.into(),
+        token,
+    };
+    h.expect_rejected(
+        delete("f", 1),
+        SmError::WrongElection {
+            key: "k".into(),
+            bound: "e".into(),
+            election: "f".into(),
+        },
+    );
+    h.campaign("e", b);
+    h.apply(resign("e", a)); // b leads e with token 2
+    h.expect_rejected(
+        delete("e", 1),
+        SmError::TokenSuperseded {
+            election: "e".into(),
+            token: 1,
+            current: 2,
+        },
+    );
+    h.expect_rejected(
+        delete("e", 3),
+        SmError::TokenNotIssued {
+            election: "e".into(),
+            token: 3,
+            latest: 2,
+        },
+    );
+    assert_eq!(h.apply(delete("e", 2)), Response::Deleted { existed: true });
+    assert_eq!(h.sm.fenced("k"), None);
+    assert_eq!(
+        h.apply(delete("e", 2)),
+        Response::Deleted { existed: false }
+    );
+    // Deleted, the key may be bound afresh, by another election's leader.
+    assert_eq!(h.apply(put("k", "f", 1)), Response::Put);
+}
+
+#[test]
+fn each_principal_is_held_to_its_own_quota() {
+    let quota = Quota {
+        sessions: 1,
+        elections: 1,
+        keys: 1,
+        key_bytes: 4,
+    };
+    let mut h = Harness::new();
+    let grant = |who: &str| charged(who, quota, Command::Grant { ttl_ticks: 10 });
+    let Response::Granted { session: a, .. } = h.apply(grant("alpha")) else {
+        panic!("alpha's first session")
+    };
+    h.expect_rejected(
+        grant("alpha"),
+        SmError::QuotaExceeded {
+            principal: "alpha".into(),
+            quota: "sessions".into(),
+            limit: 1,
+            definite: true,
+        },
+    );
+    // A grant with a request nonce cannot tell a first attempt from the retry of one
+    // whose session has since ended (the nonce went with it): not definite.
+    let (retry, _) = h.request(RequestId::Grant { nonce: 9 }, grant("alpha"));
+    let Response::Rejected(refusal) = retry else {
+        panic!("refused: {retry:?}")
+    };
+    assert!(!refusal.is_definite(), "{refusal}");
+    // Another principal is not affected by alpha's usage.
+    let Response::Granted { session: b, .. } = h.apply(grant("beta")) else {
+        panic!("beta's first session")
+    };
+    h.apply(charged("alpha", quota, campaign("e", a, b"")));
+    h.expect_rejected(
+        charged("alpha", quota, campaign("f", a, b"")),
+        SmError::QuotaExceeded {
+            principal: "alpha".into(),
+            quota: "elections".into(),
+            limit: 1,
+            definite: true,
+        },
+    );
+    // Joining an election someone else created costs nothing.
+    h.apply(charged("beta", quota, campaign("e", b, b"")));
+    assert_eq!(h.sm.usage("beta").elections, 0);
+    // Keys: "k" plus a 3-byte value is 4 bytes; one byte more is over.
+    let put = |value: &[u8]| {
+        charged(
+            "alpha",
+            quota,
+            Command::FencedPut {
+                key: "k".into(),
+                value: value.to_vec(),
+                election: "e".into(),
+                token: 1,
+            },
+        )
+    };
+    h.expect_rejected(
+        put(b"abcd"),
+        SmError::QuotaExceeded {
+            principal: "alpha".into(),
+            quota: "key_bytes".into(),
+            limit: 4,
+            definite: true,
+        },
+    );
+    assert_eq!(h.apply(put(b"abc")), Response::Put);
+    // Rewriting its own key counts the new size only.
+    assert_eq!(h.apply(put(b"xyz")), Response::Put);
+    assert_eq!(
+        h.sm.usage("alpha"),
+        Usage {
+            sessions: 1,
+            elections: 1,
+            keys: 1,
+            key_bytes: 4
+        }
+    );
+    // Ending the session gives its share back, and the usage survives a snapshot.
+    let restored =
+        StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot()).expect("ok");
+    assert_eq!(restored.usages(), h.sm.usages());
+    h.apply(Command::Expire { session: a });
+    assert_eq!(h.sm.usage("alpha").sessions, 0);
+    assert!(matches!(h.apply(grant("alpha")), Response::Granted { .. }));
+}
+
+#[test]
+fn a_session_acts_only_for_the_principal_that_granted_it() {
+    let quota = Quota::UNLIMITED;
+    let mut h = Harness::new();
+    let Response::Granted { session, .. } =
+        h.apply(charged("alpha", quota, Command::Grant { ttl_ticks: 10 }))
+    else {
+        panic!("granted")
+    };
+    for command in [campaign("e", session, b""), Command::Revoke { session }] {
+        h.expect_rejected(
+            charged("mallory", quota, command),
+            SmError::NotOwner(session),
+        );
+    }
+    // A request on the session, with its id, is refused the same way (before any
+    // remembered result is handed out).
+    let id = RequestId::Session { session, seq: 1 };
+    let (first, _) = h.request(id, charged("alpha", quota, campaign("e", session, b"")));
+    assert!(matches!(first, Response::Campaigned { .. }));
+    let (retry, _) = h.request(id, charged("mallory", quota, campaign("e", session, b"")));
+    assert_eq!(retry, Response::Rejected(SmError::NotOwner(session)));
+    assert_eq!(h.sm.session_owner(session), Some("alpha"));
 }
 
 // ----- Raft dissertation §6.3: retried requests are applied at most once -------------------

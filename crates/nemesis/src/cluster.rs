@@ -37,7 +37,23 @@ pub struct ServerOptions {
     /// Mutual TLS between the nodes, TLS and client authentication on the gRPC and HTTP
     /// ports (the default policy: the harness is the `admin` client, by certificate).
     pub tls: bool,
+    /// Per-principal quotas and shares small enough for `--hostile`'s greedy tenant to
+    /// reach them (the harness's own workload stays far below).
+    pub tenant_quotas: bool,
 }
+
+/// The per-principal limits of [`ServerOptions::tenant_quotas`]: a tenth or less of what
+/// the greedy tenant asks for, and far above what the harness's workload holds (which makes
+/// about 100 calls a second).
+const TENANT_QUOTAS: &str = "\
+sessions_per_principal_max = 1000
+elections_per_principal_max = 200
+keys_per_principal_max = 100
+key_bytes_per_principal_max = 65536
+keepalive_streams_per_principal_max = 400
+observe_streams_per_principal_max = 100
+requests_per_second_per_principal_max = 300
+";
 
 /// How the harness speaks HTTP to the nodes: plaintext, or HTTPS as the `admin` client.
 #[derive(Clone)]
@@ -251,6 +267,9 @@ impl Cluster {
         );
         if self.opts.fast_election {
             toml.push_str("fast_election = true\n");
+        }
+        if self.opts.tenant_quotas {
+            toml.push_str(TENANT_QUOTAS);
         }
         if self.opts.tls {
             use tenure_transport::certs::files;
@@ -591,6 +610,9 @@ pub fn probe_netem() -> String {
 
 /// A CA and certificates for nodes 1..=`nodes` and the harness's client in `dir`, as
 /// `tenure certs` writes them; the harness's gRPC and HTTP client TLS.
+/// The client certificate of `--hostile`'s greedy tenant, a principal of its own.
+pub const GREEDY_CLIENT: &str = "greedy";
+
 fn issue_certs(
     dir: &Path,
     nodes: usize,
@@ -601,7 +623,7 @@ fn issue_certs(
         &CertsRequest {
             cluster_id: "tenure".into(),
             nodes: (1..=nodes as u64).collect(),
-            clients: vec![HARNESS_CLIENT.into()],
+            clients: vec![HARNESS_CLIENT.into(), GREEDY_CLIENT.into()],
             hosts: Vec::new(),
             days: 1,
         },

@@ -9,6 +9,13 @@
 //!   1 MB of it and never finish.
 //! - **Slow headers**: HTTP requests on each node's HTTP port whose headers arrive a byte a
 //!   second; each one the node cuts off is started again.
+//! - **A greedy tenant**: an authenticated principal of its own (`client-greedy`) that takes
+//!   all its grants allow, up to a bound that keeps the run short: sessions until its quota
+//!   refuses them (or [`GREEDY_SESSIONS`]), KeepAlive and Observe streams on every node until
+//!   its share refuses them, elections and 1 KiB keys until their quotas refuse them (or
+//!   [`GREEDY_ELECTIONS`]); it keeps what it got for the rest of the run. With `--hostile` the
+//!   servers run with per-principal quotas and shares below what it asks for, so it meets
+//!   every one of them, while the harness's own principal stays far below.
 //! - **A watcher** asks every node's `/health` four times a second and samples each
 //!   server's resident memory.
 //!
@@ -37,6 +44,13 @@ const CONNECTIONS_PER_ADDRESS: usize = 24;
 const ADDRESSES: u8 = 8;
 /// Slow-header connections against one node's HTTP port.
 const SLOW_HEADERS: usize = 16;
+/// Most sessions the greedy tenant grants.
+const GREEDY_SESSIONS: usize = 2_000;
+/// Most elections (and keys) the greedy tenant creates.
+const GREEDY_ELECTIONS: usize = 500;
+/// Most streams of each kind the greedy tenant opens on one node (fewer than one HTTP/2
+/// connection carries, so that none waits for a free stream).
+const GREEDY_STREAMS: usize = 500;
 
 /// What the attackers did and what the watcher saw.
 #[derive(Debug, Default)]
@@ -53,12 +67,28 @@ pub struct Counts {
     pub health_checks: AtomicU64,
     /// Of those, the ones not answered 200 (a node that the schedule took down counts too).
     pub health_failures: AtomicU64,
+    /// What the greedy tenant got: sessions, KeepAlive streams, Observe streams,
+    /// elections, keys.
+    pub greedy_sessions: AtomicU64,
+    /// KeepAlive streams the greedy tenant holds (over every node).
+    pub greedy_keepalive_streams: AtomicU64,
+    /// Observe streams the greedy tenant holds (over every node).
+    pub greedy_observe_streams: AtomicU64,
+    /// Elections the greedy tenant created.
+    pub greedy_elections: AtomicU64,
+    /// Keys the greedy tenant wrote.
+    pub greedy_keys: AtomicU64,
+    /// The greedy tenant's requests refused `quota-exceeded` (its share or quota).
+    pub greedy_refused: AtomicU64,
 }
 
 /// The running attack.
 pub struct Hostile {
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
+    /// The greedy tenant, which revokes its sessions when stopped (waited for, not aborted,
+    /// so that the cluster can settle after the run).
+    greedy: JoinHandle<()>,
     counts: Arc<Counts>,
     /// Resident memory by node: at the start, and the most seen since (KiB).
     memory: Arc<std::sync::Mutex<BTreeMap<u64, (u64, u64)>>>,
@@ -143,6 +173,11 @@ impl Hostile {
                 )));
             }
         }
+        let greedy = tokio::spawn(greedy(
+            greedy_channels(cluster, &certs)?,
+            Arc::clone(&stop),
+            Arc::clone(&counts),
+        ));
         tasks.push(tokio::spawn(watch(
             cluster.http_client(),
             cluster
@@ -158,6 +193,7 @@ impl Hostile {
         Ok(Hostile {
             stop,
             tasks,
+            greedy,
             counts,
             memory,
         })
@@ -170,8 +206,223 @@ impl Hostile {
             t.abort();
             let _ = t.await;
         }
+        let greedy = self.greedy.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(30), self.greedy)
+            .await
+            .is_err()
+        {
+            greedy.abort();
+        }
         let memory = self.memory.lock().expect("no panics").clone();
         (self.counts, memory)
+    }
+}
+
+/// A channel to each node as the greedy tenant.
+fn greedy_channels(
+    cluster: &Cluster,
+    certs: &Path,
+) -> anyhow::Result<Vec<tonic::transport::Channel>> {
+    use tenure_transport::certs::files;
+    let read = |name: &str| std::fs::read(certs.join(name)).with_context(|| format!("read {name}"));
+    let who = crate::cluster::GREEDY_CLIENT;
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)?))
+        .identity(tonic::transport::Identity::from_pem(
+            read(&files::client(who))?,
+            read(&files::client_key(who))?,
+        ));
+    cluster
+        .addrs()
+        .values()
+        .map(|a| {
+            Ok(
+                tonic::transport::Endpoint::from_shared(format!("https://{}", a.client))?
+                    .connect_timeout(Duration::from_millis(300))
+                    .tls_config(tls.clone())?
+                    .connect_lazy(),
+            )
+        })
+        .collect()
+}
+
+/// The greedy tenant (module docs): takes what it may, and holds it until stopped.
+async fn greedy(
+    channels: Vec<tonic::transport::Channel>,
+    stop: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+) {
+    use tenure_proto::v1;
+    use tenure_proto::v1::elections_client::ElectionsClient;
+    use tenure_proto::v1::fenced_keys_client::FencedKeysClient;
+    use tenure_proto::v1::sessions_client::SessionsClient;
+    // A refusal for its rate (`requests_per_second`) is waited out; one for what it holds
+    // ends that kind of taking.
+    let quota_refused = |s: &tonic::Status| {
+        let refused = tenure_proto::Reason::of(s) == Some(tenure_proto::Reason::QuotaExceeded);
+        if refused {
+            counts.greedy_refused.fetch_add(1, Relaxed);
+        }
+        refused && !s.message().contains("calls per second")
+    };
+    // Requests go to whichever node leads; a not-leader answer names it, so try each.
+    let on_any = |i: usize| channels[i % channels.len()].clone();
+    let mut held = Vec::new();
+    // Sessions, with a long TTL: kept alive on streams below.
+    let mut sessions = Vec::new();
+    let mut node = 0;
+    while sessions.len() < GREEDY_SESSIONS && !stop.load(Relaxed) {
+        let granted = SessionsClient::new(on_any(node))
+            .grant(v1::GrantRequest {
+                ttl_ms: 60_000,
+                ..Default::default()
+            })
+            .await;
+        match granted {
+            Ok(r) => {
+                let r = r.into_inner();
+                sessions.push((r.session_id, r.session_secret));
+                counts.greedy_sessions.fetch_add(1, Relaxed);
+            }
+            Err(s) if quota_refused(&s) => break,
+            Err(_) => {
+                node += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    // Elections and keys: one session campaigns in many, and writes a key in each.
+    let Some((session, secret)) = sessions.first().cloned() else {
+        return;
+    };
+    let mut node = 0;
+    let mut n = 0;
+    while n < GREEDY_ELECTIONS && !stop.load(Relaxed) {
+        let election = format!("greedy-{n}");
+        let campaigned = ElectionsClient::new(on_any(node))
+            .campaign(v1::CampaignRequest {
+                election: election.clone(),
+                session_id: session,
+                session_secret: secret.clone(),
+                ..Default::default()
+            })
+            .await;
+        let token = match campaigned {
+            Ok(r) => r.into_inner().token,
+            Err(s) if quota_refused(&s) => break,
+            Err(_) => {
+                node += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        counts.greedy_elections.fetch_add(1, Relaxed);
+        let put = FencedKeysClient::new(on_any(node))
+            .put(v1::PutRequest {
+                key: format!("greedy-{n}/data"),
+                value: vec![7; 1024],
+                election,
+                token,
+                ..Default::default()
+            })
+            .await;
+        match put {
+            Ok(_) => {
+                counts.greedy_keys.fetch_add(1, Relaxed);
+            }
+            Err(s) if quota_refused(&s) => {}
+            Err(_) => {}
+        }
+        n += 1;
+    }
+    let created = n;
+    // Streams on every node, until its share (or the pool) refuses them: each KeepAlive
+    // stream renews one of its sessions now and then; each Observe stream watches one name.
+    for ch in &channels {
+        for n in 0..GREEDY_STREAMS {
+            if stop.load(Relaxed) {
+                break;
+            }
+            let (tx, rx) = tokio::sync::mpsc::channel::<v1::KeepAliveRequest>(1);
+            if let Some((id, secret)) = sessions.get(n % sessions.len().max(1)) {
+                let _ = tx.try_send(v1::KeepAliveRequest {
+                    session_id: *id,
+                    seq: 1,
+                    session_secret: secret.clone(),
+                    bind: false,
+                });
+            }
+            let opened = tokio::time::timeout(
+                Duration::from_secs(2),
+                SessionsClient::new(ch.clone())
+                    .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)),
+            )
+            .await;
+            let Ok(opened) = opened else { break };
+            match opened {
+                Ok(stream) => {
+                    counts.greedy_keepalive_streams.fetch_add(1, Relaxed);
+                    held.push(Box::new((tx, stream)) as Box<dyn Send>);
+                }
+                Err(s) if quota_refused(&s) => break,
+                Err(s) if s.message().contains("calls per second") => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_) => break,
+            }
+        }
+        for n in 0..GREEDY_STREAMS {
+            if stop.load(Relaxed) {
+                break;
+            }
+            let opened = tokio::time::timeout(
+                Duration::from_secs(2),
+                ElectionsClient::new(ch.clone()).observe(v1::ObserveRequest {
+                    election: format!("greedy-{}", n % created.max(1)),
+                }),
+            )
+            .await;
+            let Ok(opened) = opened else { break };
+            match opened {
+                Ok(stream) => {
+                    counts.greedy_observe_streams.fetch_add(1, Relaxed);
+                    held.push(Box::new(stream) as Box<dyn Send>);
+                }
+                Err(s) if quota_refused(&s) => break,
+                Err(s) if s.message().contains("calls per second") => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    // Hold everything until the run ends, then give the sessions back (the run's end
+    // waits for every session to go).
+    while !stop.load(Relaxed) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(held);
+    let mut node = 0;
+    for (id, secret) in sessions {
+        // At the leader (found by its not-leader answers), within the principal's rate.
+        for _ in 0..20 {
+            let revoked = SessionsClient::new(on_any(node))
+                .revoke(v1::RevokeRequest {
+                    session_id: id,
+                    session_secret: secret.clone(),
+                    ..Default::default()
+                })
+                .await;
+            match revoked {
+                Err(s) if tenure_proto::Reason::of(&s) == Some(tenure_proto::Reason::NotLeader) => {
+                    node += 1
+                }
+                Err(s) if s.message().contains("calls per second") => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                _ => break,
+            }
+        }
     }
 }
 

@@ -62,6 +62,9 @@ pub struct Options {
     /// Anonymous connection, body and slow-header floods against every node for the whole
     /// run ([`hostile`]); needs `tls`.
     pub hostile: bool,
+    /// Session TTLs of 2–5 s instead of 0.6–1.5 s (implied by `hostile`; given alone, the
+    /// hostile run's baseline).
+    pub long_ttls: bool,
     /// `TENURE_INJECT_BUG` for the servers, if any.
     pub inject_bug: Option<String>,
     /// Keep the temporary directory (logs, data) for a post-mortem.
@@ -96,6 +99,8 @@ impl Options {
         }
         if self.hostile {
             cmd.push_str(" --hostile");
+        } else if self.long_ttls {
+            cmd.push_str(" --long-ttls");
         }
         if let Some(b) = &self.inject_bug {
             let _ = write!(cmd, " --inject-bug {b}");
@@ -127,6 +132,9 @@ pub struct Report {
     pub log_tails: String,
     /// What the hostile load did and saw (`--hostile`).
     pub hostile: Option<HostileReport>,
+    /// Sessions the workload lost while it still renewed them
+    /// ([`workload::leases_lost`]): 0 in a run without faults.
+    pub leases_lost: u64,
 }
 
 /// What `--hostile` measured.
@@ -146,6 +154,9 @@ pub struct HostileReport {
     pub health_failures: u64,
     /// Resident memory growth of each node over the run, the largest (MiB).
     pub memory_growth_mib_max: u64,
+    /// What the greedy tenant got: sessions, KeepAlive streams, Observe streams,
+    /// elections, keys; and its requests refused `quota-exceeded`.
+    pub greedy: [u64; 6],
 }
 
 impl Report {
@@ -283,6 +294,11 @@ impl Report {
             self.raft_leaderships.len(),
             el.join(", ")
         );
+        let _ = writeln!(
+            out,
+            "leases lost: {} (sessions that ended or lapsed while their holder renewed them)",
+            self.leases_lost
+        );
         if let Some(h) = &self.hostile {
             let _ = writeln!(
                 out,
@@ -297,6 +313,13 @@ impl Report {
                 h.health_failures,
                 h.health_checks,
                 h.memory_growth_mib_max
+            );
+            let [sessions, keepalives, observes, elections, keys, refused] = h.greedy;
+            let _ = writeln!(
+                out,
+                "greedy tenant: {sessions} sessions, {elections} elections and {keys} keys of \
+                 1 KiB held, {keepalives} KeepAlive and {observes} Observe streams opened; \
+                 {refused} requests refused quota-exceeded"
             );
         }
         let _ = writeln!(out, "\nverdicts:");
@@ -349,6 +372,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         fast_election: options.fast_election,
         env,
         tls: options.tls,
+        tenant_quotas: options.hostile,
     };
     let cluster =
         Cluster::start(&options.bin, server, options.keep_dir).context("start the cluster")?;
@@ -399,11 +423,20 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
                 nodes.clone(),
                 options.seed ^ ((e as u64) << 32 | c as u64).wrapping_mul(0x9E37_79B9),
             );
+            // Under hostile load, TTLs of a few seconds, as services use: the run measures
+            // whether holders keep their leases, not the edges of a sub-second lease (the
+            // fault runs do that).
+            let ttl_ms = if options.hostile || options.long_ttls {
+                workload::HOSTILE_TTL_MS
+            } else {
+                workload::TTL_MS
+            };
             tasks.push(tokio::spawn(workload::candidate(
                 client,
                 election.clone(),
                 key.clone(),
                 deadline,
+                ttl_ms,
             )));
         }
         let client = Client::new(
@@ -483,6 +516,14 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
                     .map(|(first, most)| most.saturating_sub(*first) / 1024)
                     .max()
                     .unwrap_or(0),
+                greedy: [
+                    counts.greedy_sessions.load(Relaxed),
+                    counts.greedy_keepalive_streams.load(Relaxed),
+                    counts.greedy_observe_streams.load(Relaxed),
+                    counts.greedy_elections.load(Relaxed),
+                    counts.greedy_keys.load(Relaxed),
+                    counts.greedy_refused.load(Relaxed),
+                ],
             })
         }
     };
@@ -534,6 +575,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         history,
         faults: std::mem::take(&mut nemesis.applied),
         raft_leaderships: leaderships.lock().expect("no panics").clone(),
+        leases_lost: workload::leases_lost(),
         verdicts,
         netem,
         wall: started.elapsed(),

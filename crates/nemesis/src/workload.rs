@@ -45,6 +45,16 @@ pub fn range(rng: &mut ChaCha8Rng, lo: u64, hi: u64) -> u64 {
 /// Values are unique over the run, so that every read names the write it saw.
 static VALUES: AtomicU64 = AtomicU64::new(0);
 
+/// Sessions lost over the run: ended by the cluster (its keepalive or campaign answered
+/// `unknown-session`) or lapsed by rule 4 (no acknowledged renewal in time) while their
+/// holder still renewed them. A holder that freezes on purpose loses nothing here.
+static LEASES_LOST: AtomicU64 = AtomicU64::new(0);
+
+/// How many sessions the workload lost so far (see [`LEASES_LOST`]).
+pub fn leases_lost() -> u64 {
+    LEASES_LOST.load(Ordering::Relaxed)
+}
+
 /// The gRPC channels of every node.
 #[derive(Clone)]
 pub struct Nodes {
@@ -312,6 +322,8 @@ pub struct KeptSession {
     /// Send time of the last acknowledged keepalive (or of the grant) + TTL − margin.
     pub valid_until: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    /// Set when the session ended or lapsed while it was still being renewed.
+    lost: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -326,10 +338,22 @@ impl KeptSession {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Stop renewing (the holder freezes or lets go) and wait for the renewer to finish.
+    /// Records that the session lapsed while it was renewed (unless the holder had stopped
+    /// renewing it on purpose).
+    pub fn lapsed(&self) {
+        if !self.stop.load(Ordering::Relaxed) {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Stop renewing (the holder freezes or lets go) and wait for the renewer to finish;
+    /// counts the session in [`leases_lost`] if it was lost.
     pub async fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.task.await;
+        if self.lost.load(Ordering::Relaxed) {
+            LEASES_LOST.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -347,6 +371,7 @@ pub fn keep_alive(
         (granted_at + ttl_ms * 1_000).saturating_sub(drift_margin_us(ttl_ms)),
     ));
     let stop = Arc::new(AtomicBool::new(false));
+    let lost = Arc::new(AtomicBool::new(false));
     let name = format!("{}-ka", client.name);
     let task = tokio::spawn(renew(
         name,
@@ -357,6 +382,7 @@ pub fn keep_alive(
         ttl_ms,
         valid_until.clone(),
         stop.clone(),
+        lost.clone(),
         deadline,
     ));
     KeptSession {
@@ -364,6 +390,7 @@ pub fn keep_alive(
         ttl_ms,
         valid_until,
         stop,
+        lost,
         task,
     }
 }
@@ -378,8 +405,14 @@ async fn renew(
     ttl_ms: u64,
     valid_until: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    lost: Arc<AtomicBool>,
     deadline: Micros,
 ) {
+    let lose = || {
+        if !stop.load(Ordering::Relaxed) {
+            lost.store(true, Ordering::Relaxed);
+        }
+    };
     let clock = rec.clock();
     let every = Duration::from_millis((ttl_ms / 4).max(20));
     let ids: Vec<u64> = nodes.channels.keys().copied().collect();
@@ -417,6 +450,7 @@ async fn renew(
                     rec.record(&name, Kind::KeepAlive { session }, invoke, outcome.clone());
                 }
                 if outcome.is_fail(Reason::UnknownSession) {
+                    lose();
                     return;
                 }
                 at = next_node(at);
@@ -471,6 +505,7 @@ async fn renew(
                             rec.record(&name, Kind::KeepAlive { session }, invoke, o);
                         }
                         if gone {
+                            lose();
                             return;
                         }
                         at = hint.filter(|h| nodes.channels.contains_key(h)).unwrap_or_else(|| next_node(at));
@@ -483,12 +518,25 @@ async fn renew(
     }
 }
 
-/// What one candidate client does until the deadline: hold sessions, campaign, write while
-/// leading, and let go in one of several ways.
-pub async fn candidate(mut c: Client, election: String, key: String, deadline: Micros) {
+/// The range of session TTLs candidates ask for (ms): short, so that faults reach the lease
+/// edges.
+pub const TTL_MS: (u64, u64) = (600, 1_500);
+/// The range under `--hostile`: a few seconds, as services use.
+pub const HOSTILE_TTL_MS: (u64, u64) = (2_000, 5_000);
+
+/// What one candidate client does until the deadline: hold sessions of a TTL in `ttl_ms`,
+/// campaign, write while leading, and let go in one of several ways.
+pub async fn candidate(
+    mut c: Client,
+    election: String,
+    key: String,
+    deadline: Micros,
+    ttl_ms: (u64, u64),
+) {
     let clock = c.rec.clock();
+    let (ttl_lo, ttl_hi) = ttl_ms;
     while clock.now() < deadline {
-        let ttl_ms = range(&mut c.rng, 600, 1_500);
+        let ttl_ms = range(&mut c.rng, ttl_lo, ttl_hi);
         let granted_at = clock.now();
         let Some((session, ttl_ms)) = c.grant(ttl_ms).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -500,6 +548,7 @@ pub async fn candidate(mut c: Client, election: String, key: String, deadline: M
             let (o, token) = c.campaign(&election, session, CAMPAIGN_TIMEOUT).await;
             let Some(token) = token else {
                 if o.is_fail(Reason::UnknownSession) {
+                    kept.lapsed();
                     end_with_revoke = false;
                     break;
                 }
@@ -540,6 +589,9 @@ pub async fn candidate(mut c: Client, election: String, key: String, deadline: M
                 60..=74 => break,
                 _ => {}
             }
+        }
+        if clock.now() < deadline && !kept.valid(clock.now()) {
+            kept.lapsed();
         }
         kept.stop().await;
         if end_with_revoke {

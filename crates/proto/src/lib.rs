@@ -88,11 +88,13 @@ pub enum Reason {
     /// The caller's principal holds all its share of a resource (its quota); others may
     /// still have room.
     QuotaExceeded,
+    /// The election still has candidates, so it cannot be deleted.
+    ElectionInUse,
 }
 
 impl Reason {
     /// Every reason, in the order of the `.proto` file's list.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Reason::NotLeader,
         Reason::Unavailable,
         Reason::InvalidArgument,
@@ -111,6 +113,7 @@ impl Reason {
         Reason::PermissionDenied,
         Reason::ResourceExhausted,
         Reason::QuotaExceeded,
+        Reason::ElectionInUse,
     ];
 
     /// The reason as it travels in [`ERROR_KEY`].
@@ -134,6 +137,7 @@ impl Reason {
             Reason::PermissionDenied => "permission-denied",
             Reason::ResourceExhausted => "resource-exhausted",
             Reason::QuotaExceeded => "quota-exceeded",
+            Reason::ElectionInUse => "election-in-use",
         }
     }
 

@@ -44,6 +44,8 @@ pub struct Api {
     conn_ends: ConnEnds,
     /// The id of the next KeepAlive stream (fate-sharing bindings name streams by it).
     next_stream: Arc<AtomicU64>,
+    /// Each principal's calls-per-second budget on this node.
+    rates: Arc<crate::quota::Rates>,
 }
 
 impl Api {
@@ -77,6 +79,7 @@ impl Api {
             policy,
             conn_ends,
             next_stream: Arc::new(AtomicU64::new(1)),
+            rates: Arc::new(crate::quota::Rates::default()),
         }
     }
 
@@ -138,6 +141,29 @@ impl Api {
                         Reason::WrongSecret,
                     )
                 }
+                // One uniform refusal: nothing about the session is revealed.
+                SmError::NotOwner(_) => {
+                    self.driver
+                        .metrics
+                        .permission_denied
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    (
+                        Status::permission_denied("permission denied"),
+                        Reason::PermissionDenied,
+                    )
+                }
+                SmError::QuotaExceeded { definite: true, .. } => (
+                    Status::resource_exhausted(e.to_string()),
+                    Reason::QuotaExceeded,
+                ),
+                // A grant retry's refusal may follow an attempt that took effect.
+                SmError::QuotaExceeded {
+                    definite: false, ..
+                } => (Status::unknown(e.to_string()), Reason::Indeterminate),
+                SmError::ElectionInUse { .. } => (
+                    Status::failed_precondition(e.to_string()),
+                    Reason::ElectionInUse,
+                ),
                 SmError::TtlOutOfRange { .. }
                 | SmError::BadSize { .. }
                 | SmError::BadRequestId(_)
@@ -175,9 +201,13 @@ impl Api {
     /// PERMISSION_DENIED (`permission-denied`) when who it is may not; each refusal is
     /// counted. With no policy (TLS and the auth file both off) everything is let through,
     /// as the server said at start.
+    ///
+    /// Every call also takes one from its principal's calls-per-second budget on this node
+    /// (`requests_per_second`): past it, RESOURCE_EXHAUSTED `quota-exceeded`, and nothing
+    /// else is looked at.
     fn authorize<T>(&self, req: &Request<T>, action: Action<'_>) -> Result<Principal, Status> {
         let certs = req.peer_certs();
-        crate::auth::authorize(
+        let who = crate::auth::authorize(
             self.policy.as_deref(),
             &self.config.cluster_id,
             req.metadata().get("authorization").map(|v| v.as_bytes()),
@@ -185,7 +215,38 @@ impl Api {
             &action,
             &self.driver.metrics,
         )
-        .map_err(|denied| self.denied(denied))
+        .map_err(|denied| self.denied(denied))?;
+        if let Principal::Named(name) = &who {
+            let per_second = self
+                .quotas(&who)
+                .requests_per_second
+                .unwrap_or(self.config.requests_per_second_per_principal_max);
+            if let Err(limit) = self.rates.admit(name, per_second) {
+                self.driver
+                    .metrics
+                    .requests_over_rate
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(
+                    Reason::QuotaExceeded.label(Status::resource_exhausted(format!(
+                        "principal {name:?} made more than its {limit} calls per second on this \
+                         node (requests_per_second); slow down"
+                    ))),
+                );
+            }
+        }
+        Ok(who)
+    }
+
+    /// `command` charged to `who` under its quota ([`crate::quota`]); as it is without
+    /// authentication (nobody to charge).
+    fn charge(&self, who: &Principal, command: Command) -> Command {
+        match who {
+            Principal::Named(name) => {
+                let quota = crate::quota::quota(&self.config, &self.quotas(who));
+                crate::quota::charged(name, quota, command)
+            }
+            Principal::Anyone => command,
+        }
     }
 
     /// The quotas the auth file sets for `who`.
@@ -472,7 +533,7 @@ impl v1::sessions_server::Sessions for Api {
         &self,
         req: Request<v1::GrantRequest>,
     ) -> Result<tonic::Response<v1::GrantResponse>, Status> {
-        self.authorize(&req, Action::Session)?;
+        let who = self.authorize(&req, Action::Session)?;
         let r = req.into_inner();
         let ttl_ms = r.ttl_ms;
         if ttl_ms < self.config.ttl_min_ms || ttl_ms > self.config.ttl_max_ms {
@@ -491,7 +552,10 @@ impl v1::sessions_server::Sessions for Api {
             r.session_secret
         };
         let command = self.seal(&secret, Command::Grant { ttl_ticks })?;
-        match self.run_request(request, command).await? {
+        match self
+            .run_request(request, self.charge(&who, command))
+            .await?
+        {
             (_, Response::Granted { session, ttl_ticks }) => {
                 Ok(tonic::Response::new(v1::GrantResponse {
                     session_id: session,
@@ -544,6 +608,7 @@ impl v1::sessions_server::Sessions for Api {
                 };
                 bound |= ka.bind;
                 let api = api.clone();
+                let who = who.clone();
                 let tx = tx.clone();
                 let ended_here = Arc::clone(&ended_here);
                 // Each keepalive is answered on its own, so that one waiting for the lease
@@ -563,12 +628,17 @@ impl v1::sessions_server::Sessions for Api {
                         stream,
                         seq: ka.seq,
                     });
+                    let principal = match &who {
+                        Principal::Named(name) => Some(name.clone()),
+                        Principal::Anyone => None,
+                    };
                     let answer = api
                         .driver
                         .call(
                             |reply| ClientRequest::KeepAlive {
                                 session,
                                 secret_hash,
+                                principal,
                                 bind,
                                 reply,
                             },
@@ -626,12 +696,15 @@ impl v1::sessions_server::Sessions for Api {
         &self,
         req: Request<v1::RevokeRequest>,
     ) -> Result<tonic::Response<v1::RevokeResponse>, Status> {
-        self.authorize(&req, Action::Session)?;
+        let who = self.authorize(&req, Action::Session)?;
         let r = req.into_inner();
         let session = r.session_id;
         let command = self.seal(&r.session_secret, Command::Revoke { session })?;
-        self.run_request(on_session(session, r.request_seq), command)
-            .await?;
+        self.run_request(
+            on_session(session, r.request_seq),
+            self.charge(&who, command),
+        )
+        .await?;
         Ok(tonic::Response::new(v1::RevokeResponse {}))
     }
 }
@@ -642,7 +715,7 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::CampaignRequest>,
     ) -> Result<tonic::Response<v1::CampaignResponse>, Status> {
-        self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
+        let who = self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
         let r = req.into_inner();
         // Subscribe before proposing, so that the change that makes us leader cannot slip
         // between the answer and the subscription.
@@ -658,7 +731,7 @@ impl v1::elections_server::Elections for Api {
             },
         )?;
         match self
-            .run_request(on_session(session, r.request_seq), cmd)
+            .run_request(on_session(session, r.request_seq), self.charge(&who, cmd))
             .await?
         {
             (
@@ -716,7 +789,7 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::ResignRequest>,
     ) -> Result<tonic::Response<v1::ResignResponse>, Status> {
-        self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
+        let who = self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
         let r = req.into_inner();
         let command = self.seal(
             &r.session_secret,
@@ -725,8 +798,11 @@ impl v1::elections_server::Elections for Api {
                 session: r.session_id,
             },
         )?;
-        self.run_request(on_session(r.session_id, r.request_seq), command)
-            .await?;
+        self.run_request(
+            on_session(r.session_id, r.request_seq),
+            self.charge(&who, command),
+        )
+        .await?;
         Ok(tonic::Response::new(v1::ResignResponse {}))
     }
 
@@ -734,7 +810,7 @@ impl v1::elections_server::Elections for Api {
         &self,
         req: Request<v1::TransferRequest>,
     ) -> Result<tonic::Response<v1::TransferResponse>, Status> {
-        self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
+        let who = self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
         let r = req.into_inner();
         let request = on_session(r.from_session_id, r.request_seq);
         let cmd = self.seal(
@@ -745,9 +821,27 @@ impl v1::elections_server::Elections for Api {
                 to: r.to_session_id,
             },
         )?;
-        match self.run_request(request, cmd).await? {
+        match self.run_request(request, self.charge(&who, cmd)).await? {
             (_, Response::Transferred { token }) => {
                 Ok(tonic::Response::new(v1::TransferResponse { token }))
+            }
+            (_, r) => Err(Api::unexpected(r)),
+        }
+    }
+
+    async fn delete(
+        &self,
+        req: Request<v1::DeleteElectionRequest>,
+    ) -> Result<tonic::Response<v1::DeleteElectionResponse>, Status> {
+        let who = self.authorize(&req, Action::Campaign(&req.get_ref().election))?;
+        let election = req.into_inner().election;
+        let cmd = self.charge(&who, Command::DeleteElection { election });
+        match self.run(cmd).await? {
+            (index, Response::Deleted { existed }) => {
+                Ok(tonic::Response::new(v1::DeleteElectionResponse {
+                    index,
+                    existed,
+                }))
             }
             (_, r) => Err(Api::unexpected(r)),
         }
@@ -865,7 +959,7 @@ impl v1::fenced_keys_server::FencedKeys for Api {
         req: Request<v1::PutRequest>,
     ) -> Result<tonic::Response<v1::PutResponse>, Status> {
         let r = req.get_ref();
-        self.authorize(
+        let who = self.authorize(
             &req,
             Action::Write {
                 key: &r.key,
@@ -883,8 +977,41 @@ impl v1::fenced_keys_server::FencedKeys for Api {
                 token: r.token,
             },
         )?;
-        match self.run_request(request, cmd).await? {
+        match self.run_request(request, self.charge(&who, cmd)).await? {
             (index, Response::Put) => Ok(tonic::Response::new(v1::PutResponse { index })),
+            (_, r) => Err(Api::unexpected(r)),
+        }
+    }
+
+    async fn delete(
+        &self,
+        req: Request<v1::DeleteKeyRequest>,
+    ) -> Result<tonic::Response<v1::DeleteKeyResponse>, Status> {
+        let r = req.get_ref();
+        let who = self.authorize(
+            &req,
+            Action::Write {
+                key: &r.key,
+                election: &r.election,
+            },
+        )?;
+        let r = req.into_inner();
+        let request = on_session(r.session_id, r.request_seq);
+        let cmd = self.seal(
+            &r.session_secret,
+            Command::DeleteKey {
+                key: r.key,
+                election: r.election,
+                token: r.token,
+            },
+        )?;
+        match self.run_request(request, self.charge(&who, cmd)).await? {
+            (index, Response::Deleted { existed }) => {
+                Ok(tonic::Response::new(v1::DeleteKeyResponse {
+                    index,
+                    existed,
+                }))
+            }
             (_, r) => Err(Api::unexpected(r)),
         }
     }

@@ -104,6 +104,16 @@ pub struct Quotas {
     pub keepalive_streams: Option<usize>,
     /// Observe streams open at once on one node.
     pub observe_streams: Option<usize>,
+    /// Live sessions owned in the cluster.
+    pub sessions: Option<u64>,
+    /// Elections created (and not deleted) in the cluster.
+    pub elections: Option<u64>,
+    /// Fenced keys written last in the cluster.
+    pub keys: Option<u64>,
+    /// Bytes (names plus values) of those keys.
+    pub key_bytes: Option<u64>,
+    /// Unary calls per second on one node.
+    pub requests_per_second: Option<u32>,
 }
 
 impl Rights {

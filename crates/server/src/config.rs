@@ -162,6 +162,21 @@ fn default_observe_streams_max() -> usize {
 fn default_streams_per_principal_max() -> usize {
     2_500
 }
+fn default_sessions_per_principal_max() -> u64 {
+    20_000
+}
+fn default_elections_per_principal_max() -> u64 {
+    10_000
+}
+fn default_keys_per_principal_max() -> u64 {
+    10_000
+}
+fn default_key_bytes_per_principal_max() -> u64 {
+    64 * 1024 * 1024
+}
+fn default_requests_per_second_per_principal_max() -> u32 {
+    50_000
+}
 fn default_message_bytes_max() -> usize {
     4 * 1024 * 1024
 }
@@ -296,6 +311,31 @@ pub struct ServerConfig {
     /// `quotas.observe_streams`).
     #[serde(default = "default_streams_per_principal_max")]
     pub observe_streams_per_principal_max: usize,
+    /// Most live sessions one principal owns in the cluster (with authentication on; an
+    /// auth file may set a principal's own `quotas.sessions`). Carried in the log with each
+    /// command, so every replica enforces the leader's figure.
+    #[serde(default = "default_sessions_per_principal_max")]
+    pub sessions_per_principal_max: u64,
+    /// Most elections one principal created (campaigned in first) that still exist
+    /// (`quotas.elections`).
+    #[serde(default = "default_elections_per_principal_max")]
+    pub elections_per_principal_max: u64,
+    /// Most fenced keys one principal wrote last (`quotas.keys`).
+    #[serde(default = "default_keys_per_principal_max")]
+    pub keys_per_principal_max: u64,
+    /// Most bytes (names plus values) of the fenced keys one principal wrote last
+    /// (`quotas.key_bytes`).
+    #[serde(default = "default_key_bytes_per_principal_max")]
+    pub key_bytes_per_principal_max: u64,
+    /// Most unary calls per second one principal makes on one node, with a burst of as
+    /// many (`quotas.requests_per_second`); keepalives on a stream are not calls.
+    #[serde(default = "default_requests_per_second_per_principal_max")]
+    pub requests_per_second_per_principal_max: u32,
+    /// Delete an election once it has had no candidate for this long (milliseconds; 0, the
+    /// default, keeps elections until `tenure elections delete`). The leader deletes it;
+    /// its tokens never come back (docs/GUARANTEES.md "Tokens across a delete").
+    #[serde(default)]
+    pub election_retention_ms: u64,
     /// Largest gRPC message accepted, and largest peer frame.
     #[serde(default = "default_message_bytes_max")]
     pub message_bytes_max: usize,
@@ -441,6 +481,12 @@ impl ServerConfig {
             connections_per_principal_max: default_connections_per_principal_max(),
             keepalive_streams_per_principal_max: default_streams_per_principal_max(),
             observe_streams_per_principal_max: default_streams_per_principal_max(),
+            sessions_per_principal_max: default_sessions_per_principal_max(),
+            elections_per_principal_max: default_elections_per_principal_max(),
+            keys_per_principal_max: default_keys_per_principal_max(),
+            key_bytes_per_principal_max: default_key_bytes_per_principal_max(),
+            requests_per_second_per_principal_max: default_requests_per_second_per_principal_max(),
+            election_retention_ms: 0,
             handshake_timeout_ms: default_handshake_timeout_ms(),
             idle_timeout_ms: default_idle_timeout_ms(),
             streams_per_connection_max: default_streams_per_connection_max(),
@@ -610,6 +656,35 @@ impl ServerConfig {
             "connections_per_principal_max",
             self.connections_per_principal_max > 0,
             "must be positive".into(),
+        )?;
+        for (name, value) in [
+            (
+                "sessions_per_principal_max",
+                self.sessions_per_principal_max,
+            ),
+            (
+                "elections_per_principal_max",
+                self.elections_per_principal_max,
+            ),
+            ("keys_per_principal_max", self.keys_per_principal_max),
+            (
+                "key_bytes_per_principal_max",
+                self.key_bytes_per_principal_max,
+            ),
+            (
+                "requests_per_second_per_principal_max",
+                u64::from(self.requests_per_second_per_principal_max),
+            ),
+        ] {
+            range(name, value > 0, "must be positive".into())?;
+        }
+        range(
+            "election_retention_ms",
+            self.election_retention_ms == 0 || self.election_retention_ms >= 1_000,
+            format!(
+                "{} is below a second (0 keeps elections)",
+                self.election_retention_ms
+            ),
         )?;
         range(
             "handshake_timeout_ms",

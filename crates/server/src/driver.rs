@@ -132,6 +132,9 @@ pub enum ClientRequest {
         session: SessionId,
         /// The hash of the secret the client presented, if any.
         secret_hash: Option<tenure_core::sm::SecretHash>,
+        /// The authenticated principal that sent it (`None` without authentication): a
+        /// session owned by another principal is not renewed.
+        principal: Option<String>,
         /// Fate-sharing: bind the session to the KeepAlive stream the request came on.
         bind: Option<tenure_core::node::Bind>,
         /// Where the answer goes.
@@ -816,9 +819,18 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             ClientRequest::KeepAlive {
                 session,
                 secret_hash,
+                principal,
                 bind,
                 reply,
             } => {
+                let owner = self.node.state_machine().session_owner(session);
+                if let (Some(principal), Some(owner)) = (principal.as_deref(), owner) {
+                    if principal != owner {
+                        let refusal = tenure_core::sm::SmError::NotOwner(session);
+                        let _ = reply.send(Err(ApiError::Rejected(refusal)));
+                        return;
+                    }
+                }
                 self.core
                     .keepalive_bound(&mut self.node, now, session, secret_hash, bind, reply);
             }
@@ -971,6 +983,13 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 self.election_since
                     .insert(change.election.clone(), change.index);
                 let _ = self.leader_changes.send(change);
+            }
+            // Deleted elections leave their entry behind: drop them once they could be as
+            // many as the elections that exist (amortized, so a tenant that creates and
+            // deletes elections without end costs no memory here).
+            let sm = self.node.state_machine();
+            if self.election_since.len() > 2 * sm.records() + 64 {
+                self.election_since.retain(|name, _| sm.token(name) != 0);
             }
         }
         self.deliver();
@@ -1184,6 +1203,14 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         m.applied_index.store(status.applied, Relaxed);
         let sessions = self.node.state_machine().session_count();
         m.sessions.store(sessions as u64, Relaxed);
+        {
+            let usage = self.node.state_machine().usages();
+            let mut published = m.principal_usage.lock().unwrap_or_else(|p| p.into_inner());
+            // Cloned only on the rare batch that changed what some principal holds.
+            if *published != *usage {
+                *published = usage.clone();
+            }
+        }
         let progress = self.node.progress();
         let (changed, members) = {
             let current = self.published.borrow();

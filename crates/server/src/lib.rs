@@ -19,8 +19,11 @@ pub mod conn;
 pub mod dashboard;
 pub mod driver;
 pub mod embed;
+mod handover;
 pub mod http;
 pub mod metrics;
+mod quota;
+mod retention;
 pub mod shared_port;
 mod tls;
 
@@ -539,6 +542,13 @@ pub async fn run(
         Arc::clone(&handle.metrics.client_connections),
     );
     let api = api::Api::new(&config, handle.clone(), policy.clone(), client_gate.ends());
+    if config.election_retention_ms > 0 {
+        tokio::spawn(retention::run(
+            handle.clone(),
+            Duration::from_millis(config.election_retention_ms),
+            config.request_timeout(),
+        ));
+    }
     let limit = config.message_bytes_max;
     let ping = Duration::from_millis(config.idle_timeout_ms / 3);
     let mut grpc = tonic::transport::Server::builder()
@@ -581,11 +591,32 @@ pub async fn run(
         },
         Arc::clone(&handle.metrics.http_connections),
     );
-    let step_down = conn::step_down_when_full(
+    let probe = {
+        let nodes = config.nodes.clone();
+        let published = handle.published.clone();
+        handover::Probe {
+            // A member added at run time is reached at the address the log recorded.
+            http: Arc::new(move |id| {
+                let recorded = published.borrow().members.get(&id).cloned();
+                recorded
+                    .and_then(|m| m.http.parse().ok())
+                    .or_else(|| nodes.get(&id).map(|n| n.http.clone()))
+            }),
+            tls: node_tls
+                .as_ref()
+                .map(|t| {
+                    t.client_config()
+                        .map(|c| (Arc::new(c), config.cluster_id.clone()))
+                })
+                .transpose()?,
+        }
+    };
+    let step_down = handover::run(
         client_gate.clone(),
         handle.clone(),
         config.id,
         config.request_timeout(),
+        probe,
     );
     let incoming = tokio_stream::StreamExt::map(
         tokio_stream::wrappers::ReceiverStream::new(client_gate.clone().serve(listeners.client)),

@@ -126,6 +126,12 @@ pub struct Metrics {
     pub bad_peer_messages: AtomicU64,
     /// Requests refused PERMISSION_DENIED (not an admin, wrong session secret).
     pub permission_denied: AtomicU64,
+    /// Calls refused because their principal spent its calls-per-second budget.
+    pub requests_over_rate: AtomicU64,
+    /// What each principal holds in the replicated state (sessions, elections, keys and
+    /// their bytes), as this node applied it; set by the driver when it changes.
+    pub principal_usage:
+        std::sync::Mutex<std::collections::BTreeMap<String, tenure_core::sm::Usage>>,
     /// Client requests refused UNAUTHENTICATED (no credentials, unknown token).
     pub unauthenticated: AtomicU64,
     /// The gRPC port's connections.
@@ -201,6 +207,8 @@ impl Default for Metrics {
             applied_index: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             permission_denied: AtomicU64::new(0),
+            requests_over_rate: AtomicU64::new(0),
+            principal_usage: Default::default(),
             unauthenticated: AtomicU64::new(0),
             client_connections: Default::default(),
             http_connections: Default::default(),
@@ -384,6 +392,50 @@ impl Metrics {
             for (principal, n) in counts.iter() {
                 // Principal names are DNS labels: nothing to escape in a label value.
                 let _ = writeln!(out, "{name}{{principal=\"{principal}\"}} {n}");
+            }
+        }
+        counter(
+            &mut out,
+            "tenure_requests_over_rate_total",
+            "Calls refused RESOURCE_EXHAUSTED quota-exceeded: their principal spent its calls-per-second budget on this node.",
+            &self.requests_over_rate,
+        );
+        {
+            let usage = self
+                .principal_usage
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            type Field = fn(&tenure_core::sm::Usage) -> u64;
+            let fields: [(&str, &str, Field); 4] = [
+                ("tenure_principal_sessions", "Live sessions", |u| u.sessions),
+                (
+                    "tenure_principal_elections",
+                    "Elections created and not deleted",
+                    |u| u.elections,
+                ),
+                ("tenure_principal_keys", "Fenced keys written last", |u| {
+                    u.keys
+                }),
+                (
+                    "tenure_principal_key_bytes",
+                    "Bytes (names plus values) of the fenced keys written last",
+                    |u| u.key_bytes,
+                ),
+            ];
+            for (name, what, field) in fields {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {what}, by principal (its usage against its quota).\n\
+                     # TYPE {name} gauge"
+                );
+                for (principal, u) in usage.iter() {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{principal=\"{}\"}} {}",
+                        label_value(principal),
+                        field(u)
+                    );
+                }
             }
         }
         counter(

@@ -53,6 +53,20 @@ impl NodeTls {
         }
         let material =
             TlsMaterial::load(&files(paths)).map_err(|e| ServerError::Tls(e.to_string()))?;
+        // A node needs the CA's certificate, never its key: whoever takes the node's disk
+        // could then issue itself any name, a peer's included.
+        if let Some(dir) = paths.ca.parent() {
+            let ca_key = dir.join(tenure_transport::certs::files::CA_KEY);
+            if ca_key.exists() {
+                tracing::warn!(
+                    "the CA's private key {} is beside this node's certificates: anyone who \
+                     reads this node's disk can issue certificates for any node or client. Give \
+                     each node only its bundle (`tenure certs` writes node-N/ with the CA \
+                     certificate and the node's own certificate and key)",
+                    ca_key.display()
+                );
+            }
+        }
         Ok(NodeTls {
             paths: paths.clone(),
             material,
@@ -62,6 +76,17 @@ impl NodeTls {
     /// The DNS names the node's certificate carries: names browsers may reach it by.
     pub(crate) fn dns_names(&self) -> Vec<String> {
         self.material.dns_names()
+    }
+
+    /// A client configuration trusting the cluster's CA and presenting this node's
+    /// certificate, for this node's own HTTPS calls to other nodes (`/health`).
+    pub(crate) fn client_config(&self) -> Result<tokio_rustls::rustls::ClientConfig, ServerError> {
+        let mut config = self
+            .material
+            .client_config()
+            .map_err(|e| ServerError::Tls(e.to_string()))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
     }
 
     pub(crate) fn peer(&self) -> Result<PeerTls, ServerError> {

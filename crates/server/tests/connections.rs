@@ -171,6 +171,51 @@ async fn silent_and_idle_sockets_are_bounded_counted_and_closed() {
     );
 }
 
+/// When every node's client port is full, leadership stays where it is: the leader asks the
+/// others' `/health` and finds no node with room. (Before, it handed leadership to the next
+/// voter whatever that node's state, and the cluster's term rose every minute for nothing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_is_never_handed_to_a_node_just_as_full() {
+    let c = Cluster::start(Options::nodes(3).plaintext().args(&[
+        "--connections-max",
+        "4",
+        "--connections-per-ip-max",
+        "100",
+        "--handshake-timeout-ms",
+        "60000",
+    ]));
+    let (leader, term) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    // Fill every node's client port, followers first, so that the leader is the last to fill.
+    let mut silent = Vec::new();
+    let mut order = c.others(&[leader]);
+    order.push(leader);
+    for id in order {
+        let addrs = c.addrs(id);
+        for n in 0..8u8 {
+            let mut s = connect_from(30 + n / 2, addrs.client).await;
+            if closed_within(&mut s, ms(150)).await {
+                break;
+            }
+            silent.push(s);
+        }
+        assert_eq!(health(&c, id).await, Some(503), "node {id} is full");
+    }
+    // Twice the time after which a full leader looks for a node with room.
+    tokio::time::sleep(secs(5)).await;
+    let (still, now) = c.wait_for_leader(&c.ids(), secs(5)).await;
+    assert_eq!(
+        (still, now),
+        (leader, term),
+        "leadership moved to a node as full"
+    );
+    let log = c.log(leader);
+    assert!(
+        log.contains("leadership stays here"),
+        "the leader says why it stays"
+    );
+    drop(silent);
+}
+
 /// A leader whose client port stays full hands Raft leadership to another node, which
 /// clients can reach; the full node says it is unhealthy until its port empties.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -149,6 +149,32 @@ pub fn command(h: &mut Fnv64, command: &Command) {
             h.u64(13);
             h.u64(*session);
         }
+        Command::DeleteElection { election } => {
+            h.u64(14);
+            h.str(election);
+        }
+        Command::DeleteKey {
+            key,
+            election,
+            token,
+        } => {
+            h.u64(15);
+            h.str(key);
+            h.str(election);
+            h.u64(*token);
+        }
+        Command::Charged {
+            principal,
+            quota,
+            command: inner,
+        } => {
+            h.u64(16);
+            h.str(principal);
+            for n in [quota.sessions, quota.elections, quota.keys, quota.key_bytes] {
+                h.u64(n);
+            }
+            self::command(h, inner);
+        }
         #[allow(unreachable_patterns)]
         other => {
             // A variant added to the core after this file was written: fall back to its

@@ -235,11 +235,23 @@ pub enum InjectBug {
     /// before: a client whose earlier attempt took effect, and whose session expired before
     /// its retry, is told the request never happened.
     SessionEndedDefinite,
+    /// An election created after another was deleted starts its tokens at 1 again instead
+    /// of above the token floor (core switch `deleted_election_tokens_restart`): a
+    /// re-created election hands out a token its deleted namesake already handed out.
+    /// Its seeds always have tenants, who delete elections and keys.
+    DeletedElectionTokensRestart,
+    /// A grant with a request nonce refused over its principal's session quota is answered
+    /// as a definite failure (core switch `grant_quota_definite`), though it may be the retry
+    /// of a grant that took effect and whose session has since ended. Found by the
+    /// exact-outcomes checker in the first tenancy runs, before anyone wrote it down; the
+    /// sequential model now says such a refusal is not definite, so linearizability (which
+    /// compares every answer with the model's) sees it first. Its seeds always have tenants.
+    GrantQuotaDefinite,
 }
 
 impl InjectBug {
     /// Every injectable bug.
-    pub const ALL: [InjectBug; 26] = [
+    pub const ALL: [InjectBug; 28] = [
         InjectBug::DoubleVote,
         InjectBug::CommitWithoutMajority,
         InjectBug::StaleFenceAccepted,
@@ -266,6 +278,8 @@ impl InjectBug {
         InjectBug::SnapshotRecordedBeforeWritten,
         InjectBug::SnapshotLogDecides,
         InjectBug::SessionEndedDefinite,
+        InjectBug::DeletedElectionTokensRestart,
+        InjectBug::GrantQuotaDefinite,
     ];
 
     /// A bug of fate-sharing sessions: its seeds always have fate-sharing clients.
@@ -309,6 +323,10 @@ impl InjectBug {
             Some(InjectBug::ReleaseOnServerClose) => b.release_on_server_close = true,
             Some(InjectBug::ReleaseIgnoresOlderPromises) => b.release_ignores_older_promises = true,
             Some(InjectBug::SessionEndedDefinite) => b.session_ended_definite = true,
+            Some(InjectBug::DeletedElectionTokensRestart) => {
+                b.deleted_election_tokens_restart = true
+            }
+            Some(InjectBug::GrantQuotaDefinite) => b.grant_quota_definite = true,
         }
         b
     }
@@ -342,6 +360,8 @@ impl InjectBug {
             InjectBug::SnapshotRecordedBeforeWritten => "snapshot-recorded-before-written",
             InjectBug::SnapshotLogDecides => "snapshot-log-decides",
             InjectBug::SessionEndedDefinite => "session-ended-definite",
+            InjectBug::DeletedElectionTokensRestart => "deleted-election-tokens-restart",
+            InjectBug::GrantQuotaDefinite => "grant-quota-definite",
         }
     }
 
@@ -402,6 +422,8 @@ impl InjectBug {
             InjectBug::SnapshotRecordedBeforeWritten => "recovery",
             InjectBug::SnapshotLogDecides => "storage-contract",
             InjectBug::SessionEndedDefinite => "exact-outcomes",
+            InjectBug::DeletedElectionTokensRestart => "fencing",
+            InjectBug::GrantQuotaDefinite => "linearizability",
         }
     }
 }

@@ -343,3 +343,16 @@ fn snapshot_log_decides_is_caught_by_the_storage_contract() {
 fn session_ended_definite_is_caught_by_exact_outcomes() {
     caught_by_its_checker(InjectBug::SessionEndedDefinite);
 }
+
+/// Fails without the token floor: a re-created election counts from 1 again.
+#[test]
+fn deleted_election_tokens_restart_is_caught_by_fencing() {
+    caught_by_its_checker(InjectBug::DeletedElectionTokensRestart);
+}
+
+/// The bug the exact-outcomes checker found in the first tenancy runs (the model now
+/// knows the answer, so linearizability sees it first).
+#[test]
+fn grant_quota_definite_is_caught_by_linearizability() {
+    caught_by_its_checker(InjectBug::GrantQuotaDefinite);
+}

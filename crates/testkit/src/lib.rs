@@ -1675,6 +1675,9 @@ calls! {
     LeaderRequest => LeaderResponse by elections_client::ElectionsClient::leader;
     PutRequest => PutResponse by fenced_keys_client::FencedKeysClient::put;
     GetRequest => GetResponse by fenced_keys_client::FencedKeysClient::get;
+    DeleteKeyRequest => DeleteKeyResponse by fenced_keys_client::FencedKeysClient::delete;
+    DeleteElectionRequest => DeleteElectionResponse
+        by elections_client::ElectionsClient::delete;
     StatusRequest => StatusResponse by cluster_client::ClusterClient::status;
     MembersRequest => MembersResponse by cluster_client::ClusterClient::members;
     TransferLeadershipRequest => TransferLeadershipResponse

@@ -70,6 +70,12 @@ pub mod files {
     pub fn node_key(id: u64) -> String {
         format!("node-{id}-key.pem")
     }
+    /// Node `id`'s bundle: a directory holding exactly what node `id` needs (the CA
+    /// certificate, its own certificate and key), to copy to that node and pass as its
+    /// `--tls-dir`. Never the CA's key.
+    pub fn node_dir(id: u64) -> String {
+        format!("node-{id}")
+    }
     /// Client `name`'s certificate.
     pub fn client(name: &str) -> String {
         format!("client-{name}.pem")
@@ -254,6 +260,34 @@ pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsEr
             files::client(client),
             files::client_key(client),
         )?;
+    }
+    // Each node's bundle: what to copy to that node, without the CA's key.
+    let ca_pem = ca.pem();
+    for &id in &request.nodes {
+        let bundle = dir.join(files::node_dir(id));
+        fs::create_dir(&bundle).map_err(|e| io_error(&bundle, e))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&bundle, fs::Permissions::from_mode(0o700))
+                .map_err(|e| io_error(&bundle, e))?;
+        }
+        let read = |name: String| {
+            let path = dir.join(name);
+            fs::read_to_string(&path).map_err(|e| io_error(&path, e))
+        };
+        write_new(&bundle.join(files::CA), &ca_pem, false)?;
+        write_new(
+            &bundle.join(files::node(id)),
+            &read(files::node(id))?,
+            false,
+        )?;
+        write_new(
+            &bundle.join(files::node_key(id)),
+            &read(files::node_key(id))?,
+            true,
+        )?;
+        written.push(bundle);
     }
     Ok(written)
 }

@@ -259,3 +259,50 @@ fn client_certificates_name_their_principal_and_nothing_else_does() {
     let garbage = tokio_rustls::rustls::pki_types::CertificateDer::from(vec![0x30, 0x03, 1, 2, 3]);
     assert_eq!(principal(&garbage, CLUSTER), None);
 }
+
+/// `tenure certs` writes, for each node, a directory to copy to that node as its
+/// `--tls-dir`: the CA certificate, the node's certificate and key, and nothing else, in
+/// particular not the CA's key (with which a stolen node could issue itself any name). The
+/// bundle's files are the flat ones, and its key is 0600 in a 0700 directory.
+#[test]
+fn each_node_bundle_holds_its_own_key_and_the_ca_certificate_but_never_the_ca_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    issue_into(dir.path(), "prod", vec![1, 2]);
+    for id in [1u64, 2] {
+        let bundle = dir.path().join(files::node_dir(id));
+        let mut names: Vec<String> = std::fs::read_dir(&bundle)
+            .expect("the bundle exists")
+            .map(|e| {
+                e.expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        let mut expected = vec![files::CA.to_string(), files::node(id), files::node_key(id)];
+        expected.sort();
+        assert_eq!(names, expected, "node {id}'s bundle");
+        for name in &names {
+            assert_eq!(
+                std::fs::read(bundle.join(name)).expect("read"),
+                std::fs::read(dir.path().join(name)).expect("read"),
+                "{name} is the issued one"
+            );
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode(&bundle), 0o700);
+            assert_eq!(mode(&bundle.join(files::node_key(id))), 0o600);
+        }
+        // The bundle is enough to speak TLS as the node.
+        let files = TlsFiles {
+            ca: bundle.join(files::CA),
+            cert: bundle.join(files::node(id)),
+            key: bundle.join(files::node_key(id)),
+        };
+        TlsMaterial::load(&files).expect("the bundle loads");
+    }
+}

@@ -386,6 +386,54 @@ impl Backend for Remote {
         Ok(r.index)
     }
 
+    /// Remove `key`, fenced like [`Backend::fenced_put`] (the same retry rules).
+    async fn fenced_delete(
+        &self,
+        key: &str,
+        election: &str,
+        token: u64,
+        session: Option<u64>,
+    ) -> Result<bool> {
+        let mut req = v1::DeleteKeyRequest {
+            key: key.to_string(),
+            election: election.to_string(),
+            token,
+            ..Default::default()
+        };
+        let delete = |ch| {
+            let req = req.clone();
+            async move { FencedKeysClient::new(ch).delete(req).await }
+        };
+        let r = match session {
+            None => self.nodes.call_once(delete).await?,
+            Some(session) => {
+                req.session_id = session;
+                req.request_seq = self.seq();
+                req.session_secret = self.secret(session);
+                self.call(|ch| {
+                    let req = req.clone();
+                    async move { FencedKeysClient::new(ch).delete(req).await }
+                })
+                .await?
+            }
+        };
+        Ok(r.existed)
+    }
+
+    /// Remove an election with no candidates. Retried freely: a delete that took effect
+    /// finds the election gone the second time (`existed` false).
+    async fn delete_election(&self, election: &str) -> Result<bool> {
+        let r = self
+            .call(|ch| {
+                let req = v1::DeleteElectionRequest {
+                    election: election.to_string(),
+                };
+                async move { ElectionsClient::new(ch).delete(req).await }
+            })
+            .await?;
+        Ok(r.existed)
+    }
+
     /// The value stored at `key` (a linearizable read at the leader).
     async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
         let r = self

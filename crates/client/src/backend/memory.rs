@@ -350,6 +350,38 @@ impl Backend for World {
         }
     }
 
+    async fn fenced_delete(
+        &self,
+        key: &str,
+        election: &str,
+        token: u64,
+        _session: Option<u64>,
+    ) -> Result<bool> {
+        let mut st = self.lock();
+        let command = Command::DeleteKey {
+            key: key.to_string(),
+            election: election.to_string(),
+            token,
+        };
+        match self.apply(&mut st, command) {
+            Response::Deleted { existed } => Ok(existed),
+            Response::Rejected(e) => Err(e.into()),
+            r => Err(unexpected("fenced delete", &r)),
+        }
+    }
+
+    async fn delete_election(&self, election: &str) -> Result<bool> {
+        let mut st = self.lock();
+        let command = Command::DeleteElection {
+            election: election.to_string(),
+        };
+        match self.apply(&mut st, command) {
+            Response::Deleted { existed } => Ok(existed),
+            Response::Rejected(e) => Err(e.into()),
+            r => Err(unexpected("delete election", &r)),
+        }
+    }
+
     async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
         let st = self.lock();
         match st.sm.query(&Command::Get {

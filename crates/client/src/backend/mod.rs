@@ -123,6 +123,27 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
         Err(self.no_fenced_keys())
     }
 
+    /// Remove `key`, fenced like [`Backend::fenced_put`]; whether it existed.
+    async fn fenced_delete(
+        &self,
+        _key: &str,
+        _election: &str,
+        _token: u64,
+        _session: Option<u64>,
+    ) -> Result<bool> {
+        Err(self.no_fenced_keys())
+    }
+
+    /// Remove `election`, which must have no candidates; whether it existed.
+    async fn delete_election(&self, _election: &str) -> Result<bool> {
+        Err(Error::UnsupportedBackend {
+            scheme: self.capabilities().scheme.into(),
+            why: "deleting an election (with tokens that never come back) is a tenure \
+                  cluster's; this backend's elections are its own keys or nodes"
+                .into(),
+        })
+    }
+
     /// The refusal of a backend without fenced keys.
     fn no_fenced_keys(&self) -> Error {
         Error::UnsupportedBackend {

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::cow::CowMap;
 use super::{
-    Command, FencedValue, LeaderChange, LeaderInfo, MemberAddresses, RequestId, Response,
-    SecretHash, SessionId, SmError, SmLimits,
+    Command, FencedValue, LeaderChange, LeaderInfo, MemberAddresses, Quota, RequestId, Response,
+    SecretHash, SessionId, SmError, SmLimits, Usage,
 };
 use crate::config::InjectedBugs;
 use crate::types::{Index, NodeId};
@@ -23,7 +23,11 @@ use crate::types::{Index, NodeId};
 /// with a clear error instead of being misread.
 ///
 /// 2: sessions remember the results of their clients' requests, and grants their nonce.
-const SNAPSHOT_FORMAT: u32 = 3;
+/// 3: the member directory. 4: owners (principals) and the token floor.
+const SNAPSHOT_FORMAT: u32 = 4;
+/// The format before owners and the token floor: `Data` as [`DataWithoutOwners`]. Still
+/// read (nothing owned, floor 0: no election was ever deleted before format 4).
+const SNAPSHOT_FORMAT_WITHOUT_OWNERS: u32 = 3;
 /// The format before the member directory: `State` without `members`. Still read, so that
 /// a data directory written by the previous version restores (with an empty directory).
 const SNAPSHOT_FORMAT_WITHOUT_MEMBERS: u32 = 2;
@@ -118,16 +122,61 @@ pub(super) struct Session {
     secret_hash: Option<SecretHash>,
 }
 
+/// Something a principal can own (see [`Command::Charged`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub(super) enum Owned {
+    /// A session it granted.
+    Session(SessionId),
+    /// An election it created by campaigning first.
+    Election(String),
+    /// A fenced key it wrote last.
+    Key(String),
+}
+
 /// The replicated contents: what the digest covers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub(super) struct Data {
     pub(super) sessions: CowMap<SessionId, Session>,
-    /// Created on first campaign and never removed, because their tokens must never reset.
+    /// Created on first campaign; removed only by `DeleteElection`, empty, which raises
+    /// `token_floor` to its token so that its tokens never come back.
     pub(super) elections: CowMap<String, Election>,
     fenced: CowMap<String, FencedValue>,
     /// Nonce of each live session's `Grant` request → the session it created, so that a
     /// retried grant returns the same session. Dropped with the session.
     grant_nonces: CowMap<u64, SessionId>,
+    /// Who owns each session, election and key created by a `Charged` command; dropped
+    /// with the thing owned.
+    owners: CowMap<Owned, String>,
+    /// The highest token any deleted election handed out: a new election's first leader
+    /// gets the token above it. Never decreases.
+    token_floor: u64,
+}
+
+/// `Data` as snapshot formats 2 and 3 wrote it.
+#[derive(Deserialize)]
+struct DataWithoutOwners {
+    sessions: CowMap<SessionId, Session>,
+    elections: CowMap<String, Election>,
+    fenced: CowMap<String, FencedValue>,
+    grant_nonces: CowMap<u64, SessionId>,
+}
+
+impl From<DataWithoutOwners> for Data {
+    fn from(old: DataWithoutOwners) -> Data {
+        Data {
+            sessions: old.sessions,
+            elections: old.elections,
+            fenced: old.fenced,
+            grant_nonces: old.grant_nonces,
+            owners: CowMap::new(),
+            token_floor: 0,
+        }
+    }
+}
+
+/// The bytes a fenced key counts against its owner's `key_bytes` quota.
+fn key_bytes(key: &str, value: &FencedValue) -> u64 {
+    (key.len() + value.value.len()) as u64
 }
 
 /// Everything a snapshot carries.
@@ -139,11 +188,19 @@ pub(super) struct State {
     members: BTreeMap<NodeId, MemberAddresses>,
 }
 
+/// `State` as snapshot format 3 wrote it.
+#[derive(Deserialize)]
+struct StateWithoutOwners {
+    applied_index: Index,
+    data: DataWithoutOwners,
+    members: BTreeMap<NodeId, MemberAddresses>,
+}
+
 /// `State` as snapshot format 2 wrote it.
 #[derive(Deserialize)]
 struct StateWithoutMembers {
     applied_index: Index,
-    data: Data,
+    data: DataWithoutOwners,
 }
 
 fn encode(state: &State) -> Vec<u8> {
@@ -189,10 +246,16 @@ pub struct StateMachine {
     limits: SmLimits,
     bugs: InjectedBugs,
     pub(super) state: State,
+    /// What each principal holds, derived from `state.data.owners` (rebuilt on restore,
+    /// kept up to date by every apply, compared with a recount by the invariant check).
+    usage: BTreeMap<String, Usage>,
     /// Leader changes not yet collected by [`StateMachine::take_leader_changes`]. Not part of
     /// the snapshot: they are effects for the local node, not replicated state.
     leader_changes: Vec<LeaderChange>,
 }
+
+/// The caller of a `Charged` command: who, and what they may hold.
+type Charge<'a> = Option<(&'a str, &'a Quota)>;
 
 /// The bincode options of snapshots: fixed-width integers, and trailing bytes are an error
 /// because they mean the bytes are not what we wrote.
@@ -312,6 +375,38 @@ fn settle_head(
     });
 }
 
+/// Adds (or, with `add` false, removes) `what` to `usage`.
+fn count(usage: &mut Usage, what: &Owned, bytes: u64, add: bool) {
+    let step = |n: &mut u64, by: u64| {
+        if add {
+            *n += by;
+        } else {
+            *n -= by;
+        }
+    };
+    match what {
+        Owned::Session(_) => step(&mut usage.sessions, 1),
+        Owned::Election(_) => step(&mut usage.elections, 1),
+        Owned::Key(_) => {
+            step(&mut usage.keys, 1);
+            step(&mut usage.key_bytes, bytes);
+        }
+    }
+}
+
+/// Every principal's usage, counted from the owners.
+fn recount(data: &Data) -> BTreeMap<String, Usage> {
+    let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
+    for (what, owner) in &data.owners {
+        let bytes = match what {
+            Owned::Key(key) => data.fenced.get(key).map_or(0, |v| key_bytes(key, v)),
+            _ => 0,
+        };
+        count(usage.entry(owner.clone()).or_default(), what, bytes, true);
+    }
+    usage
+}
+
 impl StateMachine {
     /// An empty state machine, as before the first log entry.
     pub fn new(limits: SmLimits, bugs: InjectedBugs) -> StateMachine {
@@ -319,6 +414,7 @@ impl StateMachine {
             limits,
             bugs: bugs.effective(),
             state: State::default(),
+            usage: BTreeMap::new(),
             leader_changes: Vec::new(),
         }
     }
@@ -334,13 +430,12 @@ impl StateMachine {
             "apply index {index} does not follow applied index {}",
             self.state.applied_index
         );
-        let result = match command {
-            Command::Sealed {
-                secret_hash,
-                command,
-            } => self.execute(index, command.unsealed(), Some(secret_hash)),
-            command => self.execute(index, command, None),
-        };
+        let result = self.execute(
+            index,
+            command.unsealed(),
+            command.secret_hash(),
+            command.charge(),
+        );
         self.state.applied_index = index;
         result.unwrap_or_else(Response::Rejected)
     }
@@ -356,22 +451,139 @@ impl StateMachine {
             .is_none_or(|s| s.secret_hash.as_ref() == presented)
     }
 
+    /// Whether a command charged to `charge` may act for `session`: refused only when the
+    /// session is owned by a principal and the command is charged to another one.
+    fn owner_matches(&self, session: SessionId, charge: Charge<'_>) -> bool {
+        match (charge, self.owner(&Owned::Session(session))) {
+            (Some((principal, _)), Some(owner)) => principal == owner,
+            _ => true,
+        }
+    }
+
+    fn owner(&self, what: &Owned) -> Option<&str> {
+        self.state.data.owners.get(what).map(String::as_str)
+    }
+
+    /// The principal that owns `session` (granted it with a `Charged` command), if any.
+    pub fn session_owner(&self, session: SessionId) -> Option<&str> {
+        self.owner(&Owned::Session(session))
+    }
+
+    /// What `principal` holds now.
+    pub fn usage(&self, principal: &str) -> Usage {
+        self.usage.get(principal).copied().unwrap_or_default()
+    }
+
+    /// What every principal that holds anything holds, by name.
+    pub fn usages(&self) -> &BTreeMap<String, Usage> {
+        &self.usage
+    }
+
+    /// The highest token any deleted election handed out (0 if none was ever deleted).
+    pub fn token_floor(&self) -> u64 {
+        self.state.data.token_floor
+    }
+
+    /// Records `principal` as the owner of `what` (taking it from any earlier owner),
+    /// counting it in their usage; `None` leaves `what` owned by nobody.
+    fn set_owner(&mut self, what: Owned, principal: Option<&str>) {
+        self.drop_owner(&what);
+        if let Some(principal) = principal {
+            let bytes = self.owned_bytes(&what);
+            let usage = self.usage.entry(principal.to_owned()).or_default();
+            count(usage, &what, bytes, true);
+            self.state.data.owners.insert(what, principal.to_owned());
+        }
+    }
+
+    /// Forgets who owns `what`, uncounting it. Call before `what` itself is removed (a
+    /// key's bytes are read from the stored key).
+    fn drop_owner(&mut self, what: &Owned) {
+        if let Some(owner) = self.state.data.owners.remove(what) {
+            let bytes = self.owned_bytes(what);
+            let usage = self
+                .usage
+                .get_mut(&owner)
+                .expect("an owner's usage is counted");
+            count(usage, what, bytes, false);
+            if *usage == Usage::default() {
+                self.usage.remove(&owner);
+            }
+        }
+    }
+
+    fn owned_bytes(&self, what: &Owned) -> u64 {
+        match what {
+            Owned::Key(key) => self
+                .state
+                .data
+                .fenced
+                .get(key)
+                .map_or(0, |v| key_bytes(key, v)),
+            _ => 0,
+        }
+    }
+
+    /// Refuses with `QuotaExceeded` if `charge` may not hold `usage`.
+    fn within_quota(charge: Charge<'_>, usage: &Usage) -> Result<(), SmError> {
+        let Some((principal, quota)) = charge else {
+            return Ok(());
+        };
+        let over = [
+            ("sessions", usage.sessions, quota.sessions),
+            ("elections", usage.elections, quota.elections),
+            ("keys", usage.keys, quota.keys),
+            ("key_bytes", usage.key_bytes, quota.key_bytes),
+        ]
+        .into_iter()
+        .find(|(_, held, limit)| held > limit);
+        match over {
+            Some((name, _, limit)) => Err(SmError::QuotaExceeded {
+                principal: principal.to_owned(),
+                quota: name.to_owned(),
+                limit,
+                definite: true,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// `charge`'s principal's usage now (zero for no charge).
+    fn charged_usage(&self, charge: Charge<'_>) -> Usage {
+        charge.map_or_else(Usage::default, |(principal, _)| self.usage(principal))
+    }
+
     /// Applies one unsealed command, with the secret hash it was sealed with, if any.
     fn execute(
         &mut self,
         index: Index,
         command: &Command,
         secret: Option<&SecretHash>,
+        charge: Charge<'_>,
     ) -> Result<Response, SmError> {
         if let Some(session) = command.acting_session() {
             if !self.secret_matches(session, secret) {
                 return Err(SmError::WrongSecret(session));
             }
+            if !self.owner_matches(session, charge) {
+                return Err(SmError::NotOwner(session));
+            }
+        }
+        if let Some((principal, _)) = charge {
+            if principal.is_empty() || principal.len() > super::PRINCIPAL_BYTES_MAX {
+                return Err(SmError::BadSize {
+                    what: "principal".into(),
+                    len: principal.len(),
+                    max: super::PRINCIPAL_BYTES_MAX,
+                });
+            }
         }
         self.limits.check(command)?;
         match command {
-            Command::Sealed { .. } => unreachable!("callers unseal first"),
-            Command::Grant { ttl_ticks } => self.grant(index, *ttl_ticks, secret.copied()),
+            Command::Sealed { .. } | Command::Charged { .. } => {
+                unreachable!("callers unseal first")
+            }
+            Command::Grant { ttl_ticks } => self.grant(index, *ttl_ticks, secret.copied(), charge),
             Command::Revoke { session }
             | Command::Expire { session }
             | Command::Release { session } => self.end_session(index, *session),
@@ -380,7 +592,7 @@ impl StateMachine {
                 election,
                 session,
                 value,
-            } => self.campaign(index, election, *session, value),
+            } => self.campaign(index, election, *session, value, charge),
             Command::Resign { election, session } => self.resign(index, election, *session),
             Command::Transfer { election, from, to } => self.transfer(index, election, *from, *to),
             Command::FencedPut {
@@ -388,7 +600,13 @@ impl StateMachine {
                 value,
                 election,
                 token,
-            } => self.fenced_put(index, key, value, election, *token),
+            } => self.fenced_put(index, key, value, election, *token, charge),
+            Command::DeleteElection { election } => self.delete_election(election),
+            Command::DeleteKey {
+                key,
+                election,
+                token,
+            } => self.delete_key(key, election, *token),
             Command::SetMember { node, addresses } => {
                 self.state.members.insert(*node, addresses.clone());
                 Ok(Response::MemberSet)
@@ -437,10 +655,7 @@ impl StateMachine {
     ) -> (Response, Option<Index>) {
         // A request on a session, and a retried grant, must present the session's secret
         // before anything about the session (a remembered result, a token) is handed out.
-        let presented = match command {
-            Command::Sealed { secret_hash, .. } => Some(secret_hash),
-            _ => None,
-        };
+        let presented = command.secret_hash();
         let owner = match (id, self.remembered(id)) {
             (RequestId::Session { session, .. }, _) => Some(session),
             (RequestId::Grant { .. }, Some((_, Response::Granted { session, .. }))) => {
@@ -452,6 +667,10 @@ impl StateMachine {
             if !self.secret_matches(session, presented) {
                 self.advance_applied(index);
                 return (Response::Rejected(SmError::WrongSecret(session)), None);
+            }
+            if !self.owner_matches(session, command.charge()) {
+                self.advance_applied(index);
+                return (Response::Rejected(SmError::NotOwner(session)), None);
             }
         }
         if let Some((first, response)) = self.remembered(id) {
@@ -484,7 +703,7 @@ impl StateMachine {
                 }
                 let response = self.apply(index, command);
                 // Reads change nothing, so retrying them is harmless: nothing to remember.
-                let read = matches!(command, Command::Get { .. } | Command::Leader { .. });
+                let read = command.unsealed().is_read();
                 let max = self.limits.results_per_session_max.max(1);
                 // The command may have ended the session (Revoke): its results go with it.
                 if let Some(s) = self.state.data.sessions.get_mut(&session) {
@@ -499,7 +718,12 @@ impl StateMachine {
                 (response, None)
             }
             RequestId::Grant { nonce } => {
-                let response = self.apply(index, command);
+                let mut response = self.apply(index, command);
+                // This may be the retry of a grant whose session has ended (its nonce went
+                // with it): a quota refusal cannot say the request never took effect.
+                if let Response::Rejected(SmError::QuotaExceeded { definite, .. }) = &mut response {
+                    *definite = self.bugs.grant_quota_definite;
+                }
                 if let Response::Granted { session, .. } = &response {
                     self.state.data.grant_nonces.insert(nonce, *session);
                     if let Some(s) = self.state.data.sessions.get_mut(session) {
@@ -559,7 +783,11 @@ impl StateMachine {
         index: Index,
         ttl_ticks: u64,
         secret_hash: Option<SecretHash>,
+        charge: Charge<'_>,
     ) -> Result<Response, SmError> {
+        let mut usage = self.charged_usage(charge);
+        usage.sessions += 1;
+        Self::within_quota(charge, &usage)?;
         let info = SessionInfo {
             ttl_ticks,
             remaining_ticks: ttl_ticks,
@@ -576,6 +804,7 @@ impl StateMachine {
         // Indices strictly increase, so the entry's index is a session id never used before.
         let previous = self.state.data.sessions.insert(index, session);
         assert!(previous.is_none(), "session id {index} reused");
+        self.set_owner(Owned::Session(index), charge.map(|c| c.0));
         Ok(Response::Granted {
             session: index,
             ttl_ticks,
@@ -589,6 +818,7 @@ impl StateMachine {
             .sessions
             .remove(&session)
             .ok_or(SmError::UnknownSession(session))?;
+        self.drop_owner(&Owned::Session(session));
         if let Some(nonce) = ended.grant_nonce {
             self.state.data.grant_nonces.remove(&nonce);
         }
@@ -631,30 +861,54 @@ impl StateMachine {
         name: &str,
         session: SessionId,
         value: &[u8],
+        charge: Charge<'_>,
     ) -> Result<Response, SmError> {
-        let data = &mut self.state.data;
-        let candidate = data
-            .sessions
-            .get_mut(&session)
-            .ok_or(SmError::UnknownSession(session))?;
-        if let Some(election) = data.elections.get(name) {
-            if let Some(position) = election.position(session) {
-                // A retried campaign must not move the candidate or change its value.
-                let leader_token = (position == 0).then_some(election.token);
-                return Ok(Response::Campaigned {
-                    leader_token,
-                    position,
-                });
+        if !self.state.data.sessions.contains_key(&session) {
+            return Err(SmError::UnknownSession(session));
+        }
+        let creates = match self.state.data.elections.get(name) {
+            Some(election) => {
+                if let Some(position) = election.position(session) {
+                    // A retried campaign must not move the candidate or change its value.
+                    let leader_token = (position == 0).then_some(election.token);
+                    return Ok(Response::Campaigned {
+                        leader_token,
+                        position,
+                    });
+                }
+                if election.queue.len() >= self.limits.candidates_per_election_max {
+                    return Err(SmError::TooManyCandidates(name.to_owned()));
+                }
+                false
             }
-            if election.queue.len() >= self.limits.candidates_per_election_max {
+            None if self.limits.candidates_per_election_max == 0 => {
                 return Err(SmError::TooManyCandidates(name.to_owned()));
             }
-        } else if self.limits.candidates_per_election_max == 0 {
-            return Err(SmError::TooManyCandidates(name.to_owned()));
+            None => true,
+        };
+        if creates {
+            let mut usage = self.charged_usage(charge);
+            usage.elections += 1;
+            Self::within_quota(charge, &usage)?;
         }
+        let floor = if self.bugs.deleted_election_tokens_restart {
+            0
+        } else {
+            self.state.data.token_floor
+        };
         // Validation is complete; from here on nothing fails.
-        candidate.elections.insert(name.to_owned());
+        let data = &mut self.state.data;
+        data.sessions
+            .get_mut(&session)
+            .expect("checked above")
+            .elections
+            .insert(name.to_owned());
+        // A new election starts at the floor, so its first leader's token is above every
+        // token a deleted election of the same name handed out.
         let election = data.elections.get_or_default(name.to_owned());
+        if creates {
+            election.token = floor;
+        }
         let old_head = election.head();
         election.queue.push_back(Candidate {
             session,
@@ -663,6 +917,9 @@ impl StateMachine {
         settle_head(name, election, old_head, index, &mut self.leader_changes);
         let position = election.queue.len() - 1;
         let leader_token = (position == 0).then_some(election.token);
+        if creates {
+            self.set_owner(Owned::Election(name.to_owned()), charge.map(|c| c.0));
+        }
         Ok(Response::Campaigned {
             leader_token,
             position,
@@ -746,7 +1003,65 @@ impl StateMachine {
         value: &[u8],
         election: &str,
         token: u64,
+        charge: Charge<'_>,
     ) -> Result<Response, SmError> {
+        self.check_fence(key, election, token)?;
+        // The key is counted against its last writer: what the writer would hold with it.
+        if let Some((principal, _)) = charge {
+            let mut usage = self.usage(principal);
+            let owned = Owned::Key(key.to_owned());
+            if self.owner(&owned) == Some(principal) {
+                usage.key_bytes -= self.owned_bytes(&owned);
+            } else {
+                usage.keys += 1;
+            }
+            usage.key_bytes += (key.len() + value.len()) as u64;
+            Self::within_quota(charge, &usage)?;
+        }
+        // Validation is complete. Uncount the key's old bytes before they are replaced.
+        self.drop_owner(&Owned::Key(key.to_owned()));
+        let stored = FencedValue {
+            value: value.to_vec(),
+            election: election.to_owned(),
+            token,
+            index,
+        };
+        self.state.data.fenced.insert(key.to_owned(), stored);
+        self.set_owner(Owned::Key(key.to_owned()), charge.map(|c| c.0));
+        Ok(Response::Put)
+    }
+
+    /// Removes a fenced key if `token` may write it now (the checks of `FencedPut`).
+    fn delete_key(&mut self, key: &str, election: &str, token: u64) -> Result<Response, SmError> {
+        self.check_fence(key, election, token)?;
+        self.drop_owner(&Owned::Key(key.to_owned()));
+        let existed = self.state.data.fenced.remove(key).is_some();
+        Ok(Response::Deleted { existed })
+    }
+
+    /// Removes an election nobody campaigns in, raising the token floor to its token.
+    fn delete_election(&mut self, name: &str) -> Result<Response, SmError> {
+        let Some(election) = self.state.data.elections.get(name) else {
+            return Ok(Response::Deleted { existed: false });
+        };
+        if !election.queue.is_empty() {
+            return Err(SmError::ElectionInUse {
+                election: name.to_owned(),
+                candidates: election.queue.len(),
+            });
+        }
+        let token = election.token;
+        self.drop_owner(&Owned::Election(name.to_owned()));
+        self.state.data.elections.remove(name);
+        let floor = &mut self.state.data.token_floor;
+        *floor = (*floor).max(token);
+        Ok(Response::Deleted { existed: true })
+    }
+
+    /// Whether the holder of `token` in `election` may write (or remove) `key` now: the
+    /// election exists and issued the token, the token is its latest, the key (if stored)
+    /// belongs to the election and never accepted a higher token.
+    fn check_fence(&self, key: &str, election: &str, token: u64) -> Result<(), SmError> {
         let latest = match self.state.data.elections.get(election) {
             Some(e) => e.token,
             None => return Err(SmError::UnknownElection(election.to_owned())),
@@ -784,14 +1099,7 @@ impl StateMachine {
                 current: latest,
             });
         }
-        let stored = FencedValue {
-            value: value.to_vec(),
-            election: election.to_owned(),
-            token,
-            index,
-        };
-        self.state.data.fenced.insert(key.to_owned(), stored);
-        Ok(Response::Put)
+        Ok(())
     }
 
     /// Leader changes caused by applies since the last call, in the order they happened.
@@ -838,12 +1146,21 @@ impl StateMachine {
                     .map_err(malformed)?
                     .1
             }
+            SNAPSHOT_FORMAT_WITHOUT_OWNERS => {
+                let (_, old): (u32, StateWithoutOwners) =
+                    codec().deserialize(data).map_err(malformed)?;
+                State {
+                    applied_index: old.applied_index,
+                    data: old.data.into(),
+                    members: old.members,
+                }
+            }
             SNAPSHOT_FORMAT_WITHOUT_MEMBERS => {
                 let (_, old): (u32, StateWithoutMembers) =
                     codec().deserialize(data).map_err(malformed)?;
                 State {
                     applied_index: old.applied_index,
-                    data: old.data,
+                    data: old.data.into(),
                     members: BTreeMap::new(),
                 }
             }
@@ -854,10 +1171,12 @@ impl StateMachine {
                 })
             }
         };
+        let usage = recount(&state.data);
         let machine = StateMachine {
             limits,
             bugs: bugs.effective(),
             state,
+            usage,
             leader_changes: Vec::new(),
         };
         machine
@@ -948,8 +1267,11 @@ impl StateMachine {
     /// Invariant: every queued candidate is a live session, and appears once in its queue.
     /// Invariant: every election has token ≥ 1 (it exists only because someone campaigned,
     /// which issued token 1), so in particular every election with a leader has one.
-    /// Invariant: every fenced value names an existing election, its token is in
-    /// `1..=` that election's latest token, and it was written at or before the applied index.
+    /// Invariant: every fenced value's token is in `1..=` its election's latest token, or, if
+    /// that election was deleted, `1..=` the token floor; it was written at or before the
+    /// applied index.
+    /// Invariant: every owner names a live session, an existing election or a stored key,
+    /// and the usage counts are exactly what the owners add up to.
     ///
     /// Queue lengths are not checked against `candidates_per_election_max`, because a
     /// snapshot taken under a larger limit stays valid after the limit is lowered.
@@ -1030,12 +1352,30 @@ impl StateMachine {
         }
         for (key, fenced) in &data.fenced {
             let latest = data.elections.get(&fenced.election).map(|e| e.token);
-            let issued = latest.is_some_and(|latest| (1..=latest).contains(&fenced.token));
+            let issued = (1..=latest.unwrap_or(data.token_floor)).contains(&fenced.token);
             if key.is_empty() || !issued || fenced.index > applied {
                 return Some(format!(
-                    "fenced key {key:?} holds {fenced:?} (election token {latest:?}, applied {applied})"
+                    "fenced key {key:?} holds {fenced:?} (election token {latest:?}, floor {}, applied {applied})",
+                    data.token_floor
                 ));
             }
+        }
+        for (what, owner) in &data.owners {
+            let exists = match what {
+                Owned::Session(id) => data.sessions.contains_key(id),
+                Owned::Election(name) => data.elections.contains_key(name),
+                Owned::Key(key) => data.fenced.contains_key(key),
+            };
+            if !exists || owner.is_empty() {
+                return Some(format!("{owner:?} owns {what:?}, which does not exist"));
+            }
+        }
+        let counted = recount(data);
+        if counted != self.usage {
+            return Some(format!(
+                "usage {:?} differs from the owners' count {counted:?}",
+                self.usage
+            ));
         }
         None
     }
@@ -1093,14 +1433,44 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_of_the_format_before_owners_restores_owning_nothing_with_a_zero_floor() {
+        let mut a = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        a.apply(1, &Command::Grant { ttl_ticks: 10 });
+        a.apply(
+            2,
+            &Command::Campaign {
+                election: "e".into(),
+                session: 1,
+                value: vec![],
+            },
+        );
+        let d = &a.state.data;
+        let old = codec()
+            .serialize(&(
+                SNAPSHOT_FORMAT_WITHOUT_OWNERS,
+                &a.state.applied_index,
+                (&d.sessions, &d.elections, &d.fenced, &d.grant_nonces),
+                &a.state.members,
+            ))
+            .expect("encodes");
+        let b = StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &old)
+            .expect("format 3 restores");
+        assert_eq!(b.token("e"), 1);
+        assert_eq!(b.token_floor(), 0);
+        assert!(b.usages().is_empty());
+        assert_eq!(b.digest(), a.digest());
+    }
+
+    #[test]
     fn a_snapshot_of_the_format_before_the_directory_restores_with_an_empty_one() {
         let mut a = StateMachine::new(SmLimits::default(), InjectedBugs::default());
         a.apply(1, &Command::Grant { ttl_ticks: 10 });
+        let d = &a.state.data;
         let old = codec()
             .serialize(&(
                 SNAPSHOT_FORMAT_WITHOUT_MEMBERS,
                 &a.state.applied_index,
-                &a.state.data,
+                (&d.sessions, &d.elections, &d.fenced, &d.grant_nonces),
             ))
             .expect("encodes");
         let b = StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &old)

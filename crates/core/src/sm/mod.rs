@@ -115,6 +115,11 @@ impl SmLimits {
                 election_name(election)?;
             }
             Command::Get { key } => size("key", key.len(), 1, self.key_bytes_max)?,
+            Command::DeleteElection { election } => election_name(election)?,
+            Command::DeleteKey { key, election, .. } => {
+                size("key", key.len(), 1, self.key_bytes_max)?;
+                election_name(election)?;
+            }
             Command::SetMember { addresses, .. } => {
                 let max = MemberAddresses::BYTES_MAX;
                 size("peer address", addresses.peer.len(), 1, max)?;
@@ -126,6 +131,12 @@ impl SmLimits {
             | Command::Release { .. }
             | Command::Checkpoint { .. } => {}
             Command::Sealed { command, .. } => self.check(command)?,
+            Command::Charged {
+                principal, command, ..
+            } => {
+                size("principal", principal.len(), 1, PRINCIPAL_BYTES_MAX)?;
+                self.check(command)?;
+            }
         }
         Ok(())
     }
@@ -248,6 +259,79 @@ pub enum Command {
         /// The session let go of.
         session: SessionId,
     },
+    /// Remove an election that nobody campaigns in any more (no candidates, so no holder).
+    /// Its latest token raises the state's token floor, so that an election created later
+    /// under the same name starts above every token the removed one handed out
+    /// (docs/GUARANTEES.md "Tokens across a delete"). Deleting an election that does not
+    /// exist changes nothing and says so.
+    DeleteElection {
+        /// Election name.
+        election: String,
+    },
+    /// Remove a fenced key, fenced like [`Command::FencedPut`]: only the current leader of
+    /// the key's election (its latest token, not below the key's) may remove it.
+    DeleteKey {
+        /// Key.
+        key: String,
+        /// The election whose token guards the removal (the key's own, if it exists).
+        election: String,
+        /// The remover's fencing token.
+        token: u64,
+    },
+    /// `command` made by `principal`, who may hold at most `quota`: the state machine
+    /// records who owns each session, election and fenced key it creates, refuses what
+    /// would take the principal over its quota, and refuses a command acting for a session
+    /// that another principal owns. The API edge wraps every client command with the
+    /// caller's principal and its quota from the auth file; commands without it (insecure
+    /// mode, the leader's own `Expire`) are charged to nobody and bound by nothing.
+    Charged {
+        /// Who made the command (an auth-file principal name).
+        principal: String,
+        /// What that principal may hold in all.
+        quota: Quota,
+        /// The command.
+        command: Box<Command>,
+    },
+}
+
+/// The longest principal name a [`Command::Charged`] may carry.
+pub const PRINCIPAL_BYTES_MAX: usize = 256;
+
+/// What one principal may hold in the replicated state, carried by [`Command::Charged`]
+/// (so every replica applies the same limits, whatever its local configuration says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Quota {
+    /// Live sessions it owns.
+    pub sessions: u64,
+    /// Elections it created (by campaigning first) that still exist.
+    pub elections: u64,
+    /// Fenced keys it wrote last.
+    pub keys: u64,
+    /// Bytes of those keys: each key's name plus its value.
+    pub key_bytes: u64,
+}
+
+impl Quota {
+    /// No limit at all.
+    pub const UNLIMITED: Quota = Quota {
+        sessions: u64::MAX,
+        elections: u64::MAX,
+        keys: u64::MAX,
+        key_bytes: u64::MAX,
+    };
+}
+
+/// What one principal holds in the replicated state (see [`Quota`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Usage {
+    /// Live sessions it owns.
+    pub sessions: u64,
+    /// Elections it created that still exist.
+    pub elections: u64,
+    /// Fenced keys it wrote last.
+    pub keys: u64,
+    /// Bytes of those keys (name plus value).
+    pub key_bytes: u64,
 }
 
 /// Where a node can be reached, as recorded by [`Command::SetMember`]. Opaque to the core:
@@ -273,11 +357,34 @@ impl MemberAddresses {
 pub type SecretHash = [u8; 32];
 
 impl Command {
-    /// The command inside any `Sealed` layers (the command itself otherwise).
+    /// The command inside any `Sealed` and `Charged` layers (the command itself
+    /// otherwise).
     pub fn unsealed(&self) -> &Command {
         match self {
-            Command::Sealed { command, .. } => command.unsealed(),
+            Command::Sealed { command, .. } | Command::Charged { command, .. } => {
+                command.unsealed()
+            }
             command => command,
+        }
+    }
+
+    /// The secret hash of the outermost `Sealed` layer, if any.
+    pub fn secret_hash(&self) -> Option<&SecretHash> {
+        match self {
+            Command::Sealed { secret_hash, .. } => Some(secret_hash),
+            Command::Charged { command, .. } => command.secret_hash(),
+            _ => None,
+        }
+    }
+
+    /// The principal and quota of the outermost `Charged` layer, if any.
+    pub fn charge(&self) -> Option<(&str, &Quota)> {
+        match self {
+            Command::Charged {
+                principal, quota, ..
+            } => Some((principal, quota)),
+            Command::Sealed { command, .. } => command.charge(),
+            _ => None,
         }
     }
 
@@ -367,6 +474,11 @@ pub enum Response {
     // Appended last, so that the encoding of the variants above is unchanged.
     /// `SetMember` recorded the node's addresses.
     MemberSet,
+    /// `DeleteElection` or `DeleteKey` left the election or key absent.
+    Deleted {
+        /// Whether it existed until this command (false: it was already gone).
+        existed: bool,
+    },
 }
 
 /// Why a command was rejected. Every variant leaves the state unchanged.
@@ -488,6 +600,38 @@ pub enum SmError {
     /// or with another one. Nothing changed.
     #[error("session {0}: the session secret is missing or wrong")]
     WrongSecret(SessionId),
+    // Appended last, so that the encoding of the variants above is unchanged.
+    /// `DeleteElection` of an election that still has candidates.
+    #[error(
+        "election {election:?} still has {candidates} candidate(s); they must resign or end first"
+    )]
+    ElectionInUse {
+        /// Election.
+        election: String,
+        /// How many candidates it has.
+        candidates: usize,
+    },
+    /// The command would take its principal over its quota; nothing changed now.
+    ///
+    /// Not definite for a `Grant` carrying a request nonce (`definite` false): its nonce
+    /// is remembered only while the session it created lives, so a retry whose first
+    /// attempt created a session that has since ended looks like a new grant, and the
+    /// refusal cannot say the request never took effect. (That session has ended either
+    /// way; the client holds nothing from it.)
+    #[error("principal {principal:?} is at its quota of {limit} {quota}{}", if *definite { "" } else { " (if this grant was sent before, an earlier attempt may have created a session that has since ended)" })]
+    QuotaExceeded {
+        /// The principal.
+        principal: String,
+        /// Which quota: `sessions`, `elections`, `keys` or `key_bytes`.
+        quota: String,
+        /// The limit.
+        limit: u64,
+        /// Whether the request certainly never took effect (see above).
+        definite: bool,
+    },
+    /// The command acts for a session that another principal owns.
+    #[error("session {0} belongs to another principal")]
+    NotOwner(SessionId),
 }
 
 impl SmError {
@@ -498,7 +642,12 @@ impl SmError {
     pub fn is_definite(&self) -> bool {
         !matches!(
             self,
-            SmError::RequestForgotten { .. } | SmError::SessionEnded { .. }
+            SmError::RequestForgotten { .. }
+                | SmError::SessionEnded { .. }
+                | SmError::QuotaExceeded {
+                    definite: false,
+                    ..
+                }
         )
     }
 }

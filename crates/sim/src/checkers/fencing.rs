@@ -8,7 +8,10 @@
 //! tokens in `Campaigned` and `Transferred` answers must be the election's current token; and
 //! a `FencedPut` that was accepted must name the election the key belongs to (that of its
 //! first accepted write) and carry exactly the election's current token: not lower (a
-//! newer leader exists, whether or not it wrote the key yet) and not one never handed out.
+//! newer leader exists, whether or not it wrote the key yet) and not one never handed out. A
+//! `DeleteKey` that was accepted is held to the same rules. Deleted elections stay in the
+//! checker's memory, so that one created again under the same name must go on above the
+//! tokens its namesake handed out.
 
 use std::collections::BTreeMap;
 
@@ -58,7 +61,7 @@ impl Checker for Fencing {
             // checked when it was first applied.
             return None;
         }
-        match (&entry.command, &entry.response) {
+        match (entry.command.unsealed(), &entry.response) {
             (
                 Command::Campaign { election, .. },
                 Response::Campaigned {
@@ -83,6 +86,14 @@ impl Checker for Fencing {
                     ..
                 },
                 Response::Put,
+            )
+            | (
+                Command::DeleteKey {
+                    key,
+                    election,
+                    token,
+                },
+                Response::Deleted { .. },
             ) => {
                 let (bound, highest) = match self.keys.get(key) {
                     Some((bound, highest)) => (Some(bound.as_str()), *highest),
@@ -114,7 +125,12 @@ impl Checker for Fencing {
                         entry.index
                     ));
                 }
-                self.keys.insert(key.clone(), (election.clone(), *token));
+                if matches!(entry.response, Response::Put) {
+                    self.keys.insert(key.clone(), (election.clone(), *token));
+                } else {
+                    // A removed key belongs to nobody: its next write binds it afresh.
+                    self.keys.remove(key);
+                }
             }
             _ => {}
         }

@@ -101,10 +101,11 @@ impl Linearizability {
             Command::Campaign { election, .. }
             | Command::Resign { election, .. }
             | Command::Transfer { election, .. }
+            | Command::DeleteElection { election }
             | Command::Leader { election } => Some(ReadKey::Leader(election.clone())),
-            Command::FencedPut { key, .. } | Command::Get { key } => {
-                Some(ReadKey::Get(key.clone()))
-            }
+            Command::FencedPut { key, .. }
+            | Command::DeleteKey { key, .. }
+            | Command::Get { key } => Some(ReadKey::Get(key.clone())),
             _ => None,
         }
     }

@@ -40,6 +40,18 @@ impl Client {
         }
         match (self.campaign.clone(), self.belief.clone()) {
             (None, _) => {
+                if let Some(tenancy) = env.tenancy {
+                    if env.rng.chance(tenancy.delete) {
+                        let election = env
+                            .rng
+                            .pick(&ELECTIONS)
+                            .expect("elections exist")
+                            .to_string();
+                        let command = Command::DeleteElection { election };
+                        self.start_op(OpKind::DeleteElection, command, env);
+                        return;
+                    }
+                }
                 let r = env.rng.unit();
                 if r < 0.4 {
                     let election = env
@@ -162,6 +174,17 @@ impl Client {
                     },
                     env,
                 );
+                return;
+            }
+        }
+        if let Some(tenancy) = env.tenancy {
+            if env.rng.chance(tenancy.delete) {
+                let command = Command::DeleteKey {
+                    key: key_of(&election),
+                    election,
+                    token: belief.token,
+                };
+                self.start_op(OpKind::Put { stale: false }, command, env);
                 return;
             }
         }

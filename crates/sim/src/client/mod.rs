@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use tenure_core::drift::DriftPpm;
-use tenure_core::sm::{Command, RequestId, SessionId};
+use tenure_core::sm::{Command, Quota, RequestId, SessionId};
 use tenure_core::types::{Index, NodeId};
 
 use crate::faults::FaultMix;
@@ -52,6 +52,21 @@ const FREEZE_TTL_PERMILLE: (u64, u64) = (1_200, 2_999);
 const KEEPALIVES_REMEMBERED_MAX: usize = 16;
 /// Most streams a fate-sharing session keeps open at once (see `streams`).
 const BOUND_STREAMS_MAX: usize = 16;
+
+/// Tenancy seeds: clients belong to one of [`TENANTS`] principals, every command they send
+/// is charged to their principal (`Command::Charged`) under a small quota, and they also
+/// delete elections and fenced keys.
+#[derive(Clone, Copy, Debug)]
+pub struct Tenancy {
+    /// Each tenant's quota.
+    pub quota: Quota,
+    /// Per decision: probability of deleting an election (not campaigning) or its key
+    /// (leading).
+    pub delete: f64,
+}
+
+/// How many principals a tenancy seed's clients are split between.
+pub const TENANTS: u64 = 2;
 
 /// The fenced key an election's leader writes.
 pub fn key_of(election: &str) -> String {
@@ -181,6 +196,8 @@ pub struct ClientEnv<'a> {
     /// Fate-sharing seeds: how sessions are bound to their streams and how often a client
     /// process exits; `None` in other seeds.
     pub fate: Option<FateSharing>,
+    /// Tenancy seeds: quotas and deletes; `None` in other seeds.
+    pub tenancy: Option<Tenancy>,
     /// The drift bound ρ.
     pub drift_max: DriftPpm,
     /// Source of operation ids, unique in the run.
@@ -242,6 +259,7 @@ enum OpKind {
     Put { stale: bool },
     Get,
     LeaderRead,
+    DeleteElection,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -531,7 +549,14 @@ impl Client {
                     nonce: env.rng.below(u64::MAX - 1) + 1,
                 })
             }
-            (OpKind::Get | OpKind::LeaderRead | OpKind::Put { stale: true }, _) => return None,
+            // A delete of an election is idempotent: a retry finds it gone and says so.
+            (
+                OpKind::Get
+                | OpKind::LeaderRead
+                | OpKind::Put { stale: true }
+                | OpKind::DeleteElection,
+                _,
+            ) => return None,
             (_, Command::Revoke { session })
             | (_, Command::Campaign { session, .. })
             | (_, Command::Resign { session, .. })
@@ -554,10 +579,18 @@ impl Client {
             req_id,
             sent_local_us: now_local,
         });
+        let command = match env.tenancy {
+            Some(tenancy) => Command::Charged {
+                principal: format!("tenant-{}", self.id % TENANTS),
+                quota: tenancy.quota,
+                command: Box::new(op.command.clone()),
+            },
+            None => op.command.clone(),
+        };
         let request = ClientRequest::Propose {
             req_id,
             request: op.request,
-            command: op.command.clone(),
+            command,
             watch,
         };
         let timer = ClientTimer::RequestTimeout {

@@ -213,7 +213,7 @@ impl Client {
                     self.observe_leadership(election, index, leader, env);
                 }
             }
-            OpKind::Get => {}
+            OpKind::Get | OpKind::DeleteElection => {}
         }
     }
 

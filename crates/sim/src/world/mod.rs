@@ -87,6 +87,11 @@ const FSYNC_CRASH_P: f64 = 0.1;
 const FAST_ELECTION_SHARE: f64 = 0.5;
 /// Longest time a removed member keeps running.
 const DECOMMISSION_LINGER_US_MAX: u64 = 2_000 * US_PER_MS;
+/// Share of seeds whose clients are tenants: every command charged to one of two
+/// principals under a small quota, and elections and keys deleted now and then.
+const TENANCY_SHARE: f64 = 0.3;
+/// Range of the per-decision probability of a delete in tenancy seeds.
+const TENANCY_DELETE: (f64, f64) = (0.02, 0.15);
 
 /// Scheduled happenings.
 enum Event {
@@ -233,6 +238,8 @@ pub struct World {
     stream_idle_close_us: SimTimeUs,
     /// Fate-sharing seeds: the clients' keepalive streams, by id, as TCP carries them.
     pipes: BTreeMap<u64, streams::Pipe>,
+    /// Tenancy seeds (`TENANCY_SHARE`): quotas per principal, and deletes.
+    tenancy: Option<crate::client::Tenancy>,
 }
 
 impl World {
@@ -265,6 +272,7 @@ impl World {
         // And again a stream of its own for fate-sharing, so that the seeds without it run
         // exactly as before.
         let (fate, stream_idle_close_us) = streams::draw(seed, opts);
+        let tenancy = draw_tenancy(seed, opts);
         if lease_edge {
             // A fast network: the window in which a lease without its margin outlasts the
             // vote refusal is a few ticks, and round trips must not fill it.
@@ -347,6 +355,7 @@ impl World {
             fate,
             stream_idle_close_us,
             pipes: BTreeMap::new(),
+            tenancy,
         };
         for id in voters.iter().copied() {
             let config = world.node_config(id, voters.clone());
@@ -573,6 +582,7 @@ impl World {
             hush: self.hush,
             lease_from_receive: self.opts.bug == Some(InjectBug::LeaseFromReceiveTime),
             fate: self.fate,
+            tenancy: self.tenancy,
             drift_max: self.drift_max,
             next_op: &mut self.next_op,
         };
@@ -1291,6 +1301,29 @@ fn body_code(kind: &str) -> u64 {
 }
 
 /// A drift bound uniform in `[lo, hi)`.
+/// Whether a seed's clients are tenants, and their quota, from a stream of its own (so that
+/// the other seeds run exactly as before). Quotas are small enough to be reached: a few
+/// sessions, one to all three elections, a few keys of a few dozen bytes each.
+fn draw_tenancy(seed: u64, opts: &SimOptions) -> Option<crate::client::Tenancy> {
+    let mut rng = SimRng::new(seed ^ 0x7465_6e61_6e63_7921);
+    let forced = matches!(
+        opts.bug,
+        Some(InjectBug::DeletedElectionTokensRestart | InjectBug::GrantQuotaDefinite)
+    );
+    if !(rng.chance(TENANCY_SHARE) || forced) {
+        return None;
+    }
+    Some(crate::client::Tenancy {
+        quota: tenure_core::sm::Quota {
+            sessions: rng.between(1, 4),
+            elections: rng.between(1, 3),
+            keys: rng.between(1, 3),
+            key_bytes: rng.between(40, 120),
+        },
+        delete: rng.uniform(TENANCY_DELETE.0, TENANCY_DELETE.1),
+    })
+}
+
 fn draw_drift(rng: &mut SimRng, (lo, hi): (DriftPpm, DriftPpm)) -> DriftPpm {
     DriftPpm(rng.between(u64::from(lo.0), u64::from(hi.0) - 1) as u32)
 }
