@@ -595,10 +595,25 @@ async fn status_inner(args: &StatusArgs) -> Result<u8, Failure> {
     let contact_max_ms = args.contact_max.as_millis() as u64;
     let (views, leader, warnings) = assess(members, statuses, args.lag_max, contact_max_ms);
     let mut lines = Vec::new();
+    // What the caller's principal holds, as the first node that answered applied it.
+    let usage: Vec<Value> = first
+        .usage
+        .iter()
+        .map(|u| {
+            json!({
+                "principal": u.principal,
+                "sessions": u.sessions, "sessions_max": u.sessions_max,
+                "elections": u.elections, "elections_max": u.elections_max,
+                "keys": u.keys, "keys_max": u.keys_max,
+                "key_bytes": u.key_bytes, "key_bytes_max": u.key_bytes_max,
+            })
+        })
+        .collect();
     if args.target.json {
         let members: Vec<Value> = views.iter().map(member_json).collect();
         lines.push(
-            json!({ "leader": leader, "members": members, "warnings": warnings }).to_string(),
+            json!({ "leader": leader, "members": members, "warnings": warnings, "usage": usage })
+                .to_string(),
         );
     } else {
         let dash = || "-".to_string();
@@ -642,6 +657,20 @@ async fn status_inner(args: &StatusArgs) -> Result<u8, Failure> {
             ],
             &rows,
         );
+        for u in &first.usage {
+            lines.push(format!(
+                "usage of {}: sessions {}/{}, elections {}/{}, keys {}/{}, key bytes {}/{}",
+                output::escape_value(u.principal.as_bytes()),
+                u.sessions,
+                u.sessions_max,
+                u.elections,
+                u.elections_max,
+                u.keys,
+                u.keys_max,
+                u.key_bytes,
+                u.key_bytes_max
+            ));
+        }
         lines.extend(warnings.iter().map(|w| format!("warning: {w}")));
     }
     print_lines(&lines);

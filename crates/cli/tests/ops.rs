@@ -170,11 +170,17 @@ fn status_shows_every_member_and_marks_a_stopped_one_unreachable() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines.len(), 5, "{text}");
     assert!(
         lines[0].starts_with("ID") && lines[0].contains("HEALTH"),
         "{text}"
     );
+    // Then what the caller's principal holds against its quotas.
+    assert!(
+        lines[4].starts_with("usage of ") && lines[4].contains("sessions 0/20000"),
+        "{text}"
+    );
+    let lines = &lines[..4];
     assert_eq!(
         lines[1..].iter().filter(|l| l.contains(" leader ")).count(),
         1,

@@ -1023,9 +1023,29 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::StatusRequest>,
     ) -> Result<tonic::Response<v1::StatusResponse>, Status> {
-        self.authorize(&req, Action::Status)?;
+        let who = self.authorize(&req, Action::Status)?;
         let p = self.driver.published.borrow().clone();
         let mut response = self.status_response(&p.status);
+        // The caller's own holdings only: another principal's are not its business.
+        if let Principal::Named(name) = &who {
+            let quota = crate::quota::quota(&self.config, &self.quotas(&who));
+            let held = {
+                let usage = self.driver.metrics.principal_usage.lock();
+                let usage = usage.unwrap_or_else(|p| p.into_inner());
+                usage.get(name).copied().unwrap_or_default()
+            };
+            response.usage = vec![v1::PrincipalUsage {
+                principal: name.clone(),
+                sessions: held.sessions,
+                sessions_max: quota.sessions,
+                elections: held.elections,
+                elections_max: quota.elections,
+                keys: held.keys,
+                keys_max: quota.keys,
+                key_bytes: held.key_bytes,
+                key_bytes_max: quota.key_bytes,
+            }];
+        }
         let now = p.status.now_tick;
         response.peers = p
             .progress
@@ -1297,6 +1317,8 @@ impl Api {
             // The leader's view of the others is in `Published::progress`; `status` adds it.
             peers: Vec::new(),
             last_index: s.last_index,
+            // The caller's own, added by `status`.
+            usage: Vec::new(),
         }
     }
 }

@@ -154,6 +154,28 @@ async fn each_principal_holds_at_most_its_quota_and_its_own_sessions() {
     assert_eq!(usage("tenure_principal_elections"), 1.0);
     assert_eq!(usage("tenure_principal_keys"), 1.0);
     assert_eq!(usage("tenure_principal_key_bytes"), 13.0);
+    // `Status` shows the caller its own holdings against its quotas, and nobody else's.
+    let status = alpha.send(v1::StatusRequest {}).await.expect("status");
+    let own: Vec<_> = status
+        .usage
+        .iter()
+        .map(|u| {
+            (
+                u.principal.as_str(),
+                u.sessions,
+                u.sessions_max,
+                u.keys,
+                u.keys_max,
+            )
+        })
+        .collect();
+    assert_eq!(own, vec![("alpha", 3, 3, 1, 1)]);
+    let status = beta.send(v1::StatusRequest {}).await.expect("status");
+    assert!(
+        status.usage.iter().all(|u| u.principal == "beta"),
+        "{:?}",
+        status.usage
+    );
 
     // Deletes. In use: refused. The key only with the current token.
     let delete_election = v1::DeleteElectionRequest {
