@@ -39,19 +39,7 @@ pub struct Flood {
 impl Flood {
     /// Start flooding `targets` (client ports speaking TLS, trusting the CA at `ca`).
     pub fn start(targets: &[SocketAddr], ca: &Path) -> anyhow::Result<Flood> {
-        use rustls::pki_types::pem::PemObject as _;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).context("read the CA")? {
-            roots.add(cert.context("a CA certificate")?)?;
-        }
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tls = anonymous_connector(ca, b"h2")?;
         let stop = Arc::new(AtomicBool::new(false));
         let (opened, ended) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let mut tasks = Vec::new();
@@ -88,6 +76,49 @@ impl Flood {
     }
 }
 
+/// The client TLS of an anonymous attacker: trusts the CA at `ca`, presents no certificate,
+/// offers application protocol `alpn`.
+pub fn anonymous_connector(ca: &Path, alpn: &[u8]) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).context("read the CA")? {
+        roots.add(cert.context("a CA certificate")?)?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// A TLS session with `to` from 127.0.0.`octet`, or `None` if it cannot be had within 5 s.
+pub async fn open_from(
+    tls: &tokio_rustls::TlsConnector,
+    octet: u8,
+    to: SocketAddr,
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let opened = async {
+        let socket = TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, octet)),
+            0,
+        ))?;
+        let tcp = socket.connect(to).await?;
+        tls.connect(
+            rustls::pki_types::ServerName::IpAddress(to.ip().into()),
+            tcp,
+        )
+        .await
+    };
+    tokio::time::timeout(Duration::from_secs(5), opened)
+        .await
+        .ok()?
+        .ok()
+}
+
 /// Keep one anonymous connection open against `to` from 127.0.0.`octet`: TLS without a
 /// certificate, the HTTP/2 preface, then read until the node closes it; again at once.
 async fn hold(
@@ -100,21 +131,7 @@ async fn hold(
 ) {
     let mut buf = vec![0u8; 4096];
     while !stop.load(Relaxed) {
-        let connect = async {
-            let socket = TcpSocket::new_v4()?;
-            socket.bind(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::new(127, 0, 0, octet)),
-                0,
-            ))?;
-            let tcp = socket.connect(to).await?;
-            tls.connect(
-                rustls::pki_types::ServerName::IpAddress(to.ip().into()),
-                tcp,
-            )
-            .await
-        };
-        let stream = tokio::time::timeout(Duration::from_secs(5), connect).await;
-        let Ok(Ok(mut stream)) = stream else {
+        let Some(mut stream) = open_from(&tls, octet, to).await else {
             ended.fetch_add(1, Relaxed);
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;

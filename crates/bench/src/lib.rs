@@ -21,7 +21,7 @@ use clap::Args;
 
 mod backend;
 mod etcd;
-mod flood;
+pub mod flood;
 pub mod report;
 pub mod scenarios;
 pub mod system;

@@ -24,7 +24,7 @@
 //! answering throughout, memory growth under 64 MiB).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -32,9 +32,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinHandle;
-use tokio_rustls::rustls;
 
 use crate::cluster::{Cluster, HttpClient};
 
@@ -94,55 +92,15 @@ pub struct Hostile {
     memory: Arc<std::sync::Mutex<BTreeMap<u64, (u64, u64)>>>,
 }
 
-/// The client TLS of an anonymous attacker: the cluster's CA, no certificate of its own.
-fn anonymous_tls(certs: &Path, alpn: &[u8]) -> anyhow::Result<tokio_rustls::TlsConnector> {
-    use rustls::pki_types::pem::PemObject as _;
-    let ca = certs.join(tenure_transport::certs::files::CA);
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_file_iter(&ca).context("read the CA")? {
-        roots.add(cert.context("a CA certificate")?)?;
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
-}
-
-/// A TLS session with `to` from 127.0.0.`octet`, or `None` if it cannot be had within 5 s.
-async fn open_tls(
-    tls: &tokio_rustls::TlsConnector,
-    octet: u8,
-    to: SocketAddr,
-) -> Option<tokio_rustls::client::TlsStream<TcpStream>> {
-    let opened = async {
-        let socket = TcpSocket::new_v4()?;
-        socket.bind(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, octet)),
-            0,
-        ))?;
-        let tcp = socket.connect(to).await?;
-        tls.connect(
-            rustls::pki_types::ServerName::IpAddress(to.ip().into()),
-            tcp,
-        )
-        .await
-    };
-    tokio::time::timeout(Duration::from_secs(5), opened)
-        .await
-        .ok()?
-        .ok()
-}
+use tenure_bench::flood::{anonymous_connector, open_from as open_tls};
 
 impl Hostile {
     /// Start attacking every node of `cluster` (which must run with TLS).
     pub fn start(cluster: &Cluster) -> anyhow::Result<Hostile> {
         let certs = cluster.dir().join("certs");
-        let h2_tls = anonymous_tls(&certs, b"h2")?;
-        let http_tls = anonymous_tls(&certs, b"http/1.1")?;
+        let ca = certs.join(tenure_transport::certs::files::CA);
+        let h2_tls = anonymous_connector(&ca, b"h2")?;
+        let http_tls = anonymous_connector(&ca, b"http/1.1")?;
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(Counts::default());
         let memory = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
