@@ -745,13 +745,13 @@ impl Engine {
             let ready = node.ready();
             slot.disk
                 .persist(
-                    ready.hard_state.as_ref(),
-                    ready.snapshot.as_ref(),
-                    &ready.entries,
+                    ready.persist.hard_state.as_ref(),
+                    ready.persist.snapshot.as_ref(),
+                    &ready.persist.entries,
                 )
                 .expect("memory storage never fails");
             node.advance();
-            for msg in ready.messages {
+            for msg in ready.then.messages {
                 let kind = msg.body.kind().to_string();
                 let text = describe(&msg);
                 if self.net.len() >= IN_FLIGHT_MAX {
@@ -768,7 +768,7 @@ impl Engine {
                 });
                 self.next_msg += 1;
             }
-            for a in ready.applied {
+            for a in ready.then.applied {
                 if let Command::Expire { session } = a.command.unsealed() {
                     if node.role() == Role::Leader {
                         lines.push(format!(
@@ -785,7 +785,7 @@ impl Engine {
             for line in lines.drain(..) {
                 self.say(line);
             }
-            for change in ready.leader_changes {
+            for change in ready.then.leader_changes {
                 if change.election != ELECTION {
                     continue;
                 }

@@ -18,7 +18,7 @@ pub struct InjectedBugs {
     pub stale_fence_accepted: bool,
     /// Leave the vote out of the hard state that must be persisted before replying.
     pub no_vote_persist: bool,
-    /// Treat a changed term or vote like a changed commit index: `Ready::must_sync` is
+    /// Treat a changed term or vote like a changed commit index: `Persist::must_sync` is
     /// false for them, so a driver writes them without an fsync and a crash can lose a
     /// vote that was already sent.
     pub unsynced_vote: bool,
@@ -145,10 +145,10 @@ pub struct Config {
     pub snapshot_grows_with_state: bool,
     /// Let the driver encode and persist the node's own snapshots off the node's thread
     /// (off by default): at a snapshot point the node hands out a frozen image of its state
-    /// in [`crate::node::Ready::snapshot_image`], taken in O(1), goes on applying entries,
+    /// in [`crate::node::AfterPersist::snapshot_image`], taken in O(1), goes on applying entries,
     /// and compacts its log only when the driver reports the snapshot durable with
     /// [`crate::node::Node::snapshot_taken`]. Off, the node encodes the snapshot inside its
-    /// step and hands it out in `Ready::snapshot`, to persist before `advance`.
+    /// step and hands it out in `Persist::snapshot`, to persist before `advance`.
     pub snapshot_in_background: bool,
     /// Most proposals a leader holds uncommitted before refusing more.
     pub uncommitted_entries_max: u64,

@@ -1,6 +1,6 @@
 //! What happened in consensus, as the core itself saw it: elections started and lost,
 //! leadership won and given up (and why), leaders learned of, memberships changed. Handed
-//! out in [`crate::node::Ready::events`] in the order they happened, so that drivers count
+//! out in [`crate::node::AfterPersist::events`] in the order they happened, so that drivers count
 //! metrics and write event logs from the core's own account instead of guessing from status
 //! differences, and the golden interaction tests print them as etcd's testdata prints its
 //! log lines. The words are written once, in `Display`.

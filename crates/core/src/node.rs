@@ -98,7 +98,7 @@ pub struct PeerProgress {
     pub heard_tick: Option<u64>,
 }
 
-/// Where a proposal landed in the log. Its result arrives in [`Ready::applied`] at `index`;
+/// Where a proposal landed in the log. Its result arrives in [`AfterPersist::applied`] at `index`;
 /// if the entry there has another term, the proposal was lost and may be retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Proposed {
@@ -164,17 +164,30 @@ pub enum StreamEnd {
 
 /// Everything the driver must do after feeding the node inputs, in this order:
 ///
-/// 1. Make `hard_state`, `snapshot` and `entries` durable (write and fsync). When
-///    `must_sync` is false the only change is the hard state's commit index, which may be
-///    written without an fsync ([`crate::storage::Storage::persist_commit`]): a lost commit
-///    index is learned again from the log and the leader, so nothing waits on it.
+/// 1. Make [`Ready::persist`] durable (write and fsync). When its `must_sync` is false the
+///    only change is the hard state's commit index, which may be written without an fsync
+///    ([`crate::storage::Storage::persist_commit`]): a lost commit index is learned again
+///    from the log and the leader, so nothing waits on it.
 /// 2. Call [`Node::advance`].
-/// 3. Send `messages` (never before step 1: votes and acknowledgements promise durability;
-///    a leader's own AppendEntries may leave before it, see [`Node::early_appends`]).
-/// 4. Hand `applied`, `leader_changes` and `keepalive_acks` to clients; these come from
-///    entries that are committed and durable, or from a leader lease that holds.
+/// 3. Send [`Ready::then`]'s `messages` (never before step 1: votes and acknowledgements
+///    promise durability; a leader's own AppendEntries may leave before it, see
+///    [`Node::early_appends`]).
+/// 4. Hand its `applied`, `leader_changes`, `keepalive_acks` and `reads` to clients; these
+///    come from entries that are committed and durable, or from a leader lease that holds.
+///
+/// The two halves are separate types so that a driver can keep what follows while the
+/// write is being made durable, without a copy of its own.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Ready {
+    /// Step 1: what must be durable before anything in `then` may happen.
+    pub persist: Persist,
+    /// Steps 3 and 4, once `persist` is durable and the node advanced.
+    pub then: AfterPersist,
+}
+
+/// The half of a [`Ready`] that must be made durable first (step 1).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Persist {
     /// Term, vote and commit index to persist, if they changed.
     pub hard_state: Option<HardState>,
     /// Whether step 1 must fsync: entries, a snapshot, or a new term or vote are to be
@@ -187,6 +200,21 @@ pub struct Ready {
     /// Entries to persist: first discard stored entries at `entries[0].index` and after,
     /// then append.
     pub entries: Vec<Entry>,
+}
+
+impl Persist {
+    /// True if there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.hard_state.is_none() && self.snapshot.is_none() && self.entries.is_empty()
+    }
+}
+
+/// The half of a [`Ready`] that follows its persist (steps 2 to 4).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AfterPersist {
+    /// The index and term of [`Persist::snapshot`], if the Ready had one: a proposal it
+    /// covers is decided by the state machine's memory of requests, not by an entry.
+    pub snapshot_installed: Option<(Index, Term)>,
     /// With `Config::snapshot_in_background`: a snapshot to take, as a frozen image of the
     /// state at a snapshot point. Not part of step 1: the driver encodes it
     /// ([`SnapshotImage::encode`]) and makes it durable whenever it can, on any thread,
@@ -216,20 +244,19 @@ pub struct Ready {
 impl Ready {
     /// True if there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.hard_state.is_none()
-            && self.snapshot.is_none()
-            && self.entries.is_empty()
-            && self.snapshot_image.is_none()
-            && self.messages.is_empty()
-            && self.applied.is_empty()
-            && self.leader_changes.is_empty()
-            && self.keepalive_acks.is_empty()
-            && self.reads.is_empty()
-            && self.events.is_empty()
+        let t = &self.then;
+        self.persist.is_empty()
+            && t.snapshot_image.is_none()
+            && t.messages.is_empty()
+            && t.applied.is_empty()
+            && t.leader_changes.is_empty()
+            && t.keepalive_acks.is_empty()
+            && t.reads.is_empty()
+            && t.events.is_empty()
     }
 }
 
-/// A snapshot to take in the background (see [`Ready::snapshot_image`]): the state machine
+/// A snapshot to take in the background (see [`AfterPersist::snapshot_image`]): the state machine
 /// frozen at `index`, with the term and membership the snapshot records.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SnapshotImage {
@@ -268,7 +295,7 @@ pub struct Node {
     reads: Reads,
     /// Set between `ready()` and `advance()`; inputs in between are a driver bug.
     awaiting_advance: bool,
-    /// `Ready::applied_through` of the last Ready handed out.
+    /// `AfterPersist::applied_through` of the last Ready handed out.
     applied_handed: Index,
     /// Term and vote at the end of the last input, for the invariant that neither goes back.
     term_and_vote_seen: (Term, Option<NodeId>),
@@ -423,9 +450,9 @@ impl Node {
     }
 
     /// A keepalive for `session`, received now (leader only). The acknowledgement, tagged
-    /// with `tag`, comes in a later [`Ready::keepalive_acks`] once this leader provably leads
-    /// and has made the renewal durable enough for any successor; if that cannot happen in
-    /// time it never comes, and the client retries.
+    /// with `tag`, comes in a later [`AfterPersist::keepalive_acks`] once this leader
+    /// provably leads and has made the renewal durable enough for any successor; if that
+    /// cannot happen in time it never comes, and the client retries.
     pub fn keepalive(&mut self, session: SessionId, tag: u64) -> Result<(), ProposeError> {
         self.keepalive_as(session, tag, None)
     }
@@ -484,7 +511,7 @@ impl Node {
     }
 
     /// A linearizable read (`Get` or `Leader`) served without a log entry (leader only); see
-    /// [`crate::read`] for when it is served. Its answer arrives in [`Ready::reads`] under
+    /// [`crate::read`] for when it is served. Its answer arrives in [`AfterPersist::reads`] under
     /// `tag`: the response in the state after some applied index, or a definite refusal.
     /// Refused at once if this node does not lead, is transferring leadership, holds too
     /// many reads, or the command is not a read or breaks the size limits.
@@ -613,18 +640,23 @@ impl Node {
             .is_some_and(|hs| (hs.term, hs.vote) != (before.term, before.vote))
             && !self.raft.config.bugs.unsynced_vote;
         let ready = Ready {
-            applied_through: self.raft.log.applied,
-            must_sync: term_or_vote || snapshot.is_some() || !entries.is_empty(),
-            hard_state,
-            snapshot,
-            entries,
-            snapshot_image: self.snapshot_image.take(),
-            messages: std::mem::take(&mut self.raft.msgs),
-            applied: std::mem::take(&mut self.applied),
-            leader_changes: std::mem::take(&mut self.leader_changes),
-            keepalive_acks: std::mem::take(&mut self.acks),
-            reads: std::mem::take(&mut self.reads.done),
-            events: std::mem::take(&mut self.raft.events),
+            then: AfterPersist {
+                snapshot_installed: snapshot.as_ref().map(|s| (s.index, s.term)),
+                applied_through: self.raft.log.applied,
+                snapshot_image: self.snapshot_image.take(),
+                messages: std::mem::take(&mut self.raft.msgs),
+                applied: std::mem::take(&mut self.applied),
+                leader_changes: std::mem::take(&mut self.leader_changes),
+                keepalive_acks: std::mem::take(&mut self.acks),
+                reads: std::mem::take(&mut self.reads.done),
+                events: std::mem::take(&mut self.raft.events),
+            },
+            persist: Persist {
+                must_sync: term_or_vote || snapshot.is_some() || !entries.is_empty(),
+                hard_state,
+                snapshot,
+                entries,
+            },
         };
         self.assert_cheap_invariants();
         ready
@@ -684,17 +716,21 @@ impl Node {
         );
         let term = self.raft.term;
         let qualifies = self.raft.role == Role::Leader
-            && !ready.entries.is_empty()
-            && ready.hard_state.as_ref().is_none_or(|h| h.term == term);
+            && !ready.persist.entries.is_empty()
+            && ready
+                .persist
+                .hard_state
+                .as_ref()
+                .is_none_or(|h| h.term == term);
         if !qualifies {
             return None;
         }
-        let (early, late): (Vec<Message>, Vec<Message>) = std::mem::take(&mut ready.messages)
+        let (early, late): (Vec<Message>, Vec<Message>) = std::mem::take(&mut ready.then.messages)
             .into_iter()
             .partition(|m| {
                 m.term == term && matches!(m.body, crate::message::Body::AppendEntries { .. })
             });
-        ready.messages = late;
+        ready.then.messages = late;
         Some(early)
     }
 
@@ -724,7 +760,7 @@ impl Node {
         self.after_input();
     }
 
-    /// The driver made the snapshot of a [`Ready::snapshot_image`] durable (`Some`, the
+    /// The driver made the snapshot of a [`AfterPersist::snapshot_image`] durable (`Some`, the
     /// encoded image), or gave it up (`None`, e.g. its write failed: the node takes another
     /// at its next snapshot point). The node keeps the snapshot to send to followers that
     /// are behind and compacts its in-memory log up to it — unless a leader's snapshot at

@@ -209,7 +209,7 @@ pub(crate) struct Raft {
     /// This leader appended entries that its streaming followers have not been sent yet:
     /// they leave together at the next Ready (`flush_appends`).
     pub(crate) appends_pending: bool,
-    /// What happened, for `Ready::events`, in order.
+    /// What happened, for `AfterPersist::events`, in order.
     pub(crate) events: Vec<NodeEvent>,
     /// Set by a leader-only code path just before it steps down, with its reason; a leader
     /// that steps down otherwise saw a higher term.

@@ -37,7 +37,7 @@ use crate::types::{Index, Term};
 /// Most reads a leader holds while it confirms its leadership; more are refused as busy.
 pub const READS_PENDING_MAX: usize = 100_000;
 
-/// A read the node answered, for [`crate::node::Ready::reads`].
+/// A read the node answered, for [`crate::node::AfterPersist::reads`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadResult {
     /// The driver's tag for the read.

@@ -67,8 +67,8 @@
 //! applied or last index, configuration or transfer target, then the entries it applied
 //! (`N applied i@t Command => Response`), leader changes of tenure elections and keepalive
 //! acknowledgements, and the node's own account of what happened (`N event: …`, the
-//! `Display` of each `Ready::events` entry: elections started, pre-votes lost, leadership won
-//! and given up and why, leaders learned of, membership changes), as etcd's testdata prints
+//! `Display` of each `AfterPersist::events` entry: elections started, pre-votes lost,
+//! leadership won and given up and why, leaders learned of, membership changes), as etcd's testdata prints
 //! its log lines. With `show-ready` on, each `Ready` is printed in full.
 
 mod common;
@@ -865,7 +865,7 @@ impl Harness {
             self.disks
                 .get_mut(&id)
                 .expect("every node has a disk")
-                .persist(&ready);
+                .persist(&ready.persist);
             node.advance();
             node.check_invariants();
             if self.show_ready {
@@ -873,7 +873,7 @@ impl Harness {
             } else {
                 write_client_effects(out, indent, id, &ready);
             }
-            self.inflight.extend(ready.messages);
+            self.inflight.extend(ready.then.messages);
         }
     }
 
@@ -910,7 +910,7 @@ impl ToReport for String {
 fn write_ready(out: &mut String, indent: &str, id: NodeId, r: &Ready) {
     writeln!(out, "{indent}{id} ready:").expect("write");
     let i = format!("{indent}  ");
-    if let Some(hs) = r.hard_state {
+    if let Some(hs) = r.persist.hard_state {
         let vote = hs.vote.map_or("-".to_owned(), |v| v.to_string());
         writeln!(
             out,
@@ -919,7 +919,7 @@ fn write_ready(out: &mut String, indent: &str, id: NodeId, r: &Ready) {
         )
         .expect("write");
     }
-    if let Some(s) = &r.snapshot {
+    if let Some(s) = &r.persist.snapshot {
         writeln!(
             out,
             "{i}persist snapshot {}@{} {}",
@@ -929,20 +929,25 @@ fn write_ready(out: &mut String, indent: &str, id: NodeId, r: &Ready) {
         )
         .expect("write");
     }
-    if !r.entries.is_empty() {
-        writeln!(out, "{i}persist entries {}", fmt_entries(&r.entries)).expect("write");
+    if !r.persist.entries.is_empty() {
+        writeln!(
+            out,
+            "{i}persist entries {}",
+            fmt_entries(&r.persist.entries)
+        )
+        .expect("write");
     }
-    for m in &r.messages {
+    for m in &r.then.messages {
         writeln!(out, "{i}send {}", fmt_message(m)).expect("write");
     }
     write_client_effects(out, &i, id, r);
 }
 
 fn write_client_effects(out: &mut String, indent: &str, id: NodeId, r: &Ready) {
-    for e in &r.events {
+    for e in &r.then.events {
         writeln!(out, "{indent}{id} event: {e}").expect("write");
     }
-    for a in &r.applied {
+    for a in &r.then.applied {
         writeln!(
             out,
             "{indent}{id} applied {}@{} {} => {}",
@@ -953,10 +958,10 @@ fn write_client_effects(out: &mut String, indent: &str, id: NodeId, r: &Ready) {
         )
         .expect("write");
     }
-    for c in &r.leader_changes {
+    for c in &r.then.leader_changes {
         writeln!(out, "{indent}{id} {}", fmt_leader_change(c)).expect("write");
     }
-    for k in &r.keepalive_acks {
+    for k in &r.then.keepalive_acks {
         writeln!(
             out,
             "{indent}{id} acknowledges keepalive session={} tag={} ttl={}",

@@ -22,9 +22,13 @@ fn one_follower_acknowledges_before_the_leaders_fsync(
         .propose(Command::Grant { ttl_ticks: 100 })
         .expect("leader proposes");
     let ready = c.node_mut(leader).ready();
-    assert!(ready.entries.iter().any(|e| e.index == proposed.index));
+    assert!(ready
+        .persist
+        .entries
+        .iter()
+        .any(|e| e.index == proposed.index));
     // The driver writes, starts the fsync and replicates at once.
-    for m in ready.messages.into_iter().filter(|m| m.to == follower) {
+    for m in ready.then.messages.into_iter().filter(|m| m.to == follower) {
         c.node_mut(follower).step(m).expect("valid");
     }
     let mut answers = Vec::new();
@@ -32,7 +36,7 @@ fn one_follower_acknowledges_before_the_leaders_fsync(
     while f.has_ready() {
         let r = f.ready();
         f.advance();
-        answers.extend(r.messages.into_iter().filter(|m| m.to == leader));
+        answers.extend(r.then.messages.into_iter().filter(|m| m.to == leader));
     }
     assert!(answers
         .iter()
@@ -118,9 +122,10 @@ fn proposals_between_two_readies_leave_as_one_append_per_follower() {
             .expect("leader proposes");
     }
     let ready = c.node_mut(leader).ready();
-    assert_eq!(ready.entries.len(), 6);
+    assert_eq!(ready.persist.entries.len(), 6);
     for follower in (1..=3).filter(|id| *id != leader) {
         let batches: Vec<(u64, usize)> = ready
+            .then
             .messages
             .iter()
             .filter(|m| m.to == follower)
@@ -163,6 +168,7 @@ fn only_a_leaders_appends_may_leave_before_its_fsync() {
         .iter()
         .all(|m| matches!(m.body, Body::AppendEntries { .. })));
     assert!(ready
+        .then
         .messages
         .iter()
         .all(|m| !matches!(m.body, Body::AppendEntries { .. })));
@@ -178,12 +184,13 @@ fn only_a_leaders_appends_may_leave_before_its_fsync() {
         if node.has_ready() {
             let mut ready = node.ready();
             let asks = ready
+                .then
                 .messages
                 .iter()
                 .any(|m| matches!(m.body, Body::RequestVote { .. } | Body::PreVote { .. }));
-            let before = ready.messages.len();
+            let before = ready.then.messages.len();
             let early = node.early_appends(&mut ready);
-            assert_eq!(ready.messages.len(), before, "nothing taken");
+            assert_eq!(ready.then.messages.len(), before, "nothing taken");
             node.advance();
             if asks {
                 campaigned = Some(early);

@@ -51,7 +51,10 @@ fn readies(n: &mut Node) -> Vec<Ready> {
 
 /// The messages the node sends now.
 fn sent(n: &mut Node) -> Vec<Message> {
-    readies(n).into_iter().flat_map(|r| r.messages).collect()
+    readies(n)
+        .into_iter()
+        .flat_map(|r| r.then.messages)
+        .collect()
 }
 
 fn step(n: &mut Node, m: Message) {
@@ -187,10 +190,10 @@ impl Net {
         for (id, n) in self.nodes.iter_mut() {
             while n.has_ready() {
                 let r = n.ready();
-                self.disks.get_mut(id).expect("disk").persist(&r);
+                self.disks.get_mut(id).expect("disk").persist(&r.persist);
                 n.advance();
                 n.check_invariants();
-                self.inflight.extend(r.messages);
+                self.inflight.extend(r.then.messages);
             }
         }
     }
@@ -459,10 +462,11 @@ fn granting_ready_persists_the_vote(bugs: InjectedBugs) -> bool {
     let rs = readies(&mut n);
     let granting: Vec<&Ready> = rs
         .iter()
-        .filter(|r| vote_reply(&r.messages, 1) == Some((1, true)))
+        .filter(|r| vote_reply(&r.then.messages, 1) == Some((1, true)))
         .collect();
     assert_eq!(granting.len(), 1, "exactly one Ready grants the vote");
     granting[0]
+        .persist
         .hard_state
         .is_some_and(|hs| hs.term == 1 && hs.vote == Some(1))
 }
@@ -488,7 +492,7 @@ fn votes_twice_after_restart(bugs: InjectedBugs) -> bool {
     step(&mut n, request_vote(1, 3, 1, (0, 0)));
     while n.has_ready() {
         let r = n.ready();
-        disk.persist(&r);
+        disk.persist(&r.persist);
         n.advance();
     }
     drop(n);
@@ -910,10 +914,14 @@ fn test_7_snapshot_install_replaces_conflicting_log() {
     );
     let rs = readies(&mut n);
     assert!(
-        rs[0].snapshot.as_ref().is_some_and(|s| s.index == 5),
+        rs[0]
+            .persist
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.index == 5),
         "the snapshot is persisted in the Ready that acknowledges it"
     );
-    assert_eq!(append_reply(&rs[0].messages, 1), (true, 5, None));
+    assert_eq!(append_reply(&rs[0].then.messages, 1), (true, 5, None));
 }
 
 #[test]
@@ -958,11 +966,11 @@ fn test_9_6_prevote_does_not_raise_terms() {
     step(&mut voter, pre_vote);
     let rs = readies(&mut voter);
     assert!(
-        rs.iter().all(|r| r.hard_state.is_none()),
+        rs.iter().all(|r| r.persist.hard_state.is_none()),
         "nothing to persist"
     );
     assert_eq!(
-        vote_reply(&rs[0].messages, 1),
+        vote_reply(&rs[0].then.messages, 1),
         Some((6, true)),
         "granted, at the proposed term"
     );

@@ -11,11 +11,12 @@
 //!   outcome ([`Outcome`]);
 //! - the leadership and latency events the server turns into metrics ([`Event`]).
 //!
-//! The driver calls, in the order written on `Ready`: persist, `Node::advance`, send, then
-//! [`DriverCore::on_ready`] with the Ready's applied entries, acks and snapshot; and
-//! [`DriverCore::observe`] after every other input. It collects answers and events with
-//! [`DriverCore::drain`]. Time is whatever monotonic microsecond count the driver keeps (real
-//! or simulated); this crate never reads a clock.
+//! [`Pipeline`] owns the node and its driver core and takes each Ready through its order
+//! (write, early appends, sync, `Node::advance`, send, [`DriverCore::on_ready`]); the
+//! server's driver thread and the simulator both run it, over their own storage and network.
+//! The driver observes after every other input ([`Pipeline::observe`]) and collects answers
+//! and events with [`DriverCore::drain`]. Time is whatever monotonic microsecond count the
+//! driver keeps (real or simulated); this crate never reads a clock.
 //!
 //! # When is a failure definite?
 //!
@@ -34,17 +35,16 @@
 
 #![deny(missing_docs)]
 
+mod pipeline;
 mod snapshot;
 
+pub use pipeline::{Finished, Pipeline, Wrote};
 pub use snapshot::finish_background_snapshot;
 
 use std::collections::BTreeMap;
 
 use tenure_core::event::NodeEvent;
-use tenure_core::node::{
-    Applied, Bind, KeepaliveAck, Node, ProposeError, Ready, Role, Status, StreamEnd,
-};
-use tenure_core::read::ReadResult;
+use tenure_core::node::{AfterPersist, Applied, Bind, Node, ProposeError, Role, Status, StreamEnd};
 use tenure_core::sm::{Command, RequestId, Response, SessionId, SmError};
 use tenure_core::types::{Index, NodeId, Term};
 
@@ -144,7 +144,7 @@ pub struct KeepaliveAnswer<K> {
 /// Something the server counts in its metrics and logs (the simulator drains and drops them).
 ///
 /// Elections, step-downs (with the core's own reason), leaders learned of and membership
-/// changes come from the core's account, `Ready::events` (see [`DriverCore::on_ready`]);
+/// changes come from the core's account, `AfterPersist::events` (see [`DriverCore::on_ready`]);
 /// expiries, releases and fenced rejections from the applied entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -163,7 +163,7 @@ pub enum Event {
         /// Age.
         age_us: Micros,
     },
-    /// The consensus's own account (`Ready::events`): an election or pre-vote round
+    /// The consensus's own account (`AfterPersist::events`): an election or pre-vote round
     /// started, a pre-vote lost, a step-down and why, the leader gone, a membership change.
     /// A leader learned of (or won) is [`Event::LeaderKnown`] instead.
     Core(NodeEvent),
@@ -312,25 +312,6 @@ impl DriverBugs {
             _ => None,
         }
     }
-}
-
-/// The parts of a [`Ready`] that decide answers.
-#[derive(Clone, Copy, Debug)]
-pub struct ReadyParts<'a> {
-    /// Index of the Ready's snapshot, if it had one.
-    pub snapshot_index: Option<Index>,
-    /// `Ready::applied_through`.
-    pub applied_through: Index,
-    /// `Ready::applied`.
-    pub applied: &'a [Applied],
-    /// How many leader changes the Ready had.
-    pub leader_changes: usize,
-    /// `Ready::keepalive_acks`.
-    pub keepalive_acks: &'a [KeepaliveAck],
-    /// `Ready::reads`.
-    pub reads: &'a [ReadResult],
-    /// `Ready::events`.
-    pub events: &'a [NodeEvent],
 }
 
 struct PendingProposal<P> {
@@ -494,7 +475,7 @@ impl<P, K> DriverCore<P, K> {
         self.observe(node, now_us);
     }
 
-    /// A keepalive for `session` arrived. Acknowledged later from `Ready::keepalive_acks`,
+    /// A keepalive for `session` arrived. Acknowledged later from `AfterPersist::keepalive_acks`,
     /// or refused (now if the node cannot take it; later if it stops leading first).
     pub fn keepalive(&mut self, node: &mut Node, now_us: Micros, session: SessionId, reply: K) {
         self.keepalive_as(node, now_us, session, None, reply);
@@ -577,7 +558,7 @@ impl<P, K> DriverCore<P, K> {
     /// After any input or tick: note when the node lost its leader (for the leaderless time
     /// a later [`Event::LeaderKnown`] reports), and a node that no longer leads refuses the
     /// keepalives it holds (it will never acknowledge them). What happened in consensus is
-    /// the core's own account, taken from `Ready::events` in [`DriverCore::on_ready`].
+    /// the core's own account, taken from `AfterPersist::events` in [`DriverCore::on_ready`].
     pub fn observe(&mut self, node: &Node, now_us: Micros) {
         node.refresh_status(&mut self.next_status);
         let now = &self.next_status;
@@ -624,32 +605,15 @@ impl<P, K> DriverCore<P, K> {
     }
 
     /// After a Ready was persisted, `advance`d and its messages sent: answer what it decided
-    /// (its `applied`, `keepalive_acks`, `leader_changes`, `snapshot` and `applied_through`;
-    /// the driver may already have taken the messages out).
-    pub fn on_ready(&mut self, node: &Node, now_us: Micros, ready: &Ready) {
-        self.on_ready_parts(
-            node,
-            now_us,
-            ReadyParts {
-                snapshot_index: ready.snapshot.as_ref().map(|s| s.index),
-                applied_through: ready.applied_through,
-                applied: &ready.applied,
-                leader_changes: ready.leader_changes.len(),
-                keepalive_acks: &ready.keepalive_acks,
-                reads: &ready.reads,
-                events: &ready.events,
-            },
-        );
-    }
-
-    /// [`DriverCore::on_ready`] for a driver that already moved the Ready's parts elsewhere.
-    pub fn on_ready_parts(&mut self, node: &Node, now_us: Micros, ready: ReadyParts<'_>) {
-        self.note_core_events(node, now_us, ready.events);
-        for a in ready.applied {
+    /// (its `applied`, `keepalive_acks`, `reads`, `leader_changes`, installed snapshot and
+    /// `applied_through`; the driver may already have taken the messages out).
+    pub fn on_ready(&mut self, node: &Node, now_us: Micros, ready: &AfterPersist) {
+        self.note_core_events(node, now_us, &ready.events);
+        for a in &ready.applied {
             self.count_applied(a);
             self.decide_index(node, now_us, a.index, Some(a));
         }
-        for r in ready.reads {
+        for r in &ready.reads {
             if let Some(reply) = self.reads.remove(&r.tag) {
                 let outcome = match &r.outcome {
                     Ok((index, response)) => Outcome::Applied {
@@ -661,10 +625,10 @@ impl<P, K> DriverCore<P, K> {
                 self.out.answers.push(Answer { reply, outcome });
             }
         }
-        for _ in 0..ready.leader_changes {
+        for _ in &ready.leader_changes {
             self.out.events.push(Event::ElectionLeaderChanged);
         }
-        for ack in ready.keepalive_acks {
+        for ack in &ready.keepalive_acks {
             if let Some(p) = self.keepalives.remove(&ack.tag) {
                 self.out.events.push(Event::Renewed {
                     latency_us: now_us.saturating_sub(p.received_us),
@@ -684,7 +648,7 @@ impl<P, K> DriverCore<P, K> {
         // lost. A snapshot that covers them may have been a leader's, installed over a log
         // that never held the entry there — which may well have been theirs.
         let leader = node.leader();
-        let snapshot_index = ready.snapshot_index.unwrap_or(0);
+        let snapshot_index = ready.snapshot_installed.map_or(0, |(index, _)| index);
         while let Some((&(index, term), _)) = self.proposals.first_key_value() {
             if index > ready.applied_through {
                 break;

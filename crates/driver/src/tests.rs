@@ -33,7 +33,7 @@ fn settle(node: &mut Node, core: &mut Core, now_us: Micros) {
     while node.has_ready() {
         let ready = node.ready();
         node.advance();
-        core.on_ready(node, now_us, &ready);
+        core.on_ready(node, now_us, &ready.then);
     }
 }
 
@@ -312,17 +312,14 @@ fn proposals_covered_by_a_snapshot_are_answered_from_the_remembered_results() {
     assert_eq!(sm.remembers_since(session), Some(1));
     let (_, response) = sm.remembered(second).expect("2 is remembered");
 
-    core.on_ready_parts(
+    let term = node.status().term;
+    core.on_ready(
         &node,
         0,
-        ReadyParts {
-            snapshot_index: Some(i2),
+        &AfterPersist {
+            snapshot_installed: Some((i2, term)),
             applied_through: i2,
-            applied: &[],
-            leader_changes: 0,
-            keepalive_acks: &[],
-            reads: &[],
-            events: &[],
+            ..AfterPersist::default()
         },
     );
     let answers = core.drain().answers;

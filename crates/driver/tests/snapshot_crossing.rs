@@ -89,14 +89,14 @@ impl Cluster {
         while node.has_ready() {
             let mut ready = node.ready();
             disk.persist(
-                ready.hard_state.as_ref(),
-                ready.snapshot.as_ref(),
-                &ready.entries,
+                ready.persist.hard_state.as_ref(),
+                ready.persist.snapshot.as_ref(),
+                &ready.persist.entries,
             )
             .expect("persist");
             node.advance();
-            self.inflight.append(&mut ready.messages);
-            if let Some(image) = ready.snapshot_image.take() {
+            self.inflight.append(&mut ready.then.messages);
+            if let Some(image) = ready.then.snapshot_image.take() {
                 let writer = disk.snapshot_writer();
                 self.pending.insert(id, (image, writer));
             }

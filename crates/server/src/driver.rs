@@ -22,7 +22,7 @@ use tenure_core::sm::{Command, LeaderChange, RequestId, Response, SessionId, SmE
 use tenure_core::storage::{BackgroundSnapshots, SnapshotWriter};
 use tenure_core::types::{Index, Membership, NodeId, Snapshot, Term};
 use tenure_driver::{
-    DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Micros, Outcome, StepDownReason,
+    DriverBugs, Event, Failure, KeepaliveOutcome, Micros, Outcome, Pipeline, StepDownReason,
     Unknown,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -420,7 +420,9 @@ type SnapshotDoneOf<S> = SnapshotDone<
 
 /// The driver's state; runs on its own thread via [`Driver::run`].
 pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
-    node: Node,
+    /// The node and its driver core (who waits for what, and what they are answered), and
+    /// the order each Ready goes through: shared with the simulator.
+    pipeline: Pipeline<ProposalReply, KeepAliveReply>,
     storage: S,
     outbox: O,
     tick: Duration,
@@ -428,8 +430,6 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
     leader_changes: broadcast::Sender<LeaderChange>,
     published: watch::Sender<Published>,
     metrics: Arc<Metrics>,
-    /// Who waits for what, and what they are answered: shared with the simulator.
-    core: DriverCore<ProposalReply, KeepAliveReply>,
     /// Origin of the driver core's microsecond clock.
     start: Instant,
     /// This node's id, for the log.
@@ -481,14 +481,13 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
     let journal = Arc::new(crate::dashboard::Journal::default());
     let driver = Driver {
         journal: journal.clone(),
-        core: DriverCore::new(&status, 0, bugs),
         start: Instant::now(),
         id: status.id,
         snapshots_sent_logged: BTreeMap::new(),
         snapshot_installing: None,
         pre_votes_lost_in_a_row: 0,
         election_since: BTreeMap::new(),
-        node,
+        pipeline: Pipeline::new(node, 0, true, bugs),
         storage,
         outbox,
         tick,
@@ -537,15 +536,15 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
     /// Run until `Input::Shutdown` or until every input sender is gone.
     pub fn run(mut self) -> Result<(), StorageFailed> {
         let start = self.start;
-        let mut ticks_done: u64 = 0;
         // Anything the node produced while starting (replayed entries) goes out first.
         self.process_ready()?;
         // A pass of the loop longer than this is worth a warning: followers time out after
         // one election timeout without a heartbeat.
-        let stall = self.tick * (self.node.config().election_timeout_ticks / 2).max(1) as u32;
+        let stall =
+            self.tick * (self.pipeline.node().config().election_timeout_ticks / 2).max(1) as u32;
         // Handling a batch of inputs holds back every message they produce, heartbeats
         // included: a batch ends after a heartbeat interval however many inputs wait.
-        let batch_for = self.tick * self.node.config().heartbeat_ticks.max(1) as u32;
+        let batch_for = self.tick * self.pipeline.node().config().heartbeat_ticks.max(1) as u32;
         loop {
             let Some(first) = self.inputs.blocking_recv() else {
                 break;
@@ -554,26 +553,26 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             // Time comes first (see `tenure_core::node`): a process that was stopped wakes
             // up with queued keepalives and messages, and must tick for the time it lost
             // before it judges any of them by its lease.
-            self.catch_up_ticks(start, &mut ticks_done);
+            self.catch_up_ticks(start);
             let mut stop = self.handle(first);
             let mut handled = 1;
             while handled < INPUT_BATCH_MAX && !stop && woke.elapsed() < batch_for {
                 match self.inputs.try_recv() {
                     Ok(input) => {
-                        self.catch_up_ticks(start, &mut ticks_done);
+                        self.catch_up_ticks(start);
                         stop = self.handle(input);
                         handled += 1;
                     }
                     Err(_) => break,
                 }
             }
-            self.catch_up_ticks(start, &mut ticks_done);
+            self.catch_up_ticks(start);
             let handled_at = Instant::now();
             self.finish_snapshot()?;
             let snapshot_at = Instant::now();
             self.process_ready()?;
             let now = self.now_us();
-            self.core.expire_keepalives(now);
+            self.pipeline.expire_keepalives(now);
             self.deliver();
             self.publish();
             let took = woke.elapsed();
@@ -595,7 +594,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             }
         }
         // Whatever still waits may yet be committed by the others.
-        self.core.stop();
+        self.pipeline.stop();
         self.deliver();
         // A snapshot being written is left unrecorded (the log keeps what it covers), but
         // its thread must be done with the directory before the storage is closed.
@@ -648,7 +647,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                     "cannot start the snapshot thread, the snapshot is skipped: {e}"
                 );
                 self.metrics.snapshot_failures.fetch_add(1, Relaxed);
-                self.node.snapshot_taken(None);
+                self.pipeline.snapshot_failed();
             }
         }
     }
@@ -691,20 +690,18 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                     "cannot write a snapshot, the log keeps its entries: {e}"
                 );
                 self.metrics.snapshot_failures.fetch_add(1, Relaxed);
-                self.node.snapshot_taken(None);
+                self.pipeline.snapshot_failed();
                 return Ok(());
             }
         };
         let started = Instant::now();
         let (index, term, bytes) = (snapshot.index, snapshot.term, snapshot.data.len());
         // The node decides whether the snapshot is still current, and the log follows it.
-        let recorded = tenure_driver::finish_background_snapshot(
-            &mut self.node,
-            &mut self.storage,
-            snapshot,
-            written,
-        )
-        .map_err(|e| StorageFailed(e.to_string()))?;
+        let now = self.now_us();
+        let recorded = self
+            .pipeline
+            .finish_snapshot(&mut self.storage, snapshot, written, now)
+            .map_err(|e| StorageFailed(e.to_string()))?;
         let record = started.elapsed();
         if recorded {
             let m = &self.metrics;
@@ -725,8 +722,6 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 "compacted the log up to index {index}"
             );
         }
-        let now = self.now_us();
-        self.core.observe(&self.node, now);
         Ok(())
     }
 
@@ -747,7 +742,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
              snapshot point tries again"
         );
         self.metrics.snapshot_failures.fetch_add(1, Relaxed);
-        self.node.snapshot_taken(None);
+        self.pipeline.snapshot_failed();
     }
 
     fn now_us(&self) -> Micros {
@@ -756,14 +751,10 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
 
     /// Ticks follow the monotonic clock, not the number of wake-ups: a driver that fell
     /// behind (or a process that was stopped) catches up on every tick it owes.
-    fn catch_up_ticks(&mut self, start: Instant, ticks_done: &mut u64) {
+    fn catch_up_ticks(&mut self, start: Instant) {
         let due = (start.elapsed().as_micros() / self.tick.as_micros().max(1)) as u64;
-        while *ticks_done < due {
-            self.node.tick();
-            *ticks_done += 1;
-            let now = self.now_us();
-            self.core.observe(&self.node, now);
-        }
+        let now = self.now_us();
+        self.pipeline.tick_to(due, now);
     }
 
     /// Returns true on shutdown.
@@ -775,8 +766,10 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 "node {}: a panic injected on the driver thread (POST /debug/driver-panic)",
                 self.id
             ),
-            Input::PeerClosed(peer) => self.node.peer_connection_closed(peer),
-            Input::PeerRefused(peer, epoch) => self.node.peer_reconnect_refused(peer, epoch),
+            Input::PeerClosed(peer) => self.pipeline.node_mut().peer_connection_closed(peer),
+            Input::PeerRefused(peer, epoch) => {
+                self.pipeline.node_mut().peer_reconnect_refused(peer, epoch)
+            }
             Input::Peer(m) => {
                 // An accepted InstallSnapshot moves the node's snapshot to its index and term
                 // at once; the Ready that persists it says when it is installed for good.
@@ -786,19 +779,19 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                     }
                     _ => None,
                 };
-                let before = offered.map(|_| self.node.snapshot_meta());
-                if let Err(e) = self.node.step(m) {
+                let before = offered.map(|_| self.pipeline.node().snapshot_meta());
+                if let Err(e) = self.pipeline.node_mut().step(m) {
                     self.metrics.bad_peer_messages.fetch_add(1, Relaxed);
                     tracing::warn!("refused peer message: {e}");
                 }
                 if let Some((index, term, from)) = offered {
-                    let after = self.node.snapshot_meta();
+                    let after = self.pipeline.node().snapshot_meta();
                     if after == (index, term) && before != Some(after) {
                         self.snapshot_installing = Some((index, term, from));
                     }
                 }
                 let now = self.now_us();
-                self.core.observe(&self.node, now);
+                self.pipeline.observe(now);
             }
             Input::Client(req) => self.handle_client(req),
         }
@@ -813,8 +806,8 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 command,
                 reply,
             } => {
-                self.core
-                    .propose(&mut self.node, now, request, command, reply);
+                let (node, core) = self.pipeline.parts();
+                core.propose(node, now, request, command, reply);
             }
             ClientRequest::KeepAlive {
                 session,
@@ -823,7 +816,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 bind,
                 reply,
             } => {
-                let owner = self.node.state_machine().session_owner(session);
+                let owner = self.pipeline.node().state_machine().session_owner(session);
                 if let (Some(principal), Some(owner)) = (principal.as_deref(), owner) {
                     if principal != owner {
                         let refusal = tenure_core::sm::SmError::NotOwner(session);
@@ -831,17 +824,21 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                         return;
                     }
                 }
-                self.core
-                    .keepalive_bound(&mut self.node, now, session, secret_hash, bind, reply);
+                let (node, core) = self.pipeline.parts();
+                core.keepalive_bound(node, now, session, secret_hash, bind, reply);
             }
             ClientRequest::StreamEnded { stream, end } => {
-                self.core.stream_ended(&mut self.node, now, stream, end);
+                let (node, core) = self.pipeline.parts();
+                core.stream_ended(node, now, stream, end);
             }
             ClientRequest::TransferLeader { to, reply } => {
                 // 0 names no node: the leader picks the voter that is most caught up.
                 let to = match to {
-                    0 if self.node.role() == Role::Leader => {
-                        match most_caught_up_voter(&self.node.status(), &self.node.progress()) {
+                    0 if self.pipeline.node().role() == Role::Leader => {
+                        match most_caught_up_voter(
+                            &self.pipeline.node().status(),
+                            &self.pipeline.node().progress(),
+                        ) {
                             Some(id) => id,
                             None => {
                                 let why = "there is no other voter to hand leadership to";
@@ -852,9 +849,10 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                     }
                     to => to,
                 };
-                let _ = reply.send(self.node.transfer_leadership(to).map_err(Into::into));
+                let transferred = self.pipeline.node_mut().transfer_leadership(to);
+                let _ = reply.send(transferred.map_err(Into::into));
                 // The transfer under way is what tells a step-down's reason later.
-                self.core.observe(&self.node, now);
+                self.pipeline.observe(now);
             }
             ClientRequest::ChangeMembership {
                 voters,
@@ -862,11 +860,12 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 reply,
             } => {
                 let r = self
-                    .node
+                    .pipeline
+                    .node_mut()
                     .change_membership(voters, learners)
                     .map_err(Into::into);
                 let _ = reply.send(r);
-                self.core.observe(&self.node, now);
+                self.pipeline.observe(now);
             }
             ClientRequest::List { request, reply } => {
                 let _ = reply.send(Ok(self.list(request)));
@@ -876,7 +875,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
 
     /// One page of the applied state (see [`ListRequest`]).
     fn list(&self, request: ListRequest) -> Listing {
-        let sm = self.node.state_machine();
+        let sm = self.pipeline.node().state_machine();
         let applied_index = sm.applied_index();
         match request {
             ListRequest::Elections { after, limit } => {
@@ -898,14 +897,18 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 }
             }
             ListRequest::Sessions { after, limit } => {
-                let now = self.node.status().now_tick;
+                let now = self.pipeline.node().status().now_tick;
                 let tick_ms = self.tick.as_millis() as u64;
                 let page = sm.sessions_page(after, limit);
                 let items = page
                     .items
                     .into_iter()
                     .map(|s| {
-                        let deadline = self.node.session_deadline_tick(s.id).unwrap_or(now);
+                        let deadline = self
+                            .pipeline
+                            .node()
+                            .session_deadline_tick(s.id)
+                            .unwrap_or(now);
                         let remaining_ms = deadline.saturating_sub(now).saturating_mul(tick_ms);
                         (s, remaining_ms)
                     })
@@ -921,65 +924,59 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         }
     }
 
+    /// Every Ready the node has, through the pipeline shared with the simulator: written,
+    /// a leader's AppendEntries sent between the write and its fsync (so that followers
+    /// store the entries while this disk does: one fsync's wait per write, not two in a
+    /// row), synced, advanced, the rest sent and the answers decided.
     fn process_ready(&mut self) -> Result<(), StorageFailed> {
-        while self.node.has_ready() {
-            let mut ready = self.node.ready();
-            if ready.must_sync {
-                let started = Instant::now();
-                let storage_failed = |e: S::Error| StorageFailed(e.to_string());
-                // A leader's own AppendEntries leave between the write and its fsync, so
-                // that the followers store the entries while the leader's disk does
-                // (pipelined persistence: one fsync's wait per write, not two in a row).
-                let early = self.node.early_appends(&mut ready);
-                let (hs, snapshot) = (ready.hard_state.as_ref(), ready.snapshot.as_ref());
-                if let Some(early) = early {
-                    self.storage
-                        .write(hs, snapshot, &ready.entries)
-                        .map_err(storage_failed)?;
-                    for m in early {
-                        self.outbox.send(m);
-                    }
-                    self.storage.sync().map_err(storage_failed)?;
-                } else {
-                    self.storage
-                        .persist(hs, snapshot, &ready.entries)
-                        .map_err(storage_failed)?;
+        let storage_failed = |e: S::Error| StorageFailed(e.to_string());
+        loop {
+            let started = Instant::now();
+            let mut snapshot_bytes = None;
+            let (outbox, logged, metrics, id) = (
+                &self.outbox,
+                &mut self.snapshots_sent_logged,
+                &*self.metrics,
+                self.id,
+            );
+            let mut send = |m: Message| {
+                if let Body::InstallSnapshot { snapshot, .. } = &m.body {
+                    let (index, term, bytes) = (snapshot.index, snapshot.term, snapshot.data.len());
+                    log_snapshot_sent(logged, metrics, id, m.to, index, term, bytes);
                 }
-                let took = started.elapsed();
+                outbox.send(m);
+            };
+            let wrote = self
+                .pipeline
+                .write(&mut self.storage, &mut send, |_, persist| {
+                    snapshot_bytes = persist.snapshot.as_ref().map(|s| s.data.len());
+                })
+                .map_err(storage_failed)?;
+            let Some(wrote) = wrote else { break };
+            self.pipeline
+                .sync(&mut self.storage)
+                .map_err(storage_failed)?;
+            let took = started.elapsed();
+            let now = self.start.elapsed().as_micros() as Micros;
+            let finished = self.pipeline.advance(now, &mut send);
+            if wrote.must_sync {
                 self.metrics.fsync_latency.observe(took);
-                if let Some(snapshot) = &ready.snapshot {
+                if let (Some(bytes), Some((index, _))) =
+                    (snapshot_bytes, finished.snapshot_persisted)
+                {
                     let m = &self.metrics;
-                    m.snapshot_bytes.store(snapshot.data.len() as u64, Relaxed);
-                    m.snapshot_index.store(snapshot.index, Relaxed);
+                    m.snapshot_bytes.store(bytes as u64, Relaxed);
+                    m.snapshot_index.store(index, Relaxed);
                     m.snapshot_write_us.store(took.as_micros() as u64, Relaxed);
                 }
-            } else if let Some(hs) = &ready.hard_state {
-                // Only the commit index moved: written, not fsynced (one fsync per write).
-                self.storage
-                    .persist_commit(hs)
-                    .map_err(|e| StorageFailed(e.to_string()))?;
             }
-            if let Some(snapshot) = &ready.snapshot {
-                self.log_snapshot_persisted(snapshot.index, snapshot.term);
+            if let Some((index, term)) = finished.snapshot_persisted {
+                self.log_snapshot_persisted(index, term);
             }
-            self.node.advance();
-            if let Some(image) = ready.snapshot_image.take() {
+            if let Some(image) = finished.snapshot_image {
                 self.start_snapshot(image);
             }
-            for m in std::mem::take(&mut ready.messages) {
-                if let Body::InstallSnapshot { snapshot, .. } = &m.body {
-                    self.log_snapshot_sent(
-                        m.to,
-                        snapshot.index,
-                        snapshot.term,
-                        snapshot.data.len(),
-                    );
-                }
-                self.outbox.send(m);
-            }
-            let now = self.now_us();
-            self.core.on_ready(&self.node, now, &ready);
-            for change in ready.leader_changes {
+            for change in finished.leader_changes {
                 self.election_since
                     .insert(change.election.clone(), change.index);
                 let _ = self.leader_changes.send(change);
@@ -987,7 +984,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             // Deleted elections leave their entry behind: drop them once they could be as
             // many as the elections that exist (amortized, so a tenant that creates and
             // deletes elections without end costs no memory here).
-            let sm = self.node.state_machine();
+            let sm = self.pipeline.node().state_machine();
             if self.election_since.len() > 2 * sm.records() + 64 {
                 self.election_since.retain(|name, _| sm.token(name) != 0);
             }
@@ -999,7 +996,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
     /// Hands the driver core's answers to the waiting API calls and its events to the
     /// metrics.
     fn deliver(&mut self) {
-        let out = self.core.drain();
+        let out = self.pipeline.drain();
         for a in out.answers {
             let answer = match a.outcome {
                 Outcome::Applied { index, response } => Ok((index, response)),
@@ -1163,37 +1160,10 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         }
     }
 
-    /// The leader sends a snapshot to a follower whose entries it no longer has, again once
-    /// per election timeout until acknowledged: the first send of each index is logged at
-    /// info, the resends at debug. Every send is counted.
-    fn log_snapshot_sent(&mut self, peer: NodeId, index: Index, term: Term, bytes: usize) {
-        self.metrics.snapshots_sent.fetch_add(1, Relaxed);
-        if self.snapshots_sent_logged.insert(peer, index) != Some(index) {
-            tracing::info!(
-                event = "snapshot_sent",
-                node = self.id,
-                peer,
-                index,
-                term,
-                bytes,
-                "sent a snapshot up to index {index} to node {peer}, which is behind the log"
-            );
-        } else {
-            tracing::debug!(
-                event = "snapshot_resent",
-                node = self.id,
-                peer,
-                index,
-                term,
-                bytes,
-                "sent the snapshot up to index {index} to node {peer} again"
-            );
-        }
-    }
-
     fn publish(&mut self) {
-        self.outbox.set_follow_epoch(self.node.follow_epoch());
-        let status = self.node.status();
+        self.outbox
+            .set_follow_epoch(self.pipeline.node().follow_epoch());
+        let status = self.pipeline.node().status();
         let m = &self.metrics;
         m.term.store(status.term, Relaxed);
         m.leader_id.store(status.leader.unwrap_or(0), Relaxed);
@@ -1201,20 +1171,20 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             .store(u64::from(status.role == Role::Leader), Relaxed);
         m.commit_index.store(status.commit, Relaxed);
         m.applied_index.store(status.applied, Relaxed);
-        let sessions = self.node.state_machine().session_count();
+        let sessions = self.pipeline.node().state_machine().session_count();
         m.sessions.store(sessions as u64, Relaxed);
         {
-            let usage = self.node.state_machine().usages();
+            let usage = self.pipeline.node().state_machine().usages();
             let mut published = m.principal_usage.lock().unwrap_or_else(|p| p.into_inner());
             // Cloned only on the rare batch that changed what some principal holds.
             if *published != *usage {
                 *published = usage.clone();
             }
         }
-        let progress = self.node.progress();
+        let progress = self.pipeline.node().progress();
         let (changed, members) = {
             let current = self.published.borrow();
-            let directory = self.node.state_machine().members();
+            let directory = self.pipeline.node().state_machine().members();
             // The directory is cloned only on the rare batch that changed it.
             let members = if *current.members == *directory {
                 Arc::clone(&current.members)
@@ -1240,7 +1210,43 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
     /// Read-only access for the API layer's snapshot reads is through the log; this is for
     /// tests.
     pub fn node(&self) -> &Node {
-        &self.node
+        self.pipeline.node()
+    }
+}
+
+/// The leader sends a snapshot to a follower whose entries it no longer has, again once
+/// per election timeout until acknowledged: the first send of each index is logged at
+/// info, the resends at debug. Every send is counted.
+fn log_snapshot_sent(
+    logged: &mut BTreeMap<NodeId, Index>,
+    metrics: &Metrics,
+    node: NodeId,
+    peer: NodeId,
+    index: Index,
+    term: Term,
+    bytes: usize,
+) {
+    metrics.snapshots_sent.fetch_add(1, Relaxed);
+    if logged.insert(peer, index) != Some(index) {
+        tracing::info!(
+            event = "snapshot_sent",
+            node,
+            peer,
+            index,
+            term,
+            bytes,
+            "sent a snapshot up to index {index} to node {peer}, which is behind the log"
+        );
+    } else {
+        tracing::debug!(
+            event = "snapshot_resent",
+            node,
+            peer,
+            index,
+            term,
+            bytes,
+            "sent the snapshot up to index {index} to node {peer} again"
+        );
     }
 }
 
@@ -1467,11 +1473,11 @@ mod tests {
             if sent("send PreVote ") {
                 break;
             }
-            driver.node.tick();
+            driver.pipeline.node_mut().tick();
             driver.process_ready().expect("memory");
         }
         assert!(sent("send PreVote "), "{:?}", trail.lock().unwrap());
-        let term = driver.node.status().term;
+        let term = driver.pipeline.node().status().term;
         let answer = |term, body| Message {
             from: 2,
             to: 1,
@@ -1485,8 +1491,13 @@ mod tests {
         trail.lock().unwrap().clear();
         driver.process_ready().expect("memory");
         assert_eq!(
-            trail.lock().unwrap()[..3],
-            ["persist", "send RequestVote to 2", "send RequestVote to 3"],
+            trail.lock().unwrap()[..4],
+            [
+                "write",
+                "sync",
+                "send RequestVote to 2",
+                "send RequestVote to 3"
+            ],
             "a vote request leaves only once the new term and vote are durable"
         );
         driver.handle(Input::Peer(answer(
@@ -1495,7 +1506,7 @@ mod tests {
         )));
         trail.lock().unwrap().clear();
         driver.process_ready().expect("memory");
-        assert_eq!(driver.node.role(), Role::Leader);
+        assert_eq!(driver.pipeline.node().role(), Role::Leader);
         assert_eq!(
             trail.lock().unwrap()[..4],
             [
@@ -1531,18 +1542,19 @@ mod tests {
             DriverBugs::default(),
         );
         for _ in 0..100 {
-            if driver.node.role() == Role::Leader {
+            if driver.pipeline.node().role() == Role::Leader {
                 break;
             }
-            driver.node.tick();
+            driver.pipeline.node_mut().tick();
             driver.process_ready().expect("memory");
         }
-        assert_eq!(driver.node.role(), Role::Leader);
+        assert_eq!(driver.pipeline.node().role(), Role::Leader);
         // Grants until a background snapshot is started, then until its thread has died.
         let mut started = 0;
         for _ in 0..40 {
             driver
-                .node
+                .pipeline
+                .node_mut()
                 .propose(Command::Grant { ttl_ticks: 1_000 })
                 .expect("the leader accepts");
             driver.process_ready().expect("memory");
@@ -1568,7 +1580,11 @@ mod tests {
             "the next snapshot point started another snapshot"
         );
         assert_eq!(driver.metrics.snapshot_failures.load(Relaxed), 2);
-        assert_eq!(driver.node.snapshot_meta(), (0, 0), "nothing was compacted");
+        assert_eq!(
+            driver.pipeline.node().snapshot_meta(),
+            (0, 0),
+            "nothing was compacted"
+        );
     }
 
     #[test]

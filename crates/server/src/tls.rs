@@ -56,7 +56,7 @@ impl NodeTls {
         // A node needs the CA's certificate, never its key: whoever takes the node's disk
         // could then issue itself any name, a peer's included.
         if let Some(dir) = paths.ca.parent() {
-            let ca_key = dir.join(tenure_transport::certs::files::CA_KEY);
+            let ca_key = dir.join(tenure_transport::cert_files::CA_KEY);
             if ca_key.exists() {
                 tracing::warn!(
                     "the CA's private key {} is beside this node's certificates: anyone who \

@@ -1,26 +1,26 @@
-//! The per-node driver: owns a `Node`, its simulated disk and its log mirror, and handles each
-//! Ready in the order written on `Ready`:
+//! The per-node driver: owns a node's [`Pipeline`] (the node and its driver core), its
+//! simulated disk and its log mirror. Each Ready goes through the pipeline the server's
+//! driver thread runs, [`tenure_driver::Pipeline`]: written, a leader's AppendEntries sent
+//! early (pipelined seeds), synced (at once, or at a scheduled `FsyncDone` in pipelined
+//! seeds, or never because of a crash), advanced, the rest sent, and the answers decided by
+//! the same [`tenure_driver::DriverCore`] real clients get theirs from. What this file adds
+//! is the world around it: the fault points, the log mirror and the observations the
+//! checkers judge.
 //!
-//! 1. persist snapshot, entries and hard state to the simulated disk and fsync;
-//! 2. `advance()`;
-//! 3. send the messages;
-//! 4. answer clients: what each proposal and keepalive is answered is decided by
-//!    [`tenure_driver::DriverCore`], the same code the server's driver thread runs, so the
-//!    checkers judge exactly the answers real clients get; leader changes go to watchers.
-//!
-//! Ready is taken again until `has_ready()` is false. A crash between 1's write and its fsync
-//! loses (or tears) the write and the Ready's messages are never sent.
+//! Ready is taken again until there is none. A crash between the write and its fsync loses
+//! (or tears) the write; the Ready's later messages are never sent.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use tenure_core::config::Config;
 use tenure_core::event::NodeEvent;
 use tenure_core::message::Body;
-use tenure_core::node::{Bind, Node, ProposeError, Ready, Role, SnapshotImage, Status, StreamEnd};
-use tenure_core::types::{Index, NodeId, Term};
-use tenure_driver::{
-    DriverBugs, DriverCore, Event, Failure, KeepaliveOutcome, Outcome, ReadyParts,
+use tenure_core::message::Message;
+use tenure_core::node::{
+    Bind, Node, Persist, ProposeError, Role, SnapshotImage, Status, StreamEnd,
 };
+use tenure_core::types::{Index, NodeId, Term};
+use tenure_driver::{DriverBugs, Event, Failure, Finished, KeepaliveOutcome, Outcome, Pipeline};
 
 use crate::core_call::in_core;
 use crate::disk::{Disk, TornWrite};
@@ -34,20 +34,6 @@ use crate::time::SimTimeUs;
 use crate::trace::{Trace, TraceKind};
 use tenure_core::storage::{BackgroundSnapshots as _, SnapshotWriter as _};
 use tenure_wal::{FileSnapshotWriter, MemFs, WrittenSnapshot};
-
-/// The rest of a Ready whose fsync is still running (pipelined persistence): what is done
-/// once it is durable.
-#[derive(Debug)]
-struct AfterFsync {
-    messages: Vec<tenure_core::message::Message>,
-    snapshot_index: Option<Index>,
-    applied_through: Index,
-    applied: Vec<tenure_core::node::Applied>,
-    leader_changes: Vec<tenure_core::sm::LeaderChange>,
-    keepalive_acks: Vec<tenure_core::node::KeepaliveAck>,
-    reads: Vec<tenure_core::read::ReadResult>,
-    events: Vec<tenure_core::event::NodeEvent>,
-}
 
 /// Who a proposal's answer goes to: the driver core's reply handle in the simulator.
 #[derive(Clone, Copy, Debug)]
@@ -123,8 +109,10 @@ pub enum Drive {
 pub struct NodeSlot {
     /// The node's id; never reused.
     pub id: NodeId,
-    /// The node while it runs; `None` while crashed or after it was decommissioned.
-    pub node: Option<Node>,
+    /// The node and its driver core while it runs (the bookkeeping between the node and its
+    /// clients, shared with the server); `None` while crashed or after it was
+    /// decommissioned.
+    pipeline: Option<Pipeline<ProposalFrom, KeepaliveFrom>>,
     /// The configuration it (re)starts with; only the seed changes between restarts.
     pub config: Config,
     /// Its disk, which survives crashes.
@@ -158,8 +146,6 @@ pub struct NodeSlot {
     /// `FsyncDone` event; until then the node handles only its clock's ticks and those
     /// acknowledgements, and holds its other inputs for after the fsync.
     pub pipelined: bool,
-    /// A Ready written but not yet durable (pipelined persistence only).
-    after_fsync: Option<AfterFsync>,
     /// The world must schedule the `FsyncDone` of the Ready just written.
     pub fsync_to_schedule: bool,
     /// A background snapshot being encoded and written (`Config::snapshot_in_background`):
@@ -181,9 +167,6 @@ pub struct NodeSlot {
     pub was_member: bool,
     /// The node's status after its last step (`None` while down).
     pub status: Option<Status>,
-    /// The bookkeeping between the node and its clients, shared with the server; `None`
-    /// while the node is down.
-    core: Option<DriverCore<ProposalFrom, KeepaliveFrom>>,
     watchers: BTreeMap<ClientId, String>,
     /// Keepalive streams open at this process (fate-sharing seeds), by id.
     pub streams: BTreeMap<u64, OpenStream>,
@@ -206,7 +189,7 @@ impl NodeSlot {
     ) -> NodeSlot {
         NodeSlot {
             id,
-            node: None,
+            pipeline: None,
             config,
             disk,
             mirror: LogMirror::default(),
@@ -219,7 +202,6 @@ impl NodeSlot {
             missed_ticks: 0,
             catching_up: false,
             pipelined: false,
-            after_fsync: None,
             fsync_to_schedule: false,
             snapshot_taking: None,
             snapshot_written: None,
@@ -229,7 +211,6 @@ impl NodeSlot {
             decommissioned: false,
             was_member,
             status: None,
-            core: None,
             watchers: BTreeMap::new(),
             streams: BTreeMap::new(),
             ended_streams: VecDeque::new(),
@@ -241,7 +222,12 @@ impl NodeSlot {
 
     /// True if the node runs (not crashed, not decommissioned); it may be paused.
     pub fn is_up(&self) -> bool {
-        self.node.is_some()
+        self.pipeline.is_some()
+    }
+
+    /// The node, while it runs.
+    pub fn node(&self) -> Option<&Node> {
+        self.pipeline.as_ref().map(Pipeline::node)
     }
 
     /// The node's role, if up.
@@ -273,28 +259,27 @@ impl NodeSlot {
         self.commit_noted = status.commit;
         self.sm_applied_noted = None;
         self.status = None;
-        self.core = Some(DriverCore::new(&status, ctx.now_us, ctx.driver_bugs));
-        self.node = Some(node);
+        self.pipeline = Some(in_core(|| {
+            Pipeline::new(node, ctx.now_us, self.pipelined, ctx.driver_bugs)
+        }));
         self.paused = false;
         Ok(self.drive(ctx))
     }
 
     /// Crashes the node: unsynced writes are lost, and so is everything in memory.
     pub fn crash(&mut self) {
-        self.node = None;
+        // Nothing a crashed process was waiting to answer is ever answered.
+        self.pipeline = None;
         self.status = None;
         self.disk.crash();
         self.held.clear();
         self.missed_ticks = 0;
-        // Nothing a crashed process was waiting to answer is ever answered.
-        self.core = None;
         self.watchers.clear();
         // A process's streams die with it (its clients see their connections reset).
         self.streams.clear();
         self.ended_streams.clear();
         self.paused = false;
         self.crash_mid_ready = false;
-        self.after_fsync = None;
         self.fsync_to_schedule = false;
         // A snapshot being written when the process dies never reached the log.
         self.snapshot_taking = None;
@@ -313,7 +298,7 @@ impl NodeSlot {
         refused: Option<u64>,
         ctx: &mut DriveCtx<'_>,
     ) -> Drive {
-        let Some(node) = self.node.as_mut() else {
+        let Some(node) = self.pipeline.as_mut().map(Pipeline::node_mut) else {
             return Drive::Running;
         };
         match refused {
@@ -325,12 +310,12 @@ impl NodeSlot {
 
     /// The node's follow epoch (0 while it is down), as a dial is stamped with it.
     pub fn follow_epoch(&self) -> u64 {
-        self.node.as_ref().map_or(0, Node::follow_epoch)
+        self.node().map_or(0, Node::follow_epoch)
     }
 
     /// One tick of the node's clock.
     pub fn tick(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
-        let Some(node) = self.node.as_mut() else {
+        let Some(node) = self.pipeline.as_mut().map(Pipeline::node_mut) else {
             return Drive::Running;
         };
         in_core(|| node.tick());
@@ -339,7 +324,7 @@ impl NodeSlot {
 
     /// A packet arrives (the caller has dealt with pauses).
     pub fn receive(&mut self, from: Addr, packet: Packet, ctx: &mut DriveCtx<'_>) -> Drive {
-        if self.node.is_none() {
+        if !self.is_up() {
             return Drive::Running;
         }
         self.step_input(from, packet, ctx);
@@ -350,7 +335,7 @@ impl NodeSlot {
     /// server's driver handles its batch: every input first, then a background snapshot its
     /// thread finished meanwhile, then the Ready.
     pub fn receive_batch(&mut self, packets: Vec<(Addr, Packet)>, ctx: &mut DriveCtx<'_>) -> Drive {
-        if self.node.is_none() {
+        if !self.is_up() {
             return Drive::Running;
         }
         for (from, packet) in packets {
@@ -361,7 +346,7 @@ impl NodeSlot {
 
     /// Hands one packet to the node or the driver core, without handling the Ready.
     fn step_input(&mut self, from: Addr, packet: Packet, ctx: &mut DriveCtx<'_>) {
-        let Some(node) = self.node.as_mut() else {
+        let Some(node) = self.pipeline.as_mut().map(Pipeline::node_mut) else {
             return;
         };
         match (from, packet) {
@@ -402,7 +387,7 @@ impl NodeSlot {
     }
 
     fn client_request(&mut self, client: ClientId, request: ClientRequest, ctx: &mut DriveCtx<'_>) {
-        let (Some(node), Some(core)) = (self.node.as_mut(), self.core.as_mut()) else {
+        let Some((node, core)) = self.pipeline.as_mut().map(Pipeline::parts) else {
             return;
         };
         match request {
@@ -458,9 +443,9 @@ impl NodeSlot {
     /// it (then its client is told). A stream this process never saw is remembered as ended
     /// all the same (a keepalive sent on it before the close may still be on its way).
     pub fn end_stream(&mut self, stream: u64, end: StreamEnd, ctx: &mut DriveCtx<'_>) -> Drive {
-        let Some(node) = self.node.as_mut() else {
+        if !self.is_up() {
             return Drive::Running;
-        };
+        }
         let open = self.streams.remove(&stream);
         if self.ended_streams.contains(&stream) {
             return Drive::Running;
@@ -472,7 +457,7 @@ impl NodeSlot {
         ctx.trace.log(ctx.now_us, || {
             format!("node {}: stream {stream:#x} ended by the {end:?}", self.id)
         });
-        if let Some(core) = self.core.as_mut() {
+        if let Some((node, core)) = self.pipeline.as_mut().map(Pipeline::parts) {
             in_core(|| core.stream_ended(node, ctx.now_us, stream, end));
         }
         if let (StreamEnd::Server, Some(open)) = (end, open) {
@@ -484,10 +469,10 @@ impl NodeSlot {
     /// Turns the driver core's answers into replies on the simulated network, exactly as
     /// the server turns them into gRPC statuses.
     fn deliver(&mut self, ctx: &mut DriveCtx<'_>) {
-        let Some(core) = self.core.as_mut() else {
+        let Some(pipeline) = self.pipeline.as_mut() else {
             return;
         };
-        let out = core.drain();
+        let out = pipeline.drain();
         for a in out.answers {
             let ProposalFrom { client, req_id } = a.reply;
             let reply = match &a.outcome {
@@ -568,27 +553,7 @@ impl NodeSlot {
 
     /// Records entries newly covered by the node's commit index.
     fn note_commit(&mut self, commit: Index, ctx: &mut DriveCtx<'_>) {
-        if commit <= self.commit_noted {
-            return;
-        }
-        let mut entries = Vec::new();
-        for index in (self.commit_noted + 1)..=commit {
-            if let Lookup::Entry(e) = self.mirror.get(index) {
-                entries.push(e);
-            }
-        }
-        ctx.trace.detail(ctx.now_us, || {
-            format!("node {} commit {} -> {commit}", self.id, self.commit_noted)
-        });
-        self.commit_noted = commit;
-        if !entries.is_empty() {
-            ctx.history.record_committed(&entries);
-            ctx.stats.committed_index = ctx.stats.committed_index.max(commit);
-            ctx.obs.push(Observation::Committed {
-                node: self.id,
-                entries,
-            });
-        }
+        note_commit(self.id, &self.mirror, &mut self.commit_noted, commit, ctx);
     }
 
     /// Handles Ready until there is none, then records the node's new status. A background
@@ -602,152 +567,77 @@ impl NodeSlot {
                 return Drive::StorageContract(why);
             }
         }
-        loop {
-            let Some(node) = self.node.as_mut() else {
-                return Drive::Running;
-            };
-            if !in_core(|| node.has_ready()) {
-                break;
-            }
-            let ready = in_core(|| node.ready());
-            match self.handle_ready(ready, ctx) {
-                Drive::Running => {}
-                other => return other,
+        while !self.persisting() {
+            match self.handle_ready(ctx) {
+                None => break,
+                Some(Drive::Running) => {}
+                Some(other) => return other,
             }
         }
-        if let (Some(node), Some(core)) = (self.node.as_ref(), self.core.as_mut()) {
-            in_core(|| core.observe(node, ctx.now_us));
+        if let Some(pipeline) = self.pipeline.as_mut() {
+            in_core(|| pipeline.observe(ctx.now_us));
         }
         self.deliver(ctx);
         self.after_step(ctx);
         Drive::Running
     }
 
-    fn handle_ready(&mut self, mut ready: Ready, ctx: &mut DriveCtx<'_>) -> Drive {
-        // In pipelined seeds a leader's AppendEntries may leave before its fsync.
-        let early = match self.node.as_ref() {
-            Some(node) if self.pipelined => in_core(|| node.early_appends(&mut ready)),
-            _ => None,
+    /// One Ready through the shared pipeline: written (the mirror and the checkers see it
+    /// first); then, unless a fault intervenes, synced and finished — or, when a leader's
+    /// AppendEntries left ahead of the fsync (pipelined seeds), left to a later `FsyncDone`.
+    /// `None` when the node has no Ready (or is down).
+    fn handle_ready(&mut self, ctx: &mut DriveCtx<'_>) -> Option<Drive> {
+        // Out of the slot while the closures below record into them.
+        let mut pipeline = self.pipeline.take()?;
+        let mut mirror = std::mem::take(&mut self.mirror);
+        let mut commit_noted = self.commit_noted;
+        let mut sent = Vec::new();
+        let mut writes = false;
+        let id = self.id;
+        let wrote = in_core(|| {
+            pipeline.write(&mut self.disk, &mut |m| sent.push(m), |node, persist| {
+                writes = !persist.is_empty();
+                record_write(id, &mut mirror, &mut commit_noted, node, persist, ctx);
+            })
+        });
+        self.mirror = mirror;
+        self.commit_noted = commit_noted;
+        let wrote = match wrote {
+            Ok(Some(wrote)) => wrote,
+            Ok(None) => {
+                self.pipeline = Some(pipeline);
+                return None;
+            }
+            Err(e) => {
+                self.pipeline = Some(pipeline);
+                return Some(Drive::StorageContract(format!("node {}: {e}", self.id)));
+            }
         };
-        let Ready {
-            hard_state,
-            must_sync,
-            snapshot,
-            entries,
-            snapshot_image,
-            messages,
-            applied,
-            leader_changes,
-            keepalive_acks,
-            reads,
-            applied_through,
-            // The simulator judges behaviour with its checkers, not the core's own account;
-            // the driver core turns it into the events a server counts and logs.
-            events,
-        } = ready;
-        ctx.trace.event(
-            TraceKind::Ready,
-            ctx.now_us,
-            &[
-                self.id,
-                entries.len() as u64,
-                messages.len() as u64,
-                applied.len() as u64,
-            ],
-        );
-        if let Some(s) = &snapshot {
-            self.before_mirror_compacts(s.index, s.term, ctx);
-        }
-        if let Some(image) = snapshot_image {
-            ctx.trace.log(ctx.now_us, || {
-                format!(
-                    "node {} starts a background snapshot at {}",
-                    self.id,
-                    image.index()
-                )
-            });
-            // As the server's driver does: the file number is reserved now, the file written
-            // by the snapshot thread (the `SnapshotTaken` event).
-            let writer = self.disk.snapshot_writer();
-            self.snapshot_taking = Some((image, writer));
-            self.snapshot_to_schedule = true;
-        }
-        let writes = hard_state.is_some() || snapshot.is_some() || !entries.is_empty();
+        self.pipeline = Some(pipeline);
+        self.send(sent, ctx);
         if writes && self.crash_mid_ready {
-            if let Err(e) = self
-                .disk
-                .write(snapshot.as_ref(), &entries, hard_state.as_ref())
-            {
-                return Drive::StorageContract(format!("node {}: {e}", self.id));
-            }
-            return self.crash_before_fsync("between write and fsync", ctx);
+            return Some(self.crash_before_fsync("between write and fsync", ctx));
         }
-
-        // 1. Persist and fsync.
-        if let Some(s) = &snapshot {
-            self.mirror
-                .install_snapshot(s.index, s.term, ctx.history.anchor(s.index));
-        }
-        if !entries.is_empty() {
-            ctx.trace.detail(ctx.now_us, || {
-                let terms: Vec<(u64, u64)> = entries.iter().map(|e| (e.index, e.term)).collect();
-                format!("node {} appends {terms:?}", self.id)
-            });
-            let appended = self.mirror.append(&entries);
-            ctx.obs.push(Observation::Appended {
-                node: self.id,
-                entries: appended,
-            });
-        }
-        let snapshot_index = snapshot.as_ref().map(|s| s.index);
-        if let Err(e) = self
-            .disk
-            .write(snapshot.as_ref(), &entries, hard_state.as_ref())
-        {
-            return Drive::StorageContract(format!("node {}: {e}", self.id));
-        }
-        let rest = AfterFsync {
-            messages,
-            snapshot_index,
-            applied_through,
-            applied,
-            leader_changes,
-            keepalive_acks,
-            reads,
-            events,
-        };
-        if let Some(early) = early {
-            // Replicate while the fsync runs: this leader's AppendEntries leave now, the
-            // rest when the entries are durable.
-            self.send(early, ctx);
-            self.after_fsync = Some(rest);
+        if wrote.replicating {
+            // Replicate while the fsync runs: this leader's AppendEntries left now, the rest
+            // leave when the entries are durable.
             self.fsync_to_schedule = true;
-            return Drive::Running;
+            return Some(Drive::Running);
         }
-        // A commit index alone is written, not fsynced (`Ready::must_sync`): a crash before
+        // A commit index alone is written, not fsynced (`Persist::must_sync`): a crash before
         // the next fsync loses it, as a real disk's page cache would.
-        if must_sync {
-            if let Err(e) = self.disk.fsync() {
-                return Drive::StorageContract(format!("node {}: {e}", self.id));
-            }
-        }
-        self.finish_ready(rest, ctx)
+        Some(self.sync_and_finish(ctx))
     }
 
-    /// A snapshot is about to replace the mirror's log up to `index`. If it is a local
-    /// compaction, record what this node committed before the mirror drops it. (The mirror
-    /// still shows the log as of the previous Ready; if it does not hold the snapshot's last
-    /// entry, the snapshot came from the leader and replaces a log that may conflict with
-    /// it, so nothing of it is recorded.)
-    fn before_mirror_compacts(&mut self, index: Index, term: Term, ctx: &mut DriveCtx<'_>) {
-        if matches!(self.mirror.get(index), Lookup::Entry(e) if e.term == term) {
-            let commit = self
-                .node
-                .as_ref()
-                .map_or(0, |n| in_core(|| n.status().commit));
-            self.note_commit(commit.min(index), ctx);
+    /// The written Ready's fsync, then the rest of it.
+    fn sync_and_finish(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(pipeline) = self.pipeline.as_mut() else {
+            return Drive::Running;
+        };
+        if let Err(e) = in_core(|| pipeline.sync(&mut self.disk)) {
+            return Drive::StorageContract(format!("node {}: {e}", self.id));
         }
-        self.commit_noted = self.commit_noted.max(index);
+        self.finish_ready(ctx)
     }
 
     /// The background snapshot is encoded and durable: its thread reports it, and the next
@@ -777,17 +667,16 @@ impl NodeSlot {
         let Some((snapshot, written)) = self.snapshot_written.take() else {
             return Drive::Running;
         };
-        let Some(node) = self.node.as_mut() else {
+        let Some(pipeline) = self.pipeline.as_mut() else {
             return Drive::Running;
         };
         let (index, term) = (snapshot.index, snapshot.term);
         let finished = if ctx.snapshot_log_decides {
+            let node = pipeline.node_mut();
             Self::finish_as_the_log_decides(node, &mut self.disk, snapshot, written)
         } else {
-            in_core(|| {
-                tenure_driver::finish_background_snapshot(node, &mut self.disk, snapshot, written)
-            })
-            .map_err(|e| format!("finishing its background snapshot at {index}: {e}"))
+            in_core(|| pipeline.finish_snapshot(&mut self.disk, snapshot, written, ctx.now_us))
+                .map_err(|e| format!("finishing its background snapshot at {index}: {e}"))
         };
         let adopted = match finished {
             Ok(adopted) => adopted,
@@ -805,7 +694,15 @@ impl NodeSlot {
             )
         });
         if adopted {
-            self.before_mirror_compacts(index, term, ctx);
+            let commit = self.node().map_or(0, |n| in_core(|| n.status().commit));
+            before_mirror_compacts(
+                self.id,
+                &self.mirror,
+                &mut self.commit_noted,
+                (index, term),
+                commit,
+                ctx,
+            );
             self.mirror
                 .install_snapshot(index, term, ctx.history.anchor(index));
         }
@@ -842,7 +739,7 @@ impl NodeSlot {
 
     /// Whether a Ready's fsync is still running (pipelined persistence).
     pub fn persisting(&self) -> bool {
-        self.after_fsync.is_some()
+        self.pipeline.as_ref().is_some_and(Pipeline::syncing)
     }
 
     /// A packet arrives while the fsync runs: a leader's acknowledgements are counted now
@@ -854,11 +751,12 @@ impl NodeSlot {
         packet: Packet,
         ctx: &mut DriveCtx<'_>,
     ) -> Option<(Addr, Packet)> {
-        let node = self.node.as_mut()?;
+        let pipeline = self.pipeline.as_mut()?;
         let Packet::Raft(message) = &packet else {
             return Some((from, packet));
         };
-        match in_core(|| node.step_while_persisting(message.clone())) {
+        let mut sent = Vec::new();
+        match in_core(|| pipeline.step_while_syncing(message.clone(), &mut |m| sent.push(m))) {
             Ok(true) => {}
             Ok(false) => return Some((from, packet)),
             Err(e) => {
@@ -868,20 +766,19 @@ impl NodeSlot {
                 return None;
             }
         }
-        let early = in_core(|| node.take_early_appends());
-        self.send(early, ctx);
+        self.send(sent, ctx);
         self.after_step(ctx);
         None
     }
 
     /// One tick of the node's clock while the fsync runs.
     pub fn tick_while_persisting(&mut self, ctx: &mut DriveCtx<'_>) {
-        let Some(node) = self.node.as_mut() else {
+        let Some(pipeline) = self.pipeline.as_mut() else {
             return;
         };
-        in_core(|| node.tick_while_persisting());
-        let early = in_core(|| node.take_early_appends());
-        self.send(early, ctx);
+        let mut sent = Vec::new();
+        in_core(|| pipeline.tick_while_syncing(&mut |m| sent.push(m)));
+        self.send(sent, ctx);
         self.after_step(ctx);
     }
 
@@ -898,25 +795,22 @@ impl NodeSlot {
     /// The fsync of the Ready written last completes, or the node crashes first (`crash`),
     /// losing what the fsync would have made durable although followers may hold it.
     pub fn fsync_done(&mut self, crash: bool, ctx: &mut DriveCtx<'_>) -> Drive {
-        let Some(rest) = self.after_fsync.take() else {
+        if !self.persisting() {
             return Drive::Running;
-        };
+        }
         if crash {
             return self.crash_before_fsync(
                 "between append and fsync, with the entries already replicated",
                 ctx,
             );
         }
-        if let Err(e) = self.disk.fsync() {
-            return Drive::StorageContract(format!("node {}: {e}", self.id));
-        }
-        match self.finish_ready(rest, ctx) {
+        match self.sync_and_finish(ctx) {
             Drive::Running => self.drive(ctx),
             other => other,
         }
     }
 
-    fn send(&mut self, messages: Vec<tenure_core::message::Message>, ctx: &mut DriveCtx<'_>) {
+    fn send(&mut self, messages: Vec<Message>, ctx: &mut DriveCtx<'_>) {
         for message in messages {
             let to = message.to;
             ctx.out
@@ -924,17 +818,17 @@ impl NodeSlot {
         }
     }
 
-    /// Steps 2 to 4 of a Ready whose writes are durable.
-    fn finish_ready(&mut self, rest: AfterFsync, ctx: &mut DriveCtx<'_>) -> Drive {
-        // 2. Tell the node its Ready is durable.
-        let Some(node) = self.node.as_mut() else {
+    /// Steps 2 to 4 of a Ready whose writes are durable: the pipeline advances the node,
+    /// sends the rest and decides the answers; `deliver` sends those, watchers hear of
+    /// leader changes, and a background snapshot the Ready asked for starts.
+    fn finish_ready(&mut self, ctx: &mut DriveCtx<'_>) -> Drive {
+        let Some(pipeline) = self.pipeline.as_mut() else {
             return Drive::Running;
         };
-        in_core(|| node.advance());
-
-        // 3. Send.
+        let mut sent = Vec::new();
+        let finished = in_core(|| pipeline.advance(ctx.now_us, &mut |m| sent.push(m)));
         let mut granted_vote = false;
-        for message in &rest.messages {
+        for message in &sent {
             if matches!(message.body, Body::RequestVoteResponse { granted: true }) {
                 granted_vote = true;
                 ctx.obs.push(Observation::VoteGranted {
@@ -944,23 +838,15 @@ impl NodeSlot {
                 });
             }
         }
-        self.send(rest.messages, ctx);
-
-        // 4. Answer clients: the driver core decides, `deliver` sends.
-        if let (Some(node), Some(core)) = (self.node.as_ref(), self.core.as_mut()) {
-            let parts = ReadyParts {
-                snapshot_index: rest.snapshot_index,
-                applied_through: rest.applied_through,
-                applied: &rest.applied,
-                leader_changes: rest.leader_changes.len(),
-                keepalive_acks: &rest.keepalive_acks,
-                reads: &rest.reads,
-                events: &rest.events,
-            };
-            in_core(|| core.on_ready_parts(node, ctx.now_us, parts));
-        }
+        self.send(sent, ctx);
         self.deliver(ctx);
-        for change in &rest.leader_changes {
+        let Finished {
+            snapshot_image,
+            leader_changes,
+            applied,
+            ..
+        } = finished;
+        for change in &leader_changes {
             let watchers: Vec<ClientId> = self
                 .watchers
                 .iter()
@@ -971,14 +857,16 @@ impl NodeSlot {
                 self.reply(client, ClientReply::LeaderChanged(change.clone()), ctx);
             }
         }
-        if !rest.applied.is_empty() || !rest.leader_changes.is_empty() {
+        if !applied.is_empty() || !leader_changes.is_empty() {
             ctx.obs.push(Observation::Applied {
                 node: self.id,
-                applied: rest.applied,
-                leader_changes: rest.leader_changes,
+                applied,
+                leader_changes,
             });
         }
-
+        if let Some(image) = snapshot_image {
+            self.start_snapshot(image, ctx);
+        }
         if granted_vote && ctx.rng.chance(ctx.crash_after_vote) {
             self.crash();
             return Drive::Crashed {
@@ -989,10 +877,25 @@ impl NodeSlot {
         Drive::Running
     }
 
+    /// As the server's driver does: the file number is reserved now, the file written by
+    /// the snapshot thread (the `SnapshotTaken` event).
+    fn start_snapshot(&mut self, image: SnapshotImage, ctx: &mut DriveCtx<'_>) {
+        ctx.trace.log(ctx.now_us, || {
+            format!(
+                "node {} starts a background snapshot at {}",
+                self.id,
+                image.index()
+            )
+        });
+        let writer = self.disk.snapshot_writer();
+        self.snapshot_taking = Some((image, writer));
+        self.snapshot_to_schedule = true;
+    }
+
     /// Records role, term, commit and state machine changes after a step, and runs the
     /// node's own invariant checks.
     fn after_step(&mut self, ctx: &mut DriveCtx<'_>) {
-        let Some(node) = self.node.as_ref() else {
+        let Some(node) = self.pipeline.as_ref().map(Pipeline::node) else {
             return;
         };
         let before = self.status.as_ref().map(|s| (s.role, s.term));
@@ -1009,7 +912,7 @@ impl NodeSlot {
         let lease_held = status.lease_until_tick.is_some_and(|u| u > status.now_tick);
         let now_tick = status.now_tick;
         self.note_commit(commit, ctx);
-        let Some(node) = self.node.as_ref() else {
+        let Some(node) = self.pipeline.as_ref().map(Pipeline::node) else {
             return;
         };
         if before != Some((role, term)) {
@@ -1079,10 +982,91 @@ impl NodeSlot {
     /// The node itself, for the world's leader-side operations; `None` while it blocks in a
     /// pipelined fsync (it takes no input then).
     pub fn node_mut(&mut self) -> Option<&mut Node> {
-        if self.after_fsync.is_some() {
+        if self.persisting() {
             return None;
         }
-        self.node.as_mut()
+        self.pipeline.as_mut().map(Pipeline::node_mut)
+    }
+}
+
+/// What the checkers and node `id`'s log mirror learn of a Ready's write, before it
+/// happens.
+fn record_write(
+    id: NodeId,
+    mirror: &mut LogMirror,
+    commit_noted: &mut Index,
+    node: &Node,
+    persist: &Persist,
+    ctx: &mut DriveCtx<'_>,
+) {
+    ctx.trace.event(
+        TraceKind::Ready,
+        ctx.now_us,
+        &[id, persist.entries.len() as u64],
+    );
+    if let Some(s) = &persist.snapshot {
+        let commit = in_core(|| node.status().commit);
+        before_mirror_compacts(id, mirror, commit_noted, (s.index, s.term), commit, ctx);
+        mirror.install_snapshot(s.index, s.term, ctx.history.anchor(s.index));
+    }
+    if !persist.entries.is_empty() {
+        ctx.trace.detail(ctx.now_us, || {
+            let terms: Vec<(u64, u64)> =
+                persist.entries.iter().map(|e| (e.index, e.term)).collect();
+            format!("node {id} appends {terms:?}")
+        });
+        let appended = mirror.append(&persist.entries);
+        ctx.obs.push(Observation::Appended {
+            node: id,
+            entries: appended,
+        });
+    }
+}
+
+/// A snapshot at `(index, term)` is about to replace the mirror's log up to `index`. If it is
+/// a local compaction, record what node `id` committed (`commit`) before the mirror drops it.
+/// (The mirror still shows the log as of the previous Ready; if it does not hold the
+/// snapshot's last entry, the snapshot came from the leader and replaces a log that may
+/// conflict with it, so nothing of it is recorded.)
+fn before_mirror_compacts(
+    id: NodeId,
+    mirror: &LogMirror,
+    commit_noted: &mut Index,
+    (index, term): (Index, Term),
+    commit: Index,
+    ctx: &mut DriveCtx<'_>,
+) {
+    if matches!(mirror.get(index), Lookup::Entry(e) if e.term == term) {
+        note_commit(id, mirror, commit_noted, commit.min(index), ctx);
+    }
+    *commit_noted = (*commit_noted).max(index);
+}
+
+/// Records the entries of node `id`'s log newly covered by its commit index.
+fn note_commit(
+    id: NodeId,
+    mirror: &LogMirror,
+    commit_noted: &mut Index,
+    commit: Index,
+    ctx: &mut DriveCtx<'_>,
+) {
+    if commit <= *commit_noted {
+        return;
+    }
+    let mut entries = Vec::new();
+    for index in (*commit_noted + 1)..=commit {
+        if let Lookup::Entry(e) = mirror.get(index) {
+            entries.push(e);
+        }
+    }
+    ctx.trace.detail(ctx.now_us, || {
+        format!("node {id} commit {} -> {commit}", *commit_noted)
+    });
+    *commit_noted = commit;
+    if !entries.is_empty() {
+        ctx.history.record_committed(&entries);
+        ctx.stats.committed_index = ctx.stats.committed_index.max(commit);
+        ctx.obs.push(Observation::Committed { node: id, entries });
     }
 }
 

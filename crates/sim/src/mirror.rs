@@ -16,7 +16,7 @@ pub const CHAIN_ORIGIN: u64 = 0x005e_ed0f_1065;
 pub enum EntryKind {
     /// A leader's no-op.
     Noop,
-    /// A state machine command (reported in `Ready::applied` when applied).
+    /// A state machine command (reported in `AfterPersist::applied` when applied).
     Command,
     /// A membership configuration.
     Membership,
@@ -118,7 +118,7 @@ impl LogMirror {
         &self.entries
     }
 
-    /// Applies `Ready::entries`: truncate at the first new index, then append. Returns the
+    /// Applies `Persist::entries`: truncate at the first new index, then append. Returns the
     /// fingerprints of the appended entries. Entries at or below the snapshot are ignored, as
     /// storage ignores them.
     pub fn append(&mut self, new: &[Entry]) -> Vec<ChainedEntry> {
@@ -149,7 +149,7 @@ impl LogMirror {
 
     /// Applies a snapshot: entries up to its index are dropped; entries after it are kept only
     /// if the entry at the snapshot's index has the snapshot's term (the storage rule written on
-    /// `Ready::snapshot`). `anchor` is the chain hash at the snapshot's index, if known.
+    /// `Persist::snapshot`). `anchor` is the chain hash at the snapshot's index, if known.
     pub fn install_snapshot(&mut self, index: Index, term: Term, anchor: Option<u64>) {
         if index <= self.base_index {
             return;

@@ -1,8 +1,8 @@
 //! What simulated clients and nodes say to each other over the simulated network.
 //!
 //! This mirrors the shape of tenure's client API closely enough for the properties checked:
-//! proposals answered from `Ready::applied`, keepalives answered from
-//! `Ready::keepalive_acks`, and leader changes pushed to watchers.
+//! proposals answered from `AfterPersist::applied`, keepalives answered from
+//! `AfterPersist::keepalive_acks`, and leader changes pushed to watchers.
 
 use tenure_core::message::Message;
 use tenure_core::sm::{Command, LeaderChange, RequestId, Response, SessionId};

@@ -73,6 +73,7 @@
 
 pub mod addr;
 mod backoff;
+pub mod cert_files;
 #[cfg(feature = "certs")]
 pub mod certs;
 pub mod codec;

@@ -45,9 +45,9 @@ pub struct Disk {
 
 impl Disk {
     /// Store what a `Ready` asks to persist, as a driver would before sending its messages.
-    pub fn persist(&mut self, ready: &tenure_core::node::Ready) {
+    pub fn persist(&mut self, persist: &tenure_core::node::Persist) {
         let r = &mut self.recovered;
-        if let Some(s) = &ready.snapshot {
+        if let Some(s) = &persist.snapshot {
             let keep: Vec<Entry> = match r.entries.iter().find(|e| e.index == s.index) {
                 Some(e) if e.term == s.term => r
                     .entries
@@ -60,11 +60,11 @@ impl Disk {
             r.entries = keep;
             r.snapshot = Some(s.clone());
         }
-        if let Some(first) = ready.entries.first() {
+        if let Some(first) = persist.entries.first() {
             r.entries.retain(|e| e.index < first.index);
-            r.entries.extend(ready.entries.iter().cloned());
+            r.entries.extend(persist.entries.iter().cloned());
         }
-        if let Some(hs) = ready.hard_state {
+        if let Some(hs) = persist.hard_state {
             r.hard_state = hs;
         }
     }
@@ -137,22 +137,28 @@ impl Cluster {
         for (id, node) in self.nodes.iter_mut() {
             while node.has_ready() {
                 let mut ready = node.ready();
-                self.disks.get_mut(id).expect("disk").persist(&ready);
+                self.disks
+                    .get_mut(id)
+                    .expect("disk")
+                    .persist(&ready.persist);
                 node.advance();
-                if let Some(image) = ready.snapshot_image.take() {
+                if let Some(image) = ready.then.snapshot_image.take() {
                     self.images.entry(*id).or_default().push(image);
                 }
-                self.inflight.extend(ready.messages);
-                self.applied.entry(*id).or_default().extend(ready.applied);
+                self.inflight.extend(ready.then.messages);
+                self.applied
+                    .entry(*id)
+                    .or_default()
+                    .extend(ready.then.applied);
                 self.acks
                     .entry(*id)
                     .or_default()
-                    .extend(ready.keepalive_acks);
+                    .extend(ready.then.keepalive_acks);
                 self.changes
                     .entry(*id)
                     .or_default()
-                    .extend(ready.leader_changes);
-                self.reads.entry(*id).or_default().extend(ready.reads);
+                    .extend(ready.then.leader_changes);
+                self.reads.entry(*id).or_default().extend(ready.then.reads);
                 node.check_invariants();
             }
         }
@@ -245,11 +251,10 @@ impl Cluster {
             let stored = disk.recovered.snapshot.as_ref().map_or(0, |s| s.index);
             let recorded = snapshot.index > stored;
             if recorded {
-                let ready = tenure_core::node::Ready {
+                disk.persist(&tenure_core::node::Persist {
                     snapshot: Some(snapshot.clone()),
                     ..Default::default()
-                };
-                disk.persist(&ready);
+                });
             }
             let taken = self.node_mut(id).snapshot_taken(Some(snapshot));
             assert_eq!(recorded, taken, "node {id}: disk and node disagree");

@@ -1264,7 +1264,7 @@ impl World {
     /// wrong thing.
     fn check_mirrors(&mut self) {
         for slot in self.nodes.values() {
-            let Some(node) = slot.node.as_ref() else {
+            let Some(node) = slot.node() else {
                 continue;
             };
             let entries = crate::core_call::in_core(|| node.log_entries());
