@@ -13,6 +13,14 @@ breaks cannot be seen from a test, give the reason in its entry.
     scripts/mutants.py --list       # what there is
     scripts/mutants.py --only ID    # one (or several: --only A --only B)
     scripts/mutants.py --all        # those expected to survive too
+    scripts/mutants.py --by sim     # which tool catches each: sim, model, suite (repeatable)
+
+`--by` names the tools to try, each on its own, and ends with a table of which caught what:
+`suite` runs the tests of the mutant's packages (the default); `sim` runs the simulator alone
+over seeds 1..2001 with 5 voters and then with 3 (`crates/sim/examples/seeds.rs`, the same
+runs as `tenure sim`); `model` runs the bounded model checker alone
+(`crates/sim/examples/model.rs`). A mutant whose packages the simulator does not reach
+(fencing helpers, the server's API layer, the log's file handling) is `-` for sim and model.
 
 Exit status 1 if a mutant not expected to survive did, or no longer applies. Not part of
 the default test run (it builds and tests once per mutant); it uses its own target
@@ -32,6 +40,8 @@ CORE = ["tenure-core", "tenure-driver", "tenure-sim"]
 FENCE = ["tenure"]
 WAL = ["tenure-wal"]
 SERVER = ["tenure-server"]
+# A WAL mutant that the simulator reaches: its disks are the log over an in-memory file system.
+WAL_SIM = ["tenure-wal", "tenure-sim"]
 
 # (id, packages, file, old, new, why it may survive or None); `old` and `new` may be
 # tuples, for a mutant that edits several places of one file. A mutant with a reason is
@@ -163,6 +173,93 @@ MUTANTS = [
      "        .map(|_| ())\n        .map_err(WalError::io(\"fsync directory\", dir))",
      "a directory fsync left out loses a file's name only on power loss, which no test in "
      "a running process can see (it would take a syscall tracer or a crashed machine)"),
+
+    # ----- Written before the checkers were strengthened for them, in the classes where
+    # hand-made bugs from outside got past the simulator (see --by).
+    # --- the leader lease at its edges
+    ("lease-one-tick-long", CORE, "crates/core/src/raft/leader.rs",
+     "Some(base + self.t() - self.config.lease_margin_ticks())",
+     "Some(base + self.t() + 1 - self.config.lease_margin_ticks())", None),
+    ("lease-valid-through-its-end", CORE, "crates/core/src/raft/leader.rs",
+     ".is_some_and(|until| self.now_tick < until)",
+     ".is_some_and(|until| self.now_tick <= until)", None),
+    ("confirm-while-transferring", CORE, "crates/core/src/lease.rs",
+     "    if raft.transfer_sent() {\n        return false;\n    }\n",
+     "    if false && raft.transfer_sent() {\n        return false;\n    }\n", None),
+    # --- drift margins, deadlines rebuilt after a restart or a snapshot install
+    ("skew-rounds-down", CORE, "crates/core/src/drift.rs",
+     "product.div_ceil(1_000_000) as u64", "(product / 1_000_000) as u64", None),
+    ("holder-margin-one-way", CORE, "crates/core/src/drift.rs",
+     "        .saturating_mul(2)\n        .saturating_add(fixed_us)",
+     "        .saturating_mul(1)\n        .saturating_add(fixed_us)", None),
+    ("padded-no-rounding-tick", CORE, "crates/core/src/lease.rs",
+     "        .saturating_add(drift.skew_over_ticks(ticks.saturating_mul(2)))\n        .saturating_add(1)",
+     "        .saturating_add(drift.skew_over_ticks(ticks.saturating_mul(2)))", None),
+    ("padded-one-way", CORE, "crates/core/src/lease.rs",
+     "drift.skew_over_ticks(ticks.saturating_mul(2))", "drift.skew_over_ticks(ticks)", None),
+    ("reset-deadlines-unpadded", CORE, "crates/core/src/lease.rs",
+     ".map(|(s, info)| (s, now + padded(info.remaining_ticks, drift)))",
+     ".map(|(s, info)| (s, now + info.remaining_ticks))", None),
+    ("keepalive-deadline-no-extra-tick", CORE, "crates/core/src/lease.rs",
+     "        self.raise_own(session, raft.term, now + 1 + info.ttl_ticks);",
+     "        self.raise_own(session, raft.term, now + info.ttl_ticks);", None),
+    ("checkpoint-elsewhere-unpadded", CORE, "crates/core/src/lease.rs",
+     "None => self.raise_elsewhere(*s, now + padded(*r, drift)),",
+     "None => self.raise_elsewhere(*s, now + *r),", None),
+    # --- keepalive streams, bound and rebound
+    ("older-keepalive-rebinds", CORE, "crates/core/src/lease.rs",
+     "            if current.seq >= bind.seq {\n                return;\n            }",
+     "            if current.seq > bind.seq + 1_000_000 {\n                return;\n            }", None),
+    ("server-close-releases", CORE, "crates/core/src/lease.rs",
+     "let by_client = end == StreamEnd::Client || raft.config.bugs.release_on_server_close;",
+     "let by_client = true;", None),
+    # --- fast election's dial epochs
+    ("dial-epoch-ignored", CORE, "crates/core/src/raft.rs",
+     "            && dialed_in_epoch == self.follow_epoch\n",
+     "            && dialed_in_epoch <= self.follow_epoch\n", None),
+    ("closed-leader-any-term", CORE, "crates/core/src/raft.rs",
+     "&& self.leader_closed == Some((peer, self.term))",
+     "&& self.leader_closed.is_some_and(|(p, _)| p == peer)", None),
+    # --- transfer
+    ("transfer-to-lagging-target", CORE, "crates/core/src/raft.rs",
+     "            .is_some_and(|p| p.match_index == self.log.last_index())\n        {\n            self.send_timeout_now(to);",
+     "            .is_some_and(|p| p.match_index + 1 >= self.log.last_index())\n        {\n            self.send_timeout_now(to);", None),
+    ("transfer-ack-lagging-target", CORE, "crates/core/src/raft.rs",
+     "                    .is_some_and(|p| p.match_index == self.log.last_index())\n            {\n                self.send_timeout_now(from);",
+     "                    .is_some_and(|p| p.match_index + 1 >= self.log.last_index())\n            {\n                self.send_timeout_now(from);", None),
+    # --- progress tracking
+    ("acked-tick-goes-back", CORE, "crates/core/src/raft.rs",
+     "p.acked_sent_tick = Some(p.acked_sent_tick.map_or(sent_tick, |t| t.max(sent_tick)));",
+     "p.acked_sent_tick = Some(sent_tick);", None),
+    # --- retries
+    ("retry-answered-with-its-own-index", CORE, "crates/driver/src/lib.rs",
+     "index: a.first_applied.unwrap_or(a.index),", "index: a.index,", None),
+    ("retry-reapplied", CORE, "crates/core/src/sm/machine.rs",
+     "        if let Some((first, response)) = self.remembered(id) {\n            self.advance_applied(index);\n            return (response, Some(first));\n        }",
+     "        if let Some((first, response)) = self.remembered(id).filter(|_| false) {\n            self.advance_applied(index);\n            return (response, Some(first));\n        }", None),
+    # --- the IO order of the shared pipeline
+    ("pipeline-sends-before-persist", CORE, "crates/driver/src/pipeline.rs",
+     "            self.node.early_appends(&mut ready)\n",
+     "            Some(std::mem::take(&mut ready.then.messages))\n", None),
+    ("pipeline-skips-fsync", CORE, "crates/driver/src/pipeline.rs",
+     "            storage.sync()?;\n            written.must_sync = false;",
+     "            written.must_sync = false;", None),
+    ("pipeline-installs-without-writing-the-snapshot", CORE, "crates/driver/src/pipeline.rs",
+     "storage.write(hard_state.as_ref(), snapshot.as_ref(), entries)?;",
+     "storage.write(hard_state.as_ref(), None, entries)?;", None),
+    ("pipeline-records-snapshot-the-node-dropped", CORE, "crates/driver/src/snapshot.rs",
+     "    if node.snapshot_taken(Some(snapshot)) {\n        storage.record_snapshot(written)?;",
+     "    if node.snapshot_taken(Some(snapshot)) || true {\n        storage.record_snapshot(written)?;", None),
+    # --- the write-ahead log's recovery, through the simulator's disks
+    ("wal-replay-skips-truncation", WAL_SIM, "crates/wal/src/replay.rs",
+     "        if part.entries_start {\n            if let Some(first) = part.entries.first() {",
+     "        if false && part.entries_start {\n            if let Some(first) = part.entries.first() {", None),
+    ("wal-replay-first-hard-state-wins", WAL_SIM, "crates/wal/src/replay.rs",
+     "        if let Some(hs) = part.hard_state {\n            state.hard_state = hs;\n        }\n    }\n    state.persist_seq = persist.seq;",
+     "        if let Some(hs) = part.hard_state.filter(|_| state.hard_state.term == 0) {\n            state.hard_state = hs;\n        }\n    }\n    state.persist_seq = persist.seq;", None),
+    ("wal-torn-cut-mid-persist", WAL_SIM, "crates/wal/src/replay.rs",
+     "let torn_at = pending.as_ref().map_or(at, |p| p.start);",
+     "let torn_at = pending.as_ref().map_or(at, |_| at);", None),
 ]
 
 
@@ -171,7 +268,9 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--only", action="append", default=[])
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--by", action="append", choices=["suite", "sim", "model"], default=[])
     args = ap.parse_args()
+    tools = args.by or ["suite"]
 
     repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
                           text=True, check=True, cwd=os.path.dirname(__file__)).stdout.strip()
@@ -215,15 +314,54 @@ def main():
             broken = "error[E" in out or "could not compile" in out
             return run.returncode, failed, broken
 
-        # A mutant counts as caught only if the same tests pass without it.
-        for pkgs in sorted({tuple(m[1]) for m in chosen}):
-            code, failed, _ = run_tests(pkgs)
-            if code != 0:
-                print(f"mutants: the tests of {' '.join(pkgs)} fail without any mutant "
-                      f"({'; '.join(failed[:3]) or 'see cargo nextest'}): fix that first")
-                return 2
-            print(f"mutants: baseline of {' '.join(pkgs)} passes", flush=True)
+        def run_sim(_pkgs):
+            """The simulator alone: seeds 1..2001 with 5 voters, then with 3."""
+            build = subprocess.run(["cargo", "build", "-q", "-p", "tenure-sim", "--example",
+                                    "seeds"], cwd=tree, env=env, capture_output=True, text=True)
+            out = build.stdout + build.stderr
+            if build.returncode != 0:
+                return 1, [], "error[E" in out or "could not compile" in out
+            binary = os.path.join(env["CARGO_TARGET_DIR"], "debug", "examples", "seeds")
+            for nodes in ("5", "3"):
+                run = subprocess.run([binary, "1..2001", nodes], cwd=tree, env=env,
+                                     capture_output=True, text=True)
+                if run.returncode != 0:
+                    first = (run.stdout.splitlines() or ["a panic"])[0]
+                    return 1, [f"{nodes} nodes, {first}"], False
+            return 0, [], False
 
+        def run_model(_pkgs):
+            """The bounded model checker alone, at the suite's bound."""
+            build = subprocess.run(["cargo", "build", "-q", "-p", "tenure-sim", "--example",
+                                    "model"], cwd=tree, env=env, capture_output=True, text=True)
+            out = build.stdout + build.stderr
+            if build.returncode != 0:
+                return 1, [], "error[E" in out or "could not compile" in out
+            binary = os.path.join(env["CARGO_TARGET_DIR"], "debug", "examples", "model")
+            run = subprocess.run([binary], cwd=tree, env=env, capture_output=True, text=True)
+            if run.returncode != 0:
+                last = (run.stdout.strip().splitlines() or ["a panic"])[-1]
+                return 1, [last], False
+            return 0, [], False
+
+        runners = {"suite": run_tests, "sim": run_sim, "model": run_model}
+        reaches = {"suite": lambda pkgs: True,
+                   "sim": lambda pkgs: "tenure-sim" in pkgs,
+                   "model": lambda pkgs: "tenure-sim" in pkgs}
+
+        # A mutant counts as caught only if the same runs pass without it.
+        for tool in tools:
+            groups = sorted({tuple(m[1]) for m in chosen if reaches[tool](m[1])})
+            # The simulator and the model checker run the same whatever the packages.
+            for pkgs in groups if tool == "suite" else groups[:1]:
+                code, failed, _ = runners[tool](pkgs)
+                if code != 0:
+                    print(f"mutants: {tool} over {' '.join(pkgs)} fails without any mutant "
+                          f"({'; '.join(failed[:3]) or 'see its output'}): fix that first")
+                    return 2
+                print(f"mutants: baseline of {tool} over {' '.join(pkgs)} passes", flush=True)
+
+        table = []
         for mid, pkgs, path, old, new, eq in chosen:
             file = os.path.join(tree, path)
             with open(file) as f:
@@ -241,22 +379,46 @@ def main():
                 mutated = mutated.replace(o, n)
             with open(file, "w") as f:
                 f.write(mutated)
-            started = time.time()
-            code, failed, broken = run_tests(pkgs)
-            with open(file, "w") as f:
-                f.write(src)
-            if broken:
-                verdict = "DOES NOT BUILD (update the mutant)"
+            row = {}
+            try:
+                for tool in tools:
+                    if not reaches[tool](pkgs):
+                        row[tool] = "-"
+                        continue
+                    started = time.time()
+                    code, failed, broken = runners[tool](pkgs)
+                    took = time.time() - started
+                    if broken:
+                        verdict = "DOES NOT BUILD (update the mutant)"
+                        row[tool] = "broken"
+                    elif code != 0:
+                        verdict = "CAUGHT"
+                        row[tool] = "caught"
+                    else:
+                        verdict = "SURVIVED" + (f" (expected: {eq})" if eq else "")
+                        row[tool] = "survived"
+                    shown = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "")
+                    print(f"{mid}: {tool}: {verdict} in {took:.0f} s"
+                          f"{': ' + shown if failed else ''}", flush=True)
+            finally:
+                with open(file, "w") as f:
+                    f.write(src)
+            table.append((mid, eq, row))
+            tried = [v for v in row.values() if v != "-"]
+            if "broken" in tried or (not eq and "caught" not in tried):
                 survived.append(mid)
-            elif code != 0:
-                verdict = "CAUGHT"
-            else:
-                verdict = "SURVIVED" + (f" (expected: {eq})" if eq else "")
-                if not eq:
-                    survived.append(mid)
-            took = time.time() - started
-            shown = "; ".join(failed[:3]) + (" …" if len(failed) > 3 else "")
-            print(f"{mid}: {verdict} in {took:.0f} s{': ' + shown if failed else ''}", flush=True)
+
+        print("\n| mutant | " + " | ".join(tools) + " |")
+        print("|---|" + "---|" * len(tools))
+        for mid, eq, row in table:
+            note = " (equivalent)" if eq else ""
+            print(f"| {mid}{note} | " + " | ".join(row.get(t, "") for t in tools) + " |")
+        for tool in tools:
+            reached = [r for _, eq, r in table if not eq and r.get(tool, "-") != "-"]
+            caught = [r for r in reached if r[tool] == "caught"]
+            if reached:
+                print(f"mutants: {tool} caught {len(caught)} of the {len(reached)} it reaches "
+                      f"({100 * len(caught) // len(reached)} %)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if survived:
