@@ -82,7 +82,7 @@ struct Binding {
 
 /// When this node may expire each session, and what this node as leader has made durable
 /// enough to acknowledge keepalives.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct LeaseClock {
     /// Local tick before which this node must not expire a session.
     deadline_tick: BTreeMap<SessionId, u64>,

@@ -285,6 +285,7 @@ impl SnapshotImage {
 }
 
 /// A tenure node: Raft, the replicated state machine and the lease clock.
+#[derive(Clone, Debug)]
 pub struct Node {
     raft: Raft,
     sm: StateMachine,

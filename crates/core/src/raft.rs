@@ -140,6 +140,7 @@ pub enum StepError {
 }
 
 /// The consensus half of a node.
+#[derive(Clone, Debug)]
 pub(crate) struct Raft {
     pub(crate) id: NodeId,
     pub(crate) config: Config,

@@ -59,7 +59,7 @@ pub(crate) struct PendingRead {
 
 /// The reads a leader holds, in arrival order (so their arrival ticks and read indexes only
 /// grow), and the answers not yet handed out.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Reads {
     pub(crate) pending: VecDeque<PendingRead>,
     /// The term the pending reads arrived in.

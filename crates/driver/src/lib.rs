@@ -122,7 +122,7 @@ pub enum KeepaliveOutcome {
 }
 
 /// A proposal's answer, for the reply handle the driver gave with it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Answer<P> {
     /// The driver's handle (a oneshot sender, or a simulated client's address and attempt).
     pub reply: P,
@@ -131,7 +131,7 @@ pub struct Answer<P> {
 }
 
 /// A keepalive's answer.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct KeepaliveAnswer<K> {
     /// The driver's handle.
     pub reply: K,
@@ -314,12 +314,14 @@ impl DriverBugs {
     }
 }
 
+#[derive(Clone, Debug)]
 struct PendingProposal<P> {
     request: Option<RequestId>,
     proposed_us: Micros,
     reply: P,
 }
 
+#[derive(Clone, Debug)]
 struct PendingKeepalive<K> {
     session: SessionId,
     received_us: Micros,
@@ -327,7 +329,7 @@ struct PendingKeepalive<K> {
 }
 
 /// Everything [`DriverCore::drain`] hands back.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Output<P, K> {
     /// Proposal answers, in the order they were decided.
     pub answers: Vec<Answer<P>>,
@@ -361,6 +363,7 @@ impl<P, K> Output<P, K> {
 /// Invariant: every proposal handed to [`DriverCore::propose`] is answered exactly once —
 /// at once if the node refuses it, else by `on_ready`, `stop` or `give_up` — unless the node
 /// crashes ([`DriverCore::crash`]), where nothing is answered because nothing survives.
+#[derive(Clone, Debug)]
 pub struct DriverCore<P, K> {
     bugs: DriverBugs,
     /// Waiting proposals by the log position they were appended at. Two may share an index

@@ -34,7 +34,7 @@ use tenure_core::types::{Index, Snapshot, Term};
 use crate::{DriverBugs, DriverCore, Micros, Output};
 
 /// A Ready written to storage whose sync and advance are still to come.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Written {
     must_sync: bool,
     then: AfterPersist,
@@ -66,6 +66,7 @@ pub struct Finished {
 }
 
 /// A node, its driver core and the Ready written but not yet durable; see the module docs.
+#[derive(Clone, Debug)]
 pub struct Pipeline<P, K> {
     node: Node,
     core: DriverCore<P, K>,

@@ -78,6 +78,7 @@ pub mod client;
 pub mod core_call;
 pub mod disk;
 pub mod driver;
+pub mod explore;
 pub mod faults;
 pub mod hash;
 pub mod history;
