@@ -179,19 +179,34 @@ MUTANTS = [
     # --- the leader lease at its edges
     ("lease-one-tick-long", CORE, "crates/core/src/raft/leader.rs",
      "Some(base + self.t() - self.config.lease_margin_ticks())",
-     "Some(base + self.t() + 1 - self.config.lease_margin_ticks())", None),
+     "Some(base + self.t() + 1 - self.config.lease_margin_ticks())",
+     "equivalent: a lease lasts at most T - m of the leader's ticks after the send it rests on, "
+     "a follower refuses votes for at least T - 1 of its own after receiving it, and clocks "
+     "differ by less than d, so safety needs m >= 1 + T*d; m = ceil(2*T*d) + 2, so one tick "
+     "less (m - 1 = ceil(2*T*d) + 1) still meets it (docs/GUARANTEES.md, the leader lease)"),
     ("lease-valid-through-its-end", CORE, "crates/core/src/raft/leader.rs",
      ".is_some_and(|until| self.now_tick < until)",
-     ".is_some_and(|until| self.now_tick <= until)", None),
+     ".is_some_and(|until| self.now_tick <= until)",
+     "equivalent: valid through tick U instead of before it is the lease of lease-one-tick-long, "
+     "whose argument applies: the margin holds a spare tick beyond what drift and rounding need"),
     ("confirm-while-transferring", CORE, "crates/core/src/lease.rs",
      "    if raft.transfer_sent() {\n        return false;\n    }\n",
      "    if false && raft.transfer_sent() {\n        return false;\n    }\n", None),
     # --- drift margins, deadlines rebuilt after a restart or a snapshot install
     ("skew-rounds-down", CORE, "crates/core/src/drift.rs",
-     "product.div_ceil(1_000_000) as u64", "(product / 1_000_000) as u64", None),
+     "product.div_ceil(1_000_000) as u64", "(product / 1_000_000) as u64",
+     "equivalent for the holder's margin (a microsecond) and the lease margin (m stays >= 1 + T*d, "
+     "see lease-one-tick-long); NOT shown equivalent for the padding of another leader's "
+     "promise: when r*d is under half a tick the floor drops the drift term, short by up to "
+     "r*d of a tick, which the checkpoint's own spare tick has absorbed in every run so far. "
+     "A checker that sees it needs sub-tick promises; left open"),
     ("holder-margin-one-way", CORE, "crates/core/src/drift.rs",
      "        .saturating_mul(2)\n        .saturating_add(fixed_us)",
-     "        .saturating_mul(1)\n        .saturating_add(fixed_us)", None),
+     "        .saturating_mul(1)\n        .saturating_add(fixed_us)",
+     "equivalent under the stated assumption: two clocks' rates differ by less than d, so over a "
+     "TTL they disagree by less than d*TTL, which one drift term covers; the formula takes two "
+     "(docs/GUARANTEES.md, the holder's lease), and the simulator keeps every pair of clocks "
+     "within d, at the bound in lease-edge seeds. Caught only by breaking the assumption"),
     ("padded-no-rounding-tick", CORE, "crates/core/src/lease.rs",
      "        .saturating_add(drift.skew_over_ticks(ticks.saturating_mul(2)))\n        .saturating_add(1)",
      "        .saturating_add(drift.skew_over_ticks(ticks.saturating_mul(2)))", None),

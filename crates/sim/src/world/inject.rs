@@ -58,6 +58,7 @@ impl World {
         }
         if self.handover_at.is_none() && self.rng.chance(self.mix.lease_handover) {
             self.handover_at = self.current_leader();
+            self.handover_transferred = false;
         }
         if self.rng.chance(self.mix.partition) && self.network.partitions() < PARTITIONS_MAX {
             self.partition();
@@ -356,6 +357,63 @@ impl World {
                 format!("membership: node {id} is out of the configuration; shut down")
             });
         }
+    }
+
+    /// The lease-handover shape, by transfer instead of a crash (every other time it is
+    /// armed, by the leader's term: no draw, so the other shapes keep their streams): as a
+    /// keepalive reaches the armed leader, it hands Raft leadership to a follower and, at the
+    /// same instant, stops hearing
+    /// from every node (its own messages still leave), so that it goes on believing it
+    /// leads while the target wins the next term with votes that set aside their refusal.
+    /// Its clients still reach it: any keepalive it acknowledges now promises time the new
+    /// leader knows nothing of, and the shape's holder goes silent at the next
+    /// acknowledgement, so the new leader expires its session when it may. A leader that
+    /// confirmed its leadership after its TimeoutNow left shows as an expiry before a
+    /// promise, or two holders.
+    pub(super) fn maybe_hand_over_by_transfer(&mut self, leader: NodeId) {
+        let Some(status) = self.nodes.get(&leader).and_then(|s| s.status.clone()) else {
+            return;
+        };
+        if self.handover_transferred || status.term % 2 == 1 || status.role != Role::Leader {
+            return;
+        }
+        self.handover_transferred = true;
+        let Some(to) = status
+            .membership
+            .voters
+            .iter()
+            .copied()
+            .find(|v| *v != leader)
+        else {
+            return;
+        };
+        let result = self.in_node(leader, |n| n.transfer_leadership(to));
+        if result.is_none() {
+            return;
+        }
+        let id = self.next_partition_id;
+        self.next_partition_id += 1;
+        let links: Vec<(Addr, Addr)> = self
+            .live_ids
+            .iter()
+            .filter(|n| **n != leader)
+            .map(|n| (Addr::Node(*n), Addr::Node(leader)))
+            .collect();
+        self.stats.fault("transfer-handover");
+        self.trace.log(self.now_us, || {
+            format!(
+                "fault: lease hand-over by transfer: leader {leader} hands over to {to} and \
+                 hears from no node (partition {id}): {result:?}"
+            )
+        });
+        self.trace
+            .event(TraceKind::Fault, self.now_us, &[5, id, links.len() as u64]);
+        self.network.partition(id, links);
+        self.queue.push(
+            self.now_us + 2 * self.election_timeout_us,
+            Event::HealPartition { id },
+        );
+        self.drive_node(leader);
     }
 
     fn raft_transfer(&mut self) {

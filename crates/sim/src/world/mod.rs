@@ -219,6 +219,8 @@ pub struct World {
     keepalive_received_us: BTreeMap<(NodeId, u64), SimTimeUs>,
     /// The lease-handover shape is armed at this leader (see `FaultMix::lease_handover`).
     handover_at: Option<NodeId>,
+    /// The armed hand-over already went by transfer (`World::maybe_hand_over_by_transfer`).
+    handover_transferred: bool,
     /// A lease-edge seed (see `LEASE_EDGE_SHARE`): the lease-edge shapes may run.
     lease_edge: bool,
     /// A scenario holds the workload: clients start nothing and send no keepalives.
@@ -347,6 +349,7 @@ impl World {
             scenario: None,
             keepalive_received_us: BTreeMap::new(),
             handover_at: None,
+            handover_transferred: false,
             lease_edge,
             hush: false,
             pipelined,
@@ -976,6 +979,14 @@ impl World {
                 if slot.persisting() {
                     self.deliver_while_persisting(id, from, packet);
                     return;
+                }
+                if self.handover_at == Some(id)
+                    && matches!(
+                        packet,
+                        Packet::Request(crate::protocol::ClientRequest::Keepalive { .. })
+                    )
+                {
+                    self.maybe_hand_over_by_transfer(id);
                 }
                 self.deliver_to_node(id, from, packet);
             }
