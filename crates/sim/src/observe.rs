@@ -153,6 +153,14 @@ pub enum Observation {
     },
     /// The liveness phase started: all faults healed.
     Healed,
+    /// In the liveness phase, with nothing failing, the leader was asked to hand Raft
+    /// leadership to `to` and accepted.
+    TransferRequested {
+        /// The leader.
+        from: NodeId,
+        /// The target.
+        to: NodeId,
+    },
     /// The run ended.
     Finished,
 }

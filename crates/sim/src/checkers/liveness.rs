@@ -6,10 +6,15 @@
 //! From the moment everything is healed, some node must be seen in the leader role within
 //! ten election timeouts T (T of the slowest clock), a leader must exist when the run ends,
 //! and every client operation invoked during the run must have been answered by then.
+//!
+//! And a leadership transfer asked for then (nothing failing) completes: its target is seen
+//! leading within `TRANSFER_TIMEOUTS_ALLOWED` election timeouts (dissertation §3.10: the
+//! leader stops taking proposals, brings the target up to date, then sends TimeoutNow).
 
 use std::collections::BTreeMap;
 
 use tenure_core::node::Role;
+use tenure_core::types::NodeId;
 
 use super::{Checker, View};
 use crate::observe::{ClientId, Observation, OpId};
@@ -18,12 +23,17 @@ use crate::time::{fmt_time, SimTimeUs};
 /// Election timeouts allowed for electing a leader after heal.
 pub const ELECTION_TIMEOUTS_ALLOWED: u64 = 10;
 
+/// Election timeouts allowed for a transfer asked for after heal to make its target leader.
+pub const TRANSFER_TIMEOUTS_ALLOWED: u64 = 5;
+
 /// Pending operations and leader sightings.
 #[derive(Default)]
 pub struct Liveness {
     pending: BTreeMap<OpId, (ClientId, SimTimeUs, String)>,
     healed_at_us: Option<SimTimeUs>,
     leader_at_us: Option<SimTimeUs>,
+    /// A transfer asked for after heal and not yet seen through: (target, when).
+    transfer: Option<(NodeId, SimTimeUs)>,
 }
 
 fn has_leader(view: &View<'_>) -> bool {
@@ -38,7 +48,30 @@ impl Checker for Liveness {
     }
 
     fn observe(&mut self, observation: &Observation, view: &View<'_>) -> Option<String> {
+        if let Some((to, at)) = self.transfer {
+            let deadline = at + TRANSFER_TIMEOUTS_ALLOWED * view.election_timeout_us;
+            if view.now_us > deadline {
+                self.transfer = None;
+                return Some(format!(
+                    "a transfer to node {to} asked for at {} with nothing failing did not make \
+                     it leader by {} ({TRANSFER_TIMEOUTS_ALLOWED} election timeouts)",
+                    fmt_time(at),
+                    fmt_time(deadline)
+                ));
+            }
+        }
         match observation {
+            Observation::TransferRequested { to, .. } => {
+                self.transfer = Some((*to, view.now_us));
+            }
+            Observation::Role {
+                role: Role::Leader,
+                node,
+                ..
+            } if self.transfer.is_some_and(|(to, _)| to == *node) => {
+                self.transfer = None;
+                self.leader_at_us.get_or_insert(view.now_us);
+            }
             Observation::OpInvoked {
                 op,
                 client,

@@ -374,7 +374,11 @@ impl World {
         let Some(status) = self.nodes.get(&leader).and_then(|s| s.status.clone()) else {
             return;
         };
-        if self.handover_transferred || status.term % 2 == 1 || status.role != Role::Leader {
+        if !self.faults_on
+            || self.handover_transferred
+            || status.term % 2 == 1
+            || status.role != Role::Leader
+        {
             return;
         }
         self.handover_transferred = true;

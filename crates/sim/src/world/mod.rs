@@ -157,6 +157,8 @@ enum Event {
     /// (fate-sharing seeds).
     StreamSweep,
     Heal,
+    /// A leadership transfer with nothing failing, to be seen through (liveness).
+    TransferCheck,
     Quiesce,
     End,
 }
@@ -490,6 +492,8 @@ impl World {
         let safety_us = self.opts.safety_ms * US_PER_MS;
         let liveness_us = self.opts.liveness_ms * US_PER_MS;
         self.queue.push(safety_us, Event::Heal);
+        self.queue
+            .push(safety_us + liveness_us / 4, Event::TransferCheck);
         self.queue.push(safety_us + liveness_us / 2, Event::Quiesce);
         self.queue.push(safety_us + liveness_us, Event::End);
         self.flush();
@@ -920,6 +924,7 @@ impl World {
             Event::StreamDeliver { stream } => self.on_stream_deliver(stream),
             Event::StreamSweep => self.sweep_streams(),
             Event::Heal => self.heal(),
+            Event::TransferCheck => self.transfer_check(),
             Event::Quiesce => self.quiesced = true,
             Event::End => self.end(),
         }
@@ -1264,6 +1269,42 @@ impl World {
             self.with_client(i, |client, env| client.heal(env));
         }
         self.obs.push(Observation::Healed);
+    }
+
+    /// With every fault healed and the clients still busy, the leader hands Raft leadership
+    /// to its lowest-numbered other voter that is up; the liveness checker expects that
+    /// voter to lead soon (a transfer waits until its target has every entry, so it must
+    /// win: a TimeoutNow sent to a target still missing one is what this sees).
+    fn transfer_check(&mut self) {
+        let Some(leader) = self.current_leader() else {
+            return;
+        };
+        let Some(membership) = self.nodes[&leader]
+            .status
+            .as_ref()
+            .map(|s| s.membership.clone())
+        else {
+            return;
+        };
+        if membership.is_joint() {
+            return;
+        }
+        let Some(to) =
+            membership.voters.iter().copied().find(|v| {
+                *v != leader && self.nodes.get(v).is_some_and(|s| s.is_up() && !s.paused)
+            })
+        else {
+            return;
+        };
+        let result = self.in_node(leader, |n| n.transfer_leadership(to));
+        self.trace.log(self.now_us, || {
+            format!("liveness: leader {leader} hands Raft leadership to {to}: {result:?}")
+        });
+        if let Some(Ok(())) = result {
+            self.obs
+                .push(Observation::TransferRequested { from: leader, to });
+        }
+        self.drive_node(leader);
     }
 
     fn end(&mut self) {
