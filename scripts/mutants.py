@@ -211,7 +211,10 @@ MUTANTS = [
      "        .saturating_add(drift.skew_over_ticks(ticks.saturating_mul(2)))\n        .saturating_add(1)",
      "        .saturating_add(drift.skew_over_ticks(ticks.saturating_mul(2)))", None),
     ("padded-one-way", CORE, "crates/core/src/lease.rs",
-     "drift.skew_over_ticks(ticks.saturating_mul(2))", "drift.skew_over_ticks(ticks)", None),
+     "drift.skew_over_ticks(ticks.saturating_mul(2))", "drift.skew_over_ticks(ticks)",
+     "equivalent under the stated assumption, as holder-margin-one-way: a promise counted on "
+     "another leader's clock is off by less than d over its length, which one drift term "
+     "covers; the padding takes two"),
     ("reset-deadlines-unpadded", CORE, "crates/core/src/lease.rs",
      ".map(|(s, info)| (s, now + padded(info.remaining_ticks, drift)))",
      ".map(|(s, info)| (s, now + info.remaining_ticks))", None),
