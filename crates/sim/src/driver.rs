@@ -587,33 +587,29 @@ impl NodeSlot {
     /// AppendEntries left ahead of the fsync (pipelined seeds), left to a later `FsyncDone`.
     /// `None` when the node has no Ready (or is down).
     fn handle_ready(&mut self, ctx: &mut DriveCtx<'_>) -> Option<Drive> {
-        // Out of the slot while the closures below record into them.
-        let mut pipeline = self.pipeline.take()?;
+        // The mirror and the commit mark leave the slot while the closure below records into
+        // them; the pipeline and the disk are borrowed in place.
         let mut mirror = std::mem::take(&mut self.mirror);
         let mut commit_noted = self.commit_noted;
         let mut sent = Vec::new();
         let mut writes = false;
         let id = self.id;
-        let wrote = in_core(|| {
-            pipeline.write(&mut self.disk, &mut |m| sent.push(m), |node, persist| {
-                writes = !persist.is_empty();
-                record_write(id, &mut mirror, &mut commit_noted, node, persist, ctx);
-            })
-        });
+        let wrote = match self.pipeline.as_mut() {
+            None => Ok(None),
+            Some(pipeline) => in_core(|| {
+                pipeline.write(&mut self.disk, &mut |m| sent.push(m), |node, persist| {
+                    writes = !persist.is_empty();
+                    record_write(id, &mut mirror, &mut commit_noted, node, persist, ctx);
+                })
+            }),
+        };
         self.mirror = mirror;
         self.commit_noted = commit_noted;
         let wrote = match wrote {
             Ok(Some(wrote)) => wrote,
-            Ok(None) => {
-                self.pipeline = Some(pipeline);
-                return None;
-            }
-            Err(e) => {
-                self.pipeline = Some(pipeline);
-                return Some(Drive::StorageContract(format!("node {}: {e}", self.id)));
-            }
+            Ok(None) => return None,
+            Err(e) => return Some(Drive::StorageContract(format!("node {}: {e}", self.id))),
         };
-        self.pipeline = Some(pipeline);
         self.send(sent, ctx);
         if writes && self.crash_mid_ready {
             return Some(self.crash_before_fsync("between write and fsync", ctx));
