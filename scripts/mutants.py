@@ -338,14 +338,21 @@ def main():
             broken = "error[E" in out or "could not compile" in out
             return run.returncode, failed, broken
 
-        def run_sim(_pkgs):
-            """The simulator alone: seeds 1..2001 with 5 voters, then with 3."""
+        def build_example(name):
+            """Builds one of tenure-sim's examples in the tree: (its path, None), or (None,
+            whether the mutant broke the build)."""
             build = subprocess.run(["cargo", "build", "-q", "-p", "tenure-sim", "--example",
-                                    "seeds"], cwd=tree, env=env, capture_output=True, text=True)
+                                    name], cwd=tree, env=env, capture_output=True, text=True)
             out = build.stdout + build.stderr
             if build.returncode != 0:
-                return 1, [], "error[E" in out or "could not compile" in out
-            binary = os.path.join(env["CARGO_TARGET_DIR"], "debug", "examples", "seeds")
+                return None, "error[E" in out or "could not compile" in out
+            return os.path.join(env["CARGO_TARGET_DIR"], "debug", "examples", name), None
+
+        def run_sim(_pkgs):
+            """The simulator alone: seeds 1..2001 with 5 voters, then with 3."""
+            binary, broken = build_example("seeds")
+            if binary is None:
+                return 1, [], broken
             for nodes in ("5", "3"):
                 run = subprocess.run([binary, "1..2001", nodes], cwd=tree, env=env,
                                      capture_output=True, text=True)
@@ -356,12 +363,9 @@ def main():
 
         def run_model(_pkgs):
             """The bounded model checker alone, at the suite's bound."""
-            build = subprocess.run(["cargo", "build", "-q", "-p", "tenure-sim", "--example",
-                                    "model"], cwd=tree, env=env, capture_output=True, text=True)
-            out = build.stdout + build.stderr
-            if build.returncode != 0:
-                return 1, [], "error[E" in out or "could not compile" in out
-            binary = os.path.join(env["CARGO_TARGET_DIR"], "debug", "examples", "model")
+            binary, broken = build_example("model")
+            if binary is None:
+                return 1, [], broken
             run = subprocess.run([binary], cwd=tree, env=env, capture_output=True, text=True)
             if run.returncode != 0:
                 last = (run.stdout.strip().splitlines() or ["a panic"])[-1]
