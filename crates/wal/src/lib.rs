@@ -17,8 +17,9 @@
 //! let mut storage = FileStorage::open("/var/lib/tenure/node-1".as_ref(), WalOptions::default())?;
 //! let recovered = storage.recover()?; // build the node from this
 //! # let ready = tenure_core::node::Ready::default();
-//! storage.persist(ready.hard_state.as_ref(), ready.snapshot.as_ref(), &ready.entries)?;
-//! // only now send ready.messages
+//! let p = &ready.persist;
+//! storage.persist(p.hard_state.as_ref(), p.snapshot.as_ref(), &p.entries)?;
+//! // only now send ready.then.messages
 //! # let _ = recovered; Ok(())
 //! # }
 //! ```
