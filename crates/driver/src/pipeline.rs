@@ -17,7 +17,7 @@
 //!    [`Pipeline::advance`] calls [`Node::advance`], sends the rest of the messages and lets
 //!    the driver core decide the answers ([`Pipeline::drain`] hands them out). What is left
 //!    for the driver (the snapshot to take in the background, the leader changes for
-//!    watchers) comes back. [`Pipeline::make_durable`] does both.
+//!    watchers) comes back.
 //!
 //! Between the two, a driver whose sync runs asynchronously may step a leader's
 //! acknowledgements and ticks ([`Pipeline::step_while_syncing`],
@@ -94,11 +94,6 @@ impl<P, K> Pipeline<P, K> {
         &self.node
     }
 
-    /// The driver core.
-    pub fn core(&self) -> &DriverCore<P, K> {
-        &self.core
-    }
-
     /// The node and the driver core, for inputs ([`DriverCore::propose`] and its kind take
     /// both). Follow inputs with [`Pipeline::observe`].
     pub fn parts(&mut self) -> (&mut Node, &mut DriverCore<P, K>) {
@@ -120,8 +115,9 @@ impl<P, K> Pipeline<P, K> {
         self.core.stop();
     }
 
-    /// Whether a written Ready awaits [`Pipeline::make_durable`]: the node then takes no
-    /// input but [`Pipeline::step_while_syncing`] and [`Pipeline::tick_while_syncing`].
+    /// Whether a written Ready awaits [`Pipeline::sync`] and [`Pipeline::advance`]: the node
+    /// takes no input but [`Pipeline::step_while_syncing`] and
+    /// [`Pipeline::tick_while_syncing`].
     pub fn syncing(&self) -> bool {
         self.written.is_some()
     }
@@ -155,7 +151,7 @@ impl<P, K> Pipeline<P, K> {
     /// Step 1: take the next Ready, if any, and write its persistent half without an fsync
     /// (`writing` sees it first, with the node as it was before). A qualifying leader's
     /// AppendEntries go to `send` now, when the pipeline replicates early; everything else
-    /// waits for [`Pipeline::make_durable`]. `None` when there is no Ready.
+    /// waits for [`Pipeline::advance`]. `None` when there is no Ready.
     ///
     /// A storage error leaves the write in an unknown state: the driver must stop the node.
     pub fn write<S: Storage>(
@@ -240,34 +236,6 @@ impl<P, K> Pipeline<P, K> {
             leader_changes: then.leader_changes,
             applied: then.applied,
         }
-    }
-
-    /// [`Pipeline::sync`] then [`Pipeline::advance`].
-    pub fn make_durable<S: Storage>(
-        &mut self,
-        storage: &mut S,
-        now_us: Micros,
-        send: &mut impl FnMut(Message),
-    ) -> Result<Finished, S::Error> {
-        self.sync(storage)?;
-        Ok(self.advance(now_us, send))
-    }
-
-    /// Every Ready the node has, each written and made durable before the next: what a
-    /// driver whose sync blocks does after its inputs. `finished` gets each Ready's rest.
-    pub fn run_to_idle<S: Storage>(
-        &mut self,
-        storage: &mut S,
-        now_us: Micros,
-        send: &mut impl FnMut(Message),
-        mut writing: impl FnMut(&Node, &Persist),
-        mut finished: impl FnMut(&Node, Finished),
-    ) -> Result<(), S::Error> {
-        while self.write(storage, send, &mut writing)?.is_some() {
-            let done = self.make_durable(storage, now_us, send)?;
-            finished(&self.node, done);
-        }
-        Ok(())
     }
 
     /// While a write syncs: a leader counts its followers' acknowledgements now (and the
