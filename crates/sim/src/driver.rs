@@ -123,6 +123,10 @@ pub struct NodeSlot {
     pub incarnation: u64,
     /// Tick period of its clock in true microseconds (10 ms × (1 + drift)).
     pub tick_period_us: u64,
+    /// True time of its clock's latest tick (counting those it missed while paused; for
+    /// tick 0 of a start, one period before the first tick), so that a local tick can be
+    /// turned into the true time at which the clock reaches it.
+    pub last_tick_us: SimTimeUs,
     /// Paused: not ticked, and packets are held until it resumes.
     pub paused: bool,
     /// The process just exited (crashed or shut down): its kernel closes its connections,
@@ -195,6 +199,7 @@ impl NodeSlot {
             mirror: LogMirror::default(),
             incarnation: 0,
             tick_period_us,
+            last_tick_us: 0,
             paused: false,
             exited: false,
             pause_gen: 0,
@@ -262,6 +267,9 @@ impl NodeSlot {
         self.pipeline = Some(in_core(|| {
             Pipeline::new(node, ctx.now_us, self.pipelined, ctx.driver_bugs)
         }));
+        // Rebuilt from the recovered state machine, every session's deadline must still
+        // cover what other leaders promised.
+        ctx.obs.push(Observation::DeadlinesReset { node: self.id });
         self.paused = false;
         Ok(self.drive(ctx))
     }
@@ -837,10 +845,10 @@ impl NodeSlot {
         self.send(sent, ctx);
         self.deliver(ctx);
         let Finished {
+            snapshot_persisted,
             snapshot_image,
             leader_changes,
             applied,
-            ..
         } = finished;
         for change in &leader_changes {
             let watchers: Vec<ClientId> = self
@@ -859,6 +867,11 @@ impl NodeSlot {
                 applied,
                 leader_changes,
             });
+        }
+        if snapshot_persisted.is_some() {
+            // A snapshot from the leader rebuilt every session's deadline (a local compaction
+            // lands here too, which rebuilds nothing: checking it costs only time).
+            ctx.obs.push(Observation::DeadlinesReset { node: self.id });
         }
         if let Some(image) = snapshot_image {
             self.start_snapshot(image, ctx);

@@ -103,6 +103,12 @@ pub enum Observation {
         /// replica may end the session before it (DESIGN rule 4).
         promise_us: SimTimeUs,
     },
+    /// A node rebuilt every session's deadline from its state machine: it started from its
+    /// disk, or installed a snapshot.
+    DeadlinesReset {
+        /// The node.
+        node: NodeId,
+    },
     /// A client invoked an operation (first send).
     OpInvoked {
         /// The operation.

@@ -54,14 +54,18 @@ impl Default for SimOptions {
 
 impl SimOptions {
     /// A node's empty disk: the write-ahead log over a fresh in-memory file system, with
-    /// the log's own test switch on for `--inject-bug snapshot-recorded-before-written`.
-    pub fn new_disk(&self) -> crate::disk::Disk {
-        let options = if self.bug == Some(InjectBug::SnapshotRecordedBeforeWritten) {
+    /// records of at most `record_bytes_max` if given, and the log's own test switch on for
+    /// `--inject-bug snapshot-recorded-before-written`.
+    pub fn new_disk(&self, record_bytes_max: Option<u32>) -> crate::disk::Disk {
+        let mut options = if self.bug == Some(InjectBug::SnapshotRecordedBeforeWritten) {
             crate::disk::Disk::options_recording_snapshots_early()
                 .expect("the bug's name is refused in builds without the log's bug switches")
         } else {
             tenure_wal::WalOptions::default()
         };
+        if let Some(bytes) = record_bytes_max {
+            options.record_bytes_max = bytes;
+        }
         crate::disk::Disk::new(options)
     }
 

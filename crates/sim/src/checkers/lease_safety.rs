@@ -23,6 +23,18 @@
 //!   ends a session before the true time at which the acknowledging node's clock ran TTL
 //!   ticks from the keepalive's receipt.
 //!
+//! The promise that the acknowledgements rest on is checked on its own, at its exact bound,
+//! so that a deadline short by less than a tick shows even when no keepalive happened to
+//! arrive at the edge of what it covers: a leader's committed Grant or Checkpoint obliges
+//! every other replica to keep the session until the true time at which the *proposing*
+//! leader's clock ran the entry's remaining ticks from the proposal (`padded` in the core's
+//! lease clock: twice the drift over it, and a tick for the rounding of the replica's own tick
+//! count). Checked on every replica after it applies such an entry, and after it rebuilds its
+//! deadlines from its state machine (a restart, an installed snapshot), against the true time
+//! at which its own clock reaches its deadline. The proposer itself is left out while it runs
+//! in the same life: it covers exactly what it acknowledged, which the checks above see;
+//! after a restart its own entries bind it like anyone else's.
+//!
 //! And the holder's half once more, for sessions that end without a revoke: no `Expire` or
 //! `Release` (fate-sharing, docs/GUARANTEES.md) commits while the client holding the session
 //! believes it leads with it. A release may end a session long before its TTL, so this is
@@ -33,9 +45,11 @@ use std::collections::BTreeMap;
 
 use tenure_core::node::Role;
 use tenure_core::sm::{Command, Response, SessionId};
-use tenure_core::types::{NodeId, Term};
+use tenure_core::types::{Index, NodeId, Term};
 
 use super::{Checker, View};
+use crate::driver::NodeSlot;
+use crate::mirror::EntryKind;
 use crate::observe::{ClientId, Observation};
 use crate::time::{fmt_time, SimTimeUs};
 
@@ -56,9 +70,152 @@ pub struct LeaseSafety {
     leader_term: Option<(Term, SimTimeUs)>,
     /// Latest promise per session: (true time, acknowledging node).
     promises: BTreeMap<SessionId, (SimTimeUs, NodeId)>,
+    /// Command entries appended by the leader of their term, until some node applies them:
+    /// who proposed each (node, incarnation) and when.
+    proposals: BTreeMap<(Index, Term), ((NodeId, u64), SimTimeUs)>,
+    /// Applied Grant and Checkpoint entries still in force: their proposer, and per session
+    /// the true time until which every other replica must keep it.
+    coverage: BTreeMap<(Index, Term), Coverage>,
+    /// The same, by session and index, for replicas that rebuild all their deadlines.
+    by_session: BTreeMap<SessionId, BTreeMap<Index, (SimTimeUs, (NodeId, u64))>>,
+}
+
+/// What one applied Grant or Checkpoint obliges the replicas to.
+#[derive(Clone, Debug)]
+struct Coverage {
+    proposer: (NodeId, u64),
+    until: Vec<(SessionId, SimTimeUs)>,
+}
+
+/// More entries in force than this, and the ones that ran out are swept.
+const COVERAGE_SWEEP_AT: usize = 1_024;
+
+/// The true time at which node `slot`'s clock reaches local tick `tick`, if it runs with its
+/// clock in step (not paused, not replaying the ticks it missed).
+fn true_time_of_tick(slot: &NodeSlot, tick: u64) -> Option<i128> {
+    if slot.paused || slot.catching_up || slot.missed_ticks > 0 {
+        return None;
+    }
+    let now_tick = slot.status.as_ref()?.now_tick;
+    Some(
+        i128::from(slot.last_tick_us)
+            + (i128::from(tick) - i128::from(now_tick)) * i128::from(slot.tick_period_us),
+    )
 }
 
 impl LeaseSafety {
+    /// The coverage checks: see the module's documentation.
+    fn coverage_side(&mut self, observation: &Observation, view: &View<'_>) -> Option<String> {
+        let now = view.now_us;
+        match observation {
+            Observation::Appended { node, entries } => {
+                let slot = view.nodes.get(node)?;
+                let status = slot.status.as_ref()?;
+                if status.role != Role::Leader {
+                    return None;
+                }
+                // Only the leader of a term makes entries of it: what it appends in its own
+                // term, it proposed now.
+                for e in entries {
+                    if e.kind == EntryKind::Command && e.term == status.term {
+                        self.proposals
+                            .entry((e.index, e.term))
+                            .or_insert(((*node, slot.incarnation), now));
+                    }
+                }
+                None
+            }
+            Observation::Applied { node, applied, .. } => {
+                let slot = view.nodes.get(node)?;
+                for a in applied {
+                    let key = (a.index, a.term);
+                    if a.first_applied.is_some() {
+                        // A retry changed nothing: it promises nothing beyond its first
+                        // application.
+                        continue;
+                    }
+                    if !self.coverage.contains_key(&key) {
+                        let until: Vec<(SessionId, u64)> =
+                            match (a.command.unsealed(), &a.response) {
+                                (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
+                                    vec![(*session, *ttl_ticks)]
+                                }
+                                (Command::Checkpoint { remaining }, Response::Checkpointed) => {
+                                    remaining.clone()
+                                }
+                                _ => continue,
+                            };
+                        let Some((proposer, at_us)) = self.proposals.remove(&key) else {
+                            continue;
+                        };
+                        // Entries at or below an applied index are decided: what was not
+                        // applied there never will be.
+                        self.proposals = self.proposals.split_off(&(a.index + 1, 0));
+                        let Some(period) = view.nodes.get(&proposer.0).map(|s| s.tick_period_us)
+                        else {
+                            continue;
+                        };
+                        let until: Vec<(SessionId, SimTimeUs)> = until
+                            .into_iter()
+                            .map(|(s, r)| (s, at_us + r * period))
+                            .collect();
+                        for (s, u) in &until {
+                            self.by_session
+                                .entry(*s)
+                                .or_default()
+                                .insert(a.index, (*u, proposer));
+                        }
+                        self.coverage.insert(key, Coverage { proposer, until });
+                    }
+                    let cover = &self.coverage[&key];
+                    if cover.proposer == (*node, slot.incarnation) {
+                        continue;
+                    }
+                    for (session, until) in &cover.until {
+                        if *until <= now {
+                            continue;
+                        }
+                        if let Some(v) = short_deadline(slot, *session, *until, a.index) {
+                            return Some(v);
+                        }
+                    }
+                }
+                if self.coverage.len() > COVERAGE_SWEEP_AT {
+                    self.coverage
+                        .retain(|_, c| c.until.iter().any(|(_, u)| *u > now));
+                    self.by_session.retain(|_, by_index| {
+                        by_index.retain(|_, (u, _)| *u > now);
+                        !by_index.is_empty()
+                    });
+                }
+                None
+            }
+            Observation::DeadlinesReset { node } => {
+                let slot = view.nodes.get(node)?;
+                let applied = slot.status.as_ref()?.applied;
+                let me = (*node, slot.incarnation);
+                for (session, by_index) in &self.by_session {
+                    let Some((index, until)) = by_index
+                        .range(..=applied)
+                        .filter(|(_, (_, proposer))| *proposer != me)
+                        .max_by_key(|(_, (u, _))| *u)
+                        .map(|(i, (u, _))| (*i, *u))
+                    else {
+                        continue;
+                    };
+                    if until <= now {
+                        continue;
+                    }
+                    if let Some(v) = short_deadline(slot, *session, until, index) {
+                        return Some(format!("after rebuilding its deadlines: {v}"));
+                    }
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
     fn server_side(&mut self, observation: &Observation, now: SimTimeUs) -> Option<String> {
         match observation {
             Observation::Role {
@@ -143,12 +300,35 @@ impl LeaseSafety {
     }
 }
 
+/// A violation if node `slot` keeps `session` (still live there) for less than until
+/// `until`, the true time to which the entry at `index` obliges it.
+fn short_deadline(
+    slot: &NodeSlot,
+    session: SessionId,
+    until: SimTimeUs,
+    index: Index,
+) -> Option<String> {
+    let deadline = slot.node()?.session_deadline_tick(session)?;
+    let at = true_time_of_tick(slot, deadline)?;
+    (at < i128::from(until)).then(|| {
+        format!(
+            "node {} keeps session {session} until its tick {deadline} (true {}), but the entry at index {index} obliges it until {}",
+            slot.id,
+            fmt_time(at.max(0) as SimTimeUs),
+            fmt_time(until)
+        )
+    })
+}
+
 impl Checker for LeaseSafety {
     fn name(&self) -> &'static str {
         "lease-safety"
     }
 
     fn observe(&mut self, observation: &Observation, view: &View<'_>) -> Option<String> {
+        if let Some(v) = self.coverage_side(observation, view) {
+            return Some(v);
+        }
         if !matches!(observation, Observation::Belief { .. }) {
             return self.server_side(observation, view.now_us);
         }

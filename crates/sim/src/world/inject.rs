@@ -303,7 +303,7 @@ impl World {
         let period = self.draw_tick_period();
         self.nodes.insert(
             id,
-            NodeSlot::new(id, config, period, false, self.opts.new_disk()),
+            NodeSlot::new(id, config, period, false, self.new_disk()),
         );
         let pipelined = self.pipelined;
         if let Some(slot) = self.nodes.get_mut(&id) {

@@ -46,6 +46,9 @@ const SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (32, 256);
 const SMALL_SNAPSHOT_SHARE: f64 = 0.15;
 /// Range of the tiny snapshot threshold.
 const SMALL_SNAPSHOT_THRESHOLD_ENTRIES: (u64, u64) = (2, 12);
+/// Share of seeds whose write-ahead log writes records of only 1 to 4 KiB, so that a Ready's
+/// entries span several records and crashes tear the log between the records of one write.
+const SMALL_RECORD_SHARE: f64 = 0.3;
 /// Share of seeds whose AppendEntries carry 1 to 4 entries.
 const SMALL_BATCH_SHARE: f64 = 0.3;
 /// Share of seeds whose node clocks sit at the drift bound.
@@ -244,6 +247,9 @@ pub struct World {
     pipes: BTreeMap<u64, streams::Pipe>,
     /// Tenancy seeds (`TENANCY_SHARE`): quotas per principal, and deletes.
     tenancy: Option<crate::client::Tenancy>,
+    /// Small-record seeds (`SMALL_RECORD_SHARE`): the write-ahead log's largest record, so
+    /// that one Ready's writes span several records and a crash can tear between them.
+    record_bytes_max: Option<u32>,
 }
 
 impl World {
@@ -277,6 +283,14 @@ impl World {
         // exactly as before.
         let (fate, stream_idle_close_us) = streams::draw(seed, opts);
         let tenancy = draw_tenancy(seed, opts);
+        // A stream of its own, so that every earlier draw of every seed stays as it was.
+        let mut records = SimRng::new(seed ^ 0x7265_636f_7264_7321);
+        let record_bytes_max = (opts.faults && records.chance(SMALL_RECORD_SHARE)).then(|| {
+            records.between(
+                u64::from(tenure_wal::RECORD_BYTES_MIN),
+                4 * u64::from(tenure_wal::RECORD_BYTES_MIN),
+            ) as u32
+        });
         if lease_edge {
             // A fast network: the window in which a lease without its margin outlasts the
             // vote refusal is a few ticks, and round trips must not fill it.
@@ -361,13 +375,14 @@ impl World {
             stream_idle_close_us,
             pipes: BTreeMap::new(),
             tenancy,
+            record_bytes_max,
         };
         for id in voters.iter().copied() {
             let config = world.node_config(id, voters.clone());
             let period = world.draw_tick_period();
             world.nodes.insert(
                 id,
-                NodeSlot::new(id, config, period, true, world.opts.new_disk()),
+                NodeSlot::new(id, config, period, true, world.new_disk()),
             );
             if let Some(slot) = world.nodes.get_mut(&id) {
                 slot.pipelined = pipelined;
@@ -461,13 +476,17 @@ impl World {
         let background = self.snapshot_in_background();
         self.trace.log(0, || {
             format!(
-                "seed shape: drift bound {}{}, snapshot every {} entries{}{}, at most {} entries per AppendEntries, removed members linger {} ms{}",
+                "seed shape: drift bound {}{}, snapshot every {} entries{}{}, at most {} entries per AppendEntries{}, removed members linger {} ms{}",
                 self.drift_max,
                 if self.clocks_at_bound { " (clocks at the bound)" } else { "" },
                 self.snapshot_threshold_entries,
                 if grows { " and as many as the state's records" } else { "" },
                 if background { " (taken in the background)" } else { "" },
                 self.append_entries_max,
+                match self.record_bytes_max {
+                    Some(b) => format!(", log records of at most {b} bytes"),
+                    None => String::new(),
+                },
                 self.decommission_linger_us / US_PER_MS,
                 if self.fast_election {
                     format!(", fast election (forged resets {:.3}/tick)", self.forged_reset)
@@ -500,6 +519,11 @@ impl World {
         self.check_step();
     }
 
+    /// A node's empty disk, as this seed's log is shaped.
+    pub(super) fn new_disk(&self) -> crate::disk::Disk {
+        self.opts.new_disk(self.record_bytes_max)
+    }
+
     /// Starts or restarts a node from its disk and begins its tick chain at a random phase.
     fn start_node(&mut self, id: NodeId) {
         let seed = self.rng.next_u64();
@@ -507,9 +531,11 @@ impl World {
         match result {
             Some(Ok(drive)) => {
                 self.after_drive(id, drive);
-                if let Some(slot) = self.nodes.get(&id) {
+                if let Some(slot) = self.nodes.get_mut(&id) {
                     let phase = self.rng.below(slot.tick_period_us);
                     let incarnation = slot.incarnation;
+                    // The clock's tick 0: one period before its first tick.
+                    slot.last_tick_us = (self.now_us + phase).saturating_sub(slot.tick_period_us);
                     self.queue.push(
                         self.now_us + phase,
                         Event::Tick {
@@ -940,6 +966,9 @@ impl World {
         let period = slot.tick_period_us;
         let paused = slot.paused;
         let persisting = slot.persisting();
+        if let Some(slot) = self.nodes.get_mut(&id) {
+            slot.last_tick_us = self.now_us;
+        }
         self.queue.push(
             self.now_us + period,
             Event::Tick {
