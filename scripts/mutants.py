@@ -80,10 +80,10 @@ MUTANTS = [
      "                    next = i + 1;", "                    next = i + 2;", None),
     ("prevote-grant-without-log", CORE, "crates/core/src/raft.rs",
      "                    && (self.log.is_up_to_date(last_log_index, last_log_term)\n"
-     "                        || self.config.bugs.vote_without_log_check);\n"
+     "                        || injected!(self.bugs.vote_without_log_check));\n"
      "                let term = if granted",
      "                    && (true\n"
-     "                        || self.config.bugs.vote_without_log_check);\n"
+     "                        || injected!(self.bugs.vote_without_log_check));\n"
      "                let term = if granted", None),
     ("term-start-early", CORE, "crates/core/src/raft.rs",
      "self.term_start_index = index;", "self.term_start_index = index - 1;", None),
@@ -96,15 +96,16 @@ MUTANTS = [
     ("transfer-no-new-token", CORE, "crates/core/src/sm/machine.rs",
      "settle_head(name, election, Some(from), index,", "settle_head(name, election, Some(to), index,", None),
     ("retried-campaign-leads", CORE, "crates/core/src/sm/machine.rs",
-     "                let leader_token = (position == 0).then_some(election.token);\n                return",
-     "                let leader_token = Some(election.token);\n                return", None),
+     "                    let leader_token = (position == 0).then_some(election.token);\n                    return",
+     "                    let leader_token = Some(election.token);\n                    return", None),
     ("forgotten-seq-reapplied", CORE, "crates/core/src/sm/machine.rs",
      "Some(s) if seq <= s.results_forgotten_upto =>", "Some(s) if seq < s.results_forgotten_upto =>", None),
     ("superseded-off-by-one", CORE, "crates/core/src/sm/machine.rs",
-     "if token < latest && !self.bugs.stale_fence_accepted",
-     "if token + 1 < latest && !self.bugs.stale_fence_accepted", None),
+     "if token < latest && !injected!(self.bugs.stale_fence_accepted)",
+     "if token + 1 < latest && !injected!(self.bugs.stale_fence_accepted)", None),
     ("stale-off-by-one", CORE, "crates/core/src/sm/machine.rs",
-     "if current.token > token && !self.bugs", "if current.token > token + 1 && !self.bugs", None),
+     "if current.token > token && !injected!(self.bugs",
+     "if current.token > token + 1 && !injected!(self.bugs", None),
     ("checkpoint-clamped", CORE, "crates/core/src/sm/machine.rs",
      "session.info.remaining_ticks = *remaining_ticks;",
      "session.info.remaining_ticks = (*remaining_ticks).min(session.info.ttl_ticks);", None),
@@ -169,8 +170,8 @@ MUTANTS = [
      "        if self.unsynced || !self.unsynced {\n            return Ok(());\n        }\n"
      "        let path = self.dir.join(segment_name(self.active_seq));", None),
     ("wal-directory-not-synced", WAL, "crates/wal/src/file.rs",
-     "        .and_then(|d| d.sync_all())\n        .map_err(WalError::io(\"fsync directory\", dir))",
-     "        .map(|_| ())\n        .map_err(WalError::io(\"fsync directory\", dir))",
+     "        self.fs\n            .sync_dir(&self.dir)\n            .map_err(WalError::io(\"fsync directory\", &self.dir))",
+     "        Ok(())",
      "a directory fsync left out loses a file's name only on power loss, which no test in "
      "a running process can see (it would take a syscall tracer or a crashed machine)"),
 
@@ -178,8 +179,8 @@ MUTANTS = [
     # hand-made bugs from outside got past the simulator (see --by).
     # --- the leader lease at its edges
     ("lease-one-tick-long", CORE, "crates/core/src/raft/leader.rs",
-     "Some(base + self.t() - self.config.lease_margin_ticks())",
-     "Some(base + self.t() + 1 - self.config.lease_margin_ticks())",
+     "Some(base + self.t() - margin)",
+     "Some(base + self.t() + 1 - margin)",
      "equivalent: a lease lasts at most T - m of the leader's ticks after the send it rests on, "
      "a follower refuses votes for at least T - 1 of its own after receiving it, and clocks "
      "differ by less than d, so safety needs m >= 1 + T*d; m = ceil(2*T*d) + 2, so one tick "
@@ -229,7 +230,7 @@ MUTANTS = [
      "            if current.seq >= bind.seq {\n                return;\n            }",
      "            if current.seq > bind.seq + 1_000_000 {\n                return;\n            }", None),
     ("server-close-releases", CORE, "crates/core/src/lease.rs",
-     "let by_client = end == StreamEnd::Client || raft.config.bugs.release_on_server_close;",
+     "let by_client = end == StreamEnd::Client || injected!(raft.bugs.release_on_server_close);",
      "let by_client = true;", None),
     # --- fast election's dial epochs
     ("dial-epoch-ignored", CORE, "crates/core/src/raft.rs",

@@ -278,7 +278,7 @@ impl LeaseClock {
             .range((stream, SessionId::MIN)..=(stream, SessionId::MAX))
             .map(|(_, s)| *s)
             .collect();
-        let by_client = end == StreamEnd::Client || raft.config.bugs.release_on_server_close;
+        let by_client = end == StreamEnd::Client || injected!(raft.bugs.release_on_server_close);
         for session in sessions {
             if by_client {
                 self.letting_go.insert(session);
@@ -358,7 +358,7 @@ impl LeaseClock {
                 }
             }
             (_, Response::Ended { session }) => {
-                if !raft.config.bugs.keep_ended_deadline {
+                if !injected!(raft.bugs.keep_ended_deadline) {
                     self.remove_deadline(*session);
                 }
                 self.elsewhere.remove(session);
@@ -510,7 +510,7 @@ impl LeaseClock {
             .iter()
             .copied()
             .filter(|s| {
-                raft.config.bugs.release_ignores_older_promises
+                injected!(raft.bugs.release_ignores_older_promises)
                     || self.owed_elsewhere_tick(*s, term) <= now
             })
             .take(EXPIRIES_PER_TICK_MAX)
@@ -654,7 +654,7 @@ impl LeaseClock {
 /// The drift bound used to pad durations measured on other nodes' clocks (zero under the
 /// injected `no_checkpoint_drift_padding` bug).
 fn padding_drift(raft: &Raft) -> DriftPpm {
-    if raft.config.bugs.no_checkpoint_drift_padding {
+    if injected!(raft.bugs.no_checkpoint_drift_padding) {
         DriftPpm::ZERO
     } else {
         raft.config.clock_drift_max

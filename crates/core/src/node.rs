@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::bugs::InjectedBugs;
 use crate::config::{Config, ConfigError};
 use crate::event::NodeEvent;
 use crate::lease::LeaseClock;
@@ -317,9 +318,23 @@ pub struct Node {
 impl Node {
     /// Build a node from its configuration and what it found on disk.
     pub fn new(config: Config, recovered: Recovered) -> Result<Node, NodeError> {
+        Node::build(config, recovered, InjectedBugs::default())
+    }
+
+    /// [`Node::new`] with known bugs switched back on (a test's or the simulator's; see
+    /// [`crate::bugs`]).
+    #[cfg(feature = "inject-bugs")]
+    pub fn with_injected_bugs(
+        config: Config,
+        recovered: Recovered,
+        bugs: InjectedBugs,
+    ) -> Result<Node, NodeError> {
+        Node::build(config, recovered, bugs)
+    }
+
+    fn build(config: Config, recovered: Recovered, bugs: InjectedBugs) -> Result<Node, NodeError> {
         config.validate()?;
         let limits = config.limits.clone();
-        let bugs = config.bugs;
         if let Some(first) = recovered.entries.first() {
             let expected = recovered.snapshot.as_ref().map_or(0, |s| s.index) + 1;
             if first.index != expected {
@@ -352,18 +367,20 @@ impl Node {
             recovered.hard_state.term = last_term;
             recovered.hard_state.vote = None;
         }
-        let sm = match &recovered.snapshot {
-            Some(s) => StateMachine::restore(limits, bugs, &s.data)
+        let mut sm = match &recovered.snapshot {
+            Some(s) => StateMachine::restore(limits, &s.data)
                 .map_err(|e| NodeError::Corrupt(format!("snapshot: {e}")))?,
-            None => StateMachine::new(limits, bugs),
+            None => StateMachine::new(limits),
         };
+        sm.carry_bugs(bugs);
         let snapshot_records = sm.records() as u64;
-        let raft = Raft::new(
+        let mut raft = Raft::new(
             config,
             recovered.hard_state,
             recovered.snapshot,
             recovered.entries,
         );
+        raft.bugs = bugs;
         let mut node = Node {
             raft,
             sm,
@@ -639,7 +656,7 @@ impl Node {
         // vote granted, a term's messages); a commit index need not be (docs/GUARANTEES.md, "One fsync per write").
         let term_or_vote = hard_state
             .is_some_and(|hs| (hs.term, hs.vote) != (before.term, before.vote))
-            && !self.raft.config.bugs.unsynced_vote;
+            && !injected!(self.raft.bugs.unsynced_vote);
         let ready = Ready {
             then: AfterPersist {
                 snapshot_installed: snapshot.as_ref().map(|s| (s.index, s.term)),
@@ -996,8 +1013,7 @@ impl Node {
             "node {}: term went back from {seen_term} to {term}",
             self.raft.id
         );
-        if term == seen_term && seen_vote.is_some() && !self.raft.config.bugs.double_vote {
-            // The injected double vote is the election-safety checker's to catch.
+        if term == seen_term && seen_vote.is_some() {
             assert_eq!(
                 vote, seen_vote,
                 "node {}: vote changed within term {term}",
@@ -1010,8 +1026,11 @@ impl Node {
 
     fn load_snapshot(&mut self, snapshot: &Snapshot) {
         let cfg = &self.raft.config;
-        match StateMachine::restore(cfg.limits.clone(), cfg.bugs, &snapshot.data) {
-            Ok(sm) => self.sm = sm,
+        match StateMachine::restore(cfg.limits.clone(), &snapshot.data) {
+            Ok(mut sm) => {
+                sm.carry_bugs(self.sm.injected_bugs());
+                self.sm = sm;
+            }
             // The leader encoded this snapshot from its own state machine; failing to
             // decode it means the two binaries disagree, which no retry can fix.
             Err(e) => panic!(

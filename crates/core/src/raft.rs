@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
+use crate::bugs::InjectedBugs;
 use crate::config::Config;
 use crate::event::{NodeEvent, StepDownReason};
 use crate::log::RaftLog;
@@ -144,6 +145,8 @@ pub enum StepError {
 pub(crate) struct Raft {
     pub(crate) id: NodeId,
     pub(crate) config: Config,
+    /// Known bugs switched back on (`inject-bugs` builds only; empty otherwise).
+    pub(crate) bugs: InjectedBugs,
     rng: ChaCha8Rng,
 
     pub(crate) term: Term,
@@ -236,6 +239,7 @@ impl Raft {
         log.committed = hard_state.commit.clamp(snap_index, log.last_index());
         let mut raft = Raft {
             id: config.id,
+            bugs: InjectedBugs::default(),
             rng,
             term: hard_state.term,
             vote: hard_state.vote,
@@ -296,7 +300,7 @@ impl Raft {
         }
         self.persisted_hard_state = hs;
         let mut out = hs;
-        if self.config.bugs.no_vote_persist {
+        if injected!(self.bugs.no_vote_persist) {
             out.vote = None;
         }
         Some(out)
@@ -314,7 +318,7 @@ impl Raft {
     /// heard from a leader (or started) less than T ago.
     fn in_vote_lease(&self) -> bool {
         self.config.check_quorum
-            && !self.config.bugs.no_vote_refusal
+            && !injected!(self.bugs.no_vote_refusal)
             && (self.role == Role::Leader || self.leader_contact_elapsed_ticks < self.t())
     }
 
@@ -540,7 +544,7 @@ impl Raft {
     }
 
     fn count_votes(&mut self) {
-        let result = if self.config.bugs.joint_vote_one_half {
+        let result = if injected!(self.bugs.joint_vote_one_half) {
             vote_result(&self.membership.voters, &self.votes)
         } else {
             joint_vote_result(&self.membership, &self.votes)
@@ -675,7 +679,7 @@ impl Raft {
                     && !in_lease
                     && !self.pre_vote_round_goes_first(m.from, last_log_index, last_log_term)
                     && (self.log.is_up_to_date(last_log_index, last_log_term)
-                        || self.config.bugs.vote_without_log_check);
+                        || injected!(self.bugs.vote_without_log_check));
                 let term = if granted { m.term } else { self.term };
                 self.send(m.from, term, Body::PreVoteResponse { granted });
             }
@@ -686,15 +690,17 @@ impl Raft {
             } => {
                 let can_vote = self.vote.is_none()
                     || self.vote == Some(m.from)
-                    || (self.config.bugs.double_vote && self.role == Role::Follower);
+                    || (injected!(self.bugs.double_vote) && self.role == Role::Follower);
                 let lease_ok = transfer || !self.in_vote_lease() || self.vote == Some(m.from);
                 let granted = can_vote
                     && lease_ok
                     && self.role != Role::Leader
                     && (self.log.is_up_to_date(last_log_index, last_log_term)
-                        || self.config.bugs.vote_without_log_check);
+                        || injected!(self.bugs.vote_without_log_check));
                 if granted {
-                    self.vote = Some(m.from);
+                    // A vote once cast stands for the whole term (a repeated grant is the
+                    // same vote).
+                    self.vote = self.vote.or(Some(m.from));
                     self.election_elapsed_ticks = 0;
                 }
                 let term = self.term;
@@ -785,7 +791,7 @@ impl Raft {
             return;
         }
         self.leader_closed = Some((peer, self.term));
-        if self.config.bugs.close_drops_vote_refusal {
+        if injected!(self.bugs.close_drops_vote_refusal) {
             self.leader_gone(peer);
         }
     }
@@ -893,7 +899,7 @@ impl Raft {
             return;
         }
         if self.log.term(prev) == Some(prev_term) {
-            let last = if self.config.bugs.truncate_matching_entries {
+            let last = if injected!(self.bugs.truncate_matching_entries) {
                 self.log.replace_after(prev, entries)
             } else {
                 self.log.append_from_leader(prev, entries)
@@ -1161,7 +1167,7 @@ impl Raft {
         if self.role != Role::Leader {
             return;
         }
-        let own = if self.config.bugs.commit_undurable {
+        let own = if injected!(self.bugs.commit_undurable) {
             self.log.last_index()
         } else {
             self.log.persisted()
@@ -1173,15 +1179,15 @@ impl Raft {
                 self.progress.get(&id).map_or(0, |p| p.match_index)
             }
         };
-        let candidate = if self.config.bugs.commit_without_majority {
+        let candidate = if injected!(self.bugs.commit_without_majority) {
             self.log.persisted()
-        } else if self.config.bugs.joint_commit_one_half {
+        } else if injected!(self.bugs.joint_commit_one_half) {
             committed_index_by(&self.membership.voters, matched)
         } else {
             joint_committed_index_by(&self.membership, matched)
         };
         let own_term = self.log.term(candidate) == Some(self.term);
-        if candidate > self.log.committed && (own_term || self.config.bugs.old_term_commit) {
+        if candidate > self.log.committed && (own_term || injected!(self.bugs.old_term_commit)) {
             self.commit_to(candidate);
             // Tell followers promptly; waiting for the next heartbeat would add latency.
             self.broadcast_heartbeat();

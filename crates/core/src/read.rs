@@ -83,17 +83,16 @@ impl Reads {
             }
             return;
         }
-        let bugs = raft.config.bugs;
         let now = raft.now_tick;
         let t = raft.config.election_timeout_ticks;
-        let lease_past_vote_refusal = bugs.read_lease_past_vote_refusal
+        let lease_past_vote_refusal = injected!(raft.bugs.read_lease_past_vote_refusal)
             && raft.lease_until_tick().is_some_and(|until| now < until + t);
         let complete = raft.leader_ready();
         let applied = raft.log.applied;
         while let Some(r) = self.pending.front() {
             let confirmed = leadership_confirmed_after(raft, r.received_tick)
                 || lease_past_vote_refusal
-                || bugs.read_without_confirmation;
+                || injected!(raft.bugs.read_without_confirmation);
             if complete && confirmed && applied >= r.read_index {
                 let r = self.pending.pop_front().expect("just looked");
                 let response = sm.query(&r.command).expect("only reads are queued");

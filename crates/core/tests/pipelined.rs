@@ -14,7 +14,11 @@ use tenure_core::sm::Command;
 fn one_follower_acknowledges_before_the_leaders_fsync(
     commit_undurable: bool,
 ) -> (Cluster, u64, Vec<tenure_core::message::Message>, u64) {
-    let mut c = Cluster::with_config(3, |cfg| cfg.bugs.commit_undurable = commit_undurable);
+    let bugs = tenure_core::bugs::InjectedBugs {
+        commit_undurable,
+        ..Default::default()
+    };
+    let mut c = Cluster::with_bugs(3, bugs, |_| {});
     let leader = c.elect();
     let follower = if leader == 1 { 2 } else { 1 };
     let proposed = c

@@ -10,7 +10,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::{disk_with, noops, Disk};
-use tenure_core::config::{Config, ConfigError, InjectedBugs};
+use tenure_core::bugs::InjectedBugs;
+use tenure_core::config::{Config, ConfigError};
 use tenure_core::drift::DriftPpm;
 use tenure_core::message::{Body, Message};
 use tenure_core::node::{Node, ProposeError, Ready, Role, Status, StepError};
@@ -455,9 +456,8 @@ fn test_5_2_follower_votes_at_most_once_per_term() {
 /// Does the Ready that grants a vote also persist it? (The driver writes `hard_state`
 /// before it sends `messages`.)
 fn granting_ready_persists_the_vote(bugs: InjectedBugs) -> bool {
-    let mut cfg = plain(3, &[1, 2, 3]);
-    cfg.bugs = bugs;
-    let mut n = Node::new(cfg, Recovered::default()).expect("node");
+    let cfg = plain(3, &[1, 2, 3]);
+    let mut n = Node::with_injected_bugs(cfg, Recovered::default(), bugs).expect("node");
     step(&mut n, request_vote(1, 3, 1, (0, 0)));
     let rs = readies(&mut n);
     let granting: Vec<&Ready> = rs
@@ -485,10 +485,9 @@ fn test_5_2_vote_is_persisted_before_the_reply() {
 /// Node 3 votes for 1 in term 1, crashes, restarts from its disk, and is asked by 2 in the
 /// same term. Returns whether it grants the second vote.
 fn votes_twice_after_restart(bugs: InjectedBugs) -> bool {
-    let mut cfg = plain(3, &[1, 2, 3]);
-    cfg.bugs = bugs;
+    let cfg = plain(3, &[1, 2, 3]);
     let mut disk = Disk::default();
-    let mut n = Node::new(cfg.clone(), Recovered::default()).expect("node");
+    let mut n = Node::with_injected_bugs(cfg.clone(), Recovered::default(), bugs).expect("node");
     step(&mut n, request_vote(1, 3, 1, (0, 0)));
     while n.has_ready() {
         let r = n.ready();
@@ -496,7 +495,7 @@ fn votes_twice_after_restart(bugs: InjectedBugs) -> bool {
         n.advance();
     }
     drop(n);
-    let mut n = Node::new(cfg, disk.recovered.clone()).expect("restart");
+    let mut n = Node::with_injected_bugs(cfg, disk.recovered.clone(), bugs).expect("restart");
     assert_eq!(n.status().term, 1, "the term survives the restart");
     step(&mut n, request_vote(2, 3, 1, (0, 0)));
     vote_reply(&sent(&mut n), 2) == Some((1, true))
@@ -871,7 +870,7 @@ fn test_6_a_joint_election_needs_both_majorities() {
 
 /// A snapshot at `index`@`term` of a state machine holding one session granted at 1.
 fn snapshot_at(index: Index, term: Term) -> Snapshot {
-    let mut sm = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+    let mut sm = StateMachine::new(SmLimits::default());
     sm.apply(1, &grant());
     sm.apply(
         index,

@@ -5,6 +5,7 @@
 mod common;
 
 use common::Cluster;
+use tenure_core::bugs::InjectedBugs;
 use tenure_core::node::ProposeError;
 use tenure_core::read::ReadResult;
 use tenure_core::sm::{Command, Response, SmError};
@@ -25,7 +26,15 @@ fn answer(c: &Cluster, node: NodeId, tag: u64) -> Option<ReadResult> {
 
 /// A three-node cluster whose leader leads election "e" with a session of its own.
 fn cluster_with_an_election(tweak: impl Fn(&mut tenure_core::config::Config)) -> (Cluster, NodeId) {
-    let mut c = Cluster::with_config(3, tweak);
+    cluster_with_bugs_and_an_election(InjectedBugs::default(), tweak)
+}
+
+/// [`cluster_with_an_election`] whose nodes run with `bugs`.
+fn cluster_with_bugs_and_an_election(
+    bugs: InjectedBugs,
+    tweak: impl Fn(&mut tenure_core::config::Config),
+) -> (Cluster, NodeId) {
+    let mut c = Cluster::with_bugs(3, bugs, tweak);
     let leader = c.elect();
     let grant = c
         .node_mut(leader)
@@ -174,10 +183,8 @@ fn an_isolated_leader_refuses_reads_it_cannot_confirm() {
 
 /// Cuts the leader off and offers it a read every tick for 60 ticks; returns the rounds in
 /// which it served a read although another leader had been elected, and how many it served.
-fn reads_served_by_a_deposed_leader(
-    tweak: impl Fn(&mut tenure_core::config::Config),
-) -> (Vec<u64>, usize) {
-    let (mut c, old) = cluster_with_an_election(tweak);
+fn reads_served_by_a_deposed_leader(bugs: InjectedBugs) -> (Vec<u64>, usize) {
+    let (mut c, old) = cluster_with_bugs_and_an_election(bugs, |_| {});
     c.isolate(old);
     let mut successor_at = None;
     let mut served = 0;
@@ -211,7 +218,7 @@ fn reads_served_by_a_deposed_leader(
 /// is served before anyone else is elected, and once another leader exists it serves none.
 #[test]
 fn a_deposed_leader_serves_no_read_once_a_successor_exists() {
-    let (late, served) = reads_served_by_a_deposed_leader(|_| {});
+    let (late, served) = reads_served_by_a_deposed_leader(InjectedBugs::default());
     assert!(served > 0, "the old leader never served under its lease");
     assert!(
         late.is_empty(),
@@ -224,10 +231,16 @@ fn a_deposed_leader_serves_no_read_once_a_successor_exists() {
 #[test]
 fn the_deposed_leader_check_catches_both_read_bugs() {
     let (late, _) =
-        reads_served_by_a_deposed_leader(|cfg| cfg.bugs.read_without_confirmation = true);
+        reads_served_by_a_deposed_leader(InjectedBugs {
+            read_without_confirmation: true,
+            ..InjectedBugs::default()
+        });
     assert!(!late.is_empty(), "read-without-confirmation went unnoticed");
     let (late, _) =
-        reads_served_by_a_deposed_leader(|cfg| cfg.bugs.read_lease_past_vote_refusal = true);
+        reads_served_by_a_deposed_leader(InjectedBugs {
+            read_lease_past_vote_refusal: true,
+            ..InjectedBugs::default()
+        });
     assert!(
         !late.is_empty(),
         "read-lease-past-vote-refusal went unnoticed"

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use tenure_core::config::InjectedBugs;
+use tenure_core::bugs::InjectedBugs;
 use tenure_core::sm::*;
 
 /// Limits small enough that tests reach every bound.
@@ -32,7 +32,11 @@ impl Harness {
 
     fn with_bugs(bugs: InjectedBugs) -> Harness {
         Harness {
-            sm: StateMachine::new(limits(), bugs),
+            sm: {
+                let mut sm = StateMachine::new(limits());
+                sm.inject_bugs(bugs);
+                sm
+            },
             next_index: 1,
         }
     }
@@ -559,7 +563,7 @@ fn snapshot_and_restore_give_the_same_state_and_the_same_behaviour_afterwards() 
     for command in head {
         h.apply(command.clone());
     }
-    let restored = StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot())
+    let restored = StateMachine::restore(limits(), &h.sm.snapshot())
         .expect("a fresh snapshot restores");
     assert_eq!(restored.digest(), h.sm.digest());
     assert_eq!(restored.applied_index(), h.sm.applied_index());
@@ -583,7 +587,7 @@ fn restore_refuses_bytes_that_are_not_a_snapshot() {
         h.apply(command);
     }
     let good = h.sm.snapshot();
-    let restore = |bytes: &[u8]| StateMachine::restore(limits(), InjectedBugs::default(), bytes);
+    let restore = |bytes: &[u8]| StateMachine::restore(limits(), bytes);
     assert!(matches!(
         restore(&good[..good.len() - 1]),
         Err(SmDecodeError::Malformed(_))
@@ -618,7 +622,7 @@ fn two_machines_fed_the_same_commands_agree_on_everything() {
 #[test]
 #[should_panic(expected = "does not follow applied index")]
 fn applying_an_index_twice_panics() {
-    let mut sm = StateMachine::new(limits(), InjectedBugs::default());
+    let mut sm = StateMachine::new(limits());
     sm.apply(3, &Command::Grant { ttl_ticks: 10 });
     sm.apply(3, &Command::Grant { ttl_ticks: 10 });
 }
@@ -755,14 +759,17 @@ fn concretize(sm: &StateMachine, op: &Op) -> Command {
 /// before op `restore_at`, and checks after every apply that they agree, that invariants
 /// hold, that tokens never fall and that no key's accepted token ever goes down.
 fn replicas_agree(ops: &[Op], restore_at: usize, bugs: InjectedBugs) -> Result<(), TestCaseError> {
-    let mut x = StateMachine::new(limits(), bugs);
-    let mut y = StateMachine::new(limits(), bugs);
+    let mut x = StateMachine::new(limits());
+    x.inject_bugs(bugs);
+    let mut y = StateMachine::new(limits());
+    y.inject_bugs(bugs);
     let mut tokens: BTreeMap<&str, u64> = BTreeMap::new();
     let mut leader_tokens: BTreeMap<String, u64> = BTreeMap::new();
     let mut key_tokens: BTreeMap<&str, u64> = BTreeMap::new();
     for (i, op) in ops.iter().enumerate() {
         if i == restore_at {
-            y = StateMachine::restore(limits(), bugs, &y.snapshot()).expect("snapshot restores");
+            y = StateMachine::restore(limits(), &y.snapshot()).expect("snapshot restores");
+            y.inject_bugs(bugs);
             prop_assert_eq!(y.digest(), x.digest());
         }
         let index = i as u64 + 1;
@@ -880,9 +887,6 @@ fn the_random_command_test_catches_a_re_created_election_restarting_its_tokens()
         deleted_election_tokens_restart: true,
         ..InjectedBugs::default()
     };
-    if !InjectedBugs::BUILT {
-        return;
-    }
     let config = Config {
         cases: 2_000,
         failure_persistence: None,
@@ -971,7 +975,7 @@ fn an_election_is_deleted_only_without_candidates_and_its_tokens_never_come_back
     assert_eq!(h.apply(put("k", "e", 3)), Response::Put);
     // The floor survives a snapshot.
     let restored =
-        StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot()).expect("ok");
+        StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
     assert_eq!(restored.token_floor(), 2);
     assert_eq!(restored.digest(), h.sm.digest());
 }
@@ -1107,7 +1111,7 @@ fn each_principal_is_held_to_its_own_quota() {
     );
     // Ending the session gives its share back, and the usage survives a snapshot.
     let restored =
-        StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot()).expect("ok");
+        StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
     assert_eq!(restored.usages(), h.sm.usages());
     h.apply(Command::Expire { session: a });
     assert_eq!(h.sm.usage("alpha").sessions, 0);
@@ -1312,7 +1316,7 @@ fn remembered_results_survive_a_snapshot() {
     let grant = RequestId::Grant { nonce: 3 };
     h.request(grant, Command::Grant { ttl_ticks: 10 });
     let restored =
-        StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot()).expect("ok");
+        StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
     assert_eq!(restored.remembered(id).map(|(_, r)| r), Some(first));
     assert!(restored.remembered(grant).is_some());
     assert_eq!(restored.digest(), h.sm.digest());
@@ -1517,7 +1521,7 @@ fn a_restored_state_machine_still_checks_secrets() {
     else {
         panic!("grant failed")
     };
-    let restored = StateMachine::restore(limits(), InjectedBugs::default(), &h.sm.snapshot())
+    let restored = StateMachine::restore(limits(), &h.sm.snapshot())
         .expect("restores");
     assert!(restored.secret_matches(session, Some(&[7; 32])));
     assert!(!restored.secret_matches(session, None));

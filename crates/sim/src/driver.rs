@@ -82,6 +82,8 @@ pub struct DriveCtx<'a> {
     pub out: &'a mut Vec<(Addr, Addr, Packet)>,
     /// Probability of crashing right after sending a granted vote (0 outside the safety phase).
     pub crash_after_vote: f64,
+    /// Bugs switched on in the core (`--inject-bug`), for the nodes it starts.
+    pub core_bugs: crate::CoreBugs,
     /// Bugs switched on in the driver core (`--inject-bug`).
     pub driver_bugs: DriverBugs,
     /// `--inject-bug snapshot-log-decides`: a written background snapshot is recorded or
@@ -258,7 +260,7 @@ impl NodeSlot {
         self.mirror = LogMirror::recovered(snapshot, &recovered.entries);
         let mut config = self.config.clone();
         config.seed = seed;
-        let node = in_core(|| Node::new(config, recovered))
+        let node = in_core(|| crate::new_node(config, recovered, ctx.core_bugs))
             .map_err(|e| format!("node {} refused to start from its own disk: {e:?}", self.id))?;
         let status = in_core(|| node.status());
         self.commit_noted = status.commit;

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use tenure_core::config::Config;
 use tenure_core::message::Message;
-use tenure_core::node::{Node, Persist, Role};
+use tenure_core::node::{Persist, Role};
 use tenure_core::sm::{Command, RequestId, Response, SessionId};
 use tenure_core::storage::{apply_to_image, Storage};
 use tenure_core::types::{HardState, Index, NodeId, Recovered, Snapshot, Term};
@@ -187,8 +187,11 @@ struct Pending {
     sent_at: u64,
     /// What it is: a command (with its request id, and where it landed in the log if it
     /// did), or a keepalive.
-    what: Option<(Command, Option<RequestId>, Option<(Index, Term)>)>,
+    what: Option<Sent>,
 }
+
+/// A command a client sent: with its request id, and where it landed in the log if it did.
+type Sent = (Command, Option<RequestId>, Option<(Index, Term)>);
 
 /// What a client is doing.
 #[derive(Clone, Debug, Default)]
@@ -236,6 +239,8 @@ struct History {
 
 #[derive(Clone, Debug)]
 struct World {
+    /// The core's bugs every node runs with (none, to check the product).
+    bugs: crate::CoreBugs,
     nodes: Vec<Slot>,
     net: Vec<Message>,
     clients: Vec<Client>,
@@ -284,7 +289,7 @@ enum Choice {
     Remove3(usize),
 }
 
-fn config(id: NodeId, bugs: tenure_core::config::InjectedBugs) -> Config {
+fn config(id: NodeId) -> Config {
     let mut c = Config::new(id, vec![1, 2, 3]);
     c.election_timeout_ticks = 5;
     // The model's clocks agree exactly (drift is the simulator's to explore).
@@ -294,20 +299,20 @@ fn config(id: NodeId, bugs: tenure_core::config::InjectedBugs) -> Config {
     c.limits.ttl_min_ticks = 1;
     c.snapshot_threshold_entries = 6;
     c.snapshot_grows_with_state = false;
-    c.bugs = bugs;
     c
 }
 
 impl World {
-    fn new(bugs: tenure_core::config::InjectedBugs, bounds: &Bounds) -> World {
+    fn new(bugs: crate::CoreBugs, bounds: &Bounds) -> World {
         let nodes = (1..=3)
             .map(|id| Slot {
                 pipeline: None,
                 disk: Disk::default(),
-                config: config(id, bugs),
+                config: config(id),
             })
             .collect();
         let mut w = World {
+            bugs,
             nodes,
             net: Vec::new(),
             clients: vec![Client::default(), Client::default()],
@@ -371,7 +376,8 @@ impl World {
     fn start(&mut self, i: usize) {
         let slot = &mut self.nodes[i];
         let recovered = slot.disk.durable.clone();
-        let node = Node::new(slot.config.clone(), recovered).expect("a node starts from its disk");
+        let node = crate::new_node(slot.config.clone(), recovered, self.bugs)
+            .expect("a node starts from its disk");
         slot.pipeline = Some(Pipeline::new(
             node,
             self.now * TICK_US,
@@ -959,7 +965,7 @@ fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Explore every interleaving within `bounds`, with the core's bug switches `bugs` (all
 /// off to check the product).
-pub fn explore(bounds: &Bounds, bugs: tenure_core::config::InjectedBugs) -> Report {
+pub fn explore(bounds: &Bounds, bugs: crate::CoreBugs) -> Report {
     let started = Instant::now();
     let mut start = World::new(bugs, bounds);
     let elected = start.elect_a_leader();

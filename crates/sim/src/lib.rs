@@ -96,6 +96,31 @@ pub mod trace;
 pub mod world;
 
 pub use options::{parse_seed_range, validate_nodes, InjectBug, SimOptions};
+
+/// The core's bug switches, as the simulator hands them to its nodes: the core's
+/// `InjectedBugs` in a build with the `inject-bugs` feature, nothing without it (a core bug
+/// is then refused by [`SimOptions::validate`]).
+#[cfg(feature = "inject-bugs")]
+pub type CoreBugs = tenure_core::bugs::InjectedBugs;
+/// The core's bug switches: none in a build without the `inject-bugs` feature.
+#[cfg(not(feature = "inject-bugs"))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreBugs {}
+
+/// A node from its configuration and disk, running with the core's bugs `bugs`.
+pub fn new_node(
+    config: tenure_core::config::Config,
+    recovered: tenure_core::types::Recovered,
+    bugs: CoreBugs,
+) -> Result<tenure_core::node::Node, tenure_core::node::NodeError> {
+    #[cfg(feature = "inject-bugs")]
+    return tenure_core::node::Node::with_injected_bugs(config, recovered, bugs);
+    #[cfg(not(feature = "inject-bugs"))]
+    {
+        let _ = bugs;
+        tenure_core::node::Node::new(config, recovered)
+    }
+}
 pub use report::{SeedReport, Stats, Violation};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

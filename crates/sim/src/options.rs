@@ -296,9 +296,29 @@ impl InjectBug {
         )
     }
 
+    /// A bug of the core (rather than of the simulator's clients, the driver or the log).
+    pub fn is_core(self) -> bool {
+        !matches!(
+            self,
+            InjectBug::LeaseFromReceiveTime
+                | InjectBug::ClientClosesBoundStream
+                | InjectBug::NotLeaderAfterSnapshot
+                | InjectBug::SnapshotRecordedBeforeWritten
+                | InjectBug::SnapshotLogDecides
+        )
+    }
+
+    /// The core's switches for this bug (none in a build without the core's switches,
+    /// where [`SimOptions::validate`] refuses a core bug).
+    #[cfg(not(feature = "inject-bugs"))]
+    pub fn core_bugs(_bug: Option<InjectBug>) -> crate::CoreBugs {
+        crate::CoreBugs::default()
+    }
+
     /// The core's switches for this bug (all off for a simulator-side bug).
-    pub fn core_bugs(bug: Option<InjectBug>) -> tenure_core::config::InjectedBugs {
-        let mut b = tenure_core::config::InjectedBugs::default();
+    #[cfg(feature = "inject-bugs")]
+    pub fn core_bugs(bug: Option<InjectBug>) -> crate::CoreBugs {
+        let mut b = crate::CoreBugs::default();
         match bug {
             None
             | Some(InjectBug::LeaseFromReceiveTime)
@@ -389,7 +409,7 @@ impl InjectBug {
                  switches (build with --features inject-bugs)"
             ));
         }
-        if InjectBug::core_bugs(Some(bug)).any() && !tenure_core::config::InjectedBugs::BUILT {
+        if bug.is_core() && !cfg!(feature = "inject-bugs") {
             return Err(format!(
                 "{name} is a bug of the core, and this build has no core bug switches \
                  (build with --features inject-bugs)"

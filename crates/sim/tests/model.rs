@@ -2,7 +2,7 @@
 //! bound passes every check, and the checks catch bugs put back into the core, found by
 //! exploring rather than by a scenario written for each.
 
-use tenure_core::config::InjectedBugs;
+use tenure_core::bugs::InjectedBugs;
 use tenure_sim::explore::{explore, Bounds};
 
 #[test]

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use tenure_core::config::InjectedBugs;
 use tenure_core::sm::{Command, Response, SmLimits, StateMachine};
 use tokio::sync::{broadcast, mpsc, watch};
 
@@ -75,7 +74,7 @@ pub(crate) fn world(name: &str) -> Arc<World> {
     let w = Arc::new_cyclic(|me| World {
         me: me.clone(),
         state: Mutex::new(State {
-            sm: StateMachine::new(limits, InjectedBugs::default()),
+            sm: StateMachine::new(limits),
             index: 0,
             leases: BTreeMap::new(),
         }),

@@ -25,7 +25,12 @@ impl Raft {
             return None;
         }
         let base = self.quorum_heard_tick()?;
-        Some(base + self.t() - self.config.lease_margin_ticks())
+        let margin = if injected!(self.bugs.no_lease_drift_margin) {
+            2
+        } else {
+            self.config.lease_margin_ticks()
+        };
+        Some(base + self.t() - margin)
     }
 
     /// While leader: the latest local tick `s` such that a quorum (of each half, while

@@ -129,13 +129,12 @@ fn summarize_session(id: SessionId, s: &Session) -> SessionSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::InjectedBugs;
     use crate::sm::{Command, Response, SmLimits};
 
     /// A state machine with `sessions` sessions (ids 1..=sessions) and one election per
     /// name, each led by session 1 with session 2 queued behind it.
     fn machine(sessions: u64, elections: &[&str]) -> StateMachine {
-        let mut sm = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        let mut sm = StateMachine::new(SmLimits::default());
         let mut index = 0;
         for _ in 0..sessions {
             index += 1;

@@ -16,7 +16,7 @@ use super::{
     Command, FencedValue, LeaderChange, LeaderInfo, MemberAddresses, Quota, RequestId, Response,
     SecretHash, SessionId, SmError, SmLimits, Usage,
 };
-use crate::config::InjectedBugs;
+use crate::bugs::InjectedBugs;
 use crate::types::{Index, NodeId};
 
 /// Version of the snapshot encoding, written first so that a future format is refused
@@ -244,6 +244,7 @@ impl std::fmt::Debug for StateImage {
 #[derive(Clone, Debug)]
 pub struct StateMachine {
     limits: SmLimits,
+    /// Known bugs switched back on (`inject-bugs` builds only; empty otherwise).
     bugs: InjectedBugs,
     pub(super) state: State,
     /// What each principal holds, derived from `state.data.owners` (rebuilt on restore,
@@ -409,10 +410,10 @@ fn recount(data: &Data) -> BTreeMap<String, Usage> {
 
 impl StateMachine {
     /// An empty state machine, as before the first log entry.
-    pub fn new(limits: SmLimits, bugs: InjectedBugs) -> StateMachine {
+    pub fn new(limits: SmLimits) -> StateMachine {
         StateMachine {
             limits,
-            bugs: bugs.effective(),
+            bugs: InjectedBugs::default(),
             state: State::default(),
             usage: BTreeMap::new(),
             leader_changes: Vec::new(),
@@ -688,7 +689,7 @@ impl StateMachine {
                     // existed and ended, taking with it the results that would tell whether
                     // an earlier attempt of this request took effect. One at or above it was
                     // never granted, so this request cannot have taken effect.
-                    None if session < index && !self.bugs.session_ended_definite => {
+                    None if session < index && !injected!(self.bugs.session_ended_definite) => {
                         Some(SmError::SessionEnded { session, seq })
                     }
                     None => Some(SmError::UnknownSession(session)),
@@ -722,7 +723,7 @@ impl StateMachine {
                 // This may be the retry of a grant whose session has ended (its nonce went
                 // with it): a quota refusal cannot say the request never took effect.
                 if let Response::Rejected(SmError::QuotaExceeded { definite, .. }) = &mut response {
-                    *definite = self.bugs.grant_quota_definite;
+                    *definite = injected!(self.bugs.grant_quota_definite);
                 }
                 if let Response::Granted { session, .. } = &response {
                     self.state.data.grant_nonces.insert(nonce, *session);
@@ -891,7 +892,7 @@ impl StateMachine {
             usage.elections += 1;
             Self::within_quota(charge, &usage)?;
         }
-        let floor = if self.bugs.deleted_election_tokens_restart {
+        let floor = if injected!(self.bugs.deleted_election_tokens_restart) {
             0
         } else {
             self.state.data.token_floor
@@ -1083,7 +1084,7 @@ impl StateMachine {
                 });
             }
             // Equal tokens pass: one leader writes many times under the same token.
-            if current.token > token && !self.bugs.stale_fence_accepted {
+            if current.token > token && !injected!(self.bugs.stale_fence_accepted) {
                 return Err(SmError::StaleToken {
                     token,
                     current: current.token,
@@ -1092,7 +1093,7 @@ impl StateMachine {
         }
         // A newer leader holds the election although it has not written this key yet: the
         // older token is refused all the same.
-        if token < latest && !self.bugs.stale_fence_accepted {
+        if token < latest && !injected!(self.bugs.stale_fence_accepted) {
             return Err(SmError::TokenSuperseded {
                 election: election.to_owned(),
                 token,
@@ -1126,11 +1127,27 @@ impl StateMachine {
         StateImage(self.state.clone())
     }
 
+    /// Switches known bugs back on for everything this state machine applies from now on
+    /// (a test's or the simulator's; see [`crate::bugs`]).
+    #[cfg(feature = "inject-bugs")]
+    pub fn inject_bugs(&mut self, bugs: InjectedBugs) {
+        self.bugs = bugs;
+    }
+
+    /// The bugs switched on, for a node's next state machine to carry on with.
+    pub(crate) fn injected_bugs(&self) -> InjectedBugs {
+        self.bugs
+    }
+
+    /// See [`StateMachine::inject_bugs`]; for the node, in every build.
+    pub(crate) fn carry_bugs(&mut self, bugs: InjectedBugs) {
+        self.bugs = bugs;
+    }
+
     /// A state machine holding the state that `data` (from [`StateMachine::snapshot`])
     /// encodes. Refuses bytes that do not decode or that describe an inconsistent state.
     pub fn restore(
         limits: SmLimits,
-        bugs: InjectedBugs,
         data: &[u8],
     ) -> Result<StateMachine, SmDecodeError> {
         let malformed = |e: bincode::Error| SmDecodeError::Malformed(e.to_string());
@@ -1174,7 +1191,7 @@ impl StateMachine {
         let usage = recount(&state.data);
         let machine = StateMachine {
             limits,
-            bugs: bugs.effective(),
+            bugs: InjectedBugs::default(),
             state,
             usage,
             leader_changes: Vec::new(),
@@ -1395,7 +1412,7 @@ mod tests {
 
     #[test]
     fn the_member_directory_is_replicated_state_and_survives_a_snapshot() {
-        let mut a = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        let mut a = StateMachine::new(SmLimits::default());
         assert_eq!(
             a.apply(
                 1,
@@ -1415,12 +1432,12 @@ mod tests {
             },
         );
         assert_eq!(a.members().get(&4), Some(&addresses(5)));
-        let b = StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &a.snapshot())
+        let b = StateMachine::restore(SmLimits::default(), &a.snapshot())
             .expect("restores");
         assert_eq!(b.members(), a.members());
         assert_eq!(b.digest(), a.digest());
         // The digest covers the directory: replicas that disagree on it are told apart.
-        let mut c = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        let mut c = StateMachine::new(SmLimits::default());
         c.apply(
             1,
             &Command::SetMember {
@@ -1434,7 +1451,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_of_the_format_before_owners_restores_owning_nothing_with_a_zero_floor() {
-        let mut a = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        let mut a = StateMachine::new(SmLimits::default());
         a.apply(1, &Command::Grant { ttl_ticks: 10 });
         a.apply(
             2,
@@ -1453,7 +1470,7 @@ mod tests {
                 &a.state.members,
             ))
             .expect("encodes");
-        let b = StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &old)
+        let b = StateMachine::restore(SmLimits::default(), &old)
             .expect("format 3 restores");
         assert_eq!(b.token("e"), 1);
         assert_eq!(b.token_floor(), 0);
@@ -1463,7 +1480,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_of_the_format_before_the_directory_restores_with_an_empty_one() {
-        let mut a = StateMachine::new(SmLimits::default(), InjectedBugs::default());
+        let mut a = StateMachine::new(SmLimits::default());
         a.apply(1, &Command::Grant { ttl_ticks: 10 });
         let d = &a.state.data;
         let old = codec()
@@ -1473,7 +1490,7 @@ mod tests {
                 (&d.sessions, &d.elections, &d.fenced, &d.grant_nonces),
             ))
             .expect("encodes");
-        let b = StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &old)
+        let b = StateMachine::restore(SmLimits::default(), &old)
             .expect("the previous format restores");
         assert!(b.members().is_empty());
         assert_eq!(b.session_count(), 1);
@@ -1483,7 +1500,7 @@ mod tests {
             .serialize(&(SNAPSHOT_FORMAT + 1, &a.state))
             .expect("encodes");
         assert!(matches!(
-            StateMachine::restore(SmLimits::default(), InjectedBugs::default(), &newer),
+            StateMachine::restore(SmLimits::default(), &newer),
             Err(SmDecodeError::UnsupportedFormat { found, .. }) if found == SNAPSHOT_FORMAT + 1
         ));
     }

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use tenure_core::bugs::InjectedBugs;
 use tenure_core::config::Config;
 use tenure_core::message::Message;
 use tenure_core::node::{Applied, KeepaliveAck, Node, Role};
@@ -86,6 +87,8 @@ pub struct Cluster {
     /// Background snapshots handed out (`Config::snapshot_in_background`) and not yet
     /// reported taken: see [`Cluster::take_snapshots`].
     pub images: BTreeMap<NodeId, Vec<tenure_core::node::SnapshotImage>>,
+    /// Known bugs every node (and every restart) runs with.
+    pub bugs: InjectedBugs,
 }
 
 impl Cluster {
@@ -94,6 +97,11 @@ impl Cluster {
     }
 
     pub fn with_config(n: u64, tweak: impl Fn(&mut Config)) -> Cluster {
+        Cluster::with_bugs(n, InjectedBugs::default(), tweak)
+    }
+
+    /// A cluster whose nodes run with `bugs` switched on.
+    pub fn with_bugs(n: u64, bugs: InjectedBugs, tweak: impl Fn(&mut Config)) -> Cluster {
         let ids: Vec<NodeId> = (1..=n).collect();
         let mut c = Cluster {
             nodes: BTreeMap::new(),
@@ -107,6 +115,7 @@ impl Cluster {
             changes: BTreeMap::new(),
             reads: BTreeMap::new(),
             images: BTreeMap::new(),
+            bugs,
         };
         for id in &ids {
             let mut cfg = Config::new(*id, ids.clone());
@@ -118,7 +127,8 @@ impl Cluster {
 
     pub fn add_node(&mut self, cfg: Config) {
         let id = cfg.id;
-        let node = Node::new(cfg.clone(), Recovered::default()).expect("valid config");
+        let node = Node::with_injected_bugs(cfg.clone(), Recovered::default(), self.bugs)
+            .expect("valid config");
         self.nodes.insert(id, node);
         self.disks.insert(id, Disk::default());
         self.configs.insert(id, cfg);
@@ -269,7 +279,8 @@ impl Cluster {
         let cfg = self.configs[&id].clone();
         let recovered = self.disks[&id].recovered.clone();
         self.inflight.retain(|m| m.to != id && m.from != id);
-        let node = Node::new(cfg, recovered).expect("restart from disk");
+        let node =
+            Node::with_injected_bugs(cfg, recovered, self.bugs).expect("restart from disk");
         self.nodes.insert(id, node);
         // A snapshot being taken dies with the process.
         self.images.remove(&id);

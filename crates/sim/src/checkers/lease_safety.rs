@@ -72,18 +72,21 @@ pub struct LeaseSafety {
     promises: BTreeMap<SessionId, (SimTimeUs, NodeId)>,
     /// Command entries appended by the leader of their term, until some node applies them:
     /// who proposed each (node, incarnation) and when.
-    proposals: BTreeMap<(Index, Term), ((NodeId, u64), SimTimeUs)>,
+    proposals: BTreeMap<(Index, Term), (Proposer, SimTimeUs)>,
     /// Applied Grant and Checkpoint entries still in force: their proposer, and per session
     /// the true time until which every other replica must keep it.
     coverage: BTreeMap<(Index, Term), Coverage>,
     /// The same, by session and index, for replicas that rebuild all their deadlines.
-    by_session: BTreeMap<SessionId, BTreeMap<Index, (SimTimeUs, (NodeId, u64))>>,
+    by_session: BTreeMap<SessionId, BTreeMap<Index, (SimTimeUs, Proposer)>>,
 }
+
+/// A node in one life: (id, incarnation).
+type Proposer = (NodeId, u64);
 
 /// What one applied Grant or Checkpoint obliges the replicas to.
 #[derive(Clone, Debug)]
 struct Coverage {
-    proposer: (NodeId, u64),
+    proposer: Proposer,
     until: Vec<(SessionId, SimTimeUs)>,
 }
 

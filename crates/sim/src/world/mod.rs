@@ -418,7 +418,6 @@ impl World {
         config.lease_checkpoint_ticks = self.lease_checkpoint_ticks;
         config.clock_drift_max = self.drift_max;
         config.fast_election = self.fast_election;
-        config.bugs = InjectBug::core_bugs(self.opts.bug);
         config
             .validate()
             .expect("the simulator's node configuration is valid");
@@ -588,6 +587,7 @@ impl World {
             } else {
                 0.0
             },
+            core_bugs: InjectBug::core_bugs(self.opts.bug),
             driver_bugs: tenure_driver::DriverBugs {
                 not_leader_after_snapshot: self.opts.bug == Some(InjectBug::NotLeaderAfterSnapshot),
             },
