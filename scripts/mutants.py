@@ -195,12 +195,7 @@ MUTANTS = [
      "    if false && raft.transfer_sent() {\n        return false;\n    }\n", None),
     # --- drift margins, deadlines rebuilt after a restart or a snapshot install
     ("skew-rounds-down", CORE, "crates/core/src/drift.rs",
-     "product.div_ceil(1_000_000) as u64", "(product / 1_000_000) as u64",
-     "equivalent for the holder's margin (a microsecond) and the lease margin (m stays >= 1 + T*d, "
-     "see lease-one-tick-long); NOT shown equivalent for the padding of another leader's "
-     "promise: when r*d is under half a tick the floor drops the drift term, short by up to "
-     "r*d of a tick, which the checkpoint's own spare tick has absorbed in every run so far. "
-     "A checker that sees it needs sub-tick promises; left open"),
+     "product.div_ceil(1_000_000) as u64", "(product / 1_000_000) as u64", None),
     ("holder-margin-one-way", CORE, "crates/core/src/drift.rs",
      "        .saturating_mul(2)\n        .saturating_add(fixed_us)",
      "        .saturating_mul(1)\n        .saturating_add(fixed_us)",
@@ -238,7 +233,13 @@ MUTANTS = [
      "            && dialed_in_epoch <= self.follow_epoch\n", None),
     ("closed-leader-any-term", CORE, "crates/core/src/raft.rs",
      "&& self.leader_closed == Some((peer, self.term))",
-     "&& self.leader_closed.is_some_and(|(p, _)| p == peer)", None),
+     "&& self.leader_closed.is_some_and(|(p, _)| p == peer)",
+     "equivalent: the dial's epoch stamp already implies it. A refusal counts only if the node's "
+     "follow epoch is the one the dial started in, and the epoch moves whenever the (term, "
+     "leader) it follows does; so the node followed the peer in the current term from the "
+     "dial's start to the refusal, and the peer's process was down in between. The only process "
+     "that led this term is then gone (a restarted node leads only later terms, which would "
+     "move the epoch), whichever term the remembered close was seen in"),
     # --- transfer
     ("transfer-to-lagging-target", CORE, "crates/core/src/raft.rs",
      "            .is_some_and(|p| p.match_index == self.log.last_index())\n        {\n            self.send_timeout_now(to);",

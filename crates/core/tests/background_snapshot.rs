@@ -69,8 +69,8 @@ fn the_image_is_the_state_at_its_index_and_the_log_is_compacted_only_once_it_is_
 
     // The image encodes the state as it was at its index, not as it is now.
     let encoded = c.images[&leader][0].encode();
-    let restored = StateMachine::restore(Default::default(), &encoded.data)
-        .expect("the image decodes");
+    let restored =
+        StateMachine::restore(Default::default(), &encoded.data).expect("the image decodes");
     assert_eq!(restored.applied_index(), image_index);
     assert_eq!(restored.session_count(), sessions_at_image);
 

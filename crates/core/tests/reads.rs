@@ -230,17 +230,15 @@ fn a_deposed_leader_serves_no_read_once_a_successor_exists() {
 /// read-without-confirmation` and `read-lease-past-vote-refusal` are the simulator's).
 #[test]
 fn the_deposed_leader_check_catches_both_read_bugs() {
-    let (late, _) =
-        reads_served_by_a_deposed_leader(InjectedBugs {
-            read_without_confirmation: true,
-            ..InjectedBugs::default()
-        });
+    let (late, _) = reads_served_by_a_deposed_leader(InjectedBugs {
+        read_without_confirmation: true,
+        ..InjectedBugs::default()
+    });
     assert!(!late.is_empty(), "read-without-confirmation went unnoticed");
-    let (late, _) =
-        reads_served_by_a_deposed_leader(InjectedBugs {
-            read_lease_past_vote_refusal: true,
-            ..InjectedBugs::default()
-        });
+    let (late, _) = reads_served_by_a_deposed_leader(InjectedBugs {
+        read_lease_past_vote_refusal: true,
+        ..InjectedBugs::default()
+    });
     assert!(
         !late.is_empty(),
         "read-lease-past-vote-refusal went unnoticed"

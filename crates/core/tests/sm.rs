@@ -563,8 +563,8 @@ fn snapshot_and_restore_give_the_same_state_and_the_same_behaviour_afterwards() 
     for command in head {
         h.apply(command.clone());
     }
-    let restored = StateMachine::restore(limits(), &h.sm.snapshot())
-        .expect("a fresh snapshot restores");
+    let restored =
+        StateMachine::restore(limits(), &h.sm.snapshot()).expect("a fresh snapshot restores");
     assert_eq!(restored.digest(), h.sm.digest());
     assert_eq!(restored.applied_index(), h.sm.applied_index());
     assert_eq!(restored.snapshot(), h.sm.snapshot());
@@ -974,8 +974,7 @@ fn an_election_is_deleted_only_without_candidates_and_its_tokens_never_come_back
     );
     assert_eq!(h.apply(put("k", "e", 3)), Response::Put);
     // The floor survives a snapshot.
-    let restored =
-        StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
+    let restored = StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
     assert_eq!(restored.token_floor(), 2);
     assert_eq!(restored.digest(), h.sm.digest());
 }
@@ -1110,8 +1109,7 @@ fn each_principal_is_held_to_its_own_quota() {
         }
     );
     // Ending the session gives its share back, and the usage survives a snapshot.
-    let restored =
-        StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
+    let restored = StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
     assert_eq!(restored.usages(), h.sm.usages());
     h.apply(Command::Expire { session: a });
     assert_eq!(h.sm.usage("alpha").sessions, 0);
@@ -1315,8 +1313,7 @@ fn remembered_results_survive_a_snapshot() {
     let first = h.request(id, campaign("e", s, b"v")).0;
     let grant = RequestId::Grant { nonce: 3 };
     h.request(grant, Command::Grant { ttl_ticks: 10 });
-    let restored =
-        StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
+    let restored = StateMachine::restore(limits(), &h.sm.snapshot()).expect("ok");
     assert_eq!(restored.remembered(id).map(|(_, r)| r), Some(first));
     assert!(restored.remembered(grant).is_some());
     assert_eq!(restored.digest(), h.sm.digest());
@@ -1521,8 +1518,7 @@ fn a_restored_state_machine_still_checks_secrets() {
     else {
         panic!("grant failed")
     };
-    let restored = StateMachine::restore(limits(), &h.sm.snapshot())
-        .expect("restores");
+    let restored = StateMachine::restore(limits(), &h.sm.snapshot()).expect("restores");
     assert!(restored.secret_matches(session, Some(&[7; 32])));
     assert!(!restored.secret_matches(session, None));
 }

@@ -1146,10 +1146,7 @@ impl StateMachine {
 
     /// A state machine holding the state that `data` (from [`StateMachine::snapshot`])
     /// encodes. Refuses bytes that do not decode or that describe an inconsistent state.
-    pub fn restore(
-        limits: SmLimits,
-        data: &[u8],
-    ) -> Result<StateMachine, SmDecodeError> {
+    pub fn restore(limits: SmLimits, data: &[u8]) -> Result<StateMachine, SmDecodeError> {
         let malformed = |e: bincode::Error| SmDecodeError::Malformed(e.to_string());
         // Read the format first, on its own, so that a newer format gets a clear error.
         let found: u32 = codec()
@@ -1432,8 +1429,7 @@ mod tests {
             },
         );
         assert_eq!(a.members().get(&4), Some(&addresses(5)));
-        let b = StateMachine::restore(SmLimits::default(), &a.snapshot())
-            .expect("restores");
+        let b = StateMachine::restore(SmLimits::default(), &a.snapshot()).expect("restores");
         assert_eq!(b.members(), a.members());
         assert_eq!(b.digest(), a.digest());
         // The digest covers the directory: replicas that disagree on it are told apart.
@@ -1470,8 +1466,7 @@ mod tests {
                 &a.state.members,
             ))
             .expect("encodes");
-        let b = StateMachine::restore(SmLimits::default(), &old)
-            .expect("format 3 restores");
+        let b = StateMachine::restore(SmLimits::default(), &old).expect("format 3 restores");
         assert_eq!(b.token("e"), 1);
         assert_eq!(b.token_floor(), 0);
         assert!(b.usages().is_empty());
@@ -1490,8 +1485,8 @@ mod tests {
                 (&d.sessions, &d.elections, &d.fenced, &d.grant_nonces),
             ))
             .expect("encodes");
-        let b = StateMachine::restore(SmLimits::default(), &old)
-            .expect("the previous format restores");
+        let b =
+            StateMachine::restore(SmLimits::default(), &old).expect("the previous format restores");
         assert!(b.members().is_empty());
         assert_eq!(b.session_count(), 1);
         assert_eq!(b.applied_index(), 1);

@@ -279,8 +279,7 @@ impl Cluster {
         let cfg = self.configs[&id].clone();
         let recovered = self.disks[&id].recovered.clone();
         self.inflight.retain(|m| m.to != id && m.from != id);
-        let node =
-            Node::with_injected_bugs(cfg, recovered, self.bugs).expect("restart from disk");
+        let node = Node::with_injected_bugs(cfg, recovered, self.bugs).expect("restart from disk");
         self.nodes.insert(id, node);
         // A snapshot being taken dies with the process.
         self.images.remove(&id);

@@ -138,16 +138,16 @@ impl LeaseSafety {
                         continue;
                     }
                     if !self.coverage.contains_key(&key) {
-                        let until: Vec<(SessionId, u64)> =
-                            match (a.command.unsealed(), &a.response) {
-                                (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
-                                    vec![(*session, *ttl_ticks)]
-                                }
-                                (Command::Checkpoint { remaining }, Response::Checkpointed) => {
-                                    remaining.clone()
-                                }
-                                _ => continue,
-                            };
+                        let until: Vec<(SessionId, u64)> = match (a.command.unsealed(), &a.response)
+                        {
+                            (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
+                                vec![(*session, *ttl_ticks)]
+                            }
+                            (Command::Checkpoint { remaining }, Response::Checkpointed) => {
+                                remaining.clone()
+                            }
+                            _ => continue,
+                        };
                         let Some((proposer, at_us)) = self.proposals.remove(&key) else {
                             continue;
                         };

@@ -126,6 +126,9 @@ impl World {
                 }
             }
             Close::Refused { epoch } => {
+                if self.hold_refusal(at, peer, epoch) {
+                    return;
+                }
                 self.trace.log(self.now_us, || {
                     format!("node {at}: reconnect to {peer} refused")
                 });
@@ -135,7 +138,7 @@ impl World {
     }
 
     /// Schedules `step` of `at`'s connection to `peer`, `after` from now.
-    fn schedule_connection(
+    pub(super) fn schedule_connection(
         &mut self,
         after: SimTimeUs,
         at: NodeId,
@@ -156,7 +159,7 @@ impl World {
 
     /// Tells node `at` of a closed connection (`refused: None`) or of a refused redial
     /// stamped with its follow epoch.
-    fn drive_close(&mut self, at: NodeId, peer: NodeId, refused: Option<u64>) {
+    pub(super) fn drive_close(&mut self, at: NodeId, peer: NodeId, refused: Option<u64>) {
         let drive = self.with_node(at, |slot, ctx| slot.peer_closed(peer, refused, ctx));
         self.after_drive(at, drive.unwrap_or(Drive::Running));
     }

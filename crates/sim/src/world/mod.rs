@@ -234,6 +234,9 @@ pub struct World {
     pipelined: bool,
     /// Nodes run with fast election on (`FAST_ELECTION_SHARE`), and learn of closed
     /// connections (`closes`).
+    /// The fast-election seeds' own random stream, after their draws: whether a stale-refusal
+    /// shape starts (`scenario.rs`), so that every other draw stays as it was.
+    stale_refusal_rng: SimRng,
     fast_election: bool,
     /// Per fault tick: probability of forged resets of the leader's connections (fast
     /// election seeds only).
@@ -370,6 +373,7 @@ impl World {
             hush: false,
             pipelined,
             fast_election,
+            stale_refusal_rng: fast,
             forged_reset,
             fate,
             stream_idle_close_us,

@@ -36,6 +36,17 @@
 //!   A leader that releases at once, without waiting out the promises made before its term,
 //!   ends the session of a holder that believes.
 //!
+//! - **Stale refusal** (fast-election seeds only, docs/GUARANTEES.md "Fast election"): the
+//!   leader crashes, and one follower's refused redial is held back on its way. The leader
+//!   restarts and is handed leadership again in a later term, which the follower follows;
+//!   every node but the follower and just enough others to keep the leader's quorum is cut
+//!   off from the leader for longer than an election timeout, and a forged reset closes the
+//!   follower's connection to it (the redial reaches the live leader). Then the held
+//!   refusal arrives, stamped with the follower's epoch of the earlier term, while the
+//!   follower's messages to the leader are cut. A follower that counts a refusal from an
+//!   earlier epoch drops its vote refusal under the live leader's lease, and the nodes cut
+//!   off elect it while the lease still holds.
+//!
 //! Random node faults and partitions are held back while a scenario runs; network loss,
 //! duplication and delay are not.
 
@@ -64,6 +75,11 @@ const QUIET_WAIT_US: SimTimeUs = 8_000 * US_PER_MS;
 const LEASE_EDGE_SHAPE_P: f64 = 0.05;
 /// Per fault tick, in fate-sharing seeds: probability of starting the late-bind shape.
 const LATE_BIND_P: f64 = 0.03;
+/// Per fault tick, in fast-election seeds: probability of starting the stale-refusal shape.
+const STALE_REFUSAL_P: f64 = 0.03;
+/// How long the leader of a stale-refusal shape stays down: long enough for the follower's
+/// redial to find nothing listening.
+const STALE_DOWNTIME_US: (u64, u64) = (20 * US_PER_MS, 60 * US_PER_MS);
 
 /// A scenario in progress.
 #[derive(Clone, Debug)]
@@ -119,6 +135,31 @@ enum Phase {
     },
     /// Late bind, step 2: wait for `follower` to lead a term above `term`, then heal.
     LateBindWaitLeader { follower: NodeId, term: u64 },
+    /// Stale refusal, step 1: `leader` of `term` crashed; `follower`'s refused redial is
+    /// held back when it comes (`held`, the epoch it is stamped with).
+    StaleCrashed {
+        leader: NodeId,
+        term: u64,
+        follower: (NodeId, u64),
+        held: Option<u64>,
+    },
+    /// Step 2: wait until `leader` leads a term above `term` again (whoever leads is asked
+    /// to hand over to it) and `follower` follows it.
+    StaleWaitLeader {
+        leader: NodeId,
+        term: u64,
+        follower: (NodeId, u64),
+        epoch: u64,
+    },
+    /// Step 3: the nodes cut off from `leader` (of `term`) stop hearing from it for longer
+    /// than an election timeout, until `until_us`; then the held refusal is delivered.
+    StaleHold {
+        leader: NodeId,
+        term: u64,
+        follower: (NodeId, u64),
+        epoch: u64,
+        until_us: SimTimeUs,
+    },
 }
 
 impl World {
@@ -139,6 +180,8 @@ impl World {
             self.start_quiet_bridge();
         } else if self.fate.is_some() && self.rng.chance(LATE_BIND_P) {
             self.start_late_bind();
+        } else if self.fast_election && self.stale_refusal_rng.chance(STALE_REFUSAL_P) {
+            self.start_stale_refusal();
         }
         self.scenario.is_some()
     }
@@ -295,6 +338,67 @@ impl World {
                 }
                 self.end_scenario("the follower leads: the cut link heals");
             }
+            Phase::StaleCrashed { held: None, .. } => {}
+            Phase::StaleCrashed {
+                leader,
+                term,
+                follower,
+                held: Some(epoch),
+            } => self.set_phase(
+                Phase::StaleWaitLeader {
+                    leader,
+                    term,
+                    follower,
+                    epoch,
+                },
+                None,
+            ),
+            Phase::StaleWaitLeader {
+                leader,
+                term,
+                follower,
+                epoch,
+            } => self.stale_wait_leader(leader, term, follower, epoch),
+            Phase::StaleHold {
+                leader,
+                term,
+                follower: (follower, incarnation),
+                epoch,
+                until_us,
+            } => {
+                if self.now_us < until_us {
+                    return;
+                }
+                if self.nodes.get(&follower).map(|s| s.incarnation) != Some(incarnation) {
+                    // The held refusal died with the follower's process.
+                    self.end_scenario("the follower restarted");
+                    return;
+                }
+                let still_leads = self
+                    .nodes
+                    .get(&leader)
+                    .and_then(|s| s.status.as_ref())
+                    .is_some_and(|s| s.role == Role::Leader && s.term == term);
+                if !still_leads {
+                    self.end_scenario("the leader lost its leadership first");
+                    return;
+                }
+                // The follower's messages stop reaching the leader: it learns nothing of an
+                // election the follower may start now.
+                let id = self.next_partition_id;
+                self.next_partition_id += 1;
+                self.network
+                    .partition(id, vec![(Addr::Node(follower), Addr::Node(leader))]);
+                if let Some(s) = self.scenario.as_mut() {
+                    s.partitions.push(id);
+                }
+                self.trace.log(self.now_us, || {
+                    format!("scenario stale-refusal: node {follower} hears at last that its redial of {leader}, from epoch {epoch}, was refused")
+                });
+                self.drive_close(follower, leader, Some(epoch));
+                let until_us = self.now_us + 2 * self.election_timeout_us;
+                self.set_phase(Phase::IsolationHold { until_us }, None);
+            }
             Phase::QuietWaitIdle {
                 leader,
                 term,
@@ -444,6 +548,188 @@ impl World {
         self.trace.log(self.now_us, || {
             format!("scenario quiet-bridge: workload hushed under leader {leader}")
         });
+    }
+
+    fn start_stale_refusal(&mut self) {
+        let Some(leader) = self.current_leader() else {
+            return;
+        };
+        let Some(voters) = self.voters_of(leader) else {
+            return;
+        };
+        let all_up = voters
+            .iter()
+            .all(|v| self.nodes.get(v).is_some_and(|s| s.is_up() && !s.paused));
+        if voters.len() < 3 || voters.len() % 2 == 0 || !all_up {
+            return;
+        }
+        let followers: Vec<NodeId> = voters.iter().copied().filter(|v| *v != leader).collect();
+        let Some(follower) = self.rng.pick(&followers).copied() else {
+            return;
+        };
+        let term = self.nodes[&leader].status.as_ref().map_or(0, |s| s.term);
+        let follower = (follower, self.nodes[&follower].incarnation);
+        if let Some(slot) = self.nodes.get_mut(&leader) {
+            slot.crash();
+        }
+        self.stats.fault("scenario-stale-refusal");
+        self.trace
+            .event(TraceKind::Fault, self.now_us, &[6, leader]);
+        self.trace.log(self.now_us, || {
+            format!("scenario stale-refusal: leader {leader} of term {term} crashes; node {}'s refused redial will be held back", follower.0)
+        });
+        self.schedule_restart(leader, STALE_DOWNTIME_US.0, STALE_DOWNTIME_US.1);
+        self.scenario = Some(Scenario {
+            phase: Phase::StaleCrashed {
+                leader,
+                term,
+                follower,
+                held: None,
+            },
+            deadline_us: self.now_us + PHASE_US,
+            partitions: Vec::new(),
+        });
+    }
+
+    /// Holds back the refusal of `at`'s redial of `peer` (stamped `epoch`) if a stale-refusal
+    /// shape waits for it; true if it did.
+    pub(super) fn hold_refusal(&mut self, at: NodeId, peer: NodeId, epoch: u64) -> bool {
+        let Some(Scenario {
+            phase:
+                Phase::StaleCrashed {
+                    leader,
+                    follower,
+                    held,
+                    ..
+                },
+            ..
+        }) = self.scenario.as_mut()
+        else {
+            return false;
+        };
+        if *leader != peer || follower.0 != at || held.is_some() {
+            return false;
+        }
+        *held = Some(epoch);
+        self.trace.log(self.now_us, || {
+            format!("scenario stale-refusal: node {at}'s refused redial of {peer} (epoch {epoch}) is held back")
+        });
+        true
+    }
+
+    /// Stale refusal, step 2 (see [`Phase::StaleWaitLeader`]).
+    fn stale_wait_leader(
+        &mut self,
+        leader: NodeId,
+        term: u64,
+        follower: (NodeId, u64),
+        epoch: u64,
+    ) {
+        let (follower_id, incarnation) = follower;
+        if self.nodes.get(&follower_id).map(|s| s.incarnation) != Some(incarnation) {
+            self.end_scenario("the follower restarted");
+            return;
+        }
+        let Some((current, current_term)) = self.leader_above(term, &[]) else {
+            return;
+        };
+        if current != leader {
+            let caught_up = self
+                .nodes
+                .get(&leader)
+                .is_some_and(|s| s.is_up() && !s.paused);
+            let asked = self
+                .nodes
+                .get(&current)
+                .and_then(|s| s.status.as_ref())
+                .is_some_and(|s| s.transferring_to == Some(leader));
+            if caught_up && !asked {
+                let _ = self.in_node(current, |n| n.transfer_leadership(leader));
+                self.drive_node(current);
+            }
+            return;
+        }
+        let follower = follower_id;
+        let follows = self
+            .nodes
+            .get(&follower)
+            .and_then(|s| s.status.as_ref())
+            .is_some_and(|s| {
+                s.role == Role::Follower && s.leader == Some(leader) && s.term == current_term
+            });
+        if !follows {
+            return;
+        }
+        let Some(voters) = self.voters_of(leader) else {
+            self.end_scenario("the membership changed");
+            return;
+        };
+        // Keep the leader's quorum with the follower and just enough others (running ones
+        // it can reach); cut the rest off from it, so that with the follower they are a
+        // majority of their own.
+        let mut others: Vec<NodeId> = voters
+            .iter()
+            .copied()
+            .filter(|v| *v != leader && *v != follower)
+            .collect();
+        let majority = voters.len() / 2 + 1;
+        let mut kept = Vec::new();
+        while kept.len() + 2 < majority {
+            let reachable: Vec<usize> = (0..others.len())
+                .filter(|i| {
+                    let o = others[*i];
+                    self.nodes.get(&o).is_some_and(|s| s.is_up() && !s.paused)
+                        && !self.network.is_blocked(Addr::Node(leader), Addr::Node(o))
+                        && !self.network.is_blocked(Addr::Node(o), Addr::Node(leader))
+                })
+                .collect();
+            let Some(i) = self.rng.pick(&reachable).copied() else {
+                self.end_scenario("the leader cannot keep a quorum");
+                return;
+            };
+            kept.push(others.remove(i));
+        }
+        let cut: Vec<(Addr, Addr)> = others
+            .iter()
+            .flat_map(|o| {
+                [
+                    (Addr::Node(leader), Addr::Node(*o)),
+                    (Addr::Node(*o), Addr::Node(leader)),
+                ]
+            })
+            .collect();
+        let id = self.next_partition_id;
+        self.next_partition_id += 1;
+        self.stats.fault("scenario-partition");
+        self.trace
+            .event(TraceKind::Fault, self.now_us, &[12, id, cut.len() as u64]);
+        self.network.partition(id, cut);
+        // A forged reset of the follower's connection to the live leader: it sees the close,
+        // and its redial reaches the leader's listener.
+        if let Some(incarnation) = self.nodes.get(&follower).map(|s| s.incarnation) {
+            let delay = self.network.delay(&mut self.rng);
+            self.schedule_connection(
+                delay,
+                follower,
+                incarnation,
+                leader,
+                super::closes::Close::Seen,
+            );
+        }
+        self.trace.log(self.now_us, || {
+            format!("scenario stale-refusal: {leader} leads term {current_term} again; {others:?} cut off from it, {follower}'s connection to it reset")
+        });
+        let until_us = self.now_us + self.election_timeout_us * 3 / 2;
+        self.set_phase(
+            Phase::StaleHold {
+                leader,
+                term: current_term,
+                follower: (follower, incarnation),
+                epoch,
+                until_us,
+            },
+            Some(id),
+        );
     }
 
     fn set_phase(&mut self, phase: Phase, partition: Option<u64>) {
