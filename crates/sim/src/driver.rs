@@ -173,6 +173,9 @@ pub struct NodeSlot {
     pub was_member: bool,
     /// The node's status after its last step (`None` while down).
     pub status: Option<Status>,
+    /// Its term when its process last exited: replies it sent before it crashed may leave
+    /// after (a scenario can crash a node between its step and the world's flush).
+    pub exit_term: tenure_core::types::Term,
     watchers: BTreeMap<ClientId, String>,
     /// Keepalive streams open at this process (fate-sharing seeds), by id.
     pub streams: BTreeMap<u64, OpenStream>,
@@ -218,6 +221,7 @@ impl NodeSlot {
             decommissioned: false,
             was_member,
             status: None,
+            exit_term: 0,
             watchers: BTreeMap::new(),
             streams: BTreeMap::new(),
             ended_streams: VecDeque::new(),
@@ -280,7 +284,9 @@ impl NodeSlot {
     pub fn crash(&mut self) {
         // Nothing a crashed process was waiting to answer is ever answered.
         self.pipeline = None;
-        self.status = None;
+        if let Some(status) = self.status.take() {
+            self.exit_term = status.term;
+        }
         self.disk.crash();
         self.held.clear();
         self.missed_ticks = 0;

@@ -802,7 +802,8 @@ impl World {
         let Some(slot) = self.nodes.get(&node) else {
             return;
         };
-        let term = slot.status.as_ref().map_or(0, |s| s.term);
+        // A node crashed since its step sent this acknowledgement in its last term.
+        let term = slot.status.as_ref().map_or(slot.exit_term, |s| s.term);
         let promise_us = received_us + ttl * slot.tick_period_us;
         self.obs.push(Observation::KeepaliveAcked {
             node,
