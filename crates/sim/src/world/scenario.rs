@@ -301,12 +301,7 @@ impl World {
                 term,
                 follower,
             } => {
-                let still_leads = self
-                    .nodes
-                    .get(&leader)
-                    .and_then(|s| s.status.as_ref())
-                    .is_some_and(|s| s.role == Role::Leader && s.term == term);
-                if !still_leads {
+                if !self.leads(leader, term) {
                     self.end_scenario("the leader lost its leadership first");
                     return;
                 }
@@ -374,12 +369,7 @@ impl World {
                     self.end_scenario("the follower restarted");
                     return;
                 }
-                let still_leads = self
-                    .nodes
-                    .get(&leader)
-                    .and_then(|s| s.status.as_ref())
-                    .is_some_and(|s| s.role == Role::Leader && s.term == term);
-                if !still_leads {
+                if !self.leads(leader, term) {
                     self.end_scenario("the leader lost its leadership first");
                     return;
                 }
@@ -750,6 +740,14 @@ impl World {
             self.trace
                 .log(self.now_us, || format!("scenario ends: {why}"));
         }
+    }
+
+    /// Whether `node` (still) leads `term`, as of its last step.
+    fn leads(&self, node: NodeId, term: u64) -> bool {
+        self.nodes
+            .get(&node)
+            .and_then(|s| s.status.as_ref())
+            .is_some_and(|s| s.role == Role::Leader && s.term == term)
     }
 
     /// An up, unpaused node outside `except` leading a term above `term`.
