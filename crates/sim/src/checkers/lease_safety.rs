@@ -73,24 +73,18 @@ pub struct LeaseSafety {
     /// Command entries appended by the leader of their term, until some node applies them:
     /// who proposed each (node, incarnation) and when.
     proposals: BTreeMap<(Index, Term), (Proposer, SimTimeUs)>,
-    /// Applied Grant and Checkpoint entries still in force: their proposer, and per session
-    /// the true time until which every other replica must keep it.
-    coverage: BTreeMap<(Index, Term), Coverage>,
-    /// The same, by session and index, for replicas that rebuild all their deadlines.
+    /// Applied Grant and Checkpoint entries still in force, by session and index: the true
+    /// time until which every replica but the proposer must keep the session, and the
+    /// proposer.
     by_session: BTreeMap<SessionId, BTreeMap<Index, (SimTimeUs, Proposer)>>,
+    /// Entries recorded in `by_session` since it was last swept of those that ran out.
+    recorded: usize,
 }
 
 /// A node in one life: (id, incarnation).
 type Proposer = (NodeId, u64);
 
-/// What one applied Grant or Checkpoint obliges the replicas to.
-#[derive(Clone, Debug)]
-struct Coverage {
-    proposer: Proposer,
-    until: Vec<(SessionId, SimTimeUs)>,
-}
-
-/// More entries in force than this, and the ones that ran out are swept.
+/// After this many entries recorded, the ones that ran out are swept.
 const COVERAGE_SWEEP_AT: usize = 1_024;
 
 /// The true time at which node `slot`'s clock reaches local tick `tick`, if it runs with its
@@ -130,62 +124,52 @@ impl LeaseSafety {
             }
             Observation::Applied { node, applied, .. } => {
                 let slot = view.nodes.get(node)?;
+                let me = (*node, slot.incarnation);
                 for a in applied {
-                    let key = (a.index, a.term);
                     if a.first_applied.is_some() {
                         // A retry changed nothing: it promises nothing beyond its first
                         // application.
                         continue;
                     }
-                    if !self.coverage.contains_key(&key) {
-                        let until: Vec<(SessionId, u64)> = match (a.command.unsealed(), &a.response)
-                        {
-                            (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
-                                vec![(*session, *ttl_ticks)]
-                            }
-                            (Command::Checkpoint { remaining }, Response::Checkpointed) => {
-                                remaining.clone()
-                            }
-                            _ => continue,
-                        };
-                        let Some((proposer, at_us)) = self.proposals.remove(&key) else {
-                            continue;
-                        };
-                        // Entries at or below an applied index are decided: what was not
-                        // applied there never will be.
+                    let grant;
+                    let remaining: &[(SessionId, u64)] = match (a.command.unsealed(), &a.response) {
+                        (Command::Grant { .. }, Response::Granted { session, ttl_ticks }) => {
+                            grant = [(*session, *ttl_ticks)];
+                            &grant
+                        }
+                        (Command::Checkpoint { remaining }, Response::Checkpointed) => remaining,
+                        _ => continue,
+                    };
+                    if let Some((proposer, at_us)) = self.proposals.remove(&(a.index, a.term)) {
+                        // Its first application anywhere. Entries at or below an applied index
+                        // are decided: what was not applied there never will be.
                         self.proposals = self.proposals.split_off(&(a.index + 1, 0));
-                        let Some(period) = view.nodes.get(&proposer.0).map(|s| s.tick_period_us)
+                        if let Some(period) = view.nodes.get(&proposer.0).map(|s| s.tick_period_us)
+                        {
+                            for (s, r) in remaining {
+                                let until = at_us + r * period;
+                                let by_index = self.by_session.entry(*s).or_default();
+                                by_index.insert(a.index, (until, proposer));
+                                self.recorded += 1;
+                            }
+                        }
+                    }
+                    for (session, _) in remaining {
+                        let Some(&(until, proposer)) =
+                            self.by_session.get(session).and_then(|b| b.get(&a.index))
                         else {
                             continue;
                         };
-                        let until: Vec<(SessionId, SimTimeUs)> = until
-                            .into_iter()
-                            .map(|(s, r)| (s, at_us + r * period))
-                            .collect();
-                        for (s, u) in &until {
-                            self.by_session
-                                .entry(*s)
-                                .or_default()
-                                .insert(a.index, (*u, proposer));
-                        }
-                        self.coverage.insert(key, Coverage { proposer, until });
-                    }
-                    let cover = &self.coverage[&key];
-                    if cover.proposer == (*node, slot.incarnation) {
-                        continue;
-                    }
-                    for (session, until) in &cover.until {
-                        if *until <= now {
+                        if proposer == me || until <= now {
                             continue;
                         }
-                        if let Some(v) = short_deadline(slot, *session, *until, a.index) {
+                        if let Some(v) = short_deadline(slot, *session, until, a.index) {
                             return Some(v);
                         }
                     }
                 }
-                if self.coverage.len() > COVERAGE_SWEEP_AT {
-                    self.coverage
-                        .retain(|_, c| c.until.iter().any(|(_, u)| *u > now));
+                if self.recorded > COVERAGE_SWEEP_AT {
+                    self.recorded = 0;
                     self.by_session.retain(|_, by_index| {
                         by_index.retain(|_, (u, _)| *u > now);
                         !by_index.is_empty()
