@@ -29,10 +29,12 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::system::{
-    client_tls, free_ports, issue_certs, poll, renew_pipelined, which, Cluster, Env, KeepaliveLoad,
-    Procs, Profile, ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES as MEMBERS,
-    READ_VALUE_BYTES, STATUS_TIMEOUT, TLS_CLIENT,
+    client_tls, issue_certs, poll, renew_pipelined, Cluster, Env, KeepaliveLoad, Procs, Profile,
+    ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES as MEMBERS, READ_VALUE_BYTES,
+    STATUS_TIMEOUT, TLS_CLIENT,
 };
+use tenure_procs::ports::free_ports;
+use tenure_procs::process::which;
 
 /// TCP connect timeout of every client (loopback: anything longer means the member is down).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -53,7 +55,7 @@ const ELECTIONS_PREFIX: &str = "/tenure-bench/elections/";
 const READ_KEY: &str = "/tenure-bench/read";
 
 /// A 3-member etcd cluster of local processes. Dropping it kills every member (each
-/// [`crate::system::Proc`] does on drop) and then deletes its directory.
+/// [`tenure_procs::Proc`] does on drop) and then deletes its directory.
 pub struct EtcdCluster {
     /// Before `dir`: fields drop in order, so the members are dead before their data goes.
     procs: Procs,

@@ -21,7 +21,6 @@ use clap::Args;
 
 mod backend;
 mod etcd;
-pub mod flood;
 pub mod report;
 pub mod scenarios;
 pub mod system;

@@ -661,7 +661,7 @@ async fn fault_trial(
     let t0 = Instant::now();
     match fault {
         Fault::Crash => c.kill(leader)?,
-        Fault::Pause => system::signal(pid, libc::SIGSTOP)?,
+        Fault::Pause => tenure_procs::signal(pid, libc::SIGSTOP)?,
         Fault::Transfer => c.transfer(target).await?,
     }
     let took = first_ack(w, t0, Duration::from_secs(120)).await;
@@ -673,7 +673,7 @@ async fn fault_trial(
     // Make the cluster whole again before reporting, also on failure.
     match fault {
         Fault::Crash => c.restart(leader)?,
-        Fault::Pause => system::signal(pid, libc::SIGCONT)?,
+        Fault::Pause => tenure_procs::signal(pid, libc::SIGCONT)?,
         Fault::Transfer => {}
     }
     let took = took?;
@@ -815,7 +815,7 @@ async fn timed_writes(
 const FLOOD_WINDOW: Duration = Duration::from_secs(15);
 
 /// One client's write latency without a flood, then under the anonymous connection flood
-/// of [`crate::flood`] against every node for [`FLOOD_WINDOW`], on the same cluster; and
+/// of [`tenure_procs::flood`] against every node for [`FLOOD_WINDOW`], on the same cluster; and
 /// whether the Raft leader changed meanwhile.
 async fn flood(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
     let (system, profile) = (c.system(), c.profile());
@@ -830,7 +830,7 @@ async fn flood(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
     }
     let quiet = timed_writes(&*w, sizes.write_count, Duration::ZERO).await?;
     let leader_before = c.leader().await;
-    let attack = crate::flood::Flood::start(&targets, &ca)?;
+    let attack = tenure_procs::flood::Flood::start(&targets, &ca)?;
     // Let the flood reach its full size before measuring.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let loaded = timed_writes(&*w, 0, FLOOD_WINDOW).await;
@@ -1431,7 +1431,7 @@ async fn killed_holders(
             if fate_sharing {
                 cmd.arg("--fate-sharing");
             }
-            let holder = system::Proc::spawn(cmd, &log)?;
+            let holder = tenure_procs::Proc::spawn(cmd, &log)?;
             let token = holder_token(&log, ttl * 10 + Duration::from_secs(30))
                 .await
                 .with_context(|| {
@@ -1845,7 +1845,7 @@ async fn snapshot_and_restart(
 
 fn rss_mib(pids: &[u32]) -> anyhow::Result<Vec<f64>> {
     pids.iter()
-        .map(|&p| Ok(system::rss_bytes(p)? as f64 / (1 << 20) as f64))
+        .map(|&p| Ok(tenure_procs::process::rss_bytes(p)? as f64 / (1 << 20) as f64))
         .collect()
 }
 
@@ -1853,13 +1853,13 @@ fn rss_mib(pids: &[u32]) -> anyhow::Result<Vec<f64>> {
 async fn cpu_share(pids: &[u32], window: Duration) -> anyhow::Result<Vec<f64>> {
     let before: Vec<Duration> = pids
         .iter()
-        .map(|&p| system::cpu_time(p))
+        .map(|&p| tenure_procs::process::cpu_time(p))
         .collect::<anyhow::Result<_>>()?;
     let t = Instant::now();
     tokio::time::sleep(window).await;
     let after: Vec<Duration> = pids
         .iter()
-        .map(|&p| system::cpu_time(p))
+        .map(|&p| tenure_procs::process::cpu_time(p))
         .collect::<anyhow::Result<_>>()?;
     let wall = t.elapsed().as_secs_f64();
     Ok(before
@@ -1958,7 +1958,9 @@ async fn probe(system: System, profile: Profile, env: &Env) -> anyhow::Result<()
         t.elapsed().as_secs_f64(),
         (0..c.len())
             .filter_map(|i| c.pid(i))
-            .map(|p| system::rss_bytes(p).map(|b| b / (1 << 20)).unwrap_or(0))
+            .map(|p| tenure_procs::process::rss_bytes(p)
+                .map(|b| b / (1 << 20))
+                .unwrap_or(0))
             .collect::<Vec<_>>()
     );
     drop(held);

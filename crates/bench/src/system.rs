@@ -4,16 +4,15 @@
 //! [`Reader`].
 
 use std::fmt;
-use std::net::{SocketAddr, TcpListener};
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use async_trait::async_trait;
 use clap::ValueEnum;
+use tenure_procs::Proc;
 
 /// The systems measured. The `-tls` variants are the same clusters with TLS on every port
 /// (clients and peers), measured in the `write` and `keepalives` scenarios only. `postgres`
@@ -448,145 +447,6 @@ pub fn client_tls(dir: &Path, client: &str) -> anyhow::Result<tonic::transport::
         )))
 }
 
-// ------------------------------------------------------------------------------------------
-// Process helpers shared by the implementations.
-
-/// A server process, killed (SIGKILL, which also ends a stopped process) when dropped.
-pub struct Proc {
-    child: Child,
-}
-
-impl Proc {
-    /// Spawn `cmd` with stdout and stderr appended to `log`; the process dies with this one
-    /// (PR_SET_PDEATHSIG), however this one ends.
-    pub fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Proc> {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .with_context(|| format!("open {}", log.display()))?;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(out.try_clone().context("clone a log handle")?))
-            .stderr(Stdio::from(out));
-        // SAFETY: `die_with_parent` calls nothing but prctl, which is async-signal-safe.
-        unsafe { cmd.pre_exec(die_with_parent) };
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("start {:?}", cmd.get_program()))?;
-        Ok(Proc { child })
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Whether the process is still there (not exited).
-    pub fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    pub fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Have the kernel SIGKILL the calling process when its parent exits (PR_SET_PDEATHSIG): run
-/// in a child between fork and exec.
-fn die_with_parent() -> std::io::Result<()> {
-    // SAFETY: prctl with PR_SET_PDEATHSIG takes no pointers.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    Ok(())
-}
-
-/// Send `sig` to `pid`.
-pub fn signal(pid: u32, sig: libc::c_int) -> anyhow::Result<()> {
-    // SAFETY: kill(2) on a process we started.
-    if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
-        bail!("signal {sig} to {pid}: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Resident memory of `pid` in bytes (VmRSS).
-pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("read /proc/{pid}/status"))?;
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| anyhow!("no VmRSS in /proc/{pid}/status"))?;
-    Ok(kb * 1024)
-}
-
-/// CPU time (user + system) used so far by `pid` and its threads.
-pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("read /proc/{pid}/stat"))?;
-    // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| anyhow!("malformed /proc/{pid}/stat"))?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f
-        .get(11)
-        .and_then(|u| u.parse::<u64>().ok())
-        .zip(f.get(12).and_then(|s| s.parse::<u64>().ok()))
-        .map(|(u, s)| u + s)
-        .ok_or_else(|| anyhow!("malformed /proc/{pid}/stat"))?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(Duration::from_micros(ticks * 1_000_000 / hz))
-}
-
-/// `n` distinct free loopback ports below Linux's ephemeral range (32768 and up), so that no
-/// outgoing connection can take the port of a node that is down for a restart.
-pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
-    let mut state = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-    let (mut held, mut ports) = (Vec::new(), Vec::new());
-    for _ in 0..10_000 {
-        if ports.len() == n {
-            return Ok(ports);
-        }
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let port = 20_000 + ((state >> 33) % 12_000) as u16;
-        if ports.contains(&port) {
-            continue;
-        }
-        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
-            held.push(l);
-            ports.push(port);
-        }
-    }
-    bail!("cannot find {n} free loopback ports")
-}
-
-/// `n` groups of `K` free loopback addresses (from [`free_ports`]): for example a peer, a
-/// client and an HTTP address for each of `n` nodes.
-pub fn free_addrs<const K: usize>(n: usize) -> anyhow::Result<Vec<[SocketAddr; K]>> {
-    let ports = free_ports(n * K)?;
-    Ok(ports
-        .chunks_exact(K)
-        .map(|group| std::array::from_fn(|j| SocketAddr::from(([127, 0, 0, 1], group[j]))))
-        .collect())
-}
-
 /// Run `task(0..n)` with at most `limit` in flight; the results, in completion order. The
 /// first failure fails the whole (the tasks still running are aborted).
 pub async fn bounded<T, F, Fut>(n: usize, limit: usize, task: F) -> anyhow::Result<Vec<T>>
@@ -662,87 +522,5 @@ where
             bail!("{what}: not within {within:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Find a program on PATH.
-pub fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(program))
-            .find(|p| p.is_file())
-    })
-}
-
-/// A tiny HTTP/1.1 client for a server's own plaintext HTTP port (tenure's `/status`,
-/// `/metrics`, `/debug/block`): one request per connection, the body de-chunked.
-pub async fn http(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    body: &str,
-    within: Duration,
-) -> std::io::Result<(u16, String)> {
-    let stream = tokio::time::timeout(within, tokio::net::TcpStream::connect(addr))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
-    http_on(stream, addr, method, path, body, within).await
-}
-
-/// [`http`] on a connection already open to `addr` (a TLS session, say).
-pub async fn http_on<S>(
-    mut stream: S,
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    body: &str,
-    within: Duration,
-) -> std::io::Result<(u16, String)>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut raw = Vec::new();
-        match stream.read_to_end(&mut raw).await {
-            Ok(_) => {}
-            // A TLS peer that closes without close_notify after a whole response.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-            Err(e) => return Err(e),
-        }
-        Ok::<_, std::io::Error>(raw)
-    };
-    let raw = tokio::time::timeout(within, exchange)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
-    let text = String::from_utf8_lossy(&raw);
-    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "bad HTTP response");
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let code: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(bad)?;
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    if !chunked {
-        return Ok((code, body.to_string()));
-    }
-    let mut out = String::new();
-    let mut rest = body;
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or_else(bad)?;
-        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad())?;
-        if size == 0 {
-            return Ok((code, out));
-        }
-        out.push_str(after.get(..size).ok_or_else(bad)?);
-        rest = after.get(size + 2..).ok_or_else(bad)?;
     }
 }

@@ -6,9 +6,7 @@
 //! cluster's directory: peers authenticate each other with mutual TLS, and every gRPC
 //! channel here is https with the CA and a client certificate.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,20 +15,22 @@ use anyhow::{anyhow, bail, Context as _};
 use async_trait::async_trait;
 use futures::future::join_all;
 use tenure::channel::{LeaderChannel, NodeChannel};
+use tenure_procs::{NodeAddrs, NodeSpec};
 use tenure_proto::v1;
 use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::elections_client::ElectionsClient;
 use tenure_proto::v1::fenced_keys_client::FencedKeysClient;
 use tenure_proto::v1::sessions_client::SessionsClient;
+use tenure_transport::http::HttpClient;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::system::{
-    bounded, client_tls, free_addrs, http, issue_certs, poll, renew_pipelined, Cluster, Env,
-    KeepaliveLoad, Procs, Profile, ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES,
-    READ_VALUE_BYTES, STATUS_TIMEOUT, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
+    bounded, client_tls, issue_certs, poll, renew_pipelined, Cluster, Env, KeepaliveLoad, Procs,
+    Profile, ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES, READ_VALUE_BYTES,
+    STATUS_TIMEOUT, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
 };
 
 /// Above this many sessions, the elections scenario's sessions live longer and are not
@@ -45,8 +45,8 @@ const BULK_BUDGET: Duration = Duration::from_secs(30);
 pub struct TenureCluster {
     bin: PathBuf,
     dir: tempfile::TempDir,
-    /// Per node: peer, client (gRPC) and HTTP addresses.
-    addrs: Vec<[SocketAddr; 3]>,
+    /// Per node (node `i + 1` at index `i`): peer, client (gRPC) and HTTP addresses.
+    addrs: Vec<NodeAddrs>,
     procs: Procs,
     /// Distinct elections for writers, so that writers never fence each other out.
     writers: AtomicU64,
@@ -86,7 +86,7 @@ impl TenureCluster {
         profile: Profile,
         env: &Env,
     ) -> anyhow::Result<TenureCluster> {
-        let addrs = free_addrs(NODES)?;
+        let addrs = NodeAddrs::free(NODES)?;
         let dir = env.cluster_dir("tenure")?;
         let tls = if system.tls() {
             let certs = dir.path().join("certs");
@@ -121,7 +121,7 @@ impl TenureCluster {
     /// A channel to node `i` with `tls` (https) or without (http).
     fn channel_as(&self, i: usize, timeout: Duration, tls: Option<&ClientTlsConfig>) -> Channel {
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let endpoint = Endpoint::from_shared(format!("{scheme}://{}", self.addrs[i][1]))
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{}", self.addrs[i].client))
             .expect("a socket address makes a valid URI")
             .connect_timeout(Duration::from_millis(200))
             .timeout(timeout)
@@ -138,7 +138,10 @@ impl TenureCluster {
     /// Leader-following access to nodes `via` (asked in that order first), on connections
     /// of its own: the client library's channel, restricted to them.
     fn nodes(&self, via: &[usize]) -> anyhow::Result<Nodes> {
-        let addrs: Vec<String> = via.iter().map(|&i| self.addrs[i][1].to_string()).collect();
+        let addrs: Vec<String> = via
+            .iter()
+            .map(|&i| self.addrs[i].client.to_string())
+            .collect();
         let channel = LeaderChannel::from_url(&self.url())
             .and_then(|c| c.restricted_to(&addrs))
             .with_context(|| format!("a channel to nodes {via:?}"))?;
@@ -262,32 +265,21 @@ async fn campaign(nodes: &Nodes, election: &str, session_id: u64) -> anyhow::Res
 impl Cluster for TenureCluster {
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
         let dir = self.dir.path();
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("server")
-            .args(["--id", &(i + 1).to_string()])
-            .arg("--data-dir")
-            .arg(dir.join(format!("n{i}")));
-        // tenure's shipped defaults are the equalized profile's numbers (T = 150 ms,
-        // heartbeat 30 ms); they are spelled out for the equalized profile only, so that the
-        // defaults profile runs whatever the server ships.
-        if self.profile() == Profile::Equalized {
-            cmd.args(["--election-timeout-ms", "150", "--heartbeat-ms", "30"]);
-        }
-        for (n, [peer, client, http]) in self.addrs.iter().enumerate() {
-            cmd.arg("--node")
-                .arg(format!("{}={peer},{client},{http}", n + 1));
+        let members = (1..).zip(self.addrs.iter().copied()).collect();
+        let mut node = NodeSpec::new(i as u64 + 1, &dir.join(format!("n{i}")), members);
+        // tenure's shipped defaults are the equalized profile's numbers; they are spelled out
+        // for the equalized profile only, so that the defaults profile runs whatever the
+        // server ships.
+        if self.profile() != Profile::Equalized {
+            node.timing = None;
         }
         if let Some(tls) = &self.tls {
-            cmd.arg("--tls-dir")
-                .arg(&tls.dir)
-                .args(["--cluster-id", TLS_CLUSTER_ID]);
+            node.tls_dir = Some(tls.dir.clone());
+            node.cluster_id = Some(TLS_CLUSTER_ID.to_string());
         }
-        if self.system().fast_election() {
-            cmd.arg("--fast-election");
-        }
-        cmd.env("NO_COLOR", "1");
+        node.fast_election = self.system().fast_election();
         let log = dir.join(format!("n{i}.log"));
-        self.procs.spawn(i, cmd, &log)
+        self.procs.spawn(i, node.command(&self.bin), &log)
     }
 
     fn procs(&self) -> &Procs {
@@ -377,12 +369,12 @@ impl Cluster for TenureCluster {
 
     fn flood_target(&self) -> Option<(Vec<std::net::SocketAddr>, PathBuf)> {
         let tls = self.tls.as_ref()?;
-        let addrs = self.addrs.iter().map(|a| a[1]).collect();
+        let addrs = self.addrs.iter().map(|a| a.client).collect();
         Some((addrs, tls.dir.join(tenure_transport::certs::files::CA)))
     }
 
     fn url(&self) -> String {
-        let addrs: Vec<String> = self.addrs.iter().map(|a| a[1].to_string()).collect();
+        let addrs: Vec<String> = self.addrs.iter().map(|a| a.client.to_string()).collect();
         let hosts = addrs.join(",");
         match &self.tls {
             None => format!("tenure://{hosts}"),
@@ -486,15 +478,10 @@ impl Cluster for TenureCluster {
         if self.tls.is_some() {
             return Ok(None);
         }
-        let (code, body) = http(
-            self.addrs[i][2],
-            "GET",
-            "/metrics",
-            "",
-            Duration::from_secs(5),
-        )
-        .await
-        .with_context(|| format!("GET /metrics on node {i}"))?;
+        let (code, body) = HttpClient::plaintext()
+            .get(self.addrs[i].http, "/metrics", Duration::from_secs(5))
+            .await
+            .with_context(|| format!("GET /metrics on node {i}"))?;
         if code != 200 {
             bail!("GET /metrics on node {i}: HTTP {code}");
         }

@@ -24,9 +24,10 @@ use tokio::time::Instant;
 use zookeeper_client as zkc;
 
 use crate::system::{
-    bounded, poll, which, Cluster, Env, KeepaliveLoad, Procs, Profile, ReadKind, Reader, System,
+    bounded, poll, Cluster, Env, KeepaliveLoad, Procs, Profile, ReadKind, Reader, System,
     Unsupported, Writer, BULK_IN_FLIGHT, NODES, READ_VALUE_BYTES, STATUS_TIMEOUT,
 };
+use tenure_procs::process::which;
 
 /// The server's jar from Debian's `zookeeper` package.
 const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -680,7 +681,7 @@ fn installation() -> anyhow::Result<(PathBuf, String)> {
 
 /// Create `DIR/nI/{zoo.cfg,data/myid}` for the three servers.
 fn write_configs(dir: &Path, timing: &Timing) -> anyhow::Result<Vec<Node>> {
-    let ports = crate::system::free_ports(3 * NODES)?;
+    let ports = tenure_procs::free_ports(3 * NODES)?;
     let (client, rest) = ports.split_at(NODES);
     let (quorum, election) = rest.split_at(NODES);
     let servers: String = (0..NODES)

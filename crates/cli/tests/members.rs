@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tenure_testkit::{missing_keys, secs, Addrs, Cluster, Options, Writers};
+use tenure_testkit::{missing_keys, secs, Cluster, NodeAddrs, Options, Writers};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenure");
 
@@ -58,7 +58,7 @@ async fn listed(url: &str) -> Vec<(u64, bool)> {
         .collect()
 }
 
-fn spec(id: u64, a: Addrs) -> String {
+fn spec(id: u64, a: NodeAddrs) -> String {
     format!("{id}={},{},{}", a.peer, a.client, a.http)
 }
 

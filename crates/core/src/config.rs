@@ -64,14 +64,27 @@ pub struct Config {
     pub limits: SmLimits,
 }
 
+/// A real node's default timing, in milliseconds of its clock: the one place these numbers
+/// are written. The server's defaults, `tenure plan`'s and every harness's (tests, demo,
+/// benchmarks, nemesis) are these; [`Config::new`]'s tick counts are these over
+/// [`timing::TICK_MS`].
+pub mod timing {
+    /// One core tick.
+    pub const TICK_MS: u64 = 10;
+    /// The election timeout T (timeouts drawn from `[T, 2T)`).
+    pub const ELECTION_TIMEOUT_MS: u64 = 150;
+    /// The leader's heartbeat interval (at most T/5).
+    pub const HEARTBEAT_MS: u64 = 30;
+}
+
 impl Config {
     /// A configuration with sensible defaults for a node of a bootstrap cluster.
     pub fn new(id: NodeId, initial_voters: Vec<NodeId>) -> Config {
         Config {
             id,
             initial_voters,
-            election_timeout_ticks: 15,
-            heartbeat_ticks: 3,
+            election_timeout_ticks: timing::ELECTION_TIMEOUT_MS / timing::TICK_MS,
+            heartbeat_ticks: timing::HEARTBEAT_MS / timing::TICK_MS,
             pre_vote: true,
             check_quorum: true,
             clock_drift_max: DriftPpm::DEFAULT,

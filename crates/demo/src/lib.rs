@@ -33,16 +33,15 @@ pub mod worker;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tenure_transport::certs::files;
 
 use anyhow::{bail, Context as _};
 use tenure::channel::LeaderChannel;
 use tenure_proto::v1;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tenure_transport::certs::files;
+use tenure_transport::http::HttpClient;
 use tokio::sync::mpsc;
 
 use procs::{Procs, WorkerLine};
@@ -214,7 +213,7 @@ struct Scene {
     /// status is asked of that node alone ([`LeaderChannel::node`]).
     channel: LeaderChannel,
     /// HTTPS to the nodes' HTTP ports.
-    http_tls: tokio_rustls::TlsConnector,
+    http: HttpClient,
     lines_tx: mpsc::UnboundedSender<WorkerLine>,
     lines: mpsc::UnboundedReceiver<WorkerLine>,
     /// Every worker event, in arrival order.
@@ -240,7 +239,7 @@ impl Scene {
         let channel = LeaderChannel::from_url(&url)
             .with_context(|| format!("the demo cluster's URL {url}"))?;
         let client = tenure::Client::with_channel(channel.clone());
-        let http_tls = http_connector(&procs.tls_dir)?;
+        let http = http_client(&procs.tls_dir)?;
         let (lines_tx, lines) = mpsc::unbounded_channel();
         Ok(Scene {
             start: Instant::now(),
@@ -250,7 +249,7 @@ impl Scene {
             procs,
             client,
             channel,
-            http_tls,
+            http,
             lines_tx,
             lines,
             events: Vec::new(),
@@ -529,7 +528,7 @@ impl Scene {
             out.failures.push(format!("(a) {e:#}"));
             for w in &mut self.procs.workers {
                 if w.frozen {
-                    procs::signal(w.pid, libc::SIGCONT);
+                    let _ = tenure_procs::signal(w.pid, libc::SIGCONT);
                     w.frozen = false;
                 }
             }
@@ -1066,7 +1065,11 @@ impl Scene {
         }
         for id in order {
             let http = self.procs.servers[id as usize - 1].addrs.http;
-            if let Ok(text) = http_get(&self.http_tls, http, "/metrics").await {
+            if let Ok((200, text)) = self
+                .http
+                .get(http, "/metrics", Duration::from_secs(2))
+                .await
+            {
                 let m = text
                     .lines()
                     .filter(|l| !l.starts_with('#'))
@@ -1103,89 +1106,12 @@ impl Scene {
     }
 }
 
-/// The demo's HTTPS client: it trusts the demo cluster's CA.
-fn http_connector(tls_dir: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
-    let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
+/// The demo's HTTPS client: it trusts the demo cluster's CA and presents the demo client's
+/// certificate.
+fn http_client(tls_dir: &std::path::Path) -> anyhow::Result<HttpClient> {
+    Ok(HttpClient::from_files(&tenure_transport::TlsFiles {
         ca: tls_dir.join(files::CA),
         cert: tls_dir.join(files::client(procs::DEMO_CLIENT)),
         key: tls_dir.join(files::client_key(procs::DEMO_CLIENT)),
-    })?;
-    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
-        material.client_config()?,
-    )))
-}
-
-/// A minimal HTTPS/1.1 GET (the demo's only HTTP need; not worth a client library).
-async fn http_get(
-    tls: &tokio_rustls::TlsConnector,
-    addr: SocketAddr,
-    path: &str,
-) -> anyhow::Result<String> {
-    let exchange = async {
-        let tcp = tokio::net::TcpStream::connect(addr).await?;
-        let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
-        let mut s = tls.connect(name, tcp).await?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await?;
-        let mut buf = Vec::new();
-        s.flush().await?;
-        // A TLS peer may close without close_notify after the whole response.
-        match s.read_to_end(&mut buf).await {
-            Err(e) if e.kind() != std::io::ErrorKind::UnexpectedEof || buf.is_empty() => {
-                return Err(e.into())
-            }
-            _ => {}
-        }
-        anyhow::Ok(buf)
-    };
-    let buf = tokio::time::timeout(Duration::from_secs(2), exchange)
-        .await
-        .context("timed out")??;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    anyhow::ensure!(
-        head.starts_with("HTTP/1.1 200"),
-        "{}",
-        head.lines().next().unwrap_or("")
-    );
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return Ok(dechunk(body));
-    }
-    Ok(body.to_string())
-}
-
-/// Decode a chunked HTTP body (best effort: stops at the first malformed chunk).
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::dechunk;
-
-    #[test]
-    fn chunked_bodies_decode() {
-        assert_eq!(
-            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
-            "hello world"
-        );
-    }
+    })?)
 }

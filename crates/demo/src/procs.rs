@@ -3,53 +3,15 @@
 //! only the controller, which then cleans up), each killed by the kernel if the controller
 //! dies first (`PR_SET_PDEATHSIG` on Linux), and all killed by [`Procs`]'s `Drop`.
 
-use std::fs::{File, OpenOptions};
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use tenure_procs::process::{detach, open_log};
+use tenure_procs::{signal, NodeAddrs, NodeSpec, Proc};
 use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::mpsc;
-
-/// The addresses of one node.
-#[derive(Clone, Copy, Debug)]
-pub struct NodeAddrs {
-    /// Raft peers.
-    pub peer: SocketAddr,
-    /// gRPC clients.
-    pub client: SocketAddr,
-    /// HTTP `/status` and `/metrics`.
-    pub http: SocketAddr,
-}
-
-/// `n` nodes' worth of free loopback ports: bind port 0 for each at once (so that none repeats),
-/// note the ports, then let them go for the servers to bind.
-pub fn free_addrs(n: usize) -> anyhow::Result<Vec<NodeAddrs>> {
-    let listeners = (0..n * 3)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()
-        .context("cannot bind a loopback port")?;
-    let addrs: Vec<SocketAddr> = listeners
-        .iter()
-        .map(|l| l.local_addr())
-        .collect::<std::io::Result<_>>()?;
-    Ok(addrs
-        .chunks(3)
-        .map(|c| NodeAddrs {
-            peer: c[0],
-            client: c[1],
-            http: c[2],
-        })
-        .collect())
-}
-
-/// Server timing for the demo: the defaults that `tenure plan` would check, stated here so the
-/// demo does not depend on them changing.
-pub const ELECTION_TIMEOUT_MS: u64 = 150;
-/// Heartbeat interval.
-pub const HEARTBEAT_MS: u64 = 30;
 
 /// One server node, running or not.
 pub struct Server {
@@ -62,7 +24,7 @@ pub struct Server {
     /// Where its stdout and stderr go (appended to across restarts).
     pub log: PathBuf,
     /// The running process, if any.
-    pub child: Option<std::process::Child>,
+    pub child: Option<Proc>,
 }
 
 /// One worker process.
@@ -82,12 +44,12 @@ pub struct Worker {
 /// A line from a worker's stdout, stamped on arrival; `None` line = the worker's stdout closed.
 pub type WorkerLine = (u64, Instant, Option<String>);
 
-/// Every child of the demo. Dropping it kills them all.
 /// The demo cluster's id (it names the nodes' certificates).
 pub const CLUSTER_ID: &str = "tenure-demo";
 /// The client certificate the controller and the workers present.
 pub const DEMO_CLIENT: &str = "demo";
 
+/// Every child of the demo. Dropping it kills them all.
 pub struct Procs {
     exe: PathBuf,
     /// The cluster's certificates (`tenure certs` layout): TLS is on everywhere.
@@ -96,30 +58,6 @@ pub struct Procs {
     pub servers: Vec<Server>,
     /// The workers, worker `i + 1` at index `i`.
     pub workers: Vec<Worker>,
-}
-
-/// Make a child its own process group leader and ask the kernel to kill it when the
-/// controller dies, however it dies.
-fn detach(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt as _;
-    cmd.process_group(0);
-    #[cfg(target_os = "linux")]
-    // SAFETY: `prctl` is async-signal-safe, touches no memory of the parent and is the only
-    // call made between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            Ok(())
-        });
-    }
-}
-
-fn open_log(path: &Path) -> anyhow::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("cannot open {}", path.display()))
 }
 
 /// The `tenure://` URL of the demo cluster for the client library: the nodes' client
@@ -134,15 +72,6 @@ pub fn cluster_url(client_addrs: &[String], tls_dir: &Path) -> String {
         file(&files::client(DEMO_CLIENT)),
         file(&files::client_key(DEMO_CLIENT)),
     )
-}
-
-/// Send `signal` to `pid`. Errors (the process is already gone) are ignored on purpose: every
-/// caller only wants the process to be in the signalled state if it still exists.
-pub fn signal(pid: u32, signal: libc::c_int) {
-    // SAFETY: kill(2) with a pid we spawned; no memory is involved.
-    unsafe {
-        libc::kill(pid as libc::pid_t, signal);
-    }
 }
 
 impl Procs {
@@ -160,7 +89,7 @@ impl Procs {
             },
         )
         .context("cannot issue the demo's certificates")?;
-        let servers = free_addrs(n)?
+        let servers = NodeAddrs::free(n)?
             .into_iter()
             .enumerate()
             .map(|(i, addrs)| {
@@ -190,71 +119,42 @@ impl Procs {
             .collect()
     }
 
-    /// Start node `id` (again, after a kill: same addresses, same data directory).
+    /// Start node `id` (again, after a kill: same addresses, same data directory), with the
+    /// default timing.
     pub fn start_server(&mut self, id: u64) -> anyhow::Result<u32> {
-        let nodes: Vec<String> = self
-            .servers
-            .iter()
-            .map(|s| {
-                format!(
-                    "{}={},{},{}",
-                    s.id, s.addrs.peer, s.addrs.client, s.addrs.http
-                )
-            })
-            .collect();
+        let members = self.servers.iter().map(|s| (s.id, s.addrs)).collect();
         let s = &mut self.servers[id as usize - 1];
-        let log = open_log(&s.log)?;
-        let mut cmd = std::process::Command::new(&self.exe);
-        cmd.arg("server").arg("--id").arg(id.to_string());
-        for n in &nodes {
-            cmd.arg("--node").arg(n);
-        }
-        cmd.arg("--data-dir")
-            .arg(&s.data_dir)
-            .arg("--cluster-id")
-            .arg(CLUSTER_ID)
-            .arg("--tls-dir")
-            .arg(&self.tls_dir)
-            .arg("--election-timeout-ms")
-            .arg(ELECTION_TIMEOUT_MS.to_string())
-            .arg("--heartbeat-ms")
-            .arg(HEARTBEAT_MS.to_string())
-            // The log is a file: no colour codes in it.
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        detach(&mut cmd);
-        let child = cmd
-            .spawn()
+        let mut node = NodeSpec::new(id, &s.data_dir, members);
+        node.cluster_id = Some(CLUSTER_ID.to_string());
+        node.tls_dir = Some(self.tls_dir.clone());
+        let child = Proc::spawn(node.command(&self.exe), &s.log)
             .with_context(|| format!("cannot start node {id}"))?;
-        let pid = child.id();
+        let pid = child.pid();
         s.child = Some(child);
         Ok(pid)
     }
 
     /// SIGKILL node `id` and reap it. Returns its pid.
     pub fn kill_server(&mut self, id: u64) -> Option<u32> {
-        let mut child = self.servers[id as usize - 1].child.take()?;
-        let pid = child.id();
-        let _ = child.kill();
-        let _ = child.wait();
+        let child = self.servers[id as usize - 1].child.take()?;
+        let pid = child.pid();
+        child.kill();
         Some(pid)
     }
 
     /// Whether node `id` has a process (that has not exited).
     pub fn server_running(&mut self, id: u64) -> bool {
-        match &mut self.servers[id as usize - 1].child {
-            Some(c) => matches!(c.try_wait(), Ok(None)),
-            None => false,
-        }
+        self.servers[id as usize - 1]
+            .child
+            .as_mut()
+            .is_some_and(Proc::running)
     }
 
     /// If node `id` exited on its own (not killed by [`Procs::kill_server`]), its exit
     /// status; the process is then forgotten.
     pub fn server_exited(&mut self, id: u64) -> Option<std::process::ExitStatus> {
         let s = &mut self.servers[id as usize - 1];
-        let status = s.child.as_mut()?.try_wait().ok()??;
+        let status = s.child.as_mut()?.exited()?;
         s.child = None;
         Some(status)
     }
@@ -324,7 +224,7 @@ impl Procs {
     /// SIGSTOP a worker.
     pub fn freeze(&mut self, id: u64) -> u32 {
         let w = self.worker(id);
-        signal(w.pid, libc::SIGSTOP);
+        let _ = signal(w.pid, libc::SIGSTOP);
         w.frozen = true;
         w.pid
     }
@@ -332,7 +232,7 @@ impl Procs {
     /// SIGCONT a worker.
     pub fn thaw(&mut self, id: u64) -> u32 {
         let w = self.worker(id);
-        signal(w.pid, libc::SIGCONT);
+        let _ = signal(w.pid, libc::SIGCONT);
         w.frozen = false;
         w.pid
     }
@@ -341,7 +241,7 @@ impl Procs {
     /// expire).
     pub fn kill_workers(&mut self) {
         for w in &mut self.workers {
-            signal(w.pid, libc::SIGKILL);
+            let _ = signal(w.pid, libc::SIGKILL);
             let _ = w.child.try_wait();
         }
     }
@@ -352,28 +252,19 @@ impl Procs {
     /// Async on purpose: a server's graceful stop waits for its clients to close their
     /// HTTP/2 connections, and the controller's own connections are driven by this runtime.
     pub async fn stop_servers(&mut self, grace: Duration) -> Vec<u64> {
-        for s in &self.servers {
-            if let Some(c) = &s.child {
-                signal(c.id(), libc::SIGTERM);
-            }
+        for p in self.servers.iter().filter_map(|s| s.child.as_ref()) {
+            let _ = p.signal(libc::SIGTERM);
         }
         let deadline = Instant::now() + grace;
         let mut killed = Vec::new();
         for s in &mut self.servers {
-            if let Some(mut c) = s.child.take() {
-                loop {
-                    match c.try_wait() {
-                        Ok(None) if Instant::now() < deadline => {
-                            tokio::time::sleep(Duration::from_millis(20)).await
-                        }
-                        Ok(None) => {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                            killed.push(s.id);
-                            break;
-                        }
-                        _ => break,
-                    }
+            if let Some(mut p) = s.child.take() {
+                if p.wait_exit(deadline.saturating_duration_since(Instant::now()))
+                    .await
+                    .is_none()
+                {
+                    p.kill();
+                    killed.push(s.id);
                 }
             }
         }
@@ -387,10 +278,7 @@ impl Drop for Procs {
         // dies of SIGKILL too.
         self.kill_workers();
         for s in &mut self.servers {
-            if let Some(mut c) = s.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
+            s.child.take();
         }
     }
 }

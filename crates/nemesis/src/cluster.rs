@@ -2,21 +2,19 @@
 //! SIGCONT, SIGKILL / restart, partitions through the server's `POST /debug/block` test hook,
 //! `/status`, and the gRPC channels of each node.
 //!
-//! Every node runs from a TOML file in one temporary directory (the file form is the only way
-//! to set `snapshot_threshold_entries` and `request_timeout_ms`). Every process is spawned
-//! with PR_SET_PDEATHSIG (SIGKILL), so it dies with the nemesis however the nemesis ends; the
-//! directory is deleted when the [`Cluster`] is dropped. Only 127.0.0.1 is ever addressed.
+//! Every node is started through `tenure-procs` ([`NodeSpec`], [`Proc`]): in a process group
+//! of its own and with PR_SET_PDEATHSIG (SIGKILL), so it dies with the nemesis however the
+//! nemesis ends; the directory is deleted when the [`Cluster`] is dropped. Only 127.0.0.1 is
+//! ever addressed.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use serde::Deserialize;
-pub use tenure_bench::system::http;
-use tenure_bench::system::{free_addrs, signal, Proc};
+use tenure_procs::{NodeAddrs, NodeSpec, NodeStatus, Proc};
+pub use tenure_transport::http::HttpClient;
 use tonic::transport::{Channel, Endpoint};
 
 /// Timing and sizing of the servers.
@@ -30,7 +28,7 @@ pub struct ServerOptions {
     /// How long a server lets a request wait. Longer than the targeted fault, so that a write
     /// in flight at a cut-off leader is still waiting when that leader catches up.
     pub request_timeout_ms: u64,
-    /// `fast_election = true` in every server's configuration.
+    /// `--fast-election` on every server.
     pub fast_election: bool,
     /// Extra environment for every server (e.g. `TENURE_INJECT_BUG`).
     pub env: Vec<(String, String)>,
@@ -45,84 +43,18 @@ pub struct ServerOptions {
 /// The per-principal limits of [`ServerOptions::tenant_quotas`]: a tenth or less of what
 /// the greedy tenant asks for, and far above what the harness's workload holds (which makes
 /// about 100 calls a second).
-const TENANT_QUOTAS: &str = "\
-sessions_per_principal_max = 1000
-elections_per_principal_max = 200
-keys_per_principal_max = 100
-key_bytes_per_principal_max = 65536
-keepalive_streams_per_principal_max = 400
-observe_streams_per_principal_max = 100
-requests_per_second_per_principal_max = 300
-";
-
-/// How the harness speaks HTTP to the nodes: plaintext, or HTTPS as the `admin` client.
-#[derive(Clone)]
-pub struct HttpClient(Option<tokio_rustls::TlsConnector>);
-
-impl HttpClient {
-    /// `method path` with `body` on the HTTP port `addr`: the status code and the body.
-    pub async fn request(
-        &self,
-        addr: SocketAddr,
-        method: &str,
-        path: &str,
-        body: &str,
-        within: Duration,
-    ) -> std::io::Result<(u16, String)> {
-        let Some(tls) = &self.0 else {
-            return http(addr, method, path, body, within).await;
-        };
-        let started = tokio::time::Instant::now();
-        let stream = tokio::time::timeout(within, async {
-            let tcp = tokio::net::TcpStream::connect(addr).await?;
-            let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
-            tls.connect(name, tcp).await
-        })
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
-        let left = within.saturating_sub(started.elapsed());
-        tenure_bench::system::http_on(stream, addr, method, path, body, left).await
-    }
-}
+const TENANT_QUOTAS: [(&str, u32); 7] = [
+    ("--sessions-per-principal-max", 1000),
+    ("--elections-per-principal-max", 200),
+    ("--keys-per-principal-max", 100),
+    ("--key-bytes-per-principal-max", 65536),
+    ("--keepalive-streams-per-principal-max", 400),
+    ("--observe-streams-per-principal-max", 100),
+    ("--requests-per-second-per-principal-max", 300),
+];
 
 /// The principal the harness's certificate names (an admin under the default policy).
 const HARNESS_CLIENT: &str = "admin";
-
-/// The addresses of one node.
-#[derive(Clone, Copy, Debug)]
-pub struct Addrs {
-    /// Raft peer port.
-    pub peer: SocketAddr,
-    /// gRPC port.
-    pub client: SocketAddr,
-    /// HTTP port (`/status`, `/debug/block`).
-    pub http: SocketAddr,
-}
-
-/// What `/status` says (the fields the nemesis uses).
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-pub struct Status {
-    /// Node id.
-    pub id: u64,
-    /// `leader`, `follower`, …
-    pub role: String,
-    /// Term.
-    pub term: u64,
-    /// Known leader, 0 if none.
-    pub leader: u64,
-    /// Commit index.
-    pub commit_index: u64,
-    /// Applied index.
-    pub applied_index: u64,
-    /// Voters.
-    pub voters: Vec<u64>,
-    /// Learners.
-    #[serde(default)]
-    pub learners: Vec<u64>,
-    /// Live sessions.
-    #[serde(default)]
-    pub sessions: usize,
-}
 
 /// The state of one node's process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +75,7 @@ pub struct Cluster {
     /// `None` only while being dropped.
     dir: Option<tempfile::TempDir>,
     keep_dir: bool,
-    addrs: BTreeMap<u64, Addrs>,
+    addrs: BTreeMap<u64, NodeAddrs>,
     procs: BTreeMap<u64, Proc>,
     life: BTreeMap<u64, Life>,
     channels: BTreeMap<u64, Channel>,
@@ -157,10 +89,7 @@ pub struct Cluster {
 impl Cluster {
     /// Start every node of a fresh cluster.
     pub fn start(bin: &Path, opts: ServerOptions, keep_dir: bool) -> anyhow::Result<Cluster> {
-        let addrs: BTreeMap<u64, Addrs> = (1..)
-            .zip(free_addrs(opts.nodes)?)
-            .map(|(id, [peer, client, http])| (id, Addrs { peer, client, http }))
-            .collect();
+        let addrs: BTreeMap<u64, NodeAddrs> = (1..).zip(NodeAddrs::free(opts.nodes)?).collect();
         let dir = tempfile::Builder::new()
             .prefix("tenure-nemesis-")
             .tempdir()
@@ -169,7 +98,7 @@ impl Cluster {
         let (grpc_tls, http) = if opts.tls {
             issue_certs(&certs, opts.nodes)?
         } else {
-            (None, HttpClient(None))
+            (None, HttpClient::plaintext())
         };
         let channels = addrs
             .iter()
@@ -201,7 +130,6 @@ impl Cluster {
             exits: Vec::new(),
         };
         for id in c.ids() {
-            c.write_config(id)?;
             c.spawn(id)?;
         }
         Ok(c)
@@ -225,7 +153,7 @@ impl Cluster {
     }
 
     /// Each node's addresses.
-    pub fn addrs(&self) -> &BTreeMap<u64, Addrs> {
+    pub fn addrs(&self) -> &BTreeMap<u64, NodeAddrs> {
         &self.addrs
     }
 
@@ -257,50 +185,25 @@ impl Cluster {
             .map(|(&id, _)| id)
     }
 
-    fn write_config(&self, id: u64) -> anyhow::Result<()> {
-        let mut toml = format!(
-            "id = {id}\ndata_dir = {:?}\ntick_ms = 10\nelection_timeout_ms = 150\nheartbeat_ms = 30\n\
-             snapshot_threshold_entries = {}\nrequest_timeout_ms = {}\nfault_injection = true\n",
-            self.path().join(format!("n{id}")).display().to_string(),
-            self.opts.snapshot_threshold_entries,
-            self.opts.request_timeout_ms,
-        );
-        if self.opts.fast_election {
-            toml.push_str("fast_election = true\n");
-        }
-        if self.opts.tenant_quotas {
-            toml.push_str(TENANT_QUOTAS);
-        }
-        if self.opts.tls {
-            use tenure_transport::certs::files;
-            let certs = self.path().join("certs");
-            toml.push_str(&format!(
-                "[tls]\nca = {:?}\ncert = {:?}\nkey = {:?}\n",
-                certs.join(files::CA).display().to_string(),
-                certs.join(files::node(id)).display().to_string(),
-                certs.join(files::node_key(id)).display().to_string(),
-            ));
-        }
-        for (n, a) in &self.addrs {
-            toml.push_str(&format!(
-                "[nodes.{n}]\npeer = \"{}\"\nclient = \"{}\"\nhttp = \"{}\"\n",
-                a.peer, a.client, a.http
-            ));
-        }
-        let path = self.path().join(format!("n{id}.toml"));
-        std::fs::write(&path, toml).with_context(|| format!("write {}", path.display()))
-    }
-
     fn spawn(&mut self, id: u64) -> anyhow::Result<()> {
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("server")
-            .arg("--config")
-            .arg(self.path().join(format!("n{id}.toml")))
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "warn");
-        for (k, v) in &self.opts.env {
-            cmd.env(k, v);
+        let mut node = NodeSpec::new(id, &self.path().join(format!("n{id}")), self.addrs.clone());
+        node.fault_injection = true;
+        node.fast_election = self.opts.fast_election;
+        node.tls_dir = self.opts.tls.then(|| self.path().join("certs"));
+        node.args = vec![
+            "--snapshot-threshold-entries".into(),
+            self.opts.snapshot_threshold_entries.to_string(),
+            "--request-timeout-ms".into(),
+            self.opts.request_timeout_ms.to_string(),
+        ];
+        if self.opts.tenant_quotas {
+            for (flag, value) in TENANT_QUOTAS {
+                node.args.extend([flag.to_string(), value.to_string()]);
+            }
         }
+        let mut cmd = node.command(&self.bin);
+        cmd.env("RUST_LOG", "warn")
+            .envs(self.opts.env.iter().cloned());
         let p = Proc::spawn(cmd, &self.path().join(format!("n{id}.log")))?;
         self.procs.insert(id, p);
         self.life.insert(id, Life::Up);
@@ -342,7 +245,7 @@ impl Cluster {
         if self.life(id) != Life::Up {
             bail!("node {id} is not running");
         }
-        signal(self.procs[&id].pid(), libc::SIGSTOP)?;
+        self.procs[&id].signal(libc::SIGSTOP)?;
         self.life.insert(id, Life::Paused);
         Ok(())
     }
@@ -350,7 +253,7 @@ impl Cluster {
     /// SIGCONT node `id` (a no-op unless paused).
     pub fn resume(&mut self, id: u64) -> anyhow::Result<()> {
         if self.life(id) == Life::Paused {
-            signal(self.procs[&id].pid(), libc::SIGCONT)?;
+            self.procs[&id].resume()?;
             self.life.insert(id, Life::Up);
         }
         Ok(())
@@ -475,19 +378,11 @@ impl Cluster {
     }
 
     /// `/status` of node `id`, `None` if it does not answer within `within`.
-    pub async fn status(&self, id: u64, within: Duration) -> Option<Status> {
+    pub async fn status(&self, id: u64, within: Duration) -> Option<NodeStatus> {
         if self.life(id) != Life::Up {
             return None;
         }
-        let (code, body) = self
-            .http
-            .request(self.addrs[&id].http, "GET", "/status", "", within)
-            .await
-            .ok()?;
-        if code != 200 {
-            return None;
-        }
-        serde_json::from_str(&body).ok()
+        tenure_procs::status::status(&self.http, self.addrs[&id].http, within).await
     }
 
     /// The Raft leader: the node that says it leads in the highest term claimed, followed in
@@ -647,8 +542,8 @@ fn issue_certs(
         .context("the harness's client TLS")?;
     Ok((
         Some(grpc),
-        HttpClient(Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        HttpClient::tls(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
             config,
-        )))),
+        ))),
     ))
 }

@@ -92,7 +92,7 @@ pub struct Hostile {
     memory: Arc<std::sync::Mutex<BTreeMap<u64, (u64, u64)>>>,
 }
 
-use tenure_bench::flood::{anonymous_connector, open_from as open_tls};
+use tenure_procs::flood::{anonymous_connector, open_from as open_tls};
 
 impl Hostile {
     /// Start attacking every node of `cluster` (which must run with TLS).

@@ -399,7 +399,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
                     .request(http, "GET", "/status", "", Duration::from_millis(300))
                     .await
                 {
-                    if let Ok(s) = serde_json::from_str::<cluster::Status>(&body) {
+                    if let Ok(s) = serde_json::from_str::<tenure_procs::NodeStatus>(&body) {
                         if s.role == "leader" {
                             seen.lock().expect("no panics").insert((s.term, id));
                         }
@@ -614,7 +614,7 @@ async fn final_phase(
     // The workload revoked its sessions; the rest expire within a TTL or two. Then the log is
     // quiet (no checkpoints) and the indices can be compared.
     let quiet = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut statuses: BTreeMap<u64, cluster::Status> = BTreeMap::new();
+    let mut statuses: BTreeMap<u64, tenure_procs::NodeStatus> = BTreeMap::new();
     loop {
         statuses.clear();
         let mut sessions_left = false;

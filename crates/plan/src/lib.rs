@@ -37,6 +37,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use tenure_core::config::timing;
+
 pub mod metrics;
 mod model;
 mod text;
@@ -381,9 +383,9 @@ impl Given {
 }
 
 /// The server's default heartbeat (`heartbeat_ms`).
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(30);
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(timing::HEARTBEAT_MS);
 /// The server's default election timeout (`election_timeout_ms`).
-pub const DEFAULT_ELECTION_TIMEOUT: Duration = Duration::from_millis(150);
+pub const DEFAULT_ELECTION_TIMEOUT: Duration = Duration::from_millis(timing::ELECTION_TIMEOUT_MS);
 /// `tenure campaign`'s and `tenure run`'s default TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// The network p99 assumed when nobody measured one: a local network.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use tenure_core::config::Config;
+use tenure_core::config::{timing, Config};
 use tenure_core::sm::SmLimits;
 use tenure_core::types::NodeId;
 pub use tenure_transport::HostPort;
@@ -96,13 +96,13 @@ fn default_cluster_id() -> String {
     "tenure".to_string()
 }
 fn default_tick_ms() -> u64 {
-    10
+    timing::TICK_MS
 }
 fn default_election_timeout_ms() -> u64 {
-    150
+    timing::ELECTION_TIMEOUT_MS
 }
 fn default_heartbeat_ms() -> u64 {
-    30
+    timing::HEARTBEAT_MS
 }
 fn default_ttl_min_ms() -> u64 {
     100

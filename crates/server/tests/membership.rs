@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tenure_proto::v1;
 use tenure_testkit::*;
 
-fn member_request(id: u64, a: Addrs, voter: bool) -> v1::MemberRequest {
+fn member_request(id: u64, a: NodeAddrs, voter: bool) -> v1::MemberRequest {
     v1::MemberRequest {
         id,
         voter,

@@ -79,6 +79,7 @@ pub mod certs;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod http;
 mod inbound;
 mod incoming;
 pub mod metrics;

@@ -305,7 +305,7 @@ impl Cluster {
         self.inner.ids()
     }
 
-    pub fn addrs(&self, id: u64) -> tenure_testkit::Addrs {
+    pub fn addrs(&self, id: u64) -> tenure_testkit::NodeAddrs {
         self.inner.addrs(id)
     }
 

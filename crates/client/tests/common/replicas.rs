@@ -30,7 +30,7 @@ impl Replicas {
         if tls {
             tenure_testkit::ClientTls::issue(&dir.path().join("certs"));
         }
-        let ports = tenure_testkit::free_ports(n as usize);
+        let ports = tenure_testkit::free_ports(n as usize).expect("free loopback ports");
         let addrs: BTreeMap<u64, HostPort> = (1..=n)
             .map(|id| {
                 let addr = format!("127.0.0.1:{}", ports[id as usize - 1]);

@@ -1,0 +1,242 @@
+//! The one HTTP/1.1 client of a node's HTTP port (`/status`, `/metrics`, `/health`,
+//! `/debug/block`, the dashboard's actions), for the tools around a cluster: one request per
+//! connection, over TLS when the client has it (the node's certificate checked against the
+//! cluster's CA, by the address's IP), with a bearer token when it has one, the whole
+//! exchange within a deadline and the answer's body de-chunked and bounded.
+//!
+//! It is not a general HTTP client: a node's HTTP port answers small documents and closes
+//! the connection after each, and that is all this reads.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+
+use crate::tls::{TlsError, TlsFiles, TlsMaterial};
+
+/// The largest answer read (`/metrics` of a busy node is tens of KiB).
+pub const BODY_MAX: usize = 4 << 20;
+
+/// A client of nodes' HTTP ports: plaintext, or TLS with a client certificate; with or
+/// without a bearer token. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct HttpClient {
+    tls: Option<TlsConnector>,
+    /// More header lines, each ending in `\r\n` (an `authorization` among them: never
+    /// printed).
+    headers: String,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("tls", &self.tls.is_some())
+            .field("headers", &"<redacted>")
+            .finish()
+    }
+}
+
+impl HttpClient {
+    /// Plaintext, no token.
+    pub fn plaintext() -> HttpClient {
+        HttpClient::default()
+    }
+
+    /// TLS with `connector` (which decides the trusted CA and the client certificate).
+    pub fn tls(connector: TlsConnector) -> HttpClient {
+        HttpClient {
+            tls: Some(connector),
+            headers: String::new(),
+        }
+    }
+
+    /// TLS trusting `files.ca` and presenting `files.cert` / `files.key`, offering HTTP/1.1.
+    pub fn from_files(files: &TlsFiles) -> Result<HttpClient, TlsError> {
+        let config = TlsMaterial::load(files)?.client_config()?;
+        Ok(HttpClient::tls(TlsConnector::from(Arc::new(config))))
+    }
+
+    /// The same client, sending `authorization: Bearer <token>` with every request.
+    pub fn with_bearer(self, token: &str) -> HttpClient {
+        self.with_header("authorization", &format!("Bearer {token}"))
+    }
+
+    /// The same client, sending the header `name: value` with every request.
+    pub fn with_header(mut self, name: &str, value: &str) -> HttpClient {
+        self.headers.push_str(&format!("{name}: {value}\r\n"));
+        self
+    }
+
+    /// Whether requests go over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// `GET path` on `addr`: the status code and the body.
+    pub async fn get(
+        &self,
+        addr: SocketAddr,
+        path: &str,
+        within: Duration,
+    ) -> std::io::Result<(u16, String)> {
+        self.request(addr, "GET", path, "", within).await
+    }
+
+    /// `method path` with a plain-text `body` on `addr`, the whole exchange (connection and
+    /// TLS handshake included) within `within`: the status code and the body.
+    pub async fn request(
+        &self,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &str,
+        within: Duration,
+    ) -> std::io::Result<(u16, String)> {
+        let exchange = async {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let _ = tcp.set_nodelay(true);
+            match &self.tls {
+                None => self.exchange(tcp, addr, method, path, body).await,
+                Some(tls) => {
+                    let stream = tls.connect(ServerName::from(addr.ip()), tcp).await?;
+                    self.exchange(stream, addr, method, path, body).await
+                }
+            }
+        };
+        let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{method} {path} on {addr} timed out after {within:?}"),
+            )
+        })??;
+        parse_response(&raw)
+    }
+
+    /// Writes one request on `stream` and reads the whole answer (at most [`BODY_MAX`]).
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        mut stream: S,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> std::io::Result<Vec<u8>> {
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: text/plain\r\n{}Content-Length: {}\r\n\r\n{body}",
+            self.headers,
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await?;
+        stream.flush().await?;
+        let mut raw = Vec::new();
+        let read = (&mut stream)
+            .take(BODY_MAX as u64 + 64 * 1024)
+            .read_to_end(&mut raw)
+            .await;
+        match read {
+            Ok(_) => Ok(raw),
+            // A TLS peer that closes without close_notify after a whole answer.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The status code and the (de-chunked) body of one whole HTTP/1.1 answer.
+pub fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
+    let bad = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("malformed HTTP answer: {why}"),
+        )
+    };
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let code: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| bad("no status code"))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    if !chunked {
+        return Ok((code, body.to_string()));
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n").ok_or_else(|| bad("bad chunk"))?;
+        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad("bad chunk size"))?;
+        if size == 0 {
+            return Ok((code, out));
+        }
+        out.push_str(after.get(..size).ok_or_else(|| bad("short chunk"))?);
+        rest = after.get(size + 2..).ok_or_else(|| bad("short chunk"))?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_chunked_answers_parse() {
+        let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+        assert_eq!(parse_response(plain).unwrap(), (200, "hello".into()));
+        let chunked =
+            b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        assert_eq!(parse_response(chunked).unwrap(), (404, "abcde".into()));
+    }
+
+    #[test]
+    fn malformed_answers_are_errors() {
+        for raw in [
+            &b"HTTP/1.1 200 OK\r\n"[..],
+            b"garbage\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\nabc",
+        ] {
+            assert!(parse_response(raw).is_err(), "{raw:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_carries_its_token_and_body() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&buf[..n]).to_string()
+        });
+        let client = HttpClient::plaintext().with_bearer("s3cret");
+        let answer = client
+            .request(addr, "POST", "/debug/block", "1,2", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(answer, (200, "ok".into()));
+        let request = server.await.unwrap();
+        assert!(
+            request.starts_with("POST /debug/block HTTP/1.1\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("authorization: Bearer s3cret\r\n"),
+            "{request}"
+        );
+        assert!(request.ends_with("\r\n\r\n1,2"), "{request}");
+        assert!(!format!("{client:?}").contains("s3cret"));
+    }
+}
