@@ -93,6 +93,23 @@ impl Remote {
         self.nodes.call(f).await
     }
 
+    /// Send a fenced write by the retry rules of [`Backend::fenced_put`]: as a session's own
+    /// (stamped with its request id and secret, retried until its outcome is known), or
+    /// without a session (tried again only while it cannot have taken effect).
+    async fn fenced_write<R: FencedWrite>(
+        &self,
+        mut req: R,
+        session: Option<u64>,
+    ) -> Result<R::Answer> {
+        match session {
+            None => self.nodes.call_once(|ch| req.clone().send(ch)).await,
+            Some(session) => {
+                req.stamp(session, self.seq(), self.secret(session));
+                self.call(|ch| req.clone().send(ch)).await
+            }
+        }
+    }
+
     async fn open_observe(&self, election: &str) -> Result<tonic::Streaming<v1::LeaderEvent>> {
         // The server answers the call once it has read the current leader through the log, so
         // an error (unknown election, not leader) arrives here, not on the stream.
@@ -359,31 +376,14 @@ impl Backend for Remote {
         token: u64,
         session: Option<u64>,
     ) -> Result<u64> {
-        let mut req = v1::PutRequest {
+        let req = v1::PutRequest {
             key: key.to_string(),
             value: value.to_vec(),
             election: election.to_string(),
             token,
             ..Default::default()
         };
-        let put = |ch| {
-            let req = req.clone();
-            async move { FencedKeysClient::new(ch).put(req).await }
-        };
-        let r = match session {
-            None => self.nodes.call_once(put).await?,
-            Some(session) => {
-                req.session_id = session;
-                req.request_seq = self.seq();
-                req.session_secret = self.secret(session);
-                self.call(|ch| {
-                    let req = req.clone();
-                    async move { FencedKeysClient::new(ch).put(req).await }
-                })
-                .await?
-            }
-        };
-        Ok(r.index)
+        Ok(self.fenced_write(req, session).await?.index)
     }
 
     /// Remove `key`, fenced like [`Backend::fenced_put`] (the same retry rules).
@@ -394,30 +394,13 @@ impl Backend for Remote {
         token: u64,
         session: Option<u64>,
     ) -> Result<bool> {
-        let mut req = v1::DeleteKeyRequest {
+        let req = v1::DeleteKeyRequest {
             key: key.to_string(),
             election: election.to_string(),
             token,
             ..Default::default()
         };
-        let delete = |ch| {
-            let req = req.clone();
-            async move { FencedKeysClient::new(ch).delete(req).await }
-        };
-        let r = match session {
-            None => self.nodes.call_once(delete).await?,
-            Some(session) => {
-                req.session_id = session;
-                req.request_seq = self.seq();
-                req.session_secret = self.secret(session);
-                self.call(|ch| {
-                    let req = req.clone();
-                    async move { FencedKeysClient::new(ch).delete(req).await }
-                })
-                .await?
-            }
-        };
-        Ok(r.existed)
+        Ok(self.fenced_write(req, session).await?.existed)
     }
 
     /// Remove an election with no candidates. Retried freely: a delete that took effect
@@ -613,4 +596,44 @@ pub(crate) async fn keepalive_loop(remote: Remote, session: Arc<Session>) {
 /// then given up).
 fn lease_ran_out(session: &Session) -> bool {
     Instant::now() >= session.state.borrow().valid_until
+}
+
+/// A fenced write of the `FencedKeys` service: stamped with the writing session when it is a
+/// session's own, and sent on a channel.
+trait FencedWrite: Clone {
+    /// The answer's message.
+    type Answer;
+    /// Mark it as `session`'s request number `seq`, proven by `secret`.
+    fn stamp(&mut self, session: u64, seq: u64, secret: Vec<u8>);
+    /// Send it on `ch`.
+    fn send(
+        self,
+        ch: crate::channel::NodeChannel,
+    ) -> impl std::future::Future<
+        Output = std::result::Result<tonic::Response<Self::Answer>, tonic::Status>,
+    >;
+}
+
+macro_rules! fenced_writes {
+    ($($request:ident => $answer:ident by $method:ident;)*) => {$(
+        impl FencedWrite for v1::$request {
+            type Answer = v1::$answer;
+            fn stamp(&mut self, session: u64, seq: u64, secret: Vec<u8>) {
+                self.session_id = session;
+                self.request_seq = seq;
+                self.session_secret = secret;
+            }
+            async fn send(
+                self,
+                ch: crate::channel::NodeChannel,
+            ) -> std::result::Result<tonic::Response<v1::$answer>, tonic::Status> {
+                FencedKeysClient::new(ch).$method(self).await
+            }
+        }
+    )*};
+}
+
+fenced_writes! {
+    PutRequest => PutResponse by put;
+    DeleteKeyRequest => DeleteKeyResponse by delete;
 }
