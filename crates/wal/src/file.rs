@@ -450,8 +450,9 @@ impl<F: FileSystem> FileStorage<F> {
         }
     }
 
-    /// `persist`, `write` and `persist_commit`: encode the snapshot file (if any) under the
-    /// next file number, then [`FileStorage::append_persist`].
+    /// `persist`, `write` and `persist_commit`: refused once poisoned and nothing for
+    /// nothing; else encode the snapshot file (if any) under the next file number, then
+    /// [`FileStorage::append_persist`], with the fsync if `sync`.
     fn persist_inner(
         &mut self,
         hard_state: Option<&HardState>,
@@ -459,6 +460,12 @@ impl<F: FileSystem> FileStorage<F> {
         entries: &[Entry],
         sync: bool,
     ) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(WalError::Poisoned(why.clone()));
+        }
+        if hard_state.is_none() && snapshot.is_none() && entries.is_empty() {
+            return Ok(());
+        }
         // Encode and check everything first: input over a limit fails with nothing written.
         let snapshot = match snapshot {
             None => None,
@@ -659,12 +666,6 @@ impl<F: FileSystem> Storage for FileStorage<F> {
         snapshot: Option<&Snapshot>,
         entries: &[Entry],
     ) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(WalError::Poisoned(why.clone()));
-        }
-        if hard_state.is_none() && snapshot.is_none() && entries.is_empty() {
-            return Ok(());
-        }
         self.persist_inner(hard_state, snapshot, entries, true)
     }
 
@@ -672,9 +673,6 @@ impl<F: FileSystem> Storage for FileStorage<F> {
     /// rotation that leaves this segment behind) makes it durable. A crash before that cuts
     /// it as a torn tail at the next open.
     fn persist_commit(&mut self, hard_state: &HardState) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(WalError::Poisoned(why.clone()));
-        }
         self.persist_inner(Some(hard_state), None, &[], false)
     }
 
@@ -688,12 +686,6 @@ impl<F: FileSystem> Storage for FileStorage<F> {
         snapshot: Option<&Snapshot>,
         entries: &[Entry],
     ) -> Result<()> {
-        if let Some(why) = &self.poisoned {
-            return Err(WalError::Poisoned(why.clone()));
-        }
-        if hard_state.is_none() && snapshot.is_none() && entries.is_empty() {
-            return Ok(());
-        }
         self.persist_inner(hard_state, snapshot, entries, false)
     }
 
