@@ -29,12 +29,13 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::system::{
-    client_tls, issue_certs, poll, renew_pipelined, Cluster, Env, KeepaliveLoad, Procs, Profile,
-    ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES as MEMBERS, READ_VALUE_BYTES,
-    STATUS_TIMEOUT, TLS_CLIENT,
+    issue_certs, poll, renew_pipelined, Cluster, Env, KeepaliveLoad, Procs, Profile, ReadKind,
+    Reader, System, Writer, BULK_IN_FLIGHT, NODES as MEMBERS, READ_VALUE_BYTES, STATUS_TIMEOUT,
+    TLS_CLIENT,
 };
 use tenure_procs::ports::free_ports;
 use tenure_procs::process::which;
+use tenure_procs::Certs;
 
 /// TCP connect timeout of every client (loopback: anything longer means the member is down).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -68,7 +69,7 @@ pub struct EtcdCluster {
     /// One client per member, connected to that member only (status, transfer, probe writes).
     members: Vec<Arc<LazyClient>>,
     /// With TLS on: where the certificates are, and what every client presents.
-    tls: Option<(PathBuf, TlsOptions)>,
+    tls: Option<(Certs, TlsOptions)>,
     /// Set once [`READ_KEY`] holds its value (written by the first reader).
     read_key: tokio::sync::OnceCell<()>,
 }
@@ -82,9 +83,8 @@ impl EtcdCluster {
         })?;
         let dir = env.cluster_dir("etcd")?;
         let tls = if system.tls() {
-            let certs = dir.path().join("certs");
-            issue_certs(&certs, MEMBERS)?;
-            let options = client_tls(&certs, TLS_CLIENT)?;
+            let certs = issue_certs(&dir.path().join("certs"), MEMBERS)?;
+            let options = certs.grpc(Some(TLS_CLIENT))?;
             Some((certs, options))
         } else {
             None
@@ -148,14 +148,19 @@ impl EtcdCluster {
             .args(["--initial-cluster-token", "tenure-bench"])
             .args(["--logger", "zap", "--log-outputs", "stderr"]);
         if self.profile() == Profile::Equalized {
-            cmd.args(["--heartbeat-interval", "30", "--election-timeout", "150"]);
+            // tenure's default timing, so that both systems detect a failure alike.
+            let t = tenure_procs::Timing::DEFAULT;
+            cmd.arg("--heartbeat-interval")
+                .arg(t.heartbeat_ms.to_string())
+                .arg("--election-timeout")
+                .arg(t.election_timeout_ms.to_string());
         }
         if let Some((certs, _)) = &self.tls {
             use tenure_transport::certs::files;
             let (ca, cert, key) = (
-                certs.join(files::CA),
-                certs.join(files::node(i as u64 + 1)),
-                certs.join(files::node_key(i as u64 + 1)),
+                certs.ca(),
+                certs.dir().join(files::node(i as u64 + 1)),
+                certs.dir().join(files::node_key(i as u64 + 1)),
             );
             // The node certificate serves both ends: it is valid as TLS server and client.
             cmd.arg("--cert-file")
@@ -332,7 +337,7 @@ impl Cluster for EtcdCluster {
             .iter()
             .map(|&p| std::net::SocketAddr::from(([127, 0, 0, 1], p)))
             .collect();
-        Some((addrs, certs.join(tenure_transport::certs::files::CA)))
+        Some((addrs, certs.ca()))
     }
 
     fn url(&self) -> String {
@@ -346,16 +351,7 @@ impl Cluster for EtcdCluster {
             None => format!("etcd://{hosts}"),
             // The client library's TLS form; the scenarios that use the library run on the
             // plaintext systems only.
-            Some((certs, _)) => {
-                use tenure_transport::certs::files;
-                let file = |name: &str| certs.join(name).display().to_string();
-                format!(
-                    "etcds://{hosts}?ca={}&cert={}&key={}",
-                    file(files::CA),
-                    file(&files::client(TLS_CLIENT)),
-                    file(&files::client_key(TLS_CLIENT)),
-                )
-            }
+            Some((certs, _)) => format!("etcds://{hosts}?{}", certs.url_query(TLS_CLIENT)),
         }
     }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 use async_trait::async_trait;
 use clap::ValueEnum;
-use tenure_procs::Proc;
+use tenure_procs::{Certs, Proc};
 
 /// The systems measured. The `-tls` variants are the same clusters with TLS on every port
 /// (clients and peers), measured in the `write` and `keepalives` scenarios only. `postgres`
@@ -418,33 +418,13 @@ pub const TLS_ADMIN: &str = "admin";
 /// nodes 1 to `nodes` (valid as TLS server and client for `localhost`, `127.0.0.1` and `::1`,
 /// which etcd uses as its server and peer certificates too), and the client certificates
 /// [`TLS_CLIENT`] and [`TLS_ADMIN`].
-pub fn issue_certs(dir: &Path, nodes: usize) -> anyhow::Result<()> {
-    let request = tenure_transport::certs::CertsRequest {
-        cluster_id: TLS_CLUSTER_ID.to_string(),
-        nodes: (1..=nodes as u64).collect(),
-        clients: vec![TLS_CLIENT.to_string(), TLS_ADMIN.to_string()],
-        hosts: Vec::new(),
-        days: 1,
-    };
-    tenure_transport::certs::issue(dir, &request)
-        .with_context(|| format!("issue certificates into {}", dir.display()))?;
-    Ok(())
-}
-
-/// The gRPC client TLS of the certificates in `dir`: trust its CA, present client
-/// `client`'s certificate.
-pub fn client_tls(dir: &Path, client: &str) -> anyhow::Result<tonic::transport::ClientTlsConfig> {
-    use tenure_transport::certs::files;
-    let read = |name: &str| {
-        let path = dir.join(name);
-        std::fs::read(&path).with_context(|| format!("read {}", path.display()))
-    };
-    Ok(tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)?))
-        .identity(tonic::transport::Identity::from_pem(
-            read(&files::client(client))?,
-            read(&files::client_key(client))?,
-        )))
+pub fn issue_certs(dir: &Path, nodes: usize) -> anyhow::Result<Certs> {
+    Certs::issue(
+        dir,
+        TLS_CLUSTER_ID,
+        1..=nodes as u64,
+        &[TLS_CLIENT, TLS_ADMIN],
+    )
 }
 
 /// Run `task(0..n)` with at most `limit` in flight; the results, in completion order. The

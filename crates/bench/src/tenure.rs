@@ -6,7 +6,7 @@
 //! cluster's directory: peers authenticate each other with mutual TLS, and every gRPC
 //! channel here is https with the CA and a client certificate.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use anyhow::{anyhow, bail, Context as _};
 use async_trait::async_trait;
 use futures::future::join_all;
 use tenure::channel::{LeaderChannel, NodeChannel};
-use tenure_procs::{NodeAddrs, NodeSpec};
+use tenure_procs::{Certs, NodeAddrs, NodeSpec};
 use tenure_proto::v1;
 use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::elections_client::ElectionsClient;
@@ -28,9 +28,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::system::{
-    bounded, client_tls, issue_certs, poll, renew_pipelined, Cluster, Env, KeepaliveLoad, Procs,
-    Profile, ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES, READ_VALUE_BYTES,
-    STATUS_TIMEOUT, TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
+    bounded, issue_certs, poll, renew_pipelined, Cluster, Env, KeepaliveLoad, Procs, Profile,
+    ReadKind, Reader, System, Writer, BULK_IN_FLIGHT, NODES, READ_VALUE_BYTES, STATUS_TIMEOUT,
+    TLS_ADMIN, TLS_CLIENT, TLS_CLUSTER_ID,
 };
 
 /// Above this many sessions, the elections scenario's sessions live longer and are not
@@ -71,7 +71,7 @@ struct ReadTarget {
 /// The TLS of a `tenure-tls` cluster.
 struct Tls {
     /// What `tenure certs` would write: the CA, node and client certificates.
-    dir: PathBuf,
+    certs: Certs,
     /// Every request but administrative ones presents the ordinary client's certificate.
     client: ClientTlsConfig,
     /// Leadership transfer presents the admin's.
@@ -89,12 +89,11 @@ impl TenureCluster {
         let addrs = NodeAddrs::free(NODES)?;
         let dir = env.cluster_dir("tenure")?;
         let tls = if system.tls() {
-            let certs = dir.path().join("certs");
-            issue_certs(&certs, NODES)?;
+            let certs = issue_certs(&dir.path().join("certs"), NODES)?;
             Some(Tls {
-                client: client_tls(&certs, TLS_CLIENT)?,
-                admin: client_tls(&certs, TLS_ADMIN)?,
-                dir: certs,
+                client: certs.grpc(Some(TLS_CLIENT))?,
+                admin: certs.grpc(Some(TLS_ADMIN))?,
+                certs,
             })
         } else {
             None
@@ -221,11 +220,6 @@ impl TenureCluster {
     }
 }
 
-/// A path as it stands in a URL's query (the temporary directories have plain names).
-fn path_str(p: &Path) -> String {
-    p.display().to_string()
-}
-
 /// Grant a session of `ttl`; its id.
 async fn grant(nodes: &Nodes, ttl: Duration) -> anyhow::Result<u64> {
     let ttl_ms = ttl.as_millis() as u64;
@@ -274,7 +268,7 @@ impl Cluster for TenureCluster {
             node.timing = None;
         }
         if let Some(tls) = &self.tls {
-            node.tls_dir = Some(tls.dir.clone());
+            node.tls_dir = Some(tls.certs.dir().to_path_buf());
             node.cluster_id = Some(TLS_CLUSTER_ID.to_string());
         }
         node.fast_election = self.system().fast_election();
@@ -370,7 +364,7 @@ impl Cluster for TenureCluster {
     fn flood_target(&self) -> Option<(Vec<std::net::SocketAddr>, PathBuf)> {
         let tls = self.tls.as_ref()?;
         let addrs = self.addrs.iter().map(|a| a.client).collect();
-        Some((addrs, tls.dir.join(tenure_transport::certs::files::CA)))
+        Some((addrs, tls.certs.ca()))
     }
 
     fn url(&self) -> String {
@@ -378,16 +372,7 @@ impl Cluster for TenureCluster {
         let hosts = addrs.join(",");
         match &self.tls {
             None => format!("tenure://{hosts}"),
-            Some(tls) => {
-                use tenure_transport::certs::files;
-                let file = |name: &str| tls.dir.join(name);
-                format!(
-                    "tenure://{hosts}?ca={}&cert={}&key={}",
-                    path_str(&file(files::CA)),
-                    path_str(&file(&files::client(TLS_CLIENT))),
-                    path_str(&file(&files::client_key(TLS_CLIENT))),
-                )
-            }
+            Some(tls) => format!("tenure://{hosts}?{}", tls.certs.url_query(TLS_CLIENT)),
         }
     }
 

@@ -1109,9 +1109,5 @@ impl Scene {
 /// The demo's HTTPS client: it trusts the demo cluster's CA and presents the demo client's
 /// certificate.
 fn http_client(tls_dir: &std::path::Path) -> anyhow::Result<HttpClient> {
-    Ok(HttpClient::from_files(&tenure_transport::TlsFiles {
-        ca: tls_dir.join(files::CA),
-        cert: tls_dir.join(files::client(procs::DEMO_CLIENT)),
-        key: tls_dir.join(files::client_key(procs::DEMO_CLIENT)),
-    })?)
+    tenure_procs::Certs::at(tls_dir).http(Some(procs::DEMO_CLIENT))
 }

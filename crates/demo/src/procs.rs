@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use tenure_procs::process::{detach, open_log};
-use tenure_procs::{signal, NodeAddrs, NodeSpec, Proc};
+use tenure_procs::{signal, Certs, NodeAddrs, NodeSpec, Proc};
 use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::mpsc;
 
@@ -63,32 +63,16 @@ pub struct Procs {
 /// The `tenure://` URL of the demo cluster for the client library: the nodes' client
 /// addresses, the cluster's CA and the demo client's certificate in `tls_dir`.
 pub fn cluster_url(client_addrs: &[String], tls_dir: &Path) -> String {
-    use tenure_transport::certs::files;
-    let file = |name: &str| tls_dir.join(name).display().to_string();
-    format!(
-        "tenure://{}?ca={}&cert={}&key={}",
-        client_addrs.join(","),
-        file(files::CA),
-        file(&files::client(DEMO_CLIENT)),
-        file(&files::client_key(DEMO_CLIENT)),
-    )
+    let query = Certs::at(tls_dir).url_query(DEMO_CLIENT);
+    format!("tenure://{}?{query}", client_addrs.join(","))
 }
 
 impl Procs {
     /// Lay out (but do not start) `n` servers under `dir`, run by the `tenure` binary `exe`.
     pub fn new(dir: &Path, n: usize, exe: PathBuf) -> anyhow::Result<Procs> {
         let tls_dir = dir.join("certs");
-        tenure_transport::certs::issue(
-            &tls_dir,
-            &tenure_transport::certs::CertsRequest {
-                cluster_id: CLUSTER_ID.into(),
-                nodes: (1..=n as u64).collect(),
-                clients: vec![DEMO_CLIENT.into()],
-                hosts: Vec::new(),
-                days: 1,
-            },
-        )
-        .context("cannot issue the demo's certificates")?;
+        Certs::issue(&tls_dir, CLUSTER_ID, 1..=n as u64, &[DEMO_CLIENT])
+            .context("cannot issue the demo's certificates")?;
         let servers = NodeAddrs::free(n)?
             .into_iter()
             .enumerate()

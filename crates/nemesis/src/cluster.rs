@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use tenure_procs::{NodeAddrs, NodeSpec, NodeStatus, Proc};
+use tenure_procs::{Certs, NodeAddrs, NodeSpec, NodeStatus, Proc};
 pub use tenure_transport::http::HttpClient;
 use tonic::transport::{Channel, Endpoint};
 
@@ -503,47 +503,23 @@ pub fn probe_netem() -> String {
     result
 }
 
-/// A CA and certificates for nodes 1..=`nodes` and the harness's client in `dir`, as
-/// `tenure certs` writes them; the harness's gRPC and HTTP client TLS.
 /// The client certificate of `--hostile`'s greedy tenant, a principal of its own.
 pub const GREEDY_CLIENT: &str = "greedy";
 
+/// A CA and certificates for nodes 1..=`nodes`, the harness's client and the greedy tenant
+/// in `dir`, as `tenure certs` writes them; the harness's gRPC and HTTP client TLS.
 fn issue_certs(
     dir: &Path,
     nodes: usize,
 ) -> anyhow::Result<(Option<tonic::transport::ClientTlsConfig>, HttpClient)> {
-    use tenure_transport::certs::{files, issue, CertsRequest};
-    issue(
+    let certs = Certs::issue(
         dir,
-        &CertsRequest {
-            cluster_id: "tenure".into(),
-            nodes: (1..=nodes as u64).collect(),
-            clients: vec![HARNESS_CLIENT.into(), GREEDY_CLIENT.into()],
-            hosts: Vec::new(),
-            days: 1,
-        },
-    )
-    .context("issue the cluster's certificates")?;
-    let read = |name: &str| std::fs::read(dir.join(name)).with_context(|| format!("read {name}"));
-    let grpc = tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)?))
-        .identity(tonic::transport::Identity::from_pem(
-            read(&files::client(HARNESS_CLIENT))?,
-            read(&files::client_key(HARNESS_CLIENT))?,
-        ));
-    let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
-        ca: dir.join(files::CA),
-        cert: dir.join(files::client(HARNESS_CLIENT)),
-        key: dir.join(files::client_key(HARNESS_CLIENT)),
-    })
-    .context("load the harness's certificate")?;
-    let config = material
-        .client_config()
-        .context("the harness's client TLS")?;
+        "tenure",
+        1..=nodes as u64,
+        &[HARNESS_CLIENT, GREEDY_CLIENT],
+    )?;
     Ok((
-        Some(grpc),
-        HttpClient::tls(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
-            config,
-        ))),
+        Some(certs.grpc(Some(HARNESS_CLIENT))?),
+        certs.http(Some(HARNESS_CLIENT))?,
     ))
 }

@@ -9,18 +9,21 @@
 //!   stopped, a graceful stop, resource readings;
 //! - [`status`]: a node's `/status` and the wait for one agreed leader, over
 //!   [`tenure_transport::http::HttpClient`];
+//! - [`certs`]: a cluster's certificates and the client TLS built from them;
 //! - [`flood`]: an anonymous TLS connection flood against client ports.
 //!
 //! Nothing here knows a test framework: errors are `anyhow` errors, and a harness that wants
 //! a panic (the tests) unwraps them.
 #![deny(missing_docs)]
 
+pub mod certs;
 pub mod flood;
 pub mod node;
 pub mod ports;
 pub mod process;
 pub mod status;
 
+pub use certs::Certs;
 pub use node::{NodeAddrs, NodeSpec, Timing};
 pub use ports::free_ports;
 pub use process::{signal, Proc};

@@ -9,7 +9,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tenure_procs::{NodeAddrs, NodeSpec, NodeStatus, Proc, Timing};
+use tenure_procs::{Certs, NodeAddrs, NodeSpec, NodeStatus, Proc, Timing};
 use tenure_proto::v1;
 use tenure_transport::http::HttpClient;
 use tonic::transport::{Channel, Endpoint};
@@ -133,57 +133,28 @@ pub const APP_CLIENT: &str = "app";
 pub struct ClientTls {
     /// The directory `tenure certs` would have written.
     pub dir: PathBuf,
+    certs: Certs,
     grpc: tonic::transport::ClientTlsConfig,
-    http: tokio_rustls::TlsConnector,
+    http: HttpClient,
 }
 
 impl ClientTls {
     /// Issue into `dir` what the harness's clusters use: a CA, certificates for nodes 1 to
     /// 9 of cluster [`CLUSTER_ID`], and for the clients [`ADMIN_CLIENT`] and [`APP_CLIENT`].
     pub fn issue(dir: &Path) -> ClientTls {
-        use tenure_transport::certs::{files, issue, CertsRequest};
-        issue(
-            dir,
-            &CertsRequest {
-                cluster_id: CLUSTER_ID.into(),
-                nodes: (1..=CERTIFIED_NODES).collect(),
-                clients: vec![ADMIN_CLIENT.into(), APP_CLIENT.into()],
-                hosts: Vec::new(),
-                days: 1,
-            },
-        )
-        .expect("issue test certificates");
-        let grpc = grpc_tls(dir, Some(ADMIN_CLIENT));
-        let material = tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
-            ca: dir.join(files::CA),
-            cert: dir.join(files::client(ADMIN_CLIENT)),
-            key: dir.join(files::client_key(ADMIN_CLIENT)),
-        })
-        .expect("load the harness's client certificate");
-        let http = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
-            material.client_config().expect("client TLS config"),
-        ));
+        let clients = [ADMIN_CLIENT, APP_CLIENT];
+        let certs = Certs::issue(dir, CLUSTER_ID, 1..=CERTIFIED_NODES, &clients)
+            .expect("issue test certificates");
         ClientTls {
             dir: dir.to_path_buf(),
-            grpc,
-            http,
+            grpc: certs
+                .grpc(Some(ADMIN_CLIENT))
+                .expect("the harness's gRPC TLS"),
+            http: certs
+                .http(Some(ADMIN_CLIENT))
+                .expect("the harness's HTTP TLS"),
+            certs,
         }
-    }
-}
-
-/// The gRPC client TLS for the certificates in `dir`: trust the CA, and present client
-/// `client`'s certificate if given.
-fn grpc_tls(dir: &Path, client: Option<&str>) -> tonic::transport::ClientTlsConfig {
-    use tenure_transport::certs::files;
-    let read = |name: &str| std::fs::read(dir.join(name)).expect("read a certificate file");
-    let config = tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(read(files::CA)));
-    match client {
-        Some(client) => config.identity(tonic::transport::Identity::from_pem(
-            read(&files::client(client)),
-            read(&files::client_key(client)),
-        )),
-        None => config,
     }
 }
 
@@ -555,13 +526,8 @@ impl Cluster {
         let hosts: Vec<String> = self.addrs.values().map(|a| a.client.to_string()).collect();
         let mut url = format!("tenure://{}", hosts.join(","));
         if let Some(tls) = &self.tls {
-            use tenure_transport::certs::files;
-            url.push_str(&format!(
-                "?ca={}&cert={}&key={}",
-                tls.dir.join(files::CA).display(),
-                tls.dir.join(files::client(ADMIN_CLIENT)).display(),
-                tls.dir.join(files::client_key(ADMIN_CLIENT)).display()
-            ));
+            url.push('?');
+            url.push_str(&tls.certs.url_query(ADMIN_CLIENT));
         }
         url
     }
@@ -570,7 +536,7 @@ impl Cluster {
     /// is on.
     pub fn http_client(&self) -> HttpClient {
         match &self.tls {
-            Some(tls) => HttpClient::tls(tls.http.clone()),
+            Some(tls) => tls.http.clone(),
             None => HttpClient::plaintext(),
         }
     }
@@ -598,7 +564,7 @@ impl Cluster {
         client: Option<&str>,
         authorization: Option<&str>,
     ) -> std::io::Result<(u16, String)> {
-        let mut http = HttpClient::tls(self.http_tls_as(client));
+        let mut http = self.http_as(client);
         if let Some(a) = authorization {
             http = http.with_header("Authorization", a);
         }
@@ -615,74 +581,23 @@ impl Cluster {
         head: &str,
         within: Duration,
     ) -> std::io::Result<(u16, String)> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let connector = self.http_tls_as(client);
-        let addr = self.addrs[&id].http;
-        let exchange = async {
-            let tcp = tokio::net::TcpStream::connect(addr).await?;
-            let name = tokio_rustls::rustls::pki_types::ServerName::from(addr.ip());
-            let mut stream = connector.connect(name, tcp).await?;
-            stream.write_all(head.as_bytes()).await?;
-            stream.flush().await?;
-            let mut raw = Vec::new();
-            match stream.read_to_end(&mut raw).await {
-                Ok(_) => Ok(raw),
-                Err(e) if !raw.is_empty() => {
-                    let _ = e;
-                    Ok(raw)
-                }
-                Err(e) => Err(e),
-            }
-        };
-        let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer from {addr} within {within:?}"),
-            )
-        })??;
-        tenure_transport::http::parse_response(&raw)
+        self.http_as(client)
+            .send_raw(self.addrs[&id].http, head.as_bytes(), within)
+            .await
     }
 
-    /// A TLS connector to the HTTP port as client principal `client`, or with no client
+    /// A client of the HTTP ports over TLS as client principal `client`, or with no client
     /// certificate.
-    fn http_tls_as(&self, client: Option<&str>) -> tokio_rustls::TlsConnector {
-        use tenure_transport::certs::files;
+    fn http_as(&self, client: Option<&str>) -> HttpClient {
         let tls = self.tls.as_ref().expect("this needs TLS on");
-        let config = match client {
-            Some(client) => tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
-                ca: tls.dir.join(files::CA),
-                cert: tls.dir.join(files::client(client)),
-                key: tls.dir.join(files::client_key(client)),
-            })
-            .expect("load a client certificate")
-            .client_config()
-            .expect("client TLS config"),
-            None => {
-                let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-                let pem = std::fs::read(tls.dir.join(files::CA)).expect("read the CA");
-                use tokio_rustls::rustls::pki_types::pem::PemObject;
-                for cert in tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
-                    roots
-                        .add(cert.expect("a CA certificate"))
-                        .expect("add the CA");
-                }
-                tokio_rustls::rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-                    tokio_rustls::rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .expect("protocol versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth()
-            }
-        };
-        tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        tls.certs.http(client).expect("a client of the HTTP ports")
     }
 
     /// A channel to node `id` over TLS as client principal `client` (its certificate from
     /// the cluster's CA), or with no client certificate at all.
     pub fn channel_as(&self, id: u64, client: Option<&str>) -> Channel {
         let tls = self.tls.as_ref().expect("channel_as needs TLS on");
-        let config = grpc_tls(&tls.dir, client);
+        let config = tls.certs.grpc(client).expect("the client's gRPC TLS");
         Endpoint::from_shared(format!("https://{}", self.addrs[&id].client))
             .expect("a socket address makes a valid URI")
             .connect_timeout(ms(500))

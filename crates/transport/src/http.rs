@@ -95,54 +95,72 @@ impl HttpClient {
         body: &str,
         within: Duration,
     ) -> std::io::Result<(u16, String)> {
-        let exchange = async {
-            let tcp = tokio::net::TcpStream::connect(addr).await?;
-            let _ = tcp.set_nodelay(true);
-            match &self.tls {
-                None => self.exchange(tcp, addr, method, path, body).await,
-                Some(tls) => {
-                    let stream = tls.connect(ServerName::from(addr.ip()), tcp).await?;
-                    self.exchange(stream, addr, method, path, body).await
-                }
-            }
-        };
-        let raw = tokio::time::timeout(within, exchange).await.map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("{method} {path} on {addr} timed out after {within:?}"),
-            )
-        })??;
-        parse_response(&raw)
-    }
-
-    /// Writes one request on `stream` and reads the whole answer (at most [`BODY_MAX`]).
-    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-        &self,
-        mut stream: S,
-        addr: SocketAddr,
-        method: &str,
-        path: &str,
-        body: &str,
-    ) -> std::io::Result<Vec<u8>> {
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
              Content-Type: text/plain\r\n{}Content-Length: {}\r\n\r\n{body}",
             self.headers,
             body.len()
         );
-        stream.write_all(request.as_bytes()).await?;
-        stream.flush().await?;
-        let mut raw = Vec::new();
-        let read = (&mut stream)
-            .take(BODY_MAX as u64 + 64 * 1024)
-            .read_to_end(&mut raw)
-            .await;
-        match read {
-            Ok(_) => Ok(raw),
-            // A TLS peer that closes without close_notify after a whole answer.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
-            Err(e) => Err(e),
-        }
+        self.send_raw(addr, request.as_bytes(), within)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => std::io::Error::new(
+                    e.kind(),
+                    format!("{method} {path} on {addr} timed out after {within:?}"),
+                ),
+                _ => e,
+            })
+    }
+
+    /// Writes `raw` as it is (a request line and headers, perhaps a body, perhaps not all
+    /// of what its headers announce) and reads the answer, within `within`: for tests of
+    /// how a node treats requests a well-behaved client would not send. This client's own
+    /// headers are not added.
+    pub async fn send_raw(
+        &self,
+        addr: SocketAddr,
+        raw: &[u8],
+        within: Duration,
+    ) -> std::io::Result<(u16, String)> {
+        let exchange = async {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let _ = tcp.set_nodelay(true);
+            match &self.tls {
+                None => exchange(tcp, raw).await,
+                Some(tls) => {
+                    let stream = tls.connect(ServerName::from(addr.ip()), tcp).await?;
+                    exchange(stream, raw).await
+                }
+            }
+        };
+        let answer = tokio::time::timeout(within, exchange).await.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from {addr} within {within:?}"),
+            )
+        })??;
+        parse_response(&answer)
+    }
+}
+
+/// Writes `request` on `stream` and reads the whole answer (at most [`BODY_MAX`] and a
+/// little for the headers). A peer that resets or closes without TLS's close_notify after
+/// answering still answered: what was read is parsed (and refused if it is not whole).
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    request: &[u8],
+) -> std::io::Result<Vec<u8>> {
+    stream.write_all(request).await?;
+    stream.flush().await?;
+    let mut raw = Vec::new();
+    let read = (&mut stream)
+        .take(BODY_MAX as u64 + 64 * 1024)
+        .read_to_end(&mut raw)
+        .await;
+    match read {
+        Ok(_) => Ok(raw),
+        Err(_) if !raw.is_empty() => Ok(raw),
+        Err(e) => Err(e),
     }
 }
 
