@@ -36,11 +36,11 @@ use clap::Args;
 use tenure::{CampaignOptions, Client, Error, LeaderInfo};
 use tokio_stream::StreamExt as _;
 
-use crate::output;
-use crate::run::{
+use crate::common::{
     backend_url, block_on, check_election, default_value, fail, log, parse_duration, signal_name,
     Signals, EXIT_BACKEND, EXIT_LOST, EXIT_USAGE,
 };
+use crate::output;
 
 /// Which election, where.
 #[derive(Debug, Args)]
@@ -55,7 +55,7 @@ pub struct Target {
     #[arg(long)]
     backend: Option<String>,
     #[command(flatten)]
-    tls: crate::run::TlsFlags,
+    tls: crate::common::TlsFlags,
     /// Print JSON Lines (one object per line) instead of text.
     #[arg(long)]
     json: bool,

@@ -9,6 +9,7 @@ use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 mod ballot;
 mod certs;
+mod common;
 mod demo;
 mod diagnose;
 mod elect;

@@ -21,7 +21,6 @@
 
 use std::ffi::OsString;
 use std::future::Future;
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -34,17 +33,14 @@ use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::{Reason, LEADER_ADDR_KEY};
 use tonic::Status;
 
+use crate::common::{
+    backend_url, block_on, exit_code, human_ms, log, parse_duration, print_lines, table, Commands,
+    TlsFlags,
+};
 use crate::output;
-use crate::run::{backend_url, block_on, log, parse_duration, TlsFlags, EXIT_BACKEND, EXIT_USAGE};
 
 /// Exit code: `tenure status` printed at least one warning.
 pub const EXIT_WARNING: u8 = 1;
-/// Exit code: the cluster refused the client's credentials for this request
-/// (`unauthenticated`, `permission-denied`).
-pub const EXIT_DENIED: u8 = 77;
-/// Exit code: a fenced write was refused by its token (`stale-token`, `token-superseded`,
-/// `token-not-issued`, `wrong-election`); nothing was written.
-pub const EXIT_FENCED: u8 = 78;
 
 /// Longest wait for one call at one node.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -247,39 +243,30 @@ impl From<Error> for Failure {
 }
 
 impl Failure {
+    /// The client library's error this failure stands for: what decides the exit code.
+    fn error(&self) -> Error {
+        match self {
+            Failure::Usage(m) => Error::InvalidArgument(m.clone()),
+            Failure::Unreachable(m) => Error::Unavailable(m.clone()),
+            Failure::Indeterminate(m) => Error::Indeterminate(m.clone()),
+            Failure::Refused(e) => e.clone(),
+        }
+    }
+
     /// Logs what failed and returns the exit code.
     fn report(&self, what: &str) -> u8 {
         match self {
-            Failure::Usage(m) => {
-                log(&format!("error: {m}"));
-                EXIT_USAGE
-            }
-            Failure::Unreachable(m) => {
-                log(&format!("error: {what}: {m}"));
-                EXIT_BACKEND
-            }
-            Failure::Indeterminate(m) => {
-                log(&format!(
-                    "error: {what}: outcome unknown (it may or may not have taken effect): {m}"
-                ));
-                EXIT_BACKEND
-            }
-            Failure::Refused(e) => {
-                match e.reason() {
-                    Some(reason) => log(&format!("error: {what}: {e} ({reason})")),
-                    None => log(&format!("error: {what}: {e}")),
-                }
-                match e {
-                    Error::InvalidArgument(_) => EXIT_USAGE,
-                    Error::AuthenticationFailed(_) | Error::PermissionDenied(_) => EXIT_DENIED,
-                    Error::StaleToken { .. }
-                    | Error::TokenNotIssued(_)
-                    | Error::WrongElection(_) => EXIT_FENCED,
-                    Error::ElectionInUse(_) => 1,
-                    _ => EXIT_BACKEND,
-                }
-            }
+            Failure::Usage(m) => log(&format!("error: {m}")),
+            Failure::Unreachable(m) => log(&format!("error: {what}: {m}")),
+            Failure::Indeterminate(m) => log(&format!(
+                "error: {what}: outcome unknown (it may or may not have taken effect): {m}"
+            )),
+            Failure::Refused(e) => match e.reason() {
+                Some(reason) => log(&format!("error: {what}: {e} ({reason})")),
+                None => log(&format!("error: {what}: {e}")),
+            },
         }
+        exit_code(&self.error(), Commands::Operator)
     }
 }
 
@@ -389,57 +376,6 @@ fn is_final(s: &Status) -> bool {
 
 fn connect(target: &Target) -> Result<Conn, Failure> {
     Conn::new(&backend_url(target.backend.as_deref(), &target.tls))
-}
-
-/// Writes lines to stdout; a reader that went away (`| head`) ends the output quietly.
-fn print_lines(lines: &[String]) {
-    let mut out = std::io::stdout().lock();
-    for l in lines {
-        if writeln!(out, "{l}").is_err() {
-            return;
-        }
-    }
-    let _ = out.flush();
-}
-
-/// Rows as columns padded to their widest cell (the last column is not padded).
-fn table(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let last = cells.len() - 1;
-        let mut s = String::new();
-        for (i, c) in cells.into_iter().enumerate() {
-            if i == last {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  ", w = widths[i]));
-            }
-        }
-        s.trim_end().to_string()
-    };
-    let mut out = vec![line(header.to_vec())];
-    out.extend(
-        rows.iter()
-            .map(|r| line(r.iter().map(String::as_str).collect())),
-    );
-    out
-}
-
-/// A duration in milliseconds for people: `850ms`, `1.5s`, `2m3s`.
-fn human_ms(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        let s = format!("{:.1}", ms as f64 / 1000.0);
-        format!("{}s", s.trim_end_matches(".0"))
-    } else {
-        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
-    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1519,6 +1455,7 @@ mod tests {
 
     #[test]
     fn refusals_exit_with_their_own_codes() {
+        use crate::common::{EXIT_BACKEND, EXIT_DENIED, EXIT_FENCED, EXIT_USAGE};
         // As the cluster answers: a reason, and the current token on a fenced refusal.
         let refused = |reason: Reason| {
             let mut s = reason.label(Status::aborted("refused"));
@@ -1547,15 +1484,6 @@ mod tests {
             EXIT_BACKEND
         );
         assert_eq!(Failure::Usage("x".into()).report("test"), EXIT_USAGE);
-    }
-
-    #[test]
-    fn durations_for_people() {
-        assert_eq!(human_ms(0), "0ms");
-        assert_eq!(human_ms(999), "999ms");
-        assert_eq!(human_ms(1000), "1s");
-        assert_eq!(human_ms(1500), "1.5s");
-        assert_eq!(human_ms(125_000), "2m5s");
     }
 
     // Channels are made lazily, but making one needs a runtime.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use clap::Args;
 use tenure_plan::{Given, Input, Inputs, Plan, Source, Value};
 
-use crate::run::parse_duration;
+use crate::common::parse_duration;
 
 /// Exit status when a rule is violated.
 const EXIT_VIOLATED: u8 = 1;
