@@ -95,8 +95,8 @@ pub fn exit_code(e: &Error, commands: Commands) -> u8 {
 /// error may come from a wrong address; returns the exit code.
 pub async fn fail(what: &str, url: &str, e: &Error) -> u8 {
     log(&format!("error: {what}: {e}"));
-    if crate::diagnose::worth_a_look(e) {
-        for hint in crate::diagnose::hints(url).await {
+    if tenure::admin::diagnose::worth_a_look(e) {
+        for hint in tenure::admin::diagnose::hints(url).await {
             log(&format!("hint: {hint}"));
         }
     }
@@ -262,18 +262,6 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
             .map(|r| line(r.iter().map(String::as_str).collect())),
     );
     out
-}
-
-/// A duration in milliseconds for people: `850ms`, `1.5s`, `2m3s`.
-pub fn human_ms(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        let s = format!("{:.1}", ms as f64 / 1000.0);
-        format!("{}s", s.trim_end_matches(".0"))
-    } else {
-        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
-    }
 }
 
 #[cfg(test)]
@@ -703,15 +691,6 @@ mod tests {
             parse_duration("18446744073709551615s"),
             Ok(Duration::from_secs(u64::MAX))
         );
-    }
-
-    #[test]
-    fn durations_for_people() {
-        assert_eq!(human_ms(0), "0ms");
-        assert_eq!(human_ms(999), "999ms");
-        assert_eq!(human_ms(1000), "1s");
-        assert_eq!(human_ms(1500), "1.5s");
-        assert_eq!(human_ms(125_000), "2m5s");
     }
 
     #[test]

@@ -11,7 +11,6 @@ mod ballot;
 mod certs;
 mod common;
 mod demo;
-mod diagnose;
 mod elect;
 mod nemesis;
 mod ops;
