@@ -10,7 +10,7 @@
 //! cannot be understood or names an unknown scheme, a file it names that cannot be read,
 //! an argument the backend refuses as invalid), with a message that names it; 69 when the
 //! backend fails or cannot be reached, with a hint when an address of the URL looks wrong
-//! (nothing listens there, or it is a node's HTTP port: see [`crate::diagnose`]).
+//! (nothing listens there, or it is a node's HTTP port: see [`tenure::admin::diagnose`]).
 //!
 //! - `tenure campaign` waits to lead, prints the fencing token alone on a line (with
 //!   `--json`: an object with the election, token, session and value), holds the
