@@ -10,7 +10,7 @@
 //! cannot be understood or names an unknown scheme, a file it names that cannot be read,
 //! an argument the backend refuses as invalid), with a message that names it; 69 when the
 //! backend fails or cannot be reached, with a hint when an address of the URL looks wrong
-//! (nothing listens there, or it is a node's HTTP port: see [`crate::diagnose`]).
+//! (nothing listens there, or it is a node's HTTP port: see [`tenure::admin::diagnose`]).
 //!
 //! - `tenure campaign` waits to lead, prints the fencing token alone on a line (with
 //!   `--json`: an object with the election, token, session and value), holds the
@@ -36,11 +36,11 @@ use clap::Args;
 use tenure::{CampaignOptions, Client, Error, LeaderInfo};
 use tokio_stream::StreamExt as _;
 
-use crate::output;
-use crate::run::{
+use crate::common::{
     backend_url, block_on, check_election, default_value, fail, log, parse_duration, signal_name,
     Signals, EXIT_BACKEND, EXIT_LOST, EXIT_USAGE,
 };
+use crate::output;
 
 /// Which election, where.
 #[derive(Debug, Args)]
@@ -55,7 +55,7 @@ pub struct Target {
     #[arg(long)]
     backend: Option<String>,
     #[command(flatten)]
-    tls: crate::run::TlsFlags,
+    tls: crate::common::TlsFlags,
     /// Print JSON Lines (one object per line) instead of text.
     #[arg(long)]
     json: bool,

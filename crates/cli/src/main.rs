@@ -9,8 +9,8 @@ use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 mod ballot;
 mod certs;
+mod common;
 mod demo;
-mod diagnose;
 mod elect;
 mod nemesis;
 mod ops;

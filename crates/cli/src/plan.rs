@@ -13,24 +13,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use tenure::admin::http::NodeHttp;
 use tenure_plan::{Given, Input, Inputs, Plan, Source, Value};
 
-use crate::run::parse_duration;
+use crate::common::{parse_duration, EXIT_BACKEND, EXIT_USAGE};
 
 /// Exit status when a rule is violated.
 const EXIT_VIOLATED: u8 = 1;
-/// Exit status for a bad argument.
-const EXIT_USAGE: u8 = 2;
-/// Exit status when `--from` cannot be measured.
-const EXIT_UNAVAILABLE: u8 = 69;
-/// The most a node's `/metrics` or `/status` may send (a node sends a few tens of KiB).
-const BODY_BYTES_MAX: usize = 16 << 20;
-/// How long one HTTP exchange with `--from` may take.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `tenure plan`.
 #[derive(Debug, Args)]
@@ -163,7 +155,7 @@ fn plan(args: &PlanArgs) -> Result<(Plan, Option<MeasuredFrom>), Stop> {
         for (input, value, how) in m.values {
             given
                 .set(input, value, Source::Measured(how))
-                .map_err(|e| Stop(EXIT_UNAVAILABLE, format!("--from {}: {e}", target.url)))?;
+                .map_err(|e| Stop(EXIT_BACKEND, format!("--from {}: {e}", target.url)))?;
         }
         measured = Some(MeasuredFrom {
             url: target.url.clone(),
@@ -289,10 +281,7 @@ fn parse_config(text: &str) -> Result<Vec<(Input, Value)>, String> {
 /// A node's HTTP port, and how to talk to it.
 struct Target {
     url: String,
-    host: String,
-    port: u16,
-    tls: Option<tokio_rustls::TlsConnector>,
-    authorization: Option<String>,
+    node: NodeHttp,
 }
 
 fn env_path(flag: &Option<PathBuf>, var: &str) -> Option<PathBuf> {
@@ -342,227 +331,59 @@ impl Target {
             let ca = ca.ok_or_else(|| {
                 bad("an https URL needs the cluster's CA certificate: --ca FILE (or $TENURE_CA)")
             })?;
-            Some(connector(&ca, cert.as_deref(), key.as_deref())?)
+            let identity = match (&cert, &key) {
+                (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+                (None, None) => None,
+                _ => return Err(usage("--cert and --key go together")),
+            };
+            let config = tenure::admin::http::tls_config(&ca, identity)
+                .map_err(|e| usage(format!("TLS files: {e}")))?;
+            Some(config)
         } else {
             if cert.is_some() && args.cert.is_some() {
                 return Err(bad("--cert needs an https URL"));
             }
             None
         };
-        let authorization = match token_file {
-            Some(path) => Some(read_token(&path)?),
+        let token = match token_file {
+            Some(path) => Some(
+                tenure::admin::http::read_token(&path)
+                    .map_err(|e| usage(format!("--token-file: {e}")))?,
+            ),
             None => None,
         };
         Ok(Target {
             url: url.to_string(),
-            host: host.to_string(),
-            port,
-            tls,
-            authorization,
+            node: NodeHttp::new(host, port, tls, token),
         })
     }
-}
-
-fn connector(
-    ca: &std::path::Path,
-    cert: Option<&std::path::Path>,
-    key: Option<&std::path::Path>,
-) -> Result<tokio_rustls::TlsConnector, Stop> {
-    let config = match (cert, key) {
-        (Some(cert), Some(key)) => {
-            tenure_transport::TlsMaterial::load(&tenure_transport::TlsFiles {
-                ca: ca.to_path_buf(),
-                cert: cert.to_path_buf(),
-                key: key.to_path_buf(),
-            })
-            .and_then(|m| m.client_config())
-            .map_err(|e| usage(format!("TLS files: {e}")))?
-        }
-        (None, None) => {
-            use tokio_rustls::rustls::pki_types::pem::PemObject as _;
-            use tokio_rustls::rustls::pki_types::CertificateDer;
-            let pem = std::fs::read(ca)
-                .map_err(|e| usage(format!("--ca {}: cannot read it: {e}", ca.display())))?;
-            let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-            for der in CertificateDer::pem_slice_iter(&pem) {
-                let der = der.map_err(|e| usage(format!("--ca {}: bad PEM: {e}", ca.display())))?;
-                roots.add(der).map_err(|e| {
-                    usage(format!(
-                        "--ca {}: not a usable CA certificate: {e}",
-                        ca.display()
-                    ))
-                })?;
-            }
-            if roots.is_empty() {
-                return Err(usage(format!(
-                    "--ca {}: no CA certificate in the file",
-                    ca.display()
-                )));
-            }
-            tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
-                tokio_rustls::rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| usage(format!("TLS: {e}")))?
-            .with_root_certificates(roots)
-            .with_no_client_auth()
-        }
-        _ => return Err(usage("--cert and --key go together")),
-    };
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
-}
-
-/// `Bearer TOKEN` from a token file: one token, nothing else.
-fn read_token(path: &std::path::Path) -> Result<String, Stop> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        usage(format!(
-            "--token-file {}: cannot read it: {e}",
-            path.display()
-        ))
-    })?;
-    let token = text.trim();
-    if token.is_empty() || token.contains(char::is_whitespace) || !token.is_ascii() {
-        return Err(usage(format!(
-            "--token-file {}: must hold one token (what `tenure token NAME` printed)",
-            path.display()
-        )));
-    }
-    Ok(format!("Bearer {token}"))
 }
 
 fn measure(target: &Target) -> Result<tenure_plan::metrics::Measured, Stop> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Stop(EXIT_UNAVAILABLE, format!("cannot start the runtime: {e}")))?;
+        .map_err(|e| Stop(EXIT_BACKEND, format!("cannot start the runtime: {e}")))?;
     rt.block_on(async {
         let unavailable = |what: &str, e: String| {
             Stop(
-                EXIT_UNAVAILABLE,
+                EXIT_BACKEND,
                 format!("--from {}: GET {what}: {e}", target.url),
             )
         };
-        let metrics = get(target, "/metrics")
+        let metrics = target
+            .node
+            .get("/metrics")
             .await
             .map_err(|e| unavailable("/metrics", e))?;
         // The voter count is a bonus: a node that does not serve /status still has metrics.
-        let voters = get(target, "/status").await.ok().and_then(|body| {
+        let voters = target.node.get("/status").await.ok().and_then(|body| {
             let v: serde_json::Value = serde_json::from_str(&body).ok()?;
             Some(v.get("voters")?.as_array()?.len() as u64)
         });
         tenure_plan::metrics::measure(&metrics, voters)
-            .map_err(|e| Stop(EXIT_UNAVAILABLE, format!("--from {}: {e}", target.url)))
+            .map_err(|e| Stop(EXIT_BACKEND, format!("--from {}: {e}", target.url)))
     })
-}
-
-/// One HTTP/1.1 GET; the body of a 200 answer, or why not.
-async fn get(target: &Target, path: &str) -> Result<String, String> {
-    let exchange = async {
-        let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        match &target.tls {
-            None => exchange(tcp, target, path).await,
-            Some(tls) => {
-                let name =
-                    tokio_rustls::rustls::pki_types::ServerName::try_from(target.host.clone())
-                        .map_err(|e| {
-                            format!(
-                                "{:?} cannot be checked against a certificate: {e}",
-                                target.host
-                            )
-                        })?;
-                let stream = tls
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| format!("TLS: {e}"))?;
-                exchange(stream, target, path).await
-            }
-        }
-    };
-    let raw = tokio::time::timeout(HTTP_TIMEOUT, exchange)
-        .await
-        .map_err(|_| format!("no answer within {HTTP_TIMEOUT:?}"))??;
-    let (code, body) = parse_response(&raw)?;
-    match code {
-        200 => Ok(body),
-        401 | 403 => Err(format!(
-            "refused ({code}): {}; give a token (--token-file) or a client certificate \
-             (--cert/--key) of a principal with the observer or admin role",
-            body.trim()
-        )),
-        _ => Err(format!("answered {code}: {}", body.trim())),
-    }
-}
-
-async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    mut stream: S,
-    target: &Target,
-    path: &str,
-) -> Result<Vec<u8>, String> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let auth = target
-        .authorization
-        .as_ref()
-        .map(|a| format!("Authorization: {a}\r\n"))
-        .unwrap_or_default();
-    let host = if target.host.contains(':') {
-        format!("[{}]:{}", target.host, target.port)
-    } else {
-        format!("{}:{}", target.host, target.port)
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("cannot send the request: {e}"))?;
-    let mut raw = Vec::new();
-    let mut limited = (&mut stream).take(BODY_BYTES_MAX as u64 + 1);
-    match limited.read_to_end(&mut raw).await {
-        Ok(_) => {}
-        // A TLS peer may close without close_notify after the whole response.
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-        Err(e) => return Err(format!("cannot read the answer: {e}")),
-    }
-    if raw.len() > BODY_BYTES_MAX {
-        return Err(format!("the answer is larger than {BODY_BYTES_MAX} bytes"));
-    }
-    Ok(raw)
-}
-
-/// Status code and body (de-chunked) of a whole HTTP/1.1 response.
-fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or("not an HTTP answer (is this the node's HTTP port?)")?;
-    let code: u16 = head
-        .strip_prefix("HTTP/1.")
-        .and_then(|rest| rest.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or("not an HTTP answer (is this the node's HTTP port?)")?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if !chunked {
-        return Ok((code, body.to_string()));
-    }
-    let mut out = String::new();
-    let mut rest = body;
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or("a malformed chunk")?;
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| "a malformed chunk size")?;
-        if size == 0 {
-            return Ok((code, out));
-        }
-        out.push_str(after.get(..size).ok_or("a short chunk")?);
-        rest = after[size..]
-            .strip_prefix("\r\n")
-            .ok_or("a chunk without its end")?;
-    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -637,14 +458,5 @@ mod tests {
         assert!(parse_config("ttl = \n")
             .unwrap_err()
             .starts_with("not valid TOML"));
-    }
-
-    #[test]
-    fn http_answers_are_read_whole_and_dechunked() {
-        let raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-        assert_eq!(parse_response(raw), Ok((200, "abcde".to_string())));
-        let raw = b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 3\r\n\r\nno\n";
-        assert_eq!(parse_response(raw), Ok((401, "no\n".to_string())));
-        assert!(parse_response(b"\x16\x03\x01garbage").is_err());
     }
 }

@@ -173,6 +173,7 @@
 //! leadership to a named candidate.
 #![deny(missing_docs)]
 
+pub mod admin;
 mod backend;
 pub mod channel;
 pub mod embedded;
