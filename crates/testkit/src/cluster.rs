@@ -550,9 +550,10 @@ impl Cluster {
         body: &str,
         within: Duration,
     ) -> std::io::Result<(u16, String)> {
-        self.http_client()
+        Ok(self
+            .http_client()
             .request(self.addrs[&id].http, method, path, body, within)
-            .await
+            .await?)
     }
 
     /// A GET of `path` on node `id`'s HTTP port over TLS as client principal `client` (or
@@ -568,7 +569,7 @@ impl Cluster {
         if let Some(a) = authorization {
             http = http.with_header("Authorization", a);
         }
-        http.get(self.addrs[&id].http, path, secs(5)).await
+        Ok(http.get(self.addrs[&id].http, path, secs(5)).await?)
     }
 
     /// Writes `head` (a request line and headers, up to and including the blank line) to
@@ -581,9 +582,10 @@ impl Cluster {
         head: &str,
         within: Duration,
     ) -> std::io::Result<(u16, String)> {
-        self.http_as(client)
+        Ok(self
+            .http_as(client)
             .send_raw(self.addrs[&id].http, head.as_bytes(), within)
-            .await
+            .await?)
     }
 
     /// A client of the HTTP ports over TLS as client principal `client`, or with no client

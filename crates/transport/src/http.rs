@@ -1,13 +1,15 @@
 //! The one HTTP/1.1 client of a node's HTTP port (`/status`, `/metrics`, `/health`,
 //! `/debug/block`, the dashboard's actions), for the tools around a cluster: one request per
 //! connection, over TLS when the client has it (the node's certificate checked against the
-//! cluster's CA, by the address's IP), with a bearer token when it has one, the whole
-//! exchange within a deadline and the answer's body de-chunked and bounded.
+//! cluster's CA, by the address's host name or IP), with a bearer token when it has one, the
+//! whole exchange within a deadline and the answer's body de-chunked and bounded. A failed
+//! connection is told apart from a failed exchange ([`HttpError`]), so that a caller can say
+//! "nothing listens there".
 //!
 //! It is not a general HTTP client: a node's HTTP port answers small documents and closes
 //! the connection after each, and that is all this reads.
 
-use std::net::SocketAddr;
+use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +20,44 @@ use tokio_rustls::TlsConnector;
 use crate::tls::{TlsError, TlsFiles, TlsMaterial};
 
 /// The largest answer read (`/metrics` of a busy node is tens of KiB).
-pub const BODY_MAX: usize = 4 << 20;
+pub const BODY_MAX: usize = 16 << 20;
 
-/// A client of nodes' HTTP ports: plaintext, or TLS with a client certificate; with or
-/// without a bearer token. Cheap to clone.
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The TCP connection could not be made (nothing listens, no route, no such host).
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address as given.
+        addr: String,
+        /// What the connection attempt said.
+        source: std::io::Error,
+    },
+    /// Anything after the connection: TLS, sending, reading, the deadline, an answer that is
+    /// not HTTP/1.x.
+    #[error("{0}")]
+    Exchange(String),
+}
+
+impl HttpError {
+    /// Whether nothing listens at the address (the connection was refused).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, HttpError::Connect { source, .. }
+            if source.kind() == std::io::ErrorKind::ConnectionRefused)
+    }
+}
+
+impl From<HttpError> for std::io::Error {
+    fn from(e: HttpError) -> std::io::Error {
+        match e {
+            HttpError::Connect { source, .. } => source,
+            HttpError::Exchange(why) => std::io::Error::other(why),
+        }
+    }
+}
+
+/// A client of nodes' HTTP ports: plaintext, or TLS (with or without a client certificate);
+/// with or without a bearer token. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct HttpClient {
     tls: Option<TlsConnector>,
@@ -55,7 +91,8 @@ impl HttpClient {
 
     /// TLS trusting `files.ca` and presenting `files.cert` / `files.key`, offering HTTP/1.1.
     pub fn from_files(files: &TlsFiles) -> Result<HttpClient, TlsError> {
-        let config = TlsMaterial::load(files)?.client_config()?;
+        let mut config = TlsMaterial::load(files)?.client_config()?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(HttpClient::tls(TlsConnector::from(Arc::new(config))))
     }
 
@@ -75,13 +112,13 @@ impl HttpClient {
         self.tls.is_some()
     }
 
-    /// `GET path` on `addr`: the status code and the body.
+    /// `GET path` on `addr` (`HOST:PORT`, a name or an IP): the status code and the body.
     pub async fn get(
         &self,
-        addr: SocketAddr,
+        addr: impl Display,
         path: &str,
         within: Duration,
-    ) -> std::io::Result<(u16, String)> {
+    ) -> Result<(u16, String), HttpError> {
         self.request(addr, "GET", path, "", within).await
     }
 
@@ -89,27 +126,19 @@ impl HttpClient {
     /// TLS handshake included) within `within`: the status code and the body.
     pub async fn request(
         &self,
-        addr: SocketAddr,
+        addr: impl Display,
         method: &str,
         path: &str,
         body: &str,
         within: Duration,
-    ) -> std::io::Result<(u16, String)> {
+    ) -> Result<(u16, String), HttpError> {
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
              Content-Type: text/plain\r\n{}Content-Length: {}\r\n\r\n{body}",
             self.headers,
             body.len()
         );
-        self.send_raw(addr, request.as_bytes(), within)
-            .await
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::TimedOut => std::io::Error::new(
-                    e.kind(),
-                    format!("{method} {path} on {addr} timed out after {within:?}"),
-                ),
-                _ => e,
-            })
+        self.send_raw(addr, request.as_bytes(), within).await
     }
 
     /// Writes `raw` as it is (a request line and headers, perhaps a body, perhaps not all
@@ -118,28 +147,41 @@ impl HttpClient {
     /// headers are not added.
     pub async fn send_raw(
         &self,
-        addr: SocketAddr,
+        addr: impl Display,
         raw: &[u8],
         within: Duration,
-    ) -> std::io::Result<(u16, String)> {
+    ) -> Result<(u16, String), HttpError> {
+        let addr = addr.to_string();
         let exchange = async {
-            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let tcp = tokio::net::TcpStream::connect(addr.as_str())
+                .await
+                .map_err(|source| HttpError::Connect {
+                    addr: addr.clone(),
+                    source,
+                })?;
             let _ = tcp.set_nodelay(true);
             match &self.tls {
                 None => exchange(tcp, raw).await,
                 Some(tls) => {
-                    let stream = tls.connect(ServerName::from(addr.ip()), tcp).await?;
+                    let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    let name = ServerName::try_from(host.to_string()).map_err(|e| {
+                        HttpError::Exchange(format!(
+                            "{host:?} cannot be checked against a certificate: {e}"
+                        ))
+                    })?;
+                    let stream = tls
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| HttpError::Exchange(format!("TLS: {e}")))?;
                     exchange(stream, raw).await
                 }
             }
         };
         let answer = tokio::time::timeout(within, exchange).await.map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer from {addr} within {within:?}"),
-            )
+            HttpError::Exchange(format!("no answer from {addr} within {within:?}"))
         })??;
-        parse_response(&answer)
+        parse_response(&answer).map_err(HttpError::Exchange)
     }
 }
 
@@ -149,38 +191,42 @@ impl HttpClient {
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     request: &[u8],
-) -> std::io::Result<Vec<u8>> {
-    stream.write_all(request).await?;
-    stream.flush().await?;
+) -> Result<Vec<u8>, HttpError> {
+    let failed = |what: &str, e: std::io::Error| HttpError::Exchange(format!("{what}: {e}"));
+    stream
+        .write_all(request)
+        .await
+        .map_err(|e| failed("cannot send the request", e))?;
+    stream
+        .flush()
+        .await
+        .map_err(|e| failed("cannot send the request", e))?;
+    let limit = BODY_MAX + 64 * 1024;
     let mut raw = Vec::new();
     let read = (&mut stream)
-        .take(BODY_MAX as u64 + 64 * 1024)
+        .take(limit as u64 + 1)
         .read_to_end(&mut raw)
         .await;
     match read {
+        Ok(_) if raw.len() > limit => Err(HttpError::Exchange(format!(
+            "the answer is larger than {limit} bytes"
+        ))),
         Ok(_) => Ok(raw),
         Err(_) if !raw.is_empty() => Ok(raw),
-        Err(e) => Err(e),
+        Err(e) => Err(failed("cannot read the answer", e)),
     }
 }
 
-/// The status code and the (de-chunked) body of one whole HTTP/1.1 answer.
-pub fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
-    let bad = |why: &str| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("malformed HTTP answer: {why}"),
-        )
-    };
+/// The status code and the (de-chunked) body of one whole HTTP/1.x answer.
+pub fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
+    const NOT_HTTP: &str = "not an HTTP answer (is this the node's HTTP port?)";
     let text = String::from_utf8_lossy(raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| bad("no end of headers"))?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or(NOT_HTTP)?;
     let code: u16 = head
-        .split_whitespace()
-        .nth(1)
+        .strip_prefix("HTTP/1.")
+        .and_then(|rest| rest.split_whitespace().nth(1))
         .and_then(|c| c.parse().ok())
-        .ok_or_else(|| bad("no status code"))?;
+        .ok_or(NOT_HTTP)?;
     let chunked = head.lines().any(|l| {
         let l = l.to_ascii_lowercase();
         l.starts_with("transfer-encoding:") && l.contains("chunked")
@@ -191,13 +237,17 @@ pub fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
     let mut out = String::new();
     let mut rest = body;
     loop {
-        let (size, after) = rest.split_once("\r\n").ok_or_else(|| bad("bad chunk"))?;
-        let size = usize::from_str_radix(size.trim(), 16).map_err(|_| bad("bad chunk size"))?;
+        let (size, after) = rest.split_once("\r\n").ok_or("a malformed chunk")?;
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| "a malformed chunk size")?;
         if size == 0 {
             return Ok((code, out));
         }
-        out.push_str(after.get(..size).ok_or_else(|| bad("short chunk"))?);
-        rest = after.get(size + 2..).ok_or_else(|| bad("short chunk"))?;
+        out.push_str(after.get(..size).ok_or("a short chunk")?);
+        rest = after
+            .get(size..)
+            .and_then(|r| r.strip_prefix("\r\n"))
+            .ok_or("a chunk without its end")?;
     }
 }
 
@@ -219,6 +269,7 @@ mod tests {
         for raw in [
             &b"HTTP/1.1 200 OK\r\n"[..],
             b"garbage\r\n\r\n",
+            b"\x16\x03\x01garbage",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\nabc",
         ] {

@@ -60,25 +60,21 @@ pub async fn hints(url: &str) -> Vec<String> {
 /// What is wrong with `addr` as a client port, if anything can be told: `GET /status`
 /// there, as a node's HTTP port would answer it.
 async fn look(addr: &str, node: &NodeHttp) -> Option<String> {
-    let raw = match node.get_raw("/status").await {
-        Ok(raw) => raw,
-        Err(HttpError::Connect(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+    let (code, body) = match node.fetch("/status").await {
+        Ok(answer) => answer,
+        Err(e) if e.is_refused() => {
             return Some(format!(
                 "nothing listens on {addr} (connection refused): is the node running, and is \
                  this its client port (the CLIENT of `--node ID=PEER,CLIENT,HTTP`)?"
             ))
         }
-        Err(HttpError::Connect(e)) => return Some(format!("cannot connect to {addr}: {e}")),
-        // TLS failed, or the peer broke off: nothing to tell.
+        Err(e @ HttpError::Connect { .. }) => return Some(e.to_string()),
+        // TLS failed, the peer broke off, or it does not speak HTTP/1.x: nothing to tell.
         Err(HttpError::Exchange(_)) => return None,
     };
-    if !raw.starts_with(b"HTTP/1.") {
-        return None;
-    }
-    let leader = super::http::parse_response(&raw)
-        .ok()
-        .filter(|(code, _)| *code == 200)
-        .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+    let leader = Some(body)
+        .filter(|_| code == 200)
+        .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
         .and_then(|v| v.get("leader_addr")?.as_str().map(str::to_string))
         .filter(|a| !a.is_empty());
     let mut hint = format!(

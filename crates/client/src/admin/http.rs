@@ -1,65 +1,30 @@
-//! A node's HTTP port (`/status`, `/metrics`): one small HTTP/1.1 client, with TLS and a
-//! bearer token when asked, for `tenure plan --from`, [`super::diagnose`] and any program
-//! that reads a node's status or metrics.
-//!
-//! One request per connection (`Connection: close`), the whole answer read (at most
-//! [`BODY_BYTES_MAX`]), chunked bodies decoded. TLS is rustls with the *ring* provider,
-//! offering HTTP/1.1 by ALPN, as a browser would.
+//! A node's HTTP port (`/status`, `/metrics`), with TLS and a bearer token from a
+//! `tenure://` URL or given, for `tenure plan --from`, [`super::diagnose`] and any program
+//! that reads a node's status or metrics. The exchange itself is the workspace's one HTTP
+//! client, [`tenure_transport::http::HttpClient`]: one request per connection, the whole
+//! answer read and bounded, chunked bodies decoded, TLS offering HTTP/1.1 by ALPN as a
+//! browser would.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+pub use tenure_transport::http::{parse_response, HttpClient, HttpError};
 
 use crate::{Error, Result};
 
-/// The most a node's `/metrics` or `/status` may send (a node sends a few tens of KiB).
-pub const BODY_BYTES_MAX: usize = 16 << 20;
 /// How long one HTTP exchange may take.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A node's HTTP port, and how to talk to it. Nothing is contacted until [`NodeHttp::get`].
-#[derive(Clone)]
+/// A node's HTTP port, and how to talk to it (the workspace's one HTTP client,
+/// [`HttpClient`]). Nothing is contacted until [`NodeHttp::get`].
+#[derive(Clone, Debug)]
 pub struct NodeHttp {
-    host: String,
-    port: u16,
-    /// `None`: plaintext.
-    tls: Option<Arc<rustls::ClientConfig>>,
-    /// `Bearer TOKEN`, sent with every request.
-    authorization: Option<String>,
-}
-
-impl std::fmt::Debug for NodeHttp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the token.
-        f.debug_struct("NodeHttp")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("tls", &self.tls.is_some())
-            .field("token", &self.authorization.is_some())
-            .finish()
-    }
-}
-
-/// Why an exchange failed.
-#[derive(Debug)]
-pub enum HttpError {
-    /// The TCP connection could not be made (nothing listens, no route, …).
-    Connect(std::io::Error),
-    /// Anything after the connection: TLS, sending, reading, a timeout.
-    Exchange(String),
-}
-
-impl std::fmt::Display for HttpError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HttpError::Connect(e) => write!(f, "cannot connect: {e}"),
-            HttpError::Exchange(e) => f.write_str(e),
-        }
-    }
+    /// `HOST:PORT`.
+    addr: String,
+    client: HttpClient,
 }
 
 impl NodeHttp {
@@ -71,15 +36,20 @@ impl NodeHttp {
         tls: Option<Arc<rustls::ClientConfig>>,
         token: Option<String>,
     ) -> NodeHttp {
-        NodeHttp {
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string(),
-            port,
-            tls,
-            authorization: token.map(|t| format!("Bearer {t}")),
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let addr = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let mut client = match tls {
+            Some(config) => HttpClient::tls(tokio_rustls::TlsConnector::from(config)),
+            None => HttpClient::plaintext(),
+        };
+        if let Some(token) = token {
+            client = client.with_bearer(&token);
         }
+        NodeHttp { addr, client }
     }
 
     /// The HTTP port at `addr` (`HOST:PORT`) with the TLS files (`ca`, `cert`, `key`) and the
@@ -117,8 +87,7 @@ impl NodeHttp {
 
     /// `GET path`: the body of a 200 answer, or why not (a refusal names what to give).
     pub async fn get(&self, path: &str) -> std::result::Result<String, String> {
-        let raw = self.get_raw(path).await.map_err(|e| e.to_string())?;
-        let (code, body) = parse_response(&raw)?;
+        let (code, body) = self.fetch(path).await.map_err(|e| e.to_string())?;
         match code {
             200 => Ok(body),
             401 | 403 => Err(format!(
@@ -130,71 +99,9 @@ impl NodeHttp {
         }
     }
 
-    /// `GET path`: the whole answer as received (whatever the peer speaks), within
-    /// [`HTTP_TIMEOUT`].
-    pub async fn get_raw(&self, path: &str) -> std::result::Result<Vec<u8>, HttpError> {
-        let exchange = async {
-            let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
-                .await
-                .map_err(HttpError::Connect)?;
-            let _ = tcp.set_nodelay(true);
-            match &self.tls {
-                None => self.exchange(tcp, path).await,
-                Some(config) => {
-                    let name = ServerName::try_from(self.host.clone()).map_err(|e| {
-                        HttpError::Exchange(format!(
-                            "{:?} cannot be checked against a certificate: {e}",
-                            self.host
-                        ))
-                    })?;
-                    let stream = tokio_rustls::TlsConnector::from(config.clone())
-                        .connect(name, tcp)
-                        .await
-                        .map_err(|e| HttpError::Exchange(format!("TLS: {e}")))?;
-                    self.exchange(stream, path).await
-                }
-            }
-        };
-        tokio::time::timeout(HTTP_TIMEOUT, exchange)
-            .await
-            .map_err(|_| HttpError::Exchange(format!("no answer within {HTTP_TIMEOUT:?}")))?
-    }
-
-    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-        &self,
-        mut stream: S,
-        path: &str,
-    ) -> std::result::Result<Vec<u8>, HttpError> {
-        let auth = self
-            .authorization
-            .as_ref()
-            .map(|a| format!("Authorization: {a}\r\n"))
-            .unwrap_or_default();
-        let host = if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        };
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| HttpError::Exchange(format!("cannot send the request: {e}")))?;
-        let mut raw = Vec::new();
-        let mut limited = (&mut stream).take(BODY_BYTES_MAX as u64 + 1);
-        match limited.read_to_end(&mut raw).await {
-            Ok(_) => {}
-            // A TLS peer may close without close_notify after the whole response.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-            Err(e) => return Err(HttpError::Exchange(format!("cannot read the answer: {e}"))),
-        }
-        if raw.len() > BODY_BYTES_MAX {
-            return Err(HttpError::Exchange(format!(
-                "the answer is larger than {BODY_BYTES_MAX} bytes"
-            )));
-        }
-        Ok(raw)
+    /// `GET path`: the status code and body of whatever answers, within [`HTTP_TIMEOUT`].
+    pub async fn fetch(&self, path: &str) -> std::result::Result<(u16, String), HttpError> {
+        self.client.get(&self.addr, path, HTTP_TIMEOUT).await
     }
 }
 
@@ -243,58 +150,15 @@ pub fn read_token(path: &Path) -> std::result::Result<String, String> {
     Ok(token.to_string())
 }
 
-/// Status code and body (de-chunked) of a whole HTTP/1.1 response.
-pub fn parse_response(raw: &[u8]) -> std::result::Result<(u16, String), String> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or("not an HTTP answer (is this the node's HTTP port?)")?;
-    let code: u16 = head
-        .strip_prefix("HTTP/1.")
-        .and_then(|rest| rest.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or("not an HTTP answer (is this the node's HTTP port?)")?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if !chunked {
-        return Ok((code, body.to_string()));
-    }
-    let mut out = String::new();
-    let mut rest = body;
-    loop {
-        let (size, after) = rest.split_once("\r\n").ok_or("a malformed chunk")?;
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| "a malformed chunk size")?;
-        if size == 0 {
-            return Ok((code, out));
-        }
-        out.push_str(after.get(..size).ok_or("a short chunk")?);
-        rest = after[size..]
-            .strip_prefix("\r\n")
-            .ok_or("a chunk without its end")?;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn http_answers_are_read_whole_and_dechunked() {
-        let raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-        assert_eq!(parse_response(raw), Ok((200, "abcde".to_string())));
-        let raw = b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 3\r\n\r\nno\n";
-        assert_eq!(parse_response(raw), Ok((401, "no\n".to_string())));
-        assert!(parse_response(b"\x16\x03\x01garbage").is_err());
-    }
-
-    #[test]
     fn the_tls_files_and_token_come_from_the_tenure_url() {
         let plain = NodeHttp::from_cluster_url("tenure://h:1", "127.0.0.1:9001").expect("plain");
-        assert_eq!((plain.host.as_str(), plain.port), ("127.0.0.1", 9001));
-        assert!(plain.tls.is_none() && plain.authorization.is_none());
+        assert_eq!(plain.addr, "127.0.0.1:9001");
+        assert!(!plain.client.is_tls());
         let e = NodeHttp::from_cluster_url("tenure://h:1?ca=/nonexistent/ca.pem", "h:9001")
             .expect_err("no such file");
         assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
