@@ -418,12 +418,7 @@ impl Scene {
             };
         }
         let at = Instant::now();
-        let leader = self
-            .status
-            .iter()
-            .flatten()
-            .filter(|s| s.role == "leader")
-            .max_by_key(|s| s.term)
+        let leader = tenure::admin::health::leader_claim(self.status.iter().flatten())
             .map(|s| (s.id, s.term));
         if let Some((id, term)) = leader {
             if self.raft_leader.map(|(i, t, _)| (i, t)) != Some((id, term)) {

@@ -18,6 +18,17 @@ pub struct MemberView {
     pub health: &'static str,
 }
 
+/// The leader, as the members' own statuses say: the one that says it leads, in the highest
+/// term any claims (a member cut off from the cluster may still claim an older one).
+pub fn leader_claim<'a>(
+    statuses: impl IntoIterator<Item = &'a v1::StatusResponse>,
+) -> Option<&'a v1::StatusResponse> {
+    statuses
+        .into_iter()
+        .filter(|s| s.role == "leader")
+        .max_by_key(|s| s.term)
+}
+
 /// Every member's view, the leader's id and the warnings, from the statuses gathered
 /// ([`super::ClusterStatus`]): a member more than `lag_max` entries behind the leader, or
 /// not heard from by it for more than `contact_max_ms`, is lagging; an even number of
@@ -29,13 +40,7 @@ pub fn assess(
     lag_max: u64,
     contact_max_ms: u64,
 ) -> (Vec<MemberView>, Option<u64>, Vec<String>) {
-    // The leader: the reachable member that says it leads, in the highest term.
-    let leader = statuses
-        .iter()
-        .filter_map(|s| s.as_ref().ok())
-        .filter(|s| s.role == "leader")
-        .max_by_key(|s| s.term)
-        .cloned();
+    let leader = leader_claim(statuses.iter().filter_map(|s| s.as_ref().ok())).cloned();
     let mut warnings = Vec::new();
     let voters = members.iter().filter(|m| m.voter).count();
     if voters % 2 == 0 {
