@@ -250,6 +250,14 @@ pub trait Outbox: Send + 'static {
     fn set_follow_epoch(&self, _epoch: u64) {}
 }
 
+/// Where the driver publishes what happens on this node, next to each log line: the
+/// dashboard's journal, which the driver knows only as this. Called on the driver thread, so
+/// an implementation never blocks.
+pub trait EventSink: Send + Sync + 'static {
+    /// `event` happened on node `node`.
+    fn note(&self, node: NodeId, event: &Event);
+}
+
 /// What the driver publishes after every batch, for the API and HTTP layers.
 #[derive(Clone, Debug)]
 pub struct Published {
@@ -276,9 +284,6 @@ pub struct DriverHandle {
     pub published: watch::Receiver<Published>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// What happened on this node, for the dashboard's event log (a bounded ring and a
-    /// bounded broadcast: the driver never waits for a page).
-    pub journal: Arc<crate::dashboard::Journal>,
     /// True while the driver thread runs: cleared when it returns or panics, so that
     /// `/health` fails at once while the process exits (a node without its driver answers
     /// nothing useful, and its published status is frozen).
@@ -447,8 +452,8 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
     /// The log index of each election's latest leader change this node applied since it
     /// started, for listings (`since`).
     election_since: BTreeMap<String, Index>,
-    /// The dashboard's event log, fed with every event next to its log line.
-    journal: Arc<crate::dashboard::Journal>,
+    /// Where every event goes next to its log line (the dashboard's journal).
+    sink: Arc<dyn EventSink>,
     /// The thread encoding and writing this node's own snapshot, if one is under way (at
     /// most one: the node hands out no other until it is reported taken).
     snapshot_thread: Option<std::thread::JoinHandle<()>>,
@@ -460,13 +465,14 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
     wake: mpsc::WeakSender<Input>,
 }
 
-/// Build a driver and the handle to it.
+/// Build a driver and the handle to it; its events go to `sink` as well as to the log.
 pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
     node: Node,
     storage: S,
     outbox: O,
     tick: Duration,
     bugs: DriverBugs,
+    sink: Arc<dyn EventSink>,
 ) -> (Driver<S, O>, DriverHandle) {
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (changes, _) = broadcast::channel(LEADER_CHANGES_QUEUE_MAX);
@@ -478,9 +484,8 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
         members: Arc::new(node.state_machine().members().clone()),
     });
     let metrics = Arc::new(Metrics::default());
-    let journal = Arc::new(crate::dashboard::Journal::default());
     let driver = Driver {
-        journal: journal.clone(),
+        sink,
         start: Instant::now(),
         id: status.id,
         snapshots_sent_logged: BTreeMap::new(),
@@ -504,7 +509,6 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
         leader_changes: changes,
         published: pub_rx,
         metrics,
-        journal,
         running: Arc::new(std::sync::atomic::AtomicBool::new(true)),
     };
     (driver, handle)
@@ -1019,7 +1023,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         // One log line per thing that happens, with stable field names (`event` first): an
         // operator greps for `event=step_down`, a log pipeline reads the JSON fields.
         for event in out.events {
-            self.journal.note(node, &event);
+            self.sink.note(node, &event);
             // The event's name and words are the driver's (`Event::kind`, `Event::worded`),
             // the same as the dashboard's journal shows.
             let kind = event.kind(node);
@@ -1438,6 +1442,13 @@ mod tests {
 
     struct RecordingOutbox(Trail);
 
+    /// The events of these tests go to the log only.
+    struct NoSink;
+
+    impl EventSink for NoSink {
+        fn note(&self, _: NodeId, _: &Event) {}
+    }
+
     impl Outbox for RecordingOutbox {
         fn send(&self, m: Message) {
             let entries = match &m.body {
@@ -1467,6 +1478,7 @@ mod tests {
             RecordingOutbox(trail.clone()),
             Duration::from_millis(10),
             DriverBugs::default(),
+            Arc::new(NoSink),
         );
         let sent = |what: &str| trail.lock().unwrap().iter().any(|l| l.starts_with(what));
         for _ in 0..100 {
@@ -1540,6 +1552,7 @@ mod tests {
             RecordingOutbox(trail),
             Duration::from_millis(10),
             DriverBugs::default(),
+            Arc::new(NoSink),
         );
         for _ in 0..100 {
             if driver.pipeline.node().role() == Role::Leader {

@@ -163,15 +163,16 @@ pub struct StatusJson {
     pub version: &'static str,
 }
 
-/// The router for the HTTP endpoint.
+/// The router for the HTTP endpoint; the dashboard streams `journal`, which the driver feeds.
 pub fn router(
     config: &ServerConfig,
     driver: DriverHandle,
     policy: Option<Arc<Policy>>,
     client_gate: Gate,
     origins: BTreeSet<String>,
+    journal: Arc<crate::dashboard::Journal>,
 ) -> Router {
-    let dashboard = Arc::new(crate::dashboard::Dashboard::start(config, &driver));
+    let dashboard = Arc::new(crate::dashboard::Dashboard::start(config, &driver, journal));
     let state = HttpState {
         driver,
         config: Arc::new(config.clone()),

@@ -424,12 +424,16 @@ pub async fn run(
 
     let tick = Duration::from_millis(config.tick_ms);
     let bugs = injected_driver_bugs()?;
+    // The dashboard's event log: the driver feeds it through its event sink, the dashboard
+    // streams it.
+    let journal = Arc::new(dashboard::Journal::default());
     let (driver, handle) = driver::new_driver(
         node,
         storage,
         TransportOutbox(transport.clone()),
         tick,
         bugs,
+        journal.clone(),
     );
     // `/metrics` shows the transport's per-peer counters next to the driver's.
     let _ = handle.metrics.transport.set(transport.clone());
@@ -640,6 +644,7 @@ pub async fn run(
         policy.clone(),
         client_gate,
         origins,
+        journal,
     )
     .merge(http::fault_router(
         transport.clone(),

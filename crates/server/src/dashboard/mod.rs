@@ -75,12 +75,18 @@ pub struct Dashboard {
     /// Fetches the other members' `/status`; `None` if this node's TLS material could not
     /// be loaded for it (then the other members show why).
     peers: Result<peers::PeerClient, String>,
+    /// What happened on this node, fed by the driver thread (its event sink).
+    journal: Arc<Journal>,
 }
 
 impl Dashboard {
     /// The dashboard of a node with `config`, its sampler started on the current tokio
-    /// runtime (it ends when the driver stops).
-    pub fn start(config: &crate::ServerConfig, driver: &crate::driver::DriverHandle) -> Dashboard {
+    /// runtime (it ends when the driver stops); it streams `journal`, which the driver feeds.
+    pub fn start(
+        config: &crate::ServerConfig,
+        driver: &crate::driver::DriverHandle,
+        journal: Arc<Journal>,
+    ) -> Dashboard {
         let series = series::Series::default();
         let inputs = driver.inputs.clone();
         tokio::spawn(
@@ -95,7 +101,11 @@ impl Dashboard {
             );
             format!("this node's TLS material is unusable: {e}")
         });
-        Dashboard { series, peers }
+        Dashboard {
+            series,
+            peers,
+            journal,
+        }
     }
 }
 
@@ -485,7 +495,7 @@ async fn events(_: Reader, State(s): State<HttpState>, headers: HeaderMap, uri: 
                 .ok()
         })
         .unwrap_or(0);
-    let sub = s.driver.journal.subscribe(after);
+    let sub = s.dashboard.journal.subscribe(after);
     let seen = sub.backlog.last().map_or(after, |r| r.seq);
     let backlog = tokio_stream::iter(sub.backlog).map(|r| Ok(record_event(&r)));
     let live = tokio_stream::wrappers::BroadcastStream::new(sub.live).filter_map(move |r| {
