@@ -24,7 +24,7 @@ use tonic::{Request, Status};
 use crate::auth::{Action, Denied, Policy, Principal};
 use crate::config::{NodeAddrs, ServerConfig};
 use crate::conn::{ConnEnd, ConnEnds};
-use crate::driver::{ApiError, ClientRequest, DriverHandle, Input, ListRequest, Listing};
+use crate::driver::{ApiError, ClientRequest, DriverHandle, Input, Listing};
 use crate::metrics::Metrics;
 
 use tenure_proto::SESSION_SECRET_BYTES;
@@ -1125,10 +1125,7 @@ impl v1::cluster_server::Cluster for Api {
         self.authorize(&req, Action::Admin)?;
         let to = req.into_inner().to;
         self.driver
-            .call(
-                |reply| ClientRequest::TransferLeader { to, reply },
-                self.timeout,
-            )
+            .transfer_leadership(to, self.timeout)
             .await
             .map_err(|e| self.status(e))?;
         Ok(tonic::Response::new(v1::TransferLeadershipResponse {}))
@@ -1184,12 +1181,11 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Result<tonic::Response<v1::ListElectionsResponse>, Status> {
         self.authorize(&req, Action::Metrics)?;
         let r = req.into_inner();
-        let request = ListRequest::Elections {
-            after: r.after,
-            limit: r.limit as usize,
-        };
-        match self.driver.list(request, self.timeout).await {
-            Ok(Listing::Elections {
+        let listing = self
+            .driver
+            .list_elections(r.after, r.limit as usize, self.timeout);
+        match listing.await {
+            Ok(Listing {
                 page,
                 applied_index,
             }) => Ok(tonic::Response::new(v1::ListElectionsResponse {
@@ -1206,9 +1202,6 @@ impl v1::cluster_server::Cluster for Api {
                 more: page.more,
                 applied_index,
             })),
-            Ok(other) => Err(Status::internal(format!(
-                "the driver answered an election listing with {other:?}"
-            ))),
             Err(e) => Err(self.status(e)),
         }
     }
@@ -1219,12 +1212,11 @@ impl v1::cluster_server::Cluster for Api {
     ) -> Result<tonic::Response<v1::ListSessionsResponse>, Status> {
         self.authorize(&req, Action::Metrics)?;
         let r = req.into_inner();
-        let request = ListRequest::Sessions {
-            after: r.after,
-            limit: r.limit as usize,
-        };
-        match self.driver.list(request, self.timeout).await {
-            Ok(Listing::Sessions {
+        let listing = self
+            .driver
+            .list_sessions(r.after, r.limit as usize, self.timeout);
+        match listing.await {
+            Ok(Listing {
                 page,
                 applied_index,
             }) => Ok(tonic::Response::new(v1::ListSessionsResponse {
@@ -1241,9 +1233,6 @@ impl v1::cluster_server::Cluster for Api {
                 more: page.more,
                 applied_index,
             })),
-            Ok(other) => Err(Status::internal(format!(
-                "the driver answered a session listing with {other:?}"
-            ))),
             Err(e) => Err(self.status(e)),
         }
     }

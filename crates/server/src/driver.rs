@@ -165,58 +165,45 @@ pub enum ClientRequest {
         /// [`DriverHandle::change_membership`], which waits for it to take effect).
         reply: oneshot::Sender<Result<tenure_core::node::Proposed, ApiError>>,
     },
-    /// Read one page of elections or sessions from the applied state (no log write); see
-    /// [`DriverHandle::list`].
-    List {
-        /// What to list, from where.
-        request: ListRequest,
-        /// Where the page goes.
-        reply: oneshot::Sender<Result<Listing, ApiError>>,
-    },
-}
-
-/// What a [`ClientRequest::List`] reads: one page, starting strictly after `after` (a
-/// position; it need not exist), of at most `limit` entries (0: the default page size;
-/// capped, see [`tenure_core::sm::list`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListRequest {
-    /// Elections by name ("" = from the first).
-    Elections {
-        /// Start after this name.
+    /// Read one page of elections, by name, from the applied state (no log write); see
+    /// [`DriverHandle::list_elections`].
+    ListElections {
+        /// Start strictly after this name ("" = from the first; it need not exist).
         after: String,
-        /// Page size asked for.
+        /// Page size asked for (0: the default; capped, see [`tenure_core::sm::list`]).
         limit: usize,
+        /// Where the page goes.
+        reply: oneshot::Sender<Result<ElectionListing, ApiError>>,
     },
-    /// Sessions by id (0 = from the first).
-    Sessions {
-        /// Start after this id.
+    /// Read one page of sessions, by id, from the applied state (no log write); see
+    /// [`DriverHandle::list_sessions`].
+    ListSessions {
+        /// Start strictly after this id (0 = from the first; it need not exist).
         after: SessionId,
-        /// Page size asked for.
+        /// Page size asked for (0: the default; capped, see [`tenure_core::sm::list`]).
         limit: usize,
+        /// Where the page goes.
+        reply: oneshot::Sender<Result<SessionListing, ApiError>>,
     },
 }
 
 /// One page read on the driver thread, as of `applied_index`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Listing {
-    /// A page of elections.
-    Elections {
-        /// Each election with the log index where its current leader (or, with none, its
-        /// last change) took effect; 0 when that change is older than what this node has
-        /// replayed since it started (it restored a snapshot taken after it).
-        page: tenure_core::sm::list::Page<(tenure_core::sm::list::ElectionSummary, Index)>,
-        /// The applied index the page was read at.
-        applied_index: Index,
-    },
-    /// A page of sessions.
-    Sessions {
-        /// Each session with how long this node will keep it without a renewal, in
-        /// milliseconds: its own lease clock's lower bound (`Node::session_deadline_tick`).
-        page: tenure_core::sm::list::Page<(tenure_core::sm::list::SessionSummary, u64)>,
-        /// The applied index the page was read at.
-        applied_index: Index,
-    },
+pub struct Listing<T> {
+    /// The page.
+    pub page: tenure_core::sm::list::Page<T>,
+    /// The applied index the page was read at.
+    pub applied_index: Index,
 }
+
+/// A page of elections: each with the log index where its current leader (or, with none,
+/// its last change) took effect; 0 when that change is older than what this node has
+/// replayed since it started (it restored a snapshot taken after it).
+pub type ElectionListing = Listing<(tenure_core::sm::list::ElectionSummary, Index)>;
+
+/// A page of sessions: each with how long this node will keep it without a renewal, in
+/// milliseconds: its own lease clock's lower bound (`Node::session_deadline_tick`).
+pub type SessionListing = Listing<(tenure_core::sm::list::SessionSummary, u64)>;
 
 /// One input to the driver.
 #[derive(Debug)]
@@ -365,11 +352,49 @@ impl DriverHandle {
         }
     }
 
-    /// One page of elections or sessions as this node has applied them (no log write, so
-    /// a follower may lag; any node answers), waiting at most `timeout`. For the list RPCs
-    /// and the dashboard.
-    pub async fn list(&self, request: ListRequest, timeout: Duration) -> Result<Listing, ApiError> {
-        self.call(|reply| ClientRequest::List { request, reply }, timeout)
+    /// One page of elections as this node has applied them (no log write, so a follower
+    /// may lag; any node answers), waiting at most `timeout`. For the list RPCs, the
+    /// dashboard and election retention.
+    pub async fn list_elections(
+        &self,
+        after: String,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<ElectionListing, ApiError> {
+        self.call(
+            |reply| ClientRequest::ListElections {
+                after,
+                limit,
+                reply,
+            },
+            timeout,
+        )
+        .await
+    }
+
+    /// One page of sessions as this node has applied them; as
+    /// [`DriverHandle::list_elections`].
+    pub async fn list_sessions(
+        &self,
+        after: SessionId,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<SessionListing, ApiError> {
+        self.call(
+            |reply| ClientRequest::ListSessions {
+                after,
+                limit,
+                reply,
+            },
+            timeout,
+        )
+        .await
+    }
+
+    /// Hands Raft leadership to node `to` (0: the voter that is most caught up), waiting at
+    /// most `timeout` for the driver to start the transfer.
+    pub async fn transfer_leadership(&self, to: NodeId, timeout: Duration) -> Result<(), ApiError> {
+        self.call(|reply| ClientRequest::TransferLeader { to, reply }, timeout)
             .await
     }
 
@@ -871,60 +896,69 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 let _ = reply.send(r);
                 self.pipeline.observe(now);
             }
-            ClientRequest::List { request, reply } => {
-                let _ = reply.send(Ok(self.list(request)));
+            ClientRequest::ListElections {
+                after,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(Ok(self.list_elections(&after, limit)));
+            }
+            ClientRequest::ListSessions {
+                after,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(Ok(self.list_sessions(after, limit)));
             }
         }
     }
 
-    /// One page of the applied state (see [`ListRequest`]).
-    fn list(&self, request: ListRequest) -> Listing {
+    /// One page of the applied elections (see [`ClientRequest::ListElections`]).
+    fn list_elections(&self, after: &str, limit: usize) -> ElectionListing {
         let sm = self.pipeline.node().state_machine();
-        let applied_index = sm.applied_index();
-        match request {
-            ListRequest::Elections { after, limit } => {
-                let page = sm.elections_page(&after, limit);
-                let items = page
-                    .items
-                    .into_iter()
-                    .map(|e| {
-                        let since = self.election_since.get(&e.name).copied().unwrap_or(0);
-                        (e, since)
-                    })
-                    .collect();
-                Listing::Elections {
-                    page: tenure_core::sm::list::Page {
-                        items,
-                        more: page.more,
-                    },
-                    applied_index,
-                }
-            }
-            ListRequest::Sessions { after, limit } => {
-                let now = self.pipeline.node().status().now_tick;
-                let tick_ms = self.tick.as_millis() as u64;
-                let page = sm.sessions_page(after, limit);
-                let items = page
-                    .items
-                    .into_iter()
-                    .map(|s| {
-                        let deadline = self
-                            .pipeline
-                            .node()
-                            .session_deadline_tick(s.id)
-                            .unwrap_or(now);
-                        let remaining_ms = deadline.saturating_sub(now).saturating_mul(tick_ms);
-                        (s, remaining_ms)
-                    })
-                    .collect();
-                Listing::Sessions {
-                    page: tenure_core::sm::list::Page {
-                        items,
-                        more: page.more,
-                    },
-                    applied_index,
-                }
-            }
+        let page = sm.elections_page(after, limit);
+        let items = page
+            .items
+            .into_iter()
+            .map(|e| {
+                let since = self.election_since.get(&e.name).copied().unwrap_or(0);
+                (e, since)
+            })
+            .collect();
+        Listing {
+            page: tenure_core::sm::list::Page {
+                items,
+                more: page.more,
+            },
+            applied_index: sm.applied_index(),
+        }
+    }
+
+    /// One page of the applied sessions (see [`ClientRequest::ListSessions`]).
+    fn list_sessions(&self, after: SessionId, limit: usize) -> SessionListing {
+        let sm = self.pipeline.node().state_machine();
+        let now = self.pipeline.node().status().now_tick;
+        let tick_ms = self.tick.as_millis() as u64;
+        let page = sm.sessions_page(after, limit);
+        let items = page
+            .items
+            .into_iter()
+            .map(|s| {
+                let deadline = self
+                    .pipeline
+                    .node()
+                    .session_deadline_tick(s.id)
+                    .unwrap_or(now);
+                let remaining_ms = deadline.saturating_sub(now).saturating_mul(tick_ms);
+                (s, remaining_ms)
+            })
+            .collect();
+        Listing {
+            page: tenure_core::sm::list::Page {
+                items,
+                more: page.more,
+            },
+            applied_index: sm.applied_index(),
         }
     }
 

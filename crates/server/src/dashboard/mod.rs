@@ -47,7 +47,7 @@ use tokio_stream::StreamExt as _;
 
 use crate::auth::Action;
 use crate::config::NodeAddrs;
-use crate::driver::{ApiError, ClientRequest, ListRequest, Listing};
+use crate::driver::{ApiError, Listing};
 use crate::http::{HttpPeer, HttpState, Reader};
 
 pub use journal::{EventRecord, Journal};
@@ -225,12 +225,28 @@ pub struct Rows<T> {
 }
 
 impl<T> Rows<T> {
-    fn failed(why: String) -> Rows<T> {
-        Rows {
-            items: Vec::new(),
-            more: false,
-            applied_index: 0,
-            error: Some(why),
+    /// The rows of a `listing` of `what`, each made by `row`, or why there are none.
+    fn of<U>(
+        listing: Result<Listing<U>, ApiError>,
+        what: &str,
+        row: impl FnMut(U) -> T,
+    ) -> Rows<T> {
+        match listing {
+            Ok(Listing {
+                page,
+                applied_index,
+            }) => Rows {
+                items: page.items.into_iter().map(row).collect(),
+                more: page.more,
+                applied_index,
+                error: None,
+            },
+            Err(e) => Rows {
+                items: Vec::new(),
+                more: false,
+                applied_index: 0,
+                error: Some(format!("cannot list {what}: {e}")),
+            },
         }
     }
 }
@@ -328,26 +344,26 @@ async fn cluster(
         }
     });
     let timeout = s.config.request_timeout();
-    let elections = s.driver.list(
-        ListRequest::Elections {
-            after: String::new(),
-            limit: LIST_MAX,
-        },
-        timeout,
-    );
-    let sessions = s.driver.list(
-        ListRequest::Sessions {
-            after: 0,
-            limit: LIST_MAX,
-        },
-        timeout,
-    );
+    let elections = s.driver.list_elections(String::new(), LIST_MAX, timeout);
+    let sessions = s.driver.list_sessions(0, LIST_MAX, timeout);
     let (answers, (elections, sessions)) =
         tokio::join!(futures_util::future::join_all(fetches), async {
             tokio::join!(elections, sessions)
         });
-    let elections = election_rows(elections);
-    let sessions = session_rows(sessions, s.config.tick_ms);
+    let elections = Rows::of(elections, "elections", |(e, since_index)| ElectionRow {
+        name: e.name,
+        holder: e.leader.map(|l| l.session),
+        token: e.token,
+        candidates: e.candidates,
+        since_index,
+    });
+    let tick_ms = s.config.tick_ms;
+    let sessions = Rows::of(sessions, "sessions", |(s, remaining_ms)| SessionRow {
+        id: s.id,
+        ttl_ms: s.info.ttl_ticks.saturating_mul(tick_ms),
+        remaining_ms,
+        elections: s.elections,
+    });
     let leader_commit = answers.iter().find_map(|(_, _, a)| {
         a.as_ref()
             .ok()
@@ -394,57 +410,6 @@ async fn cluster(
         viewer: viewer(&s, &peer, &headers),
     })
     .into_response()
-}
-
-fn election_rows(listing: Result<Listing, ApiError>) -> Rows<ElectionRow> {
-    match listing {
-        Ok(Listing::Elections {
-            page,
-            applied_index,
-        }) => Rows {
-            items: page
-                .items
-                .into_iter()
-                .map(|(e, since_index)| ElectionRow {
-                    name: e.name,
-                    holder: e.leader.map(|l| l.session),
-                    token: e.token,
-                    candidates: e.candidates,
-                    since_index,
-                })
-                .collect(),
-            more: page.more,
-            applied_index,
-            error: None,
-        },
-        Ok(other) => Rows::failed(format!("the driver answered with {other:?}")),
-        Err(e) => Rows::failed(format!("cannot list elections: {e}")),
-    }
-}
-
-fn session_rows(listing: Result<Listing, ApiError>, tick_ms: u64) -> Rows<SessionRow> {
-    match listing {
-        Ok(Listing::Sessions {
-            page,
-            applied_index,
-        }) => Rows {
-            items: page
-                .items
-                .into_iter()
-                .map(|(s, remaining_ms)| SessionRow {
-                    id: s.id,
-                    ttl_ms: s.info.ttl_ticks.saturating_mul(tick_ms),
-                    remaining_ms,
-                    elections: s.elections,
-                })
-                .collect(),
-            more: page.more,
-            applied_index,
-            error: None,
-        },
-        Ok(other) => Rows::failed(format!("the driver answered with {other:?}")),
-        Err(e) => Rows::failed(format!("cannot list sessions: {e}")),
-    }
 }
 
 /// Who the viewer is and whether the admin actions are open to them; asking does not
@@ -682,10 +647,7 @@ async fn transfer_leadership(
     AdminAction(TransferBody { to }): AdminAction<TransferBody>,
 ) -> Response {
     let timeout = s.config.request_timeout();
-    let done = s
-        .driver
-        .call(|reply| ClientRequest::TransferLeader { to, reply }, timeout)
-        .await;
+    let done = s.driver.transfer_leadership(to, timeout).await;
     acted(
         &s,
         done,
