@@ -3,7 +3,6 @@
 //! A request that reaches a follower is answered with a typed `not-leader` status naming the
 //! leader's client address, so that clients go there directly (no hidden forwarding hop).
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +23,7 @@ use tonic::{Request, Status};
 use crate::auth::{Action, Denied, Policy, Principal};
 use crate::config::{NodeAddrs, ServerConfig};
 use crate::conn::{ConnEnd, ConnEnds};
+use crate::directory::Directory;
 use crate::driver::{ApiError, ClientRequest, DriverHandle, Input, Listing};
 use crate::metrics::Metrics;
 
@@ -33,7 +33,9 @@ use tenure_proto::SESSION_SECRET_BYTES;
 #[derive(Clone)]
 pub struct Api {
     driver: DriverHandle,
-    nodes: Arc<BTreeMap<NodeId, NodeAddrs>>,
+    /// Where members are reached: the leader's address in a redirect, the Cluster service's
+    /// member lists.
+    directory: Directory,
     timeout: Duration,
     tick_ms: u64,
     keepalive_streams: StreamPool,
@@ -56,11 +58,12 @@ impl Api {
         driver: DriverHandle,
         policy: Option<Arc<Policy>>,
         conn_ends: ConnEnds,
+        directory: Directory,
     ) -> Api {
         let metrics = Arc::clone(&driver.metrics);
         Api {
             driver,
-            nodes: Arc::new(config.nodes.clone()),
+            directory,
             timeout: config.request_timeout(),
             tick_ms: config.tick_ms,
             keepalive_streams: StreamPool::new(
@@ -179,7 +182,7 @@ impl Api {
             if let Ok(v) = id.to_string().parse() {
                 md.insert(LEADER_ID_KEY, v);
             }
-            if let Some(addrs) = self.addrs(*id) {
+            if let Some(addrs) = self.directory.addrs(*id) {
                 if let Ok(v) = addrs.client.to_string().parse() {
                     md.insert(LEADER_ADDR_KEY, v);
                 }
@@ -1077,7 +1080,11 @@ impl v1::cluster_server::Cluster for Api {
             // The addresses go into the replicated directory first, so that every node
             // (and every later leader) can reach the member before it is one.
             let addresses = member_addresses(&r).map_err(|e| self.status(e))?;
-            if self.addrs(r.id).is_some_and(|known| known == addresses.1) {
+            if self
+                .directory
+                .addrs(r.id)
+                .is_some_and(|known| known == addresses.1)
+            {
                 // Already recorded: adding it again changes nothing there.
             } else {
                 self.run(Command::SetMember {
@@ -1086,7 +1093,7 @@ impl v1::cluster_server::Cluster for Api {
                 })
                 .await?;
             }
-        } else if self.addrs(r.id).is_none() {
+        } else if self.directory.addrs(r.id).is_none() {
             return Err(self.status(ApiError::Invalid(format!(
                 "node {} has no known addresses: give them (peer, client, HTTP), as in \
                  `tenure members add {}=PEER,CLIENT,HTTP`",
@@ -1147,6 +1154,7 @@ impl v1::cluster_server::Cluster for Api {
                 id,
                 peer_addr: String::new(),
                 client_addr: self
+                    .directory
                     .addrs(id)
                     .map(|a| a.client.to_string())
                     .unwrap_or_default(),
@@ -1254,31 +1262,13 @@ impl Api {
         }))
     }
 
-    /// Where node `id` is reached: the replicated member directory (members added at run
-    /// time, or moved) first, then this server's static `--node` configuration.
-    pub(crate) fn addrs(&self, id: NodeId) -> Option<NodeAddrs> {
-        let from_directory = {
-            let published = self.driver.published.borrow();
-            // Entries were parsed before they were proposed (`member_addresses`); one that
-            // does not parse (written by a newer build?) is passed over.
-            published.members.get(&id).and_then(|a| {
-                Some(NodeAddrs {
-                    peer: a.peer.parse().ok()?,
-                    client: a.client.parse().ok()?,
-                    http: a.http.parse().ok()?,
-                })
-            })
-        };
-        from_directory.or_else(|| self.nodes.get(&id).cloned())
-    }
-
     fn status_response(&self, s: &tenure_core::node::Status) -> v1::StatusResponse {
         let members = s
             .membership
             .all_nodes()
             .into_iter()
             .map(|id| {
-                let addrs = self.addrs(id);
+                let addrs = self.directory.addrs(id);
                 let addrs = addrs.as_ref();
                 v1::Member {
                     id,
@@ -1296,6 +1286,7 @@ impl Api {
             term: s.term,
             leader_id: leader,
             leader_addr: self
+                .directory
                 .addrs(leader)
                 .map(|a| a.client.to_string())
                 .unwrap_or_default(),

@@ -24,6 +24,7 @@ use tokio_rustls::rustls::pki_types::CertificateDer;
 use crate::auth::{Action, Denied, Policy};
 use crate::config::ServerConfig;
 use crate::conn::Gate;
+use crate::directory::Directory;
 use crate::driver::DriverHandle;
 
 /// What the HTTP handlers share.
@@ -34,6 +35,8 @@ pub struct HttpState {
     pub(crate) policy: Option<Arc<Policy>>,
     /// The gRPC port's gate: a node that cannot take clients is not healthy.
     client_gate: Gate,
+    /// Where members are reached (`/status` names the leader's client address).
+    pub(crate) directory: Directory,
     /// The dashboard's samples and its client for the other members' `/status`.
     pub(crate) dashboard: Arc<crate::dashboard::Dashboard>,
     /// The origins a dashboard page of this node has (`scheme://host:port`): the HTTP port
@@ -169,6 +172,7 @@ pub fn router(
     driver: DriverHandle,
     policy: Option<Arc<Policy>>,
     client_gate: Gate,
+    directory: Directory,
     origins: BTreeSet<String>,
     journal: Arc<crate::dashboard::Journal>,
 ) -> Router {
@@ -178,6 +182,7 @@ pub fn router(
         config: Arc::new(config.clone()),
         policy,
         client_gate,
+        directory,
         dashboard,
         origins: Arc::new(origins),
     };
@@ -278,7 +283,7 @@ pub(crate) fn status_json(
         term: st.term,
         vote: st.vote,
         leader,
-        leader_addr: crate::dashboard::member_addrs(s, leader).map(|a| a.client.to_string()),
+        leader_addr: s.directory.addrs(leader).map(|a| a.client.to_string()),
         commit_index: st.commit,
         applied_index: st.applied,
         last_index: st.last_index,

@@ -17,6 +17,7 @@ pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod dashboard;
+pub mod directory;
 pub mod driver;
 pub mod embed;
 mod handover;
@@ -545,7 +546,14 @@ pub async fn run(
         },
         Arc::clone(&handle.metrics.client_connections),
     );
-    let api = api::Api::new(&config, handle.clone(), policy.clone(), client_gate.ends());
+    let directory = directory::Directory::new(&config, &handle);
+    let api = api::Api::new(
+        &config,
+        handle.clone(),
+        policy.clone(),
+        client_gate.ends(),
+        directory.clone(),
+    );
     if config.election_retention_ms > 0 {
         tokio::spawn(retention::run(
             handle.clone(),
@@ -596,16 +604,10 @@ pub async fn run(
         Arc::clone(&handle.metrics.http_connections),
     );
     let probe = {
-        let nodes = config.nodes.clone();
-        let published = handle.published.clone();
+        let directory = directory.clone();
         handover::Probe {
             // A member added at run time is reached at the address the log recorded.
-            http: Arc::new(move |id| {
-                let recorded = published.borrow().members.get(&id).cloned();
-                recorded
-                    .and_then(|m| m.http.parse().ok())
-                    .or_else(|| nodes.get(&id).map(|n| n.http.clone()))
-            }),
+            http: Arc::new(move |id| directory.addrs(id).map(|a| a.http)),
             tls: node_tls
                 .as_ref()
                 .map(|t| {
@@ -643,6 +645,7 @@ pub async fn run(
         handle.clone(),
         policy.clone(),
         client_gate,
+        directory,
         origins,
         journal,
     )

@@ -46,7 +46,6 @@ use tenure_core::types::NodeId;
 use tokio_stream::StreamExt as _;
 
 use crate::auth::Action;
-use crate::config::NodeAddrs;
 use crate::driver::{ApiError, Listing};
 use crate::http::{HttpPeer, HttpState, Reader};
 
@@ -280,28 +279,6 @@ pub struct ClusterJson {
     pub viewer: Viewer,
 }
 
-/// The addresses of member `id`, looked up as the API does (`Api::addrs`): the replicated
-/// member directory first (members added at run time), then this node's `nodes`
-/// configuration. A directory entry without an HTTP address leaves the member without one.
-pub(crate) fn member_addrs(s: &HttpState, id: NodeId) -> Option<NodeAddrs> {
-    let from_directory = {
-        let published = s.driver.published.borrow();
-        published.members.get(&id).and_then(|a| {
-            let http = if a.http.is_empty() {
-                s.config.nodes.get(&id)?.http.clone()
-            } else {
-                a.http.parse().ok()?
-            };
-            Some(NodeAddrs {
-                peer: a.peer.parse().ok()?,
-                client: a.client.parse().ok()?,
-                http,
-            })
-        })
-    };
-    from_directory.or_else(|| s.config.nodes.get(&id).cloned())
-}
-
 async fn cluster(
     _: Reader,
     State(s): State<HttpState>,
@@ -328,7 +305,7 @@ async fn cluster(
         version: me.version.to_string(),
     };
     let fetches = membership.all_nodes().into_iter().map(|id| {
-        let addrs = member_addrs(&s, id);
+        let addrs = s.directory.addrs(id);
         let (s, own, authorization) = (&s, &own, authorization.as_deref());
         async move {
             let answer = if id == st.id {
@@ -623,7 +600,9 @@ fn refusal(s: &HttpState, e: ApiError) -> Response {
     };
     let text = match &e {
         ApiError::NotLeader { leader: Some(l) } => {
-            let page = member_addrs(s, *l)
+            let page = s
+                .directory
+                .addrs(*l)
                 .map(|a| format!(" (its dashboard is on {})", a.http))
                 .unwrap_or_default();
             format!("this node does not lead: node {l} does{page}; act there")
