@@ -705,11 +705,3 @@ where
         Ok(self.local)
     }
 }
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, ChannelListener<Conn>>>
-    for crate::http::HttpPeer
-{
-    fn connect_info(_: axum::serve::IncomingStream<'_, ChannelListener<Conn>>) -> Self {
-        crate::http::HttpPeer::default()
-    }
-}

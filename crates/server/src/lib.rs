@@ -639,23 +639,23 @@ pub async fn run(
         .as_ref()
         .map(tls::NodeTls::dns_names)
         .unwrap_or_default();
-    let origins = http::dashboard_origins(&config, &names);
-    let router = http::router(
+    let http_state = http::HttpState::new(
         &config,
         handle.clone(),
         policy.clone(),
         client_gate,
         directory,
-        origins,
-        journal,
-    )
-    .merge(http::fault_router(
-        transport.clone(),
-        handle.clone(),
-        config.fault_injection,
-        policy.clone(),
-        &config.cluster_id,
-    ));
+    );
+    let dashboard = dashboard::Dashboard::start(&config, &handle, journal, &names);
+    let router = http::router(http_state.clone())
+        .merge(dashboard::router(http_state, dashboard))
+        .merge(http::fault::router(
+            transport.clone(),
+            handle.clone(),
+            config.fault_injection,
+            policy.clone(),
+            &config.cluster_id,
+        ));
     let mut http_stop = stop_rx.clone();
     let http_stopped = async move {
         let _ = http_stop.wait_for(|s| *s).await;

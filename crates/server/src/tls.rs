@@ -165,22 +165,3 @@ pub(crate) fn https_listener(
     });
     Ok(ChannelListener::new(ready, local))
 }
-
-impl
-    axum::extract::connect_info::Connected<
-        axum::serve::IncomingStream<'_, ChannelListener<TlsStream<Conn>>>,
-    > for crate::http::HttpPeer
-{
-    fn connect_info(
-        stream: axum::serve::IncomingStream<'_, ChannelListener<TlsStream<Conn>>>,
-    ) -> Self {
-        let leaf = stream
-            .io()
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|certs| certs.first())
-            .map(|leaf| leaf.clone().into_owned());
-        crate::http::HttpPeer { leaf }
-    }
-}

@@ -24,12 +24,16 @@
 //! `X-Tenure-Dashboard: 1` (a cross-origin page cannot send it without a CORS preflight,
 //! which this server never grants) and an `Origin`, if sent, naming this very host. The
 //! page shows the buttons to admins only; the server refuses everyone else anyway.
+//!
+//! The dashboard builds on the HTTP port ([`crate::http`]: its state, its peers'
+//! certificates, its read check); the port does not know the dashboard, whose routes the
+//! server merges onto it.
 
 pub mod journal;
 pub mod peers;
 pub mod series;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +50,8 @@ use tenure_core::types::NodeId;
 use tokio_stream::StreamExt as _;
 
 use crate::auth::Action;
-use crate::driver::{ApiError, Listing};
+use crate::config::ServerConfig;
+use crate::driver::{ApiError, DriverHandle, Listing};
 use crate::http::{HttpPeer, HttpState, Reader};
 
 pub use journal::{EventRecord, Journal};
@@ -76,15 +81,19 @@ pub struct Dashboard {
     peers: Result<peers::PeerClient, String>,
     /// What happened on this node, fed by the driver thread (its event sink).
     journal: Arc<Journal>,
+    /// The origins a page of this dashboard has (`scheme://host:port`): see [`origins`].
+    origins: BTreeSet<String>,
 }
 
 impl Dashboard {
     /// The dashboard of a node with `config`, its sampler started on the current tokio
-    /// runtime (it ends when the driver stops); it streams `journal`, which the driver feeds.
+    /// runtime (it ends when the driver stops); it streams `journal`, which the driver
+    /// feeds. `names` are the DNS names of the node's certificate (see [`origins`]).
     pub fn start(
-        config: &crate::ServerConfig,
-        driver: &crate::driver::DriverHandle,
+        config: &ServerConfig,
+        driver: &DriverHandle,
         journal: Arc<Journal>,
+        names: &[String],
     ) -> Dashboard {
         let series = series::Series::default();
         let inputs = driver.inputs.clone();
@@ -104,12 +113,52 @@ impl Dashboard {
             series,
             peers,
             journal,
+            origins: origins(config, names),
         }
     }
 }
 
-/// The dashboard's routes, served on the HTTP port with its state.
-pub fn routes() -> Router<HttpState> {
+/// The origins of this node's dashboard: its HTTP port under `host` (as configured), the
+/// loopback names, and `names` (its certificate's), by `http` and `https`.
+pub fn origins(config: &ServerConfig, names: &[String]) -> BTreeSet<String> {
+    let me = &config.me().http;
+    let port = me.port();
+    let configured = match me.ip() {
+        Some(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+        _ => me.host().to_string(),
+    };
+    let hosts = [
+        configured,
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "[::1]".into(),
+    ]
+    .into_iter()
+    .chain(names.iter().map(|n| n.to_ascii_lowercase()));
+    hosts
+        .flat_map(|h| ["http", "https"].map(|scheme| format!("{scheme}://{h}:{port}")))
+        .collect()
+}
+
+/// What the dashboard's handlers share: the HTTP port's state and the dashboard's own.
+#[derive(Clone)]
+struct DashboardState {
+    http: HttpState,
+    dashboard: Arc<Dashboard>,
+}
+
+impl AsRef<HttpState> for DashboardState {
+    fn as_ref(&self) -> &HttpState {
+        &self.http
+    }
+}
+
+/// The dashboard's routes, to be merged onto the HTTP port whose state is `http`.
+pub fn router(http: HttpState, dashboard: Dashboard) -> Router {
+    let state = DashboardState {
+        http,
+        dashboard: Arc::new(dashboard),
+    };
     Router::new()
         .route("/", asset("text/html; charset=utf-8", INDEX_HTML))
         .route(
@@ -125,10 +174,11 @@ pub fn routes() -> Router<HttpState> {
         .route("/api/series", get(series_json))
         .route("/api/transfer-leadership", post(transfer_leadership))
         .route("/api/remove-member", post(remove_member))
+        .with_state(state)
 }
 
 /// The route of one embedded asset, served to whoever may read the dashboard.
-fn asset(content_type: &'static str, body: &'static str) -> MethodRouter<HttpState> {
+fn asset(content_type: &'static str, body: &'static str) -> MethodRouter<DashboardState> {
     get(move |_: Reader| async move {
         (
             [
@@ -281,7 +331,7 @@ pub struct ClusterJson {
 
 async fn cluster(
     _: Reader,
-    State(s): State<HttpState>,
+    State(DashboardState { http: s, dashboard }): State<DashboardState>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
 ) -> Response {
@@ -306,12 +356,12 @@ async fn cluster(
     };
     let fetches = membership.all_nodes().into_iter().map(|id| {
         let addrs = s.directory.addrs(id);
-        let (s, own, authorization) = (&s, &own, authorization.as_deref());
+        let (dashboard, own, authorization) = (&dashboard, &own, authorization.as_deref());
         async move {
             let answer = if id == st.id {
                 Ok(own.clone())
             } else {
-                match (&s.dashboard.peers, &addrs) {
+                match (&dashboard.peers, &addrs) {
                     (Err(why), _) => Err(why.clone()),
                     (Ok(_), None) => Err("no HTTP address known for this member".to_string()),
                     (Ok(client), Some(a)) => client.status(id, &a.http, authorization).await,
@@ -423,7 +473,12 @@ fn viewer(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Viewer {
     }
 }
 
-async fn events(_: Reader, State(s): State<HttpState>, headers: HeaderMap, uri: Uri) -> Response {
+async fn events(
+    _: Reader,
+    State(DashboardState { http: s, dashboard }): State<DashboardState>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     // A browser that reconnects says what it saw last; a page may also ask by query.
     let after = headers
         .get("last-event-id")
@@ -437,7 +492,7 @@ async fn events(_: Reader, State(s): State<HttpState>, headers: HeaderMap, uri: 
                 .ok()
         })
         .unwrap_or(0);
-    let sub = s.dashboard.journal.subscribe(after);
+    let sub = dashboard.journal.subscribe(after);
     let seen = sub.backlog.last().map_or(after, |r| r.seq);
     let backlog = tokio_stream::iter(sub.backlog).map(|r| Ok(record_event(&r)));
     let live = tokio_stream::wrappers::BroadcastStream::new(sub.live).filter_map(move |r| {
@@ -487,7 +542,7 @@ struct SeriesJson {
     samples: Vec<series::Sample>,
 }
 
-async fn series_json(_: Reader, State(s): State<HttpState>) -> Response {
+async fn series_json(_: Reader, State(s): State<DashboardState>) -> Response {
     axum::Json(SeriesJson {
         interval_ms: series::SAMPLE_INTERVAL.as_millis() as u64,
         samples: s.dashboard.series.samples(),
@@ -507,8 +562,12 @@ const ACTION_BODY_MAX: usize = 1024;
 
 /// Admin, from this page's own origin: decided from the headers alone, before any body is
 /// read, so that a client without the right costs the node no memory.
-fn admit_caller(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Result<(), Box<Response>> {
-    s.authorize(peer, headers, Action::Admin)?;
+fn admit_caller(
+    s: &DashboardState,
+    peer: &HttpPeer,
+    headers: &HeaderMap,
+) -> Result<(), Box<Response>> {
+    s.http.authorize(peer, headers, Action::Admin)?;
     if headers.get(ACTION_HEADER).map(|v| v.as_bytes()) != Some(b"1") {
         return Err(Box::new(answer(
             StatusCode::FORBIDDEN,
@@ -521,7 +580,7 @@ fn admit_caller(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Result<(
     // which a page on a rebound DNS name sets to its own name.
     if let Some(origin) = headers.get("origin") {
         let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
-        if !s.origins.contains(&origin) {
+        if !s.dashboard.origins.contains(&origin) {
             return Err(Box::new(answer(
                 StatusCode::FORBIDDEN,
                 "error",
@@ -552,12 +611,12 @@ fn parse_action<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Resp
 /// expected shape.
 struct AdminAction<T>(T);
 
-impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<HttpState> for AdminAction<T> {
+impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<DashboardState> for AdminAction<T> {
     type Rejection = Response;
 
     async fn from_request(
         req: axum::extract::Request,
-        s: &HttpState,
+        s: &DashboardState,
     ) -> Result<AdminAction<T>, Response> {
         let peer = req
             .extensions()
@@ -622,7 +681,7 @@ struct TransferBody {
 }
 
 async fn transfer_leadership(
-    State(s): State<HttpState>,
+    State(DashboardState { http: s, .. }): State<DashboardState>,
     AdminAction(TransferBody { to }): AdminAction<TransferBody>,
 ) -> Response {
     let timeout = s.config.request_timeout();
@@ -641,7 +700,7 @@ struct RemoveBody {
 }
 
 async fn remove_member(
-    State(s): State<HttpState>,
+    State(DashboardState { http: s, .. }): State<DashboardState>,
     AdminAction(RemoveBody { id }): AdminAction<RemoveBody>,
 ) -> Response {
     let m = s.driver.published.borrow().status.membership.clone();
