@@ -10,7 +10,6 @@ use std::time::Duration;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tenure_core::node::{Bind, StreamEnd};
 use tenure_core::sm::{Command, LeaderInfo, RequestId, Response, SecretHash, SessionId, SmError};
-use tenure_core::types::NodeId;
 use tenure_proto::v1;
 use tenure_proto::{Reason, CURRENT_TOKEN_KEY, ERROR_KEY, LEADER_ADDR_KEY, LEADER_ID_KEY};
 
@@ -20,8 +19,9 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
+use crate::admin::{Admin, AdminError, Administrator};
 use crate::auth::{Action, Denied, Policy, Principal};
-use crate::config::{NodeAddrs, ServerConfig};
+use crate::config::ServerConfig;
 use crate::conn::{ConnEnd, ConnEnds};
 use crate::directory::Directory;
 use crate::driver::{ApiError, ClientRequest, DriverHandle, Input, Listing};
@@ -36,6 +36,8 @@ pub struct Api {
     /// Where members are reached: the leader's address in a redirect, the Cluster service's
     /// member lists.
     directory: Directory,
+    /// The Cluster service's admin actions.
+    admin: Admin,
     timeout: Duration,
     tick_ms: u64,
     keepalive_streams: StreamPool,
@@ -58,12 +60,14 @@ impl Api {
         driver: DriverHandle,
         policy: Option<Arc<Policy>>,
         conn_ends: ConnEnds,
+        admin: Admin,
         directory: Directory,
     ) -> Api {
         let metrics = Arc::clone(&driver.metrics);
         Api {
             driver,
             directory,
+            admin,
             timeout: config.request_timeout(),
             tick_ms: config.tick_ms,
             keepalive_streams: StreamPool::new(
@@ -206,38 +210,55 @@ impl Api {
     /// as the server said at start.
     ///
     /// Every call also takes one from its principal's calls-per-second budget on this node
-    /// (`requests_per_second`): past it, RESOURCE_EXHAUSTED `quota-exceeded`, and nothing
-    /// else is looked at.
+    /// ([`Api::within_rate`]).
     fn authorize<T>(&self, req: &Request<T>, action: Action<'_>) -> Result<Principal, Status> {
         let certs = req.peer_certs();
         let who = crate::auth::authorize(
             self.policy.as_deref(),
             &self.config.cluster_id,
-            req.metadata().get("authorization").map(|v| v.as_bytes()),
+            authorization(req),
             certs.as_ref().and_then(|c| c.first()),
             &action,
             &self.driver.metrics,
         )
         .map_err(|denied| self.denied(denied))?;
-        if let Principal::Named(name) = &who {
-            let per_second = self
-                .quotas(&who)
-                .requests_per_second
-                .unwrap_or(self.config.requests_per_second_per_principal_max);
-            if let Err(limit) = self.rates.admit(name, per_second) {
-                self.driver
-                    .metrics
-                    .requests_over_rate
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(
-                    Reason::QuotaExceeded.label(Status::resource_exhausted(format!(
-                        "principal {name:?} made more than its {limit} calls per second on this \
-                         node (requests_per_second); slow down"
-                    ))),
-                );
-            }
-        }
+        self.within_rate(&who)?;
         Ok(who)
+    }
+
+    /// Lets `req` through if its client may administer the cluster ([`Admin::authorize`]),
+    /// refused and counted as [`Api::authorize`] refuses, and within its budget as there.
+    fn administrator<T>(&self, req: &Request<T>) -> Result<Administrator, Status> {
+        let certs = req.peer_certs();
+        let caller = self
+            .admin
+            .authorize(authorization(req), certs.as_ref().and_then(|c| c.first()))
+            .map_err(|denied| self.denied(denied))?;
+        self.within_rate(caller.principal())?;
+        Ok(caller)
+    }
+
+    /// Takes one call from `who`'s calls-per-second budget on this node
+    /// (`requests_per_second`): past it, RESOURCE_EXHAUSTED `quota-exceeded`, and nothing
+    /// else is looked at. Without authentication there is nobody to charge.
+    fn within_rate(&self, who: &Principal) -> Result<(), Status> {
+        let Principal::Named(name) = who else {
+            return Ok(());
+        };
+        let per_second = self
+            .quotas(who)
+            .requests_per_second
+            .unwrap_or(self.config.requests_per_second_per_principal_max);
+        self.rates.admit(name, per_second).map_err(|limit| {
+            self.driver
+                .metrics
+                .requests_over_rate
+                .fetch_add(1, Ordering::Relaxed);
+            Reason::QuotaExceeded.label(Status::resource_exhausted(format!(
+                "principal {name:?} made more than its {limit} calls per second on this node \
+                 (requests_per_second); slow down"
+            )))
+        })
     }
 
     /// `command` charged to `who` under its quota ([`crate::quota`]); as it is without
@@ -513,6 +534,11 @@ fn release_share(held: &SharesHeld, name: &str) {
             held.remove(name);
         }
     }
+}
+
+/// The `authorization` header of `req`, if it sent one.
+fn authorization<T>(req: &Request<T>) -> Option<&[u8]> {
+    req.metadata().get("authorization").map(|v| v.as_bytes())
 }
 
 /// The request id of a request on `session` numbered `seq` by its client (0: none).
@@ -1068,73 +1094,29 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::MemberRequest>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
-        self.authorize(&req, Action::Admin)?;
-        let r = req.into_inner();
-        if r.id == 0 {
-            return Err(self.status(ApiError::Invalid("node id 0 is not a node".into())));
-        }
-        let given = [&r.peer_addr, &r.client_addr, &r.http_addr]
-            .iter()
-            .any(|a| !a.is_empty());
-        if given {
-            // The addresses go into the replicated directory first, so that every node
-            // (and every later leader) can reach the member before it is one.
-            let addresses = member_addresses(&r).map_err(|e| self.status(e))?;
-            if self
-                .directory
-                .addrs(r.id)
-                .is_some_and(|known| known == addresses.1)
-            {
-                // Already recorded: adding it again changes nothing there.
-            } else {
-                self.run(Command::SetMember {
-                    node: r.id,
-                    addresses: addresses.0,
-                })
-                .await?;
-            }
-        } else if self.directory.addrs(r.id).is_none() {
-            return Err(self.status(ApiError::Invalid(format!(
-                "node {} has no known addresses: give them (peer, client, HTTP), as in \
-                 `tenure members add {}=PEER,CLIENT,HTTP`",
-                r.id, r.id
-            ))));
-        }
-        let m = self.driver.published.borrow().status.membership.clone();
-        let (mut voters, mut learners) = (m.voters, m.learners);
-        voters.remove(&r.id);
-        learners.remove(&r.id);
-        if r.voter {
-            voters.insert(r.id);
-        } else {
-            learners.insert(r.id);
-        }
-        self.change_members(voters, learners).await
+        let caller = self.administrator(&req)?;
+        let added = self.admin.add_member(&caller, req.get_ref()).await;
+        self.members_after(added)
     }
 
     async fn remove_member(
         &self,
         req: Request<v1::MemberRequest>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
-        self.authorize(&req, Action::Admin)?;
-        let id = req.into_inner().id;
-        let m = self.driver.published.borrow().status.membership.clone();
-        let (mut voters, mut learners) = (m.voters, m.learners);
-        voters.remove(&id);
-        learners.remove(&id);
-        self.change_members(voters, learners).await
+        let caller = self.administrator(&req)?;
+        let removed = self.admin.remove_member(&caller, req.get_ref().id).await;
+        self.members_after(removed)
     }
 
     async fn transfer_leadership(
         &self,
         req: Request<v1::TransferLeadershipRequest>,
     ) -> Result<tonic::Response<v1::TransferLeadershipResponse>, Status> {
-        self.authorize(&req, Action::Admin)?;
-        let to = req.into_inner().to;
-        self.driver
-            .transfer_leadership(to, self.timeout)
+        let caller = self.administrator(&req)?;
+        self.admin
+            .transfer_leadership(&caller, req.get_ref().to)
             .await
-            .map_err(|e| self.status(e))?;
+            .map_err(|e| self.status(e.into()))?;
         Ok(tonic::Response::new(v1::TransferLeadershipResponse {}))
     }
 
@@ -1169,18 +1151,9 @@ impl v1::cluster_server::Cluster for Api {
         &self,
         req: Request<v1::PromoteMemberRequest>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
-        self.authorize(&req, Action::Admin)?;
-        let id = req.into_inner().id;
-        let m = self.driver.published.borrow().status.membership.clone();
-        if !m.learners.contains(&id) {
-            return Err(self.status(ApiError::Invalid(format!(
-                "node {id} is not a learner of the current membership; add it first (`tenure members add`)"
-            ))));
-        }
-        let (mut voters, mut learners) = (m.voters, m.learners);
-        learners.remove(&id);
-        voters.insert(id);
-        self.change_members(voters, learners).await
+        let caller = self.administrator(&req)?;
+        let promoted = self.admin.promote_member(&caller, req.get_ref().id).await;
+        self.members_after(promoted)
     }
 
     async fn list_elections(
@@ -1247,15 +1220,12 @@ impl v1::cluster_server::Cluster for Api {
 }
 
 impl Api {
-    async fn change_members(
+    /// The answer to a membership change: the members once it is in effect, or why not.
+    fn members_after<T>(
         &self,
-        voters: std::collections::BTreeSet<NodeId>,
-        learners: std::collections::BTreeSet<NodeId>,
+        changed: Result<T, AdminError>,
     ) -> Result<tonic::Response<v1::MembersResponse>, Status> {
-        self.driver
-            .change_membership(voters, learners, self.timeout)
-            .await
-            .map_err(|e| self.status(e))?;
+        changed.map_err(|e| self.status(e.into()))?;
         let p = self.driver.published.borrow().clone();
         Ok(tonic::Response::new(v1::MembersResponse {
             members: self.status_response(&p.status).members,
@@ -1301,51 +1271,4 @@ impl Api {
             usage: Vec::new(),
         }
     }
-}
-
-/// The addresses of an `AddMember` request, parsed: what goes into the directory, and the
-/// same as the server's address type. All three are required.
-fn member_addresses(
-    r: &v1::MemberRequest,
-) -> Result<(tenure_core::sm::MemberAddresses, NodeAddrs), ApiError> {
-    let parse = |what: &str, text: &str| -> Result<tenure_transport::HostPort, ApiError> {
-        if text.is_empty() {
-            return Err(ApiError::Invalid(format!(
-                "node {}: the {what} address is missing (give peer, client and HTTP addresses)",
-                r.id
-            )));
-        }
-        if text.len() > tenure_core::sm::MemberAddresses::BYTES_MAX {
-            return Err(ApiError::Invalid(format!(
-                "node {}: the {what} address is {} bytes; at most {} are allowed",
-                r.id,
-                text.len(),
-                tenure_core::sm::MemberAddresses::BYTES_MAX
-            )));
-        }
-        text.parse()
-            .map_err(|e| ApiError::Invalid(format!("node {}: {what} address: {e}", r.id)))
-    };
-    let addrs = NodeAddrs {
-        peer: parse("peer", &r.peer_addr)?,
-        client: parse("client", &r.client_addr)?,
-        http: parse("HTTP", &r.http_addr)?,
-    };
-    let distinct: std::collections::BTreeSet<_> = [&addrs.peer, &addrs.client, &addrs.http]
-        .into_iter()
-        .collect();
-    if distinct.len() < 3 {
-        return Err(ApiError::Invalid(format!(
-            "node {}: the peer, client and HTTP addresses must differ",
-            r.id
-        )));
-    }
-    Ok((
-        tenure_core::sm::MemberAddresses {
-            peer: addrs.peer.to_string(),
-            client: addrs.client.to_string(),
-            http: addrs.http.to_string(),
-        },
-        addrs,
-    ))
 }

@@ -11,6 +11,7 @@
 //!   [`dashboard`] at `/`.
 #![deny(missing_docs)]
 
+pub mod admin;
 mod admission;
 pub mod api;
 pub mod auth;
@@ -547,11 +548,13 @@ pub async fn run(
         Arc::clone(&handle.metrics.client_connections),
     );
     let directory = directory::Directory::new(&config, &handle);
+    let admin = admin::Admin::new(&config, handle.clone(), policy.clone(), directory.clone());
     let api = api::Api::new(
         &config,
         handle.clone(),
         policy.clone(),
         client_gate.ends(),
+        admin.clone(),
         directory.clone(),
     );
     if config.election_retention_ms > 0 {
@@ -646,7 +649,7 @@ pub async fn run(
         client_gate,
         directory,
     );
-    let dashboard = dashboard::Dashboard::start(&config, &handle, journal, &names);
+    let dashboard = dashboard::Dashboard::start(&config, &handle, journal, admin, &names);
     let router = http::router(http_state.clone())
         .merge(dashboard::router(http_state, dashboard))
         .merge(http::fault::router(

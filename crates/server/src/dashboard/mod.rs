@@ -16,7 +16,8 @@
 //! - `GET /api/series`: one sample a second of leader changes, commit and fsync latency and
 //!   keepalive rate, the last ten minutes ([`series`]);
 //! - `POST /api/transfer-leadership` (`{"to": ID}`) and `POST /api/remove-member`
-//!   (`{"id": ID}`): admin actions.
+//!   (`{"id": ID}`): admin actions, the same functions as the Cluster gRPC service's
+//!   ([`crate::admin`]).
 //!
 //! Access is `/status`'s: with a policy (TLS on, or an auth file) the page and its data need
 //! the observer or admin role, from a client certificate or a bearer token. The two actions
@@ -49,6 +50,7 @@ use serde::{Deserialize, Serialize};
 use tenure_core::types::NodeId;
 use tokio_stream::StreamExt as _;
 
+use crate::admin::{Admin, AdminError, Administrator};
 use crate::auth::Action;
 use crate::config::ServerConfig;
 use crate::driver::{ApiError, DriverHandle, Listing};
@@ -81,6 +83,8 @@ pub struct Dashboard {
     peers: Result<peers::PeerClient, String>,
     /// What happened on this node, fed by the driver thread (its event sink).
     journal: Arc<Journal>,
+    /// The admin actions behind the buttons.
+    admin: Admin,
     /// The origins a page of this dashboard has (`scheme://host:port`): see [`origins`].
     origins: BTreeSet<String>,
 }
@@ -88,11 +92,13 @@ pub struct Dashboard {
 impl Dashboard {
     /// The dashboard of a node with `config`, its sampler started on the current tokio
     /// runtime (it ends when the driver stops); it streams `journal`, which the driver
-    /// feeds. `names` are the DNS names of the node's certificate (see [`origins`]).
+    /// feeds, and acts through `admin`. `names` are the DNS names of the node's certificate
+    /// (see [`origins`]).
     pub fn start(
         config: &ServerConfig,
         driver: &DriverHandle,
         journal: Arc<Journal>,
+        admin: Admin,
         names: &[String],
     ) -> Dashboard {
         let series = series::Series::default();
@@ -113,6 +119,7 @@ impl Dashboard {
             series,
             peers,
             journal,
+            admin,
             origins: origins(config, names),
         }
     }
@@ -560,14 +567,19 @@ fn answer(code: StatusCode, key: &str, text: String) -> Response {
 /// The largest body of a dashboard action (`{"to": 3}`, `{"id": 4}`).
 const ACTION_BODY_MAX: usize = 1024;
 
-/// Admin, from this page's own origin: decided from the headers alone, before any body is
-/// read, so that a client without the right costs the node no memory.
+/// Admin ([`Admin::authorize`]), from this page's own origin: decided from the headers
+/// alone, before any body is read, so that a client without the right costs the node no
+/// memory.
 fn admit_caller(
-    s: &DashboardState,
+    dashboard: &Dashboard,
     peer: &HttpPeer,
     headers: &HeaderMap,
-) -> Result<(), Box<Response>> {
-    s.http.authorize(peer, headers, Action::Admin)?;
+) -> Result<Administrator, Box<Response>> {
+    let authorization = headers.get("authorization").map(|v| v.as_bytes());
+    let caller = dashboard
+        .admin
+        .authorize(authorization, peer.leaf.as_ref())
+        .map_err(|denied| Box::new(crate::http::refused(&denied)))?;
     if headers.get(ACTION_HEADER).map(|v| v.as_bytes()) != Some(b"1") {
         return Err(Box::new(answer(
             StatusCode::FORBIDDEN,
@@ -580,7 +592,7 @@ fn admit_caller(
     // which a page on a rebound DNS name sets to its own name.
     if let Some(origin) = headers.get("origin") {
         let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
-        if !s.dashboard.origins.contains(&origin) {
+        if !dashboard.origins.contains(&origin) {
             return Err(Box::new(answer(
                 StatusCode::FORBIDDEN,
                 "error",
@@ -591,7 +603,7 @@ fn admit_caller(
             )));
         }
     }
-    Ok(())
+    Ok(caller)
 }
 
 /// A body of the expected shape.
@@ -605,11 +617,14 @@ fn parse_action<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Resp
     })
 }
 
-/// An admin action's body: as an extractor, the handler runs only for an admin, from the
-/// page's own origin ([`admit_caller`], before the body is read), with a body of at most
+/// An admin action: as an extractor, the handler runs only for an admin, from the page's
+/// own origin ([`admit_caller`], before the body is read), with a body of at most
 /// [`ACTION_BODY_MAX`] bytes (a larger `Content-Length` is refused unread) and of the
 /// expected shape.
-struct AdminAction<T>(T);
+struct AdminAction<T> {
+    caller: Administrator,
+    body: T,
+}
 
 impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<DashboardState> for AdminAction<T> {
     type Rejection = Response;
@@ -623,7 +638,8 @@ impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<DashboardState> fo
             .get::<ConnectInfo<HttpPeer>>()
             .map(|c| c.0.clone())
             .unwrap_or_default();
-        admit_caller(s, &peer, req.headers()).map_err(|refused| *refused)?;
+        let caller =
+            admit_caller(&s.dashboard, &peer, req.headers()).map_err(|refused| *refused)?;
         let too_large = || {
             answer(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -643,7 +659,7 @@ impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<DashboardState> fo
             .await
             .map_err(|_| too_large())?;
         parse_action(&body)
-            .map(AdminAction)
+            .map(|body| AdminAction { caller, body })
             .map_err(|refused| *refused)
     }
 }
@@ -681,13 +697,15 @@ struct TransferBody {
 }
 
 async fn transfer_leadership(
-    State(DashboardState { http: s, .. }): State<DashboardState>,
-    AdminAction(TransferBody { to }): AdminAction<TransferBody>,
+    State(s): State<DashboardState>,
+    AdminAction {
+        caller,
+        body: TransferBody { to },
+    }: AdminAction<TransferBody>,
 ) -> Response {
-    let timeout = s.config.request_timeout();
-    let done = s.driver.transfer_leadership(to, timeout).await;
+    let done = s.dashboard.admin.transfer_leadership(&caller, to).await;
     acted(
-        &s,
+        &s.http,
         done,
         format!("leadership transfer to node {to} started"),
     )
@@ -700,33 +718,26 @@ struct RemoveBody {
 }
 
 async fn remove_member(
-    State(DashboardState { http: s, .. }): State<DashboardState>,
-    AdminAction(RemoveBody { id }): AdminAction<RemoveBody>,
+    State(s): State<DashboardState>,
+    AdminAction {
+        caller,
+        body: RemoveBody { id },
+    }: AdminAction<RemoveBody>,
 ) -> Response {
-    let m = s.driver.published.borrow().status.membership.clone();
-    if !m.all_nodes().contains(&id) {
-        return answer(
-            StatusCode::BAD_REQUEST,
-            "error",
-            format!("node {id} is not a member"),
-        );
-    }
-    let (mut voters, mut learners) = (m.voters, m.learners);
-    voters.remove(&id);
-    learners.remove(&id);
-    let timeout = s.config.request_timeout();
-    let done = s.driver.change_membership(voters, learners, timeout).await;
+    let done = s.dashboard.admin.remove_member(&caller, id).await;
     acted(
-        &s,
+        &s.http,
         done,
         format!("node {id} was removed (the membership change is committed)"),
     )
 }
 
-/// An admin action's answer: `ok` with what was done, or the refusal.
-fn acted<T>(s: &HttpState, done: Result<T, ApiError>, what: String) -> Response {
+/// An admin action's answer: `ok` with what was done, or the refusal (a rule broken, in
+/// its own words; the driver's, as [`refusal`] says it).
+fn acted<T>(s: &HttpState, done: Result<T, AdminError>, what: String) -> Response {
     match done {
         Ok(_) => answer(StatusCode::OK, "ok", what),
-        Err(e) => refusal(s, e),
+        Err(AdminError::Invalid(why)) => answer(StatusCode::BAD_REQUEST, "error", why),
+        Err(AdminError::Driver(e)) => refusal(s, e),
     }
 }
