@@ -10,7 +10,7 @@
 //! With authentication on ([`AuthLimits`], the gRPC port), a new connection first takes a
 //! slot of a small pool of *unauthenticated* connections (with its own per-address cap) and
 //! must authenticate within a deadline: the first request with valid credentials
-//! ([`crate::admission`]) moves it into the `max` slots of authenticated connections, under
+//! ([`crate::api::admission`]) moves it into the `max` slots of authenticated connections, under
 //! its principal's cap, and the last `operator_reserve` of those only admins and observers
 //! may take. An anonymous flood can fill the unauthenticated pool, never the authenticated
 //! one; HTTP/2 pings do not keep an unauthenticated connection past its deadline.

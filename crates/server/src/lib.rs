@@ -12,7 +12,6 @@
 #![deny(missing_docs)]
 
 pub mod admin;
-mod admission;
 pub mod api;
 pub mod auth;
 pub mod config;
@@ -577,7 +576,7 @@ pub async fn run(
     }
     let grpc = grpc
         .layer(tower::util::MapResponseLayer::new(label_decoder_errors))
-        .layer(admission::AuthenticateLayer::new(
+        .layer(api::admission::AuthenticateLayer::new(
             policy.clone(),
             &config.cluster_id,
             client_gate.ends(),
