@@ -1,7 +1,8 @@
 //! Running one node: [`run`] recovers the write-ahead log, starts the driver thread and
 //! the peer transport, serves the gRPC API and the HTTP port (with the dashboard) on the
 //! listeners it is given ([`Listeners`]), and stops on `shutdown` (the mini-redis shape).
-//! This is where the parts are put together; nothing below imports it.
+//! This is where the parts are put together: no module imports it but `embed.rs`, which runs
+//! it inside an application.
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -579,7 +579,7 @@ fn admit_caller(
     let caller = dashboard
         .admin
         .authorize(authorization, peer.leaf.as_ref())
-        .map_err(|denied| Box::new(crate::http::refused(&denied)))?;
+        .map_err(|denied| Box::new(crate::http::refused("", &denied)))?;
     if headers.get(ACTION_HEADER).map(|v| v.as_bytes()) != Some(b"1") {
         return Err(Box::new(answer(
             StatusCode::FORBIDDEN,

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use axum::extract::connect_info::ConnectInfo;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use axum::Router;
 
 use super::HttpPeer;
-use crate::auth::{Action, Denied, Policy};
+use crate::auth::{Action, Policy};
 use crate::driver::DriverHandle;
 
 /// Test-only fault injection: `POST /debug/block` with a body of comma-separated node ids
@@ -52,13 +51,7 @@ pub fn router(
                 );
                 match checked {
                     Ok(_) => next.run(req).await,
-                    Err(denied) => {
-                        let code = match denied {
-                            Denied::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-                            Denied::Forbidden { .. } => StatusCode::FORBIDDEN,
-                        };
-                        (code, format!("fault injection: {denied}\n")).into_response()
-                    }
+                    Err(denied) => super::refused("fault injection: ", &denied),
                 }
             }
         },

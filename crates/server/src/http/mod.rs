@@ -42,6 +42,8 @@ pub struct HttpState {
     pub(crate) directory: Directory,
 }
 
+/// `Reader` serves any router whose state holds an `HttpState`: the port's own, and the
+/// dashboard's.
 impl AsRef<HttpState> for HttpState {
     fn as_ref(&self) -> &HttpState {
         self
@@ -84,14 +86,15 @@ impl Connected<axum::serve::IncomingStream<'_, ChannelListener<TlsStream<Conn>>>
     }
 }
 
-/// A refusal of `denied` on the HTTP port: 401 for a client that did not prove who it is,
-/// 403 for one that may not.
-pub(crate) fn refused(denied: &Denied) -> Response {
+/// A refusal of `denied` on the HTTP port, `what` refused (empty, or a prefix such as
+/// `fault injection: `) and why: 401 for a client that did not prove who it is, 403 for one
+/// that may not.
+pub(crate) fn refused(what: &str, denied: &Denied) -> Response {
     let code = match denied {
         Denied::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
         Denied::Forbidden { .. } => StatusCode::FORBIDDEN,
     };
-    (code, format!("{denied}\n")).into_response()
+    (code, format!("{what}{denied}\n")).into_response()
 }
 
 impl HttpState {
@@ -130,7 +133,7 @@ impl HttpState {
             &self.driver.metrics,
         )
         .map(|_| ())
-        .map_err(|denied| Box::new(refused(&denied)))
+        .map_err(|denied| Box::new(refused("", &denied)))
     }
 
     /// Whether the client may read this node's metrics and state ([`Action::Metrics`]).
