@@ -464,7 +464,7 @@ impl Policy {
 
     /// Who a request's client is, from its `authorization` header value (if any) and the
     /// principal its client certificate names (if any), before anything says what it wants:
-    /// what the client port asks at a request's headers ([`crate::admission`]). A bearer
+    /// what the client port asks at a request's headers ([`crate::api::admission`]). A bearer
     /// token, when present, is what counts.
     pub fn identify(
         &self,

@@ -10,7 +10,7 @@
 //! With authentication on ([`AuthLimits`], the gRPC port), a new connection first takes a
 //! slot of a small pool of *unauthenticated* connections (with its own per-address cap) and
 //! must authenticate within a deadline: the first request with valid credentials
-//! ([`crate::admission`]) moves it into the `max` slots of authenticated connections, under
+//! ([`crate::api::admission`]) moves it into the `max` slots of authenticated connections, under
 //! its principal's cap, and the last `operator_reserve` of those only admins and observers
 //! may take. An anonymous flood can fill the unauthenticated pool, never the authenticated
 //! one; HTTP/2 pings do not keep an unauthenticated connection past its deadline.
@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -28,6 +28,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
+
+pub use crate::metrics::PortMetrics;
 
 /// Who ended a client connection first, as its socket saw it: the question fate-sharing
 /// sessions ask of a KeepAlive stream whose connection ended (docs/GUARANTEES.md
@@ -232,24 +234,6 @@ pub struct AuthLimits {
     pub operator_reserve: usize,
     /// Authenticated connections of one principal at once.
     pub per_principal_max: usize,
-}
-
-/// One port's counters (shared with the metrics).
-#[derive(Debug, Default)]
-pub struct PortMetrics {
-    /// Connections open now.
-    pub open: AtomicU64,
-    /// Connections refused (a limit reached).
-    pub refused: AtomicU64,
-    /// Connections closed for saying nothing in time, or for idling.
-    pub timed_out: AtomicU64,
-    /// Of `open`, those not authenticated yet.
-    pub unauthenticated_open: AtomicU64,
-    /// Unauthenticated connections closed at their deadline.
-    pub unauthenticated_timed_out: AtomicU64,
-    /// Connections that authenticated but found no authenticated slot (the pool, the
-    /// operators' reserve or their principal's cap).
-    pub refused_authenticated: AtomicU64,
 }
 
 /// A port's admission state.
@@ -719,13 +703,5 @@ where
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
-    }
-}
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, ChannelListener<Conn>>>
-    for crate::http::HttpPeer
-{
-    fn connect_info(_: axum::serve::IncomingStream<'_, ChannelListener<Conn>>) -> Self {
-        crate::http::HttpPeer::default()
     }
 }

@@ -165,58 +165,45 @@ pub enum ClientRequest {
         /// [`DriverHandle::change_membership`], which waits for it to take effect).
         reply: oneshot::Sender<Result<tenure_core::node::Proposed, ApiError>>,
     },
-    /// Read one page of elections or sessions from the applied state (no log write); see
-    /// [`DriverHandle::list`].
-    List {
-        /// What to list, from where.
-        request: ListRequest,
-        /// Where the page goes.
-        reply: oneshot::Sender<Result<Listing, ApiError>>,
-    },
-}
-
-/// What a [`ClientRequest::List`] reads: one page, starting strictly after `after` (a
-/// position; it need not exist), of at most `limit` entries (0: the default page size;
-/// capped, see [`tenure_core::sm::list`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListRequest {
-    /// Elections by name ("" = from the first).
-    Elections {
-        /// Start after this name.
+    /// Read one page of elections, by name, from the applied state (no log write); see
+    /// [`DriverHandle::list_elections`].
+    ListElections {
+        /// Start strictly after this name ("" = from the first; it need not exist).
         after: String,
-        /// Page size asked for.
+        /// Page size asked for (0: the default; capped, see [`tenure_core::sm::list`]).
         limit: usize,
+        /// Where the page goes.
+        reply: oneshot::Sender<Result<ElectionListing, ApiError>>,
     },
-    /// Sessions by id (0 = from the first).
-    Sessions {
-        /// Start after this id.
+    /// Read one page of sessions, by id, from the applied state (no log write); see
+    /// [`DriverHandle::list_sessions`].
+    ListSessions {
+        /// Start strictly after this id (0 = from the first; it need not exist).
         after: SessionId,
-        /// Page size asked for.
+        /// Page size asked for (0: the default; capped, see [`tenure_core::sm::list`]).
         limit: usize,
+        /// Where the page goes.
+        reply: oneshot::Sender<Result<SessionListing, ApiError>>,
     },
 }
 
 /// One page read on the driver thread, as of `applied_index`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Listing {
-    /// A page of elections.
-    Elections {
-        /// Each election with the log index where its current leader (or, with none, its
-        /// last change) took effect; 0 when that change is older than what this node has
-        /// replayed since it started (it restored a snapshot taken after it).
-        page: tenure_core::sm::list::Page<(tenure_core::sm::list::ElectionSummary, Index)>,
-        /// The applied index the page was read at.
-        applied_index: Index,
-    },
-    /// A page of sessions.
-    Sessions {
-        /// Each session with how long this node will keep it without a renewal, in
-        /// milliseconds: its own lease clock's lower bound (`Node::session_deadline_tick`).
-        page: tenure_core::sm::list::Page<(tenure_core::sm::list::SessionSummary, u64)>,
-        /// The applied index the page was read at.
-        applied_index: Index,
-    },
+pub struct Listing<T> {
+    /// The page.
+    pub page: tenure_core::sm::list::Page<T>,
+    /// The applied index the page was read at.
+    pub applied_index: Index,
 }
+
+/// A page of elections: each with the log index where its current leader (or, with none,
+/// its last change) took effect; 0 when that change is older than what this node has
+/// replayed since it started (it restored a snapshot taken after it).
+pub type ElectionListing = Listing<(tenure_core::sm::list::ElectionSummary, Index)>;
+
+/// A page of sessions: each with how long this node will keep it without a renewal, in
+/// milliseconds: its own lease clock's lower bound (`Node::session_deadline_tick`).
+pub type SessionListing = Listing<(tenure_core::sm::list::SessionSummary, u64)>;
 
 /// One input to the driver.
 #[derive(Debug)]
@@ -250,6 +237,14 @@ pub trait Outbox: Send + 'static {
     fn set_follow_epoch(&self, _epoch: u64) {}
 }
 
+/// Where the driver publishes what happens on this node, next to each log line: the
+/// dashboard's journal, which the driver knows only as this. Called on the driver thread, so
+/// an implementation never blocks.
+pub trait EventSink: Send + Sync + 'static {
+    /// `event` happened on node `node`.
+    fn note(&self, node: NodeId, event: &Event);
+}
+
 /// What the driver publishes after every batch, for the API and HTTP layers.
 #[derive(Clone, Debug)]
 pub struct Published {
@@ -276,9 +271,6 @@ pub struct DriverHandle {
     pub published: watch::Receiver<Published>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// What happened on this node, for the dashboard's event log (a bounded ring and a
-    /// bounded broadcast: the driver never waits for a page).
-    pub journal: Arc<crate::dashboard::Journal>,
     /// True while the driver thread runs: cleared when it returns or panics, so that
     /// `/health` fails at once while the process exits (a node without its driver answers
     /// nothing useful, and its published status is frozen).
@@ -360,11 +352,49 @@ impl DriverHandle {
         }
     }
 
-    /// One page of elections or sessions as this node has applied them (no log write, so
-    /// a follower may lag; any node answers), waiting at most `timeout`. For the list RPCs
-    /// and the dashboard.
-    pub async fn list(&self, request: ListRequest, timeout: Duration) -> Result<Listing, ApiError> {
-        self.call(|reply| ClientRequest::List { request, reply }, timeout)
+    /// One page of elections as this node has applied them (no log write, so a follower
+    /// may lag; any node answers), waiting at most `timeout`. For the list RPCs, the
+    /// dashboard and election retention.
+    pub async fn list_elections(
+        &self,
+        after: String,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<ElectionListing, ApiError> {
+        self.call(
+            |reply| ClientRequest::ListElections {
+                after,
+                limit,
+                reply,
+            },
+            timeout,
+        )
+        .await
+    }
+
+    /// One page of sessions as this node has applied them; as
+    /// [`DriverHandle::list_elections`].
+    pub async fn list_sessions(
+        &self,
+        after: SessionId,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<SessionListing, ApiError> {
+        self.call(
+            |reply| ClientRequest::ListSessions {
+                after,
+                limit,
+                reply,
+            },
+            timeout,
+        )
+        .await
+    }
+
+    /// Hands Raft leadership to node `to` (0: the voter that is most caught up), waiting at
+    /// most `timeout` for the driver to start the transfer.
+    pub async fn transfer_leadership(&self, to: NodeId, timeout: Duration) -> Result<(), ApiError> {
+        self.call(|reply| ClientRequest::TransferLeader { to, reply }, timeout)
             .await
     }
 
@@ -447,8 +477,8 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
     /// The log index of each election's latest leader change this node applied since it
     /// started, for listings (`since`).
     election_since: BTreeMap<String, Index>,
-    /// The dashboard's event log, fed with every event next to its log line.
-    journal: Arc<crate::dashboard::Journal>,
+    /// Where every event goes next to its log line (the dashboard's journal).
+    sink: Arc<dyn EventSink>,
     /// The thread encoding and writing this node's own snapshot, if one is under way (at
     /// most one: the node hands out no other until it is reported taken).
     snapshot_thread: Option<std::thread::JoinHandle<()>>,
@@ -460,13 +490,14 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
     wake: mpsc::WeakSender<Input>,
 }
 
-/// Build a driver and the handle to it.
+/// Build a driver and the handle to it; its events go to `sink` as well as to the log.
 pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
     node: Node,
     storage: S,
     outbox: O,
     tick: Duration,
     bugs: DriverBugs,
+    sink: Arc<dyn EventSink>,
 ) -> (Driver<S, O>, DriverHandle) {
     let (tx, rx) = mpsc::channel(INPUT_QUEUE_MAX);
     let (changes, _) = broadcast::channel(LEADER_CHANGES_QUEUE_MAX);
@@ -478,9 +509,8 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
         members: Arc::new(node.state_machine().members().clone()),
     });
     let metrics = Arc::new(Metrics::default());
-    let journal = Arc::new(crate::dashboard::Journal::default());
     let driver = Driver {
-        journal: journal.clone(),
+        sink,
         start: Instant::now(),
         id: status.id,
         snapshots_sent_logged: BTreeMap::new(),
@@ -504,7 +534,6 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
         leader_changes: changes,
         published: pub_rx,
         metrics,
-        journal,
         running: Arc::new(std::sync::atomic::AtomicBool::new(true)),
     };
     (driver, handle)
@@ -867,60 +896,69 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 let _ = reply.send(r);
                 self.pipeline.observe(now);
             }
-            ClientRequest::List { request, reply } => {
-                let _ = reply.send(Ok(self.list(request)));
+            ClientRequest::ListElections {
+                after,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(Ok(self.list_elections(&after, limit)));
+            }
+            ClientRequest::ListSessions {
+                after,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(Ok(self.list_sessions(after, limit)));
             }
         }
     }
 
-    /// One page of the applied state (see [`ListRequest`]).
-    fn list(&self, request: ListRequest) -> Listing {
+    /// One page of the applied elections (see [`ClientRequest::ListElections`]).
+    fn list_elections(&self, after: &str, limit: usize) -> ElectionListing {
         let sm = self.pipeline.node().state_machine();
-        let applied_index = sm.applied_index();
-        match request {
-            ListRequest::Elections { after, limit } => {
-                let page = sm.elections_page(&after, limit);
-                let items = page
-                    .items
-                    .into_iter()
-                    .map(|e| {
-                        let since = self.election_since.get(&e.name).copied().unwrap_or(0);
-                        (e, since)
-                    })
-                    .collect();
-                Listing::Elections {
-                    page: tenure_core::sm::list::Page {
-                        items,
-                        more: page.more,
-                    },
-                    applied_index,
-                }
-            }
-            ListRequest::Sessions { after, limit } => {
-                let now = self.pipeline.node().status().now_tick;
-                let tick_ms = self.tick.as_millis() as u64;
-                let page = sm.sessions_page(after, limit);
-                let items = page
-                    .items
-                    .into_iter()
-                    .map(|s| {
-                        let deadline = self
-                            .pipeline
-                            .node()
-                            .session_deadline_tick(s.id)
-                            .unwrap_or(now);
-                        let remaining_ms = deadline.saturating_sub(now).saturating_mul(tick_ms);
-                        (s, remaining_ms)
-                    })
-                    .collect();
-                Listing::Sessions {
-                    page: tenure_core::sm::list::Page {
-                        items,
-                        more: page.more,
-                    },
-                    applied_index,
-                }
-            }
+        let page = sm.elections_page(after, limit);
+        let items = page
+            .items
+            .into_iter()
+            .map(|e| {
+                let since = self.election_since.get(&e.name).copied().unwrap_or(0);
+                (e, since)
+            })
+            .collect();
+        Listing {
+            page: tenure_core::sm::list::Page {
+                items,
+                more: page.more,
+            },
+            applied_index: sm.applied_index(),
+        }
+    }
+
+    /// One page of the applied sessions (see [`ClientRequest::ListSessions`]).
+    fn list_sessions(&self, after: SessionId, limit: usize) -> SessionListing {
+        let sm = self.pipeline.node().state_machine();
+        let now = self.pipeline.node().status().now_tick;
+        let tick_ms = self.tick.as_millis() as u64;
+        let page = sm.sessions_page(after, limit);
+        let items = page
+            .items
+            .into_iter()
+            .map(|s| {
+                let deadline = self
+                    .pipeline
+                    .node()
+                    .session_deadline_tick(s.id)
+                    .unwrap_or(now);
+                let remaining_ms = deadline.saturating_sub(now).saturating_mul(tick_ms);
+                (s, remaining_ms)
+            })
+            .collect();
+        Listing {
+            page: tenure_core::sm::list::Page {
+                items,
+                more: page.more,
+            },
+            applied_index: sm.applied_index(),
         }
     }
 
@@ -1019,7 +1057,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         // One log line per thing that happens, with stable field names (`event` first): an
         // operator greps for `event=step_down`, a log pipeline reads the JSON fields.
         for event in out.events {
-            self.journal.note(node, &event);
+            self.sink.note(node, &event);
             // The event's name and words are the driver's (`Event::kind`, `Event::worded`),
             // the same as the dashboard's journal shows.
             let kind = event.kind(node);
@@ -1438,6 +1476,13 @@ mod tests {
 
     struct RecordingOutbox(Trail);
 
+    /// The events of these tests go to the log only.
+    struct NoSink;
+
+    impl EventSink for NoSink {
+        fn note(&self, _: NodeId, _: &Event) {}
+    }
+
     impl Outbox for RecordingOutbox {
         fn send(&self, m: Message) {
             let entries = match &m.body {
@@ -1467,6 +1512,7 @@ mod tests {
             RecordingOutbox(trail.clone()),
             Duration::from_millis(10),
             DriverBugs::default(),
+            Arc::new(NoSink),
         );
         let sent = |what: &str| trail.lock().unwrap().iter().any(|l| l.starts_with(what));
         for _ in 0..100 {
@@ -1540,6 +1586,7 @@ mod tests {
             RecordingOutbox(trail),
             Duration::from_millis(10),
             DriverBugs::default(),
+            Arc::new(NoSink),
         );
         for _ in 0..100 {
             if driver.pipeline.node().role() == Role::Leader {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use tenure_core::types::NodeId;
 
 use crate::config::{HostPort, NodeAddrs, ServerConfig, TlsPaths};
-use crate::{Listeners, ServerError};
+use crate::server::{Listeners, ServerError};
 
 /// What an embedded node needs: who it is, where every replica listens, where its data
 /// lives, and (with TLS, the default to use) its certificates and the application's client
@@ -106,7 +106,7 @@ impl EmbeddedConfig {
         let url = self.client_url();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let id = self.server.id;
-        let task = tokio::spawn(crate::run(self.server, listeners, async move {
+        let task = tokio::spawn(crate::server::run(self.server, listeners, async move {
             let _ = stopped.await;
         }));
         Ok(EmbeddedNode {

@@ -24,7 +24,7 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::ClientConfig;
 
 use crate::conn::Gate;
-use crate::driver::{ClientRequest, DriverHandle};
+use crate::driver::DriverHandle;
 
 /// How long a leader's client port may stay full before it hands leadership on.
 pub const AFTER_FULL: Duration = Duration::from_secs(2);
@@ -150,10 +150,7 @@ pub fn run(
                 "the client port has been full for {AFTER_FULL:?}: handing leadership to node \
                  {to}, whose port has room"
             );
-            let moved = driver
-                .call(|reply| ClientRequest::TransferLeader { to, reply }, timeout)
-                .await;
-            if let Err(e) = moved {
+            if let Err(e) = driver.transfer_leadership(to, timeout).await {
                 tracing::warn!(node = me, to, "handing leadership on failed: {e}");
             }
             last_move = Some(Instant::now());

@@ -4,6 +4,25 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// One port's connection counters: the gate of each port ([`crate::conn::Gate`]) counts
+/// into them, and `/metrics` shows them.
+#[derive(Debug, Default)]
+pub struct PortMetrics {
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Connections refused (a limit reached).
+    pub refused: AtomicU64,
+    /// Connections closed for saying nothing in time, or for idling.
+    pub timed_out: AtomicU64,
+    /// Of `open`, those not authenticated yet.
+    pub unauthenticated_open: AtomicU64,
+    /// Unauthenticated connections closed at their deadline.
+    pub unauthenticated_timed_out: AtomicU64,
+    /// Connections that authenticated but found no authenticated slot (the pool, the
+    /// operators' reserve or their principal's cap).
+    pub refused_authenticated: AtomicU64,
+}
+
 /// A histogram with fixed bucket bounds in milliseconds.
 #[derive(Debug)]
 pub struct Histogram {
@@ -135,9 +154,9 @@ pub struct Metrics {
     /// Client requests refused UNAUTHENTICATED (no credentials, unknown token).
     pub unauthenticated: AtomicU64,
     /// The gRPC port's connections.
-    pub client_connections: std::sync::Arc<crate::conn::PortMetrics>,
+    pub client_connections: std::sync::Arc<PortMetrics>,
     /// The HTTP port's connections.
-    pub http_connections: std::sync::Arc<crate::conn::PortMetrics>,
+    pub http_connections: std::sync::Arc<PortMetrics>,
     /// KeepAlive streams open now.
     pub keepalive_streams: AtomicU64,
     /// KeepAlive streams refused because the pool was full.

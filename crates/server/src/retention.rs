@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tenure_core::node::Role;
 use tenure_core::sm::Command;
 
-use crate::driver::{DriverHandle, ListRequest, Listing};
+use crate::driver::{ApiError, DriverHandle};
 
 /// Elections listed per call while sweeping.
 const PAGE: usize = 1_000;
@@ -61,17 +61,14 @@ pub async fn run(driver: DriverHandle, retention: Duration, timeout: Duration) {
 async fn empty_elections(
     driver: &DriverHandle,
     timeout: Duration,
-) -> Result<std::collections::HashSet<String>, crate::driver::ApiError> {
+) -> Result<std::collections::HashSet<String>, ApiError> {
     let mut empty = std::collections::HashSet::new();
     let mut after = String::new();
     loop {
-        let request = ListRequest::Elections {
-            after: after.clone(),
-            limit: PAGE,
-        };
-        let Listing::Elections { page, .. } = driver.list(request, timeout).await? else {
-            return Ok(empty);
-        };
+        let page = driver
+            .list_elections(after.clone(), PAGE, timeout)
+            .await?
+            .page;
         for (election, _) in &page.items {
             if election.leader.is_none() && election.candidates.is_empty() {
                 empty.insert(election.name.clone());

@@ -15,11 +15,15 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::TlsPaths;
 use crate::conn::{ChannelListener, Conn, Gate};
-use crate::ServerError;
 
 /// TLS handshakes in progress on the HTTP port at once; more connections wait in the
 /// kernel's accept queue.
 const HTTP_HANDSHAKES_MAX: usize = 64;
+
+/// Why the node's TLS material cannot be used (the server stops with `tls: …`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct TlsError(String);
 
 /// A node's TLS material, loaded once at start.
 pub(crate) struct NodeTls {
@@ -38,21 +42,20 @@ fn files(paths: &TlsPaths) -> TlsFiles {
 impl NodeTls {
     /// A private key that others than its owner may read is refused: it is the node's
     /// identity towards its peers and clients.
-    pub(crate) fn load(paths: &TlsPaths) -> Result<NodeTls, ServerError> {
+    pub(crate) fn load(paths: &TlsPaths) -> Result<NodeTls, TlsError> {
         use std::os::unix::fs::PermissionsExt as _;
         let mode = std::fs::metadata(&paths.key)
-            .map_err(|e| ServerError::Tls(format!("cannot read {}: {e}", paths.key.display())))?
+            .map_err(|e| TlsError(format!("cannot read {}: {e}", paths.key.display())))?
             .permissions()
             .mode();
         if mode & 0o077 != 0 {
-            return Err(ServerError::Tls(format!(
+            return Err(TlsError(format!(
                 "the private key {} has mode {:o}: others than its owner may read it (chmod 600 it)",
                 paths.key.display(),
                 mode & 0o777
             )));
         }
-        let material =
-            TlsMaterial::load(&files(paths)).map_err(|e| ServerError::Tls(e.to_string()))?;
+        let material = TlsMaterial::load(&files(paths)).map_err(|e| TlsError(e.to_string()))?;
         // A node needs the CA's certificate, never its key: whoever takes the node's disk
         // could then issue itself any name, a peer's included.
         if let Some(dir) = paths.ca.parent() {
@@ -80,17 +83,17 @@ impl NodeTls {
 
     /// A client configuration trusting the cluster's CA and presenting this node's
     /// certificate, for this node's own HTTPS calls to other nodes (`/health`).
-    pub(crate) fn client_config(&self) -> Result<tokio_rustls::rustls::ClientConfig, ServerError> {
+    pub(crate) fn client_config(&self) -> Result<tokio_rustls::rustls::ClientConfig, TlsError> {
         let mut config = self
             .material
             .client_config()
-            .map_err(|e| ServerError::Tls(e.to_string()))?;
+            .map_err(|e| TlsError(e.to_string()))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(config)
     }
 
-    pub(crate) fn peer(&self) -> Result<PeerTls, ServerError> {
-        PeerTls::new(&self.material).map_err(|e| ServerError::Tls(e.to_string()))
+    pub(crate) fn peer(&self) -> Result<PeerTls, TlsError> {
+        PeerTls::new(&self.material).map_err(|e| TlsError(e.to_string()))
     }
 
     /// The gRPC server's TLS: this node's certificate; client certificates from the CA
@@ -98,10 +101,9 @@ impl NodeTls {
     pub(crate) fn grpc(
         &self,
         handshake_timeout: Duration,
-    ) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
+    ) -> Result<tonic::transport::ServerTlsConfig, TlsError> {
         let read = |p: &std::path::Path| {
-            std::fs::read(p)
-                .map_err(|e| ServerError::Tls(format!("cannot read {}: {e}", p.display())))
+            std::fs::read(p).map_err(|e| TlsError(format!("cannot read {}: {e}", p.display())))
         };
         let identity =
             tonic::transport::Identity::from_pem(read(&self.paths.cert)?, read(&self.paths.key)?);
@@ -116,11 +118,11 @@ impl NodeTls {
 
     /// The HTTP port's acceptor (HTTP/1.1; a client certificate from the CA accepted, not
     /// required).
-    pub(crate) fn http_acceptor(&self) -> Result<TlsAcceptor, ServerError> {
+    pub(crate) fn http_acceptor(&self) -> Result<TlsAcceptor, TlsError> {
         let mut config = self
             .material
             .server_config(ClientAuth::Optional)
-            .map_err(|e| ServerError::Tls(e.to_string()))?;
+            .map_err(|e| TlsError(e.to_string()))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(TlsAcceptor::from(Arc::new(config)))
     }
@@ -164,23 +166,4 @@ pub(crate) fn https_listener(
         }
     });
     Ok(ChannelListener::new(ready, local))
-}
-
-impl
-    axum::extract::connect_info::Connected<
-        axum::serve::IncomingStream<'_, ChannelListener<TlsStream<Conn>>>,
-    > for crate::http::HttpPeer
-{
-    fn connect_info(
-        stream: axum::serve::IncomingStream<'_, ChannelListener<TlsStream<Conn>>>,
-    ) -> Self {
-        let leaf = stream
-            .io()
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|certs| certs.first())
-            .map(|leaf| leaf.clone().into_owned());
-        crate::http::HttpPeer { leaf }
-    }
 }

@@ -3,7 +3,8 @@
 //! PERMISSION_DENIED (`permission-denied`), and a client with no certificate
 //! UNAUTHENTICATED (`unauthenticated`), for AddMember, RemoveMember and TransferLeadership;
 //! nothing changes, and each refusal is counted; the admin (the harness's own certificate,
-//! principal `admin`) moves leadership as before.
+//! principal `admin`) moves leadership as before, and is refused INVALID_ARGUMENT
+//! (`invalid-argument`) for the removal of a node that is not a member.
 
 use tenure_proto::v1;
 use tenure_testkit::*;
@@ -74,6 +75,29 @@ async fn only_an_admin_changes_membership_or_moves_leadership() {
     // The admin may.
     let mut admin =
         v1::cluster_client::ClusterClient::new(c.channel_as(leader, Some(ADMIN_CLIENT)));
+    // But not remove a node that is not a member: refused as the dashboard refuses it, as a
+    // bad argument, and nothing changes.
+    let not_a_member = admin
+        .remove_member(v1::MemberRequest {
+            id: 42,
+            ..Default::default()
+        })
+        .await;
+    let refused = assert_error(
+        not_a_member,
+        Code::InvalidArgument,
+        "invalid-argument",
+        "RemoveMember of node 42",
+    );
+    assert!(
+        refused.message().contains("node 42 is not a member"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        c.status_of(leader).await.voters,
+        before.voters,
+        "membership changed"
+    );
     admin
         .transfer_leadership(v1::TransferLeadershipRequest { to: follower })
         .await

@@ -2,7 +2,7 @@
 //! (elections started, leaders known, step-downs and why, membership changes, session
 //! expiries, fenced-write rejections), the same things the driver logs.
 //!
-//! The driver thread calls [`Journal::note`] for each of its events; a bounded ring keeps
+//! The driver thread hands it each of its events, as its [`EventSink`]; a bounded ring keeps
 //! the last [`EVENTS_RING_MAX`] records for pages that connect later, and a bounded
 //! broadcast carries new ones to the pages connected now. Neither ever blocks the driver:
 //! the ring drops its oldest record, and a page that falls behind the broadcast misses
@@ -18,6 +18,8 @@ use tenure_core::event::NodeEvent;
 use tenure_core::types::NodeId;
 use tenure_driver::{Event, StepDownReason};
 use tokio::sync::broadcast;
+
+use crate::driver::EventSink;
 
 /// Records kept for pages that connect later.
 pub const EVENTS_RING_MAX: usize = 256;
@@ -87,10 +89,10 @@ pub struct Subscription {
     pub live: broadcast::Receiver<EventRecord>,
 }
 
-impl Journal {
-    /// Records what the driver saw, if it is something the page shows. Called on the
-    /// driver thread: takes one uncontended lock and never waits for a reader.
-    pub fn note(&self, node: NodeId, event: &Event) {
+/// The driver's sink: it records what the driver saw, if it is something the page shows.
+impl EventSink for Journal {
+    /// Called on the driver thread: takes one uncontended lock and never waits for a reader.
+    fn note(&self, node: NodeId, event: &Event) {
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let Some((kind, fields, text)) = describe(node, event, &mut ring.pre_vote_streak) else {
             return;
@@ -112,7 +114,9 @@ impl Journal {
         // record exactly once: in its backlog or on its receiver. No receiver is fine.
         let _ = self.live.send(record);
     }
+}
 
+impl Journal {
     /// The records after `after` (0: all the ring holds) and a receiver for the next ones.
     pub fn subscribe(&self, after: u64) -> Subscription {
         let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());

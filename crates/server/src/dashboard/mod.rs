@@ -16,7 +16,8 @@
 //! - `GET /api/series`: one sample a second of leader changes, commit and fsync latency and
 //!   keepalive rate, the last ten minutes ([`series`]);
 //! - `POST /api/transfer-leadership` (`{"to": ID}`) and `POST /api/remove-member`
-//!   (`{"id": ID}`): admin actions.
+//!   (`{"id": ID}`): admin actions, the same functions as the Cluster gRPC service's
+//!   ([`crate::admin`]).
 //!
 //! Access is `/status`'s: with a policy (TLS on, or an auth file) the page and its data need
 //! the observer or admin role, from a client certificate or a bearer token. The two actions
@@ -24,12 +25,16 @@
 //! `X-Tenure-Dashboard: 1` (a cross-origin page cannot send it without a CORS preflight,
 //! which this server never grants) and an `Origin`, if sent, naming this very host. The
 //! page shows the buttons to admins only; the server refuses everyone else anyway.
+//!
+//! The dashboard builds on the HTTP port ([`crate::http`]: its state, its peers'
+//! certificates, its read check); the port does not know the dashboard, whose routes the
+//! server merges onto it.
 
 pub mod journal;
 pub mod peers;
 pub mod series;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,9 +50,10 @@ use serde::{Deserialize, Serialize};
 use tenure_core::types::NodeId;
 use tokio_stream::StreamExt as _;
 
+use crate::admin::{Admin, AdminError, Administrator};
 use crate::auth::Action;
-use crate::config::NodeAddrs;
-use crate::driver::{ApiError, ClientRequest, ListRequest, Listing};
+use crate::config::ServerConfig;
+use crate::driver::{ApiError, DriverHandle, Listing};
 use crate::http::{HttpPeer, HttpState, Reader};
 
 pub use journal::{EventRecord, Journal};
@@ -75,12 +81,26 @@ pub struct Dashboard {
     /// Fetches the other members' `/status`; `None` if this node's TLS material could not
     /// be loaded for it (then the other members show why).
     peers: Result<peers::PeerClient, String>,
+    /// What happened on this node, fed by the driver thread (its event sink).
+    journal: Arc<Journal>,
+    /// The admin actions behind the buttons.
+    admin: Admin,
+    /// The origins a page of this dashboard has (`scheme://host:port`): see [`origins`].
+    origins: BTreeSet<String>,
 }
 
 impl Dashboard {
     /// The dashboard of a node with `config`, its sampler started on the current tokio
-    /// runtime (it ends when the driver stops).
-    pub fn start(config: &crate::ServerConfig, driver: &crate::driver::DriverHandle) -> Dashboard {
+    /// runtime (it ends when the driver stops); it streams `journal`, which the driver
+    /// feeds, and acts through `admin`. `names` are the DNS names of the node's certificate
+    /// (see [`origins`]).
+    pub fn start(
+        config: &ServerConfig,
+        driver: &DriverHandle,
+        journal: Arc<Journal>,
+        admin: Admin,
+        names: &[String],
+    ) -> Dashboard {
         let series = series::Series::default();
         let inputs = driver.inputs.clone();
         tokio::spawn(
@@ -95,12 +115,57 @@ impl Dashboard {
             );
             format!("this node's TLS material is unusable: {e}")
         });
-        Dashboard { series, peers }
+        Dashboard {
+            series,
+            peers,
+            journal,
+            admin,
+            origins: origins(config, names),
+        }
     }
 }
 
-/// The dashboard's routes, served on the HTTP port with its state.
-pub fn routes() -> Router<HttpState> {
+/// The origins of this node's dashboard: its HTTP port under `host` (as configured), the
+/// loopback names, and `names` (its certificate's), by `http` and `https`.
+pub fn origins(config: &ServerConfig, names: &[String]) -> BTreeSet<String> {
+    let me = &config.me().http;
+    let port = me.port();
+    let configured = match me.ip() {
+        Some(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+        _ => me.host().to_string(),
+    };
+    let hosts = [
+        configured,
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "[::1]".into(),
+    ]
+    .into_iter()
+    .chain(names.iter().map(|n| n.to_ascii_lowercase()));
+    hosts
+        .flat_map(|h| ["http", "https"].map(|scheme| format!("{scheme}://{h}:{port}")))
+        .collect()
+}
+
+/// What the dashboard's handlers share: the HTTP port's state and the dashboard's own.
+#[derive(Clone)]
+struct DashboardState {
+    http: HttpState,
+    dashboard: Arc<Dashboard>,
+}
+
+impl AsRef<HttpState> for DashboardState {
+    fn as_ref(&self) -> &HttpState {
+        &self.http
+    }
+}
+
+/// The dashboard's routes, to be merged onto the HTTP port whose state is `http`.
+pub fn router(http: HttpState, dashboard: Dashboard) -> Router {
+    let state = DashboardState {
+        http,
+        dashboard: Arc::new(dashboard),
+    };
     Router::new()
         .route("/", asset("text/html; charset=utf-8", INDEX_HTML))
         .route(
@@ -116,10 +181,11 @@ pub fn routes() -> Router<HttpState> {
         .route("/api/series", get(series_json))
         .route("/api/transfer-leadership", post(transfer_leadership))
         .route("/api/remove-member", post(remove_member))
+        .with_state(state)
 }
 
 /// The route of one embedded asset, served to whoever may read the dashboard.
-fn asset(content_type: &'static str, body: &'static str) -> MethodRouter<HttpState> {
+fn asset(content_type: &'static str, body: &'static str) -> MethodRouter<DashboardState> {
     get(move |_: Reader| async move {
         (
             [
@@ -215,12 +281,28 @@ pub struct Rows<T> {
 }
 
 impl<T> Rows<T> {
-    fn failed(why: String) -> Rows<T> {
-        Rows {
-            items: Vec::new(),
-            more: false,
-            applied_index: 0,
-            error: Some(why),
+    /// The rows of a `listing` of `what`, each made by `row`, or why there are none.
+    fn of<U>(
+        listing: Result<Listing<U>, ApiError>,
+        what: &str,
+        row: impl FnMut(U) -> T,
+    ) -> Rows<T> {
+        match listing {
+            Ok(Listing {
+                page,
+                applied_index,
+            }) => Rows {
+                items: page.items.into_iter().map(row).collect(),
+                more: page.more,
+                applied_index,
+                error: None,
+            },
+            Err(e) => Rows {
+                items: Vec::new(),
+                more: false,
+                applied_index: 0,
+                error: Some(format!("cannot list {what}: {e}")),
+            },
         }
     }
 }
@@ -254,31 +336,9 @@ pub struct ClusterJson {
     pub viewer: Viewer,
 }
 
-/// The addresses of member `id`, looked up as the API does (`Api::addrs`): the replicated
-/// member directory first (members added at run time), then this node's `nodes`
-/// configuration. A directory entry without an HTTP address leaves the member without one.
-pub(crate) fn member_addrs(s: &HttpState, id: NodeId) -> Option<NodeAddrs> {
-    let from_directory = {
-        let published = s.driver.published.borrow();
-        published.members.get(&id).and_then(|a| {
-            let http = if a.http.is_empty() {
-                s.config.nodes.get(&id)?.http.clone()
-            } else {
-                a.http.parse().ok()?
-            };
-            Some(NodeAddrs {
-                peer: a.peer.parse().ok()?,
-                client: a.client.parse().ok()?,
-                http,
-            })
-        })
-    };
-    from_directory.or_else(|| s.config.nodes.get(&id).cloned())
-}
-
 async fn cluster(
     _: Reader,
-    State(s): State<HttpState>,
+    State(DashboardState { http: s, dashboard }): State<DashboardState>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     headers: HeaderMap,
 ) -> Response {
@@ -302,13 +362,13 @@ async fn cluster(
         version: me.version.to_string(),
     };
     let fetches = membership.all_nodes().into_iter().map(|id| {
-        let addrs = member_addrs(&s, id);
-        let (s, own, authorization) = (&s, &own, authorization.as_deref());
+        let addrs = s.directory.addrs(id);
+        let (dashboard, own, authorization) = (&dashboard, &own, authorization.as_deref());
         async move {
             let answer = if id == st.id {
                 Ok(own.clone())
             } else {
-                match (&s.dashboard.peers, &addrs) {
+                match (&dashboard.peers, &addrs) {
                     (Err(why), _) => Err(why.clone()),
                     (Ok(_), None) => Err("no HTTP address known for this member".to_string()),
                     (Ok(client), Some(a)) => client.status(id, &a.http, authorization).await,
@@ -318,26 +378,26 @@ async fn cluster(
         }
     });
     let timeout = s.config.request_timeout();
-    let elections = s.driver.list(
-        ListRequest::Elections {
-            after: String::new(),
-            limit: LIST_MAX,
-        },
-        timeout,
-    );
-    let sessions = s.driver.list(
-        ListRequest::Sessions {
-            after: 0,
-            limit: LIST_MAX,
-        },
-        timeout,
-    );
+    let elections = s.driver.list_elections(String::new(), LIST_MAX, timeout);
+    let sessions = s.driver.list_sessions(0, LIST_MAX, timeout);
     let (answers, (elections, sessions)) =
         tokio::join!(futures_util::future::join_all(fetches), async {
             tokio::join!(elections, sessions)
         });
-    let elections = election_rows(elections);
-    let sessions = session_rows(sessions, s.config.tick_ms);
+    let elections = Rows::of(elections, "elections", |(e, since_index)| ElectionRow {
+        name: e.name,
+        holder: e.leader.map(|l| l.session),
+        token: e.token,
+        candidates: e.candidates,
+        since_index,
+    });
+    let tick_ms = s.config.tick_ms;
+    let sessions = Rows::of(sessions, "sessions", |(s, remaining_ms)| SessionRow {
+        id: s.id,
+        ttl_ms: s.info.ttl_ticks.saturating_mul(tick_ms),
+        remaining_ms,
+        elections: s.elections,
+    });
     let leader_commit = answers.iter().find_map(|(_, _, a)| {
         a.as_ref()
             .ok()
@@ -386,57 +446,6 @@ async fn cluster(
     .into_response()
 }
 
-fn election_rows(listing: Result<Listing, ApiError>) -> Rows<ElectionRow> {
-    match listing {
-        Ok(Listing::Elections {
-            page,
-            applied_index,
-        }) => Rows {
-            items: page
-                .items
-                .into_iter()
-                .map(|(e, since_index)| ElectionRow {
-                    name: e.name,
-                    holder: e.leader.map(|l| l.session),
-                    token: e.token,
-                    candidates: e.candidates,
-                    since_index,
-                })
-                .collect(),
-            more: page.more,
-            applied_index,
-            error: None,
-        },
-        Ok(other) => Rows::failed(format!("the driver answered with {other:?}")),
-        Err(e) => Rows::failed(format!("cannot list elections: {e}")),
-    }
-}
-
-fn session_rows(listing: Result<Listing, ApiError>, tick_ms: u64) -> Rows<SessionRow> {
-    match listing {
-        Ok(Listing::Sessions {
-            page,
-            applied_index,
-        }) => Rows {
-            items: page
-                .items
-                .into_iter()
-                .map(|(s, remaining_ms)| SessionRow {
-                    id: s.id,
-                    ttl_ms: s.info.ttl_ticks.saturating_mul(tick_ms),
-                    remaining_ms,
-                    elections: s.elections,
-                })
-                .collect(),
-            more: page.more,
-            applied_index,
-            error: None,
-        },
-        Ok(other) => Rows::failed(format!("the driver answered with {other:?}")),
-        Err(e) => Rows::failed(format!("cannot list sessions: {e}")),
-    }
-}
-
 /// Who the viewer is and whether the admin actions are open to them; asking does not
 /// count as a refusal in the metrics.
 fn viewer(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Viewer {
@@ -471,7 +480,12 @@ fn viewer(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Viewer {
     }
 }
 
-async fn events(_: Reader, State(s): State<HttpState>, headers: HeaderMap, uri: Uri) -> Response {
+async fn events(
+    _: Reader,
+    State(DashboardState { http: s, dashboard }): State<DashboardState>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     // A browser that reconnects says what it saw last; a page may also ask by query.
     let after = headers
         .get("last-event-id")
@@ -485,7 +499,7 @@ async fn events(_: Reader, State(s): State<HttpState>, headers: HeaderMap, uri: 
                 .ok()
         })
         .unwrap_or(0);
-    let sub = s.driver.journal.subscribe(after);
+    let sub = dashboard.journal.subscribe(after);
     let seen = sub.backlog.last().map_or(after, |r| r.seq);
     let backlog = tokio_stream::iter(sub.backlog).map(|r| Ok(record_event(&r)));
     let live = tokio_stream::wrappers::BroadcastStream::new(sub.live).filter_map(move |r| {
@@ -535,7 +549,7 @@ struct SeriesJson {
     samples: Vec<series::Sample>,
 }
 
-async fn series_json(_: Reader, State(s): State<HttpState>) -> Response {
+async fn series_json(_: Reader, State(s): State<DashboardState>) -> Response {
     axum::Json(SeriesJson {
         interval_ms: series::SAMPLE_INTERVAL.as_millis() as u64,
         samples: s.dashboard.series.samples(),
@@ -553,10 +567,19 @@ fn answer(code: StatusCode, key: &str, text: String) -> Response {
 /// The largest body of a dashboard action (`{"to": 3}`, `{"id": 4}`).
 const ACTION_BODY_MAX: usize = 1024;
 
-/// Admin, from this page's own origin: decided from the headers alone, before any body is
-/// read, so that a client without the right costs the node no memory.
-fn admit_caller(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Result<(), Box<Response>> {
-    s.authorize(peer, headers, Action::Admin)?;
+/// Admin ([`Admin::authorize`]), from this page's own origin: decided from the headers
+/// alone, before any body is read, so that a client without the right costs the node no
+/// memory.
+fn admit_caller(
+    dashboard: &Dashboard,
+    peer: &HttpPeer,
+    headers: &HeaderMap,
+) -> Result<Administrator, Box<Response>> {
+    let authorization = headers.get("authorization").map(|v| v.as_bytes());
+    let caller = dashboard
+        .admin
+        .authorize(authorization, peer.leaf.as_ref())
+        .map_err(|denied| Box::new(crate::http::refused("", &denied)))?;
     if headers.get(ACTION_HEADER).map(|v| v.as_bytes()) != Some(b"1") {
         return Err(Box::new(answer(
             StatusCode::FORBIDDEN,
@@ -569,7 +592,7 @@ fn admit_caller(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Result<(
     // which a page on a rebound DNS name sets to its own name.
     if let Some(origin) = headers.get("origin") {
         let origin = origin.to_str().unwrap_or("").to_ascii_lowercase();
-        if !s.origins.contains(&origin) {
+        if !dashboard.origins.contains(&origin) {
             return Err(Box::new(answer(
                 StatusCode::FORBIDDEN,
                 "error",
@@ -580,7 +603,7 @@ fn admit_caller(s: &HttpState, peer: &HttpPeer, headers: &HeaderMap) -> Result<(
             )));
         }
     }
-    Ok(())
+    Ok(caller)
 }
 
 /// A body of the expected shape.
@@ -594,25 +617,29 @@ fn parse_action<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Resp
     })
 }
 
-/// An admin action's body: as an extractor, the handler runs only for an admin, from the
-/// page's own origin ([`admit_caller`], before the body is read), with a body of at most
+/// An admin action: as an extractor, the handler runs only for an admin, from the page's
+/// own origin ([`admit_caller`], before the body is read), with a body of at most
 /// [`ACTION_BODY_MAX`] bytes (a larger `Content-Length` is refused unread) and of the
 /// expected shape.
-struct AdminAction<T>(T);
+struct AdminAction<T> {
+    caller: Administrator,
+    body: T,
+}
 
-impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<HttpState> for AdminAction<T> {
+impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<DashboardState> for AdminAction<T> {
     type Rejection = Response;
 
     async fn from_request(
         req: axum::extract::Request,
-        s: &HttpState,
+        s: &DashboardState,
     ) -> Result<AdminAction<T>, Response> {
         let peer = req
             .extensions()
             .get::<ConnectInfo<HttpPeer>>()
             .map(|c| c.0.clone())
             .unwrap_or_default();
-        admit_caller(s, &peer, req.headers()).map_err(|refused| *refused)?;
+        let caller =
+            admit_caller(&s.dashboard, &peer, req.headers()).map_err(|refused| *refused)?;
         let too_large = || {
             answer(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -632,7 +659,7 @@ impl<T: for<'de> Deserialize<'de>> axum::extract::FromRequest<HttpState> for Adm
             .await
             .map_err(|_| too_large())?;
         parse_action(&body)
-            .map(AdminAction)
+            .map(|body| AdminAction { caller, body })
             .map_err(|refused| *refused)
     }
 }
@@ -648,7 +675,9 @@ fn refusal(s: &HttpState, e: ApiError) -> Response {
     };
     let text = match &e {
         ApiError::NotLeader { leader: Some(l) } => {
-            let page = member_addrs(s, *l)
+            let page = s
+                .directory
+                .addrs(*l)
                 .map(|a| format!(" (its dashboard is on {})", a.http))
                 .unwrap_or_default();
             format!("this node does not lead: node {l} does{page}; act there")
@@ -668,16 +697,15 @@ struct TransferBody {
 }
 
 async fn transfer_leadership(
-    State(s): State<HttpState>,
-    AdminAction(TransferBody { to }): AdminAction<TransferBody>,
+    State(s): State<DashboardState>,
+    AdminAction {
+        caller,
+        body: TransferBody { to },
+    }: AdminAction<TransferBody>,
 ) -> Response {
-    let timeout = s.config.request_timeout();
-    let done = s
-        .driver
-        .call(|reply| ClientRequest::TransferLeader { to, reply }, timeout)
-        .await;
+    let done = s.dashboard.admin.transfer_leadership(&caller, to).await;
     acted(
-        &s,
+        &s.http,
         done,
         format!("leadership transfer to node {to} started"),
     )
@@ -690,33 +718,26 @@ struct RemoveBody {
 }
 
 async fn remove_member(
-    State(s): State<HttpState>,
-    AdminAction(RemoveBody { id }): AdminAction<RemoveBody>,
+    State(s): State<DashboardState>,
+    AdminAction {
+        caller,
+        body: RemoveBody { id },
+    }: AdminAction<RemoveBody>,
 ) -> Response {
-    let m = s.driver.published.borrow().status.membership.clone();
-    if !m.all_nodes().contains(&id) {
-        return answer(
-            StatusCode::BAD_REQUEST,
-            "error",
-            format!("node {id} is not a member"),
-        );
-    }
-    let (mut voters, mut learners) = (m.voters, m.learners);
-    voters.remove(&id);
-    learners.remove(&id);
-    let timeout = s.config.request_timeout();
-    let done = s.driver.change_membership(voters, learners, timeout).await;
+    let done = s.dashboard.admin.remove_member(&caller, id).await;
     acted(
-        &s,
+        &s.http,
         done,
         format!("node {id} was removed (the membership change is committed)"),
     )
 }
 
-/// An admin action's answer: `ok` with what was done, or the refusal.
-fn acted<T>(s: &HttpState, done: Result<T, ApiError>, what: String) -> Response {
+/// An admin action's answer: `ok` with what was done, or the refusal (a rule broken, in
+/// its own words; the driver's, as [`refusal`] says it).
+fn acted<T>(s: &HttpState, done: Result<T, AdminError>, what: String) -> Response {
     match done {
         Ok(_) => answer(StatusCode::OK, "ok", what),
-        Err(e) => refusal(s, e),
+        Err(AdminError::Invalid(why)) => answer(StatusCode::BAD_REQUEST, "error", why),
+        Err(AdminError::Driver(e)) => refusal(s, e),
     }
 }
