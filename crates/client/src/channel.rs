@@ -87,16 +87,9 @@ impl Interceptor for Bearer {
     }
 }
 
-/// The bearer token in the file named by a URL's `token_file`: its one line, trimmed.
+/// The bearer token in the file named by a URL's `token_file`, as a sensitive header value.
 fn read_token(path: &str) -> std::result::Result<MetadataValue<Ascii>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the token file {path:?}: {e}"))?;
-    let token = text.trim();
-    if token.is_empty() || token.contains(char::is_whitespace) || !token.is_ascii() {
-        return Err(format!(
-            "the token file {path:?} must hold one token (what `tenure token NAME` printed)"
-        ));
-    }
+    let token = crate::tls::read_token(std::path::Path::new(path))?;
     let mut value: MetadataValue<Ascii> = format!("Bearer {token}")
         .parse()
         .map_err(|_| format!("the token in {path:?} is not a valid header value"))?;

@@ -5,6 +5,7 @@
 //! Everything here is rustls with the *ring* provider, as in the rest of the workspace (no
 //! OpenSSL).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -48,6 +49,20 @@ pub(crate) fn read_identity(cert: &str, key: &str) -> Result<(Vec<u8>, Vec<u8>),
     rustls::pki_types::PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|_| format!("the key file {key:?} holds no PEM private key"))?;
     Ok((cert_pem, key_pem))
+}
+
+/// The bearer token in a token file (what `tenure token NAME` printed): its one line,
+/// trimmed.
+pub(crate) fn read_token(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the token file {path:?}: {e}"))?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) || !token.is_ascii() {
+        return Err(format!(
+            "the token file {path:?} must hold one token (what `tenure token NAME` printed)"
+        ));
+    }
+    Ok(token.to_string())
 }
 
 fn provider() -> Arc<CryptoProvider> {

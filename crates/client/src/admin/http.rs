@@ -139,15 +139,7 @@ pub fn tls_config(
 /// The bearer token in a token file (what `tenure token NAME` printed): its one line,
 /// trimmed.
 pub fn read_token(path: &Path) -> std::result::Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the token file {path:?}: {e}"))?;
-    let token = text.trim();
-    if token.is_empty() || token.contains(char::is_whitespace) || !token.is_ascii() {
-        return Err(format!(
-            "the token file {path:?} must hold one token (what `tenure token NAME` printed)"
-        ));
-    }
-    Ok(token.to_string())
+    crate::tls::read_token(path)
 }
 
 #[cfg(test)]
