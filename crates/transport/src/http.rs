@@ -61,6 +61,10 @@ impl From<HttpError> for std::io::Error {
 #[derive(Clone, Default)]
 pub struct HttpClient {
     tls: Option<TlsConnector>,
+    /// The name the node's certificate must carry; `None`: the address's host.
+    server_name: Option<String>,
+    /// The largest answer read; `None`: [`BODY_MAX`].
+    body_max: Option<usize>,
     /// More header lines, each ending in `\r\n` (an `authorization` among them: never
     /// printed).
     headers: String,
@@ -85,7 +89,7 @@ impl HttpClient {
     pub fn tls(connector: TlsConnector) -> HttpClient {
         HttpClient {
             tls: Some(connector),
-            headers: String::new(),
+            ..HttpClient::default()
         }
     }
 
@@ -104,6 +108,19 @@ impl HttpClient {
     /// The same client, sending the header `name: value` with every request.
     pub fn with_header(mut self, name: &str, value: &str) -> HttpClient {
         self.headers.push_str(&format!("{name}: {value}\r\n"));
+        self
+    }
+
+    /// The same client, checking the node's certificate for `name` (a node's name,
+    /// `node-<id>.<cluster>.tenure`) instead of the address's host.
+    pub fn with_server_name(mut self, name: &str) -> HttpClient {
+        self.server_name = Some(name.to_string());
+        self
+    }
+
+    /// The same client, refusing answers longer than `bytes` (headers included).
+    pub fn with_body_max(mut self, bytes: usize) -> HttpClient {
+        self.body_max = Some(bytes);
         self
     }
 
@@ -160,11 +177,13 @@ impl HttpClient {
                     source,
                 })?;
             let _ = tcp.set_nodelay(true);
+            let limit = self.body_max.unwrap_or(BODY_MAX + 64 * 1024);
             match &self.tls {
-                None => exchange(tcp, raw).await,
+                None => exchange(tcp, raw, limit).await,
                 Some(tls) => {
                     let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
                     let host = host.trim_start_matches('[').trim_end_matches(']');
+                    let host = self.server_name.as_deref().unwrap_or(host);
                     let name = ServerName::try_from(host.to_string()).map_err(|e| {
                         HttpError::Exchange(format!(
                             "{host:?} cannot be checked against a certificate: {e}"
@@ -174,7 +193,7 @@ impl HttpClient {
                         .connect(name, tcp)
                         .await
                         .map_err(|e| HttpError::Exchange(format!("TLS: {e}")))?;
-                    exchange(stream, raw).await
+                    exchange(stream, raw, limit).await
                 }
             }
         };
@@ -185,12 +204,13 @@ impl HttpClient {
     }
 }
 
-/// Writes `request` on `stream` and reads the whole answer (at most [`BODY_MAX`] and a
-/// little for the headers). A peer that resets or closes without TLS's close_notify after
-/// answering still answered: what was read is parsed (and refused if it is not whole).
+/// Writes `request` on `stream` and reads the whole answer, at most `limit` bytes. A peer
+/// that resets or closes without TLS's close_notify after answering still answered: what
+/// was read is parsed (and refused if it is not whole).
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     request: &[u8],
+    limit: usize,
 ) -> Result<Vec<u8>, HttpError> {
     let failed = |what: &str, e: std::io::Error| HttpError::Exchange(format!("{what}: {e}"));
     stream
@@ -201,7 +221,6 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         .flush()
         .await
         .map_err(|e| failed("cannot send the request", e))?;
-    let limit = BODY_MAX + 64 * 1024;
     let mut raw = Vec::new();
     let read = (&mut stream)
         .take(limit as u64 + 1)

@@ -8,15 +8,12 @@
 //! policy from an auth file can only be met with the viewer's bearer token, which is passed
 //! on to the member; with no policy at all nothing is needed.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tenure_core::types::NodeId;
-use tenure_transport::{HostPort, TlsFiles, TlsMaterial};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::TlsConnector;
+use tenure_transport::http::HttpClient;
+use tenure_transport::{HostPort, TlsFiles};
 
 use crate::config::ServerConfig;
 
@@ -53,29 +50,27 @@ pub struct MemberStatus {
 /// Fetches members' `/status`.
 #[derive(Clone)]
 pub struct PeerClient {
-    tls: Option<TlsConnector>,
+    /// Over TLS: this node's certificate and the cluster's CA.
+    http: HttpClient,
     cluster_id: String,
 }
 
 impl PeerClient {
     /// A client for `config`'s cluster: with TLS on, this node's certificate and CA.
     pub fn new(config: &ServerConfig) -> Result<PeerClient, String> {
-        let tls = match &config.tls {
-            None => None,
-            Some(paths) => {
-                let material = TlsMaterial::load(&TlsFiles {
-                    ca: paths.ca.clone(),
-                    cert: paths.cert.clone(),
-                    key: paths.key.clone(),
-                })
-                .map_err(|e| e.to_string())?;
-                let mut client = material.client_config().map_err(|e| e.to_string())?;
-                client.alpn_protocols = vec![b"http/1.1".to_vec()];
-                Some(TlsConnector::from(Arc::new(client)))
-            }
+        let http = match &config.tls {
+            None => HttpClient::plaintext(),
+            Some(paths) => HttpClient::from_files(&TlsFiles {
+                ca: paths.ca.clone(),
+                cert: paths.cert.clone(),
+                key: paths.key.clone(),
+            })
+            .map_err(|e| e.to_string())?,
         };
         Ok(PeerClient {
-            tls,
+            http: http
+                .with_header("Accept", "application/json")
+                .with_body_max(PEER_STATUS_BYTES_MAX),
             cluster_id: config.cluster_id.clone(),
         })
     }
@@ -96,26 +91,22 @@ impl PeerClient {
                 .first()
                 .copied()
                 .ok_or_else(|| format!("{addr} resolves to no address"))?;
-            let tcp = tokio::net::TcpStream::connect(socket)
+            // Over TLS the member knows this node by its certificate, and checks it by the
+            // member's node name; the viewer's token goes only where TLS does not identify
+            // this node.
+            let http = match authorization {
+                _ if self.http.is_tls() => self
+                    .http
+                    .clone()
+                    .with_server_name(&tenure_transport::tls::node_name(&self.cluster_id, id)),
+                Some(a) => self.http.clone().with_header("Authorization", a),
+                None => self.http.clone(),
+            };
+            let (code, body) = http
+                .get(socket, "/status", PEER_STATUS_TIMEOUT)
                 .await
-                .map_err(|e| format!("cannot connect to {socket}: {e}"))?;
-            let _ = tcp.set_nodelay(true);
-            // The viewer's token goes only where TLS does not identify this node: over
-            // TLS the member knows it by its certificate.
-            let raw = match &self.tls {
-                None => get_status(tcp, addr, authorization).await,
-                Some(tls) => {
-                    let name = tenure_transport::tls::node_name(&self.cluster_id, id);
-                    let name = ServerName::try_from(name).map_err(|e| e.to_string())?;
-                    let stream = tls
-                        .connect(name, tcp)
-                        .await
-                        .map_err(|e| format!("TLS with {socket}: {e}"))?;
-                    get_status(stream, addr, None).await
-                }
-            }
-            .map_err(|e| format!("{socket}: {e}"))?;
-            parse_status(&raw, id)
+                .map_err(|e| format!("{socket}: {e}"))?;
+            parse_status(code, &body, id)
         };
         match tokio::time::timeout(PEER_STATUS_TIMEOUT, fetch).await {
             Ok(answer) => answer,
@@ -127,63 +118,13 @@ impl PeerClient {
     }
 }
 
-async fn get_status<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    addr: &HostPort,
-    authorization: Option<&str>,
-) -> std::io::Result<Vec<u8>> {
-    let auth = authorization
-        .map(|a| format!("Authorization: {a}\r\n"))
-        .unwrap_or_default();
-    let request = format!(
-        "GET /status HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\n{auth}\r\n"
-    );
-    stream.write_all(request.as_bytes()).await?;
-    stream.flush().await?;
-    let mut raw = Vec::new();
-    let mut limited = (&mut stream).take(PEER_STATUS_BYTES_MAX as u64 + 1);
-    match limited.read_to_end(&mut raw).await {
-        Ok(_) => Ok(raw),
-        // A TLS peer that closes without close_notify after a complete answer.
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
-        Err(e) => Err(e),
-    }
-}
-
 /// The member's answer: its status if it said 200 with JSON, otherwise what it said.
-fn parse_status(raw: &[u8], id: NodeId) -> Result<MemberStatus, String> {
-    if raw.len() > PEER_STATUS_BYTES_MAX {
-        return Err(format!("answer over {PEER_STATUS_BYTES_MAX} bytes"));
-    }
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("an answer without the end of its headers")?;
-    let head = String::from_utf8_lossy(&raw[..end]);
-    let body = &raw[end + 4..];
-    let code: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or("an answer without a status code")?;
-    let length = head.lines().find_map(|l| {
-        let (name, value) = l.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("content-length")
-            .then(|| value.trim().parse::<usize>().ok())
-            .flatten()
-    });
-    let body = match length {
-        Some(n) if n <= body.len() => &body[..n],
-        Some(_) => return Err("an answer shorter than its content-length".into()),
-        None => body,
-    };
+fn parse_status(code: u16, body: &str, id: NodeId) -> Result<MemberStatus, String> {
     if code != 200 {
-        let text = String::from_utf8_lossy(body);
-        return Err(format!("HTTP {code}: {}", text.trim()));
+        return Err(format!("HTTP {code}: {}", body.trim()));
     }
     let status: MemberStatus =
-        serde_json::from_slice(body).map_err(|e| format!("unreadable /status: {e}"))?;
+        serde_json::from_str(body).map_err(|e| format!("unreadable /status: {e}"))?;
     if status.id != id {
         return Err(format!(
             "the address answers as node {}, not node {id}",
@@ -198,16 +139,18 @@ mod tests {
     use super::parse_status;
 
     #[test]
-    fn answers_are_read_by_content_length_and_refusals_say_why() {
-        let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 27\r\n\r\n{\"id\":2,\"role\":\"follower\"}\n";
-        let status = parse_status(ok, 2).expect("a status");
+    fn answers_are_read_and_refusals_say_why() {
+        let ok = "{\"id\":2,\"role\":\"follower\"}\n";
+        let status = parse_status(200, ok, 2).expect("a status");
         assert_eq!(status.role, "follower");
         assert_eq!(status.vote, None);
-        assert!(parse_status(ok, 3)
+        assert!(parse_status(200, ok, 3)
             .unwrap_err()
             .contains("answers as node 2"));
-        let refused = b"HTTP/1.1 403 Forbidden\r\ncontent-length: 9\r\n\r\nno entry\n";
-        assert_eq!(parse_status(refused, 2).unwrap_err(), "HTTP 403: no entry");
-        assert!(parse_status(b"HTTP/1.1 200 OK\r\n", 2).is_err());
+        assert_eq!(
+            parse_status(403, "no entry\n", 2).unwrap_err(),
+            "HTTP 403: no entry"
+        );
+        assert!(parse_status(200, "<html>", 2).is_err());
     }
 }
