@@ -362,8 +362,11 @@ async fn greedy(
     drop(held);
     let mut node = 0;
     for (id, secret) in sessions {
-        // At the leader (found by its not-leader answers), within the principal's rate.
-        for _ in 0..20 {
+        // At the leader (found by its not-leader answers), within the principal's rate; a
+        // node that is down, restarting or without a leader yet (the last fault may still
+        // be healing) is tried again, elsewhere and a moment later, for up to ten seconds.
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tokio::time::Instant::now() < give_up {
             let revoked = SessionsClient::new(on_any(node))
                 .revoke(v1::RevokeRequest {
                     session_id: id,
@@ -373,10 +376,15 @@ async fn greedy(
                 .await;
             match revoked {
                 Err(s) if tenure_proto::Reason::of(&s) == Some(tenure_proto::Reason::NotLeader) => {
-                    node += 1
+                    node += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await
                 }
                 Err(s) if s.message().contains("calls per second") => {
                     tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(s) if s.code() == tonic::Code::Unavailable => {
+                    node += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await
                 }
                 _ => break,
             }
