@@ -178,6 +178,7 @@ mod backend;
 pub mod channel;
 pub mod embedded;
 mod error;
+pub mod exit;
 pub mod fence;
 mod redact;
 mod session;
