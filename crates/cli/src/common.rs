@@ -9,9 +9,9 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-pub use tenure::exit::{exit_code, Commands, EXIT_BACKEND, EXIT_LOST, EXIT_SKIPPED, EXIT_USAGE};
+pub use tenure::exit::{exit_code, Commands, EXIT_BACKEND, EXIT_LOST, EXIT_USAGE};
+pub use tenure::supervise::{signal_name, Signals};
 use tenure::Error;
-use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// The default backend when neither `--backend` nor `TENURE_BACKEND` is given.
 pub const DEFAULT_BACKEND: &str = "tenure://127.0.0.1:8001";
@@ -51,51 +51,13 @@ pub fn check_election(name: &str) -> Result<(), u8> {
     Ok(())
 }
 
-/// SIGINT, SIGTERM and SIGHUP, as one stream of signal numbers.
-pub struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    /// Install the handlers (the signals no longer kill the process); where that fails, the
-    /// reason is logged and the exit code returned.
-    pub fn install() -> Result<Signals, u8> {
-        let install = || -> std::io::Result<Signals> {
-            Ok(Signals {
-                int: signal(SignalKind::interrupt())?,
-                term: signal(SignalKind::terminate())?,
-                hup: signal(SignalKind::hangup())?,
-            })
-        };
-        install().map_err(|e| {
-            log(&format!("error: cannot handle signals: {e}"));
-            EXIT_BACKEND
-        })
-    }
-
-    /// The next signal received.
-    pub async fn recv(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
-        }
-    }
-}
-
-/// A signal's name, for logs.
-pub fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGHUP => "SIGHUP".into(),
-        libc::SIGKILL => "SIGKILL".into(),
-        libc::SIGSEGV => "SIGSEGV".into(),
-        libc::SIGABRT => "SIGABRT".into(),
-        n => format!("signal {n}"),
-    }
+/// SIGINT, SIGTERM and SIGHUP handled ([`Signals::install`]); where that fails, the reason
+/// is logged and the exit code returned.
+pub fn install_signals() -> Result<Signals, u8> {
+    Signals::install().map_err(|e| {
+        log(&format!("error: cannot handle signals: {e}"));
+        EXIT_BACKEND
+    })
 }
 
 /// TLS files for a `tenure://` backend.

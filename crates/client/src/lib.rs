@@ -182,6 +182,8 @@ pub mod exit;
 pub mod fence;
 mod redact;
 mod session;
+#[cfg(feature = "supervise")]
+pub mod supervise;
 mod tls;
 mod url;
 
