@@ -32,7 +32,7 @@ enum Cmd {
     /// Run the deterministic simulator over a range of seeds and check every invariant.
     Sim(tenure_sim::cli::SimArgs),
     /// Run one node of a tenure cluster.
-    Server(Box<server::ServerArgs>),
+    Server(Box<tenure_server::flags::ServerArgs>),
     /// Create a CA and certificates for a cluster's nodes and clients.
     Certs(certs::CertsArgs),
     /// Make a bearer token for a principal of the server's auth file.

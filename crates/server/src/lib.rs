@@ -19,6 +19,7 @@ pub mod conn;
 pub mod dashboard;
 pub mod driver;
 pub mod embed;
+pub mod flags;
 mod handover;
 pub mod http;
 pub mod metrics;
