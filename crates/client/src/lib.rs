@@ -176,6 +176,7 @@
 pub mod admin;
 mod backend;
 pub mod channel;
+pub mod duration;
 pub mod embedded;
 mod error;
 pub mod exit;
