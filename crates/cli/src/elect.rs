@@ -37,8 +37,8 @@ use tenure::{CampaignOptions, Client, Error, LeaderInfo};
 use tokio_stream::StreamExt as _;
 
 use crate::common::{
-    backend_url, block_on, check_election, default_value, fail, log, parse_duration, signal_name,
-    Signals, EXIT_BACKEND, EXIT_LOST, EXIT_USAGE,
+    backend_url, block_on, check_election, default_value, fail, install_signals, log,
+    parse_duration, signal_name, Signals, EXIT_BACKEND, EXIT_LOST, EXIT_USAGE,
 };
 use crate::output;
 
@@ -179,7 +179,7 @@ pub struct LeaderArgs {
 
 /// Signals handled, then [`connect`].
 async fn start(target: &Target) -> Result<(Signals, Client, String), u8> {
-    let signals = Signals::install()?;
+    let signals = install_signals()?;
     let (client, url) = connect(target).await?;
     Ok((signals, client, url))
 }

@@ -12,13 +12,11 @@ mod certs;
 mod common;
 mod demo;
 mod elect;
-mod nemesis;
 mod ops;
 mod output;
 mod plan;
 mod run;
 mod server;
-mod sim;
 
 /// tenure — leader election with leases and fencing tokens.
 #[derive(Debug, Parser)]
@@ -32,9 +30,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run the deterministic simulator over a range of seeds and check every invariant.
-    Sim(sim::SimArgs),
+    Sim(tenure_sim::cli::SimArgs),
     /// Run one node of a tenure cluster.
-    Server(Box<server::ServerArgs>),
+    Server(Box<tenure_server::flags::ServerArgs>),
     /// Create a CA and certificates for a cluster's nodes and clients.
     Certs(certs::CertsArgs),
     /// Make a bearer token for a principal of the server's auth file.
@@ -47,7 +45,7 @@ enum Cmd {
     /// Benchmark tenure, etcd and ZooKeeper side by side (3-node clusters started here).
     Bench(tenure_bench::BenchArgs),
     /// Drive a local cluster of real servers through seeded faults and check the history.
-    Nemesis(nemesis::NemesisArgs),
+    Nemesis(tenure_nemesis::cli::NemesisArgs),
     /// Check timing against the rules; estimate failover, renewal traffic, false-failover risk.
     ///
     /// Inputs from flags, a TOML file (--config) or a running node (--from URL of its HTTP
@@ -178,13 +176,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Sim(args) => sim::run(args),
+        Cmd::Sim(args) => tenure_sim::cli::run(args),
         Cmd::Server(args) => server::run(*args),
         Cmd::Certs(args) => certs::run(args),
         Cmd::Token(args) => certs::token(args),
         Cmd::Demo(args) => demo::run(args),
         Cmd::Plan(args) => plan::run(*args),
-        Cmd::Nemesis(args) => nemesis::run(args),
+        Cmd::Nemesis(args) => tenure_nemesis::cli::run(args),
         Cmd::Bench(args) => match std::env::current_exe() {
             Ok(bin) => tenure_bench::run(args, bin),
             Err(e) => {

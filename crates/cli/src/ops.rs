@@ -861,7 +861,7 @@ mod tests {
 
     #[test]
     fn refusals_exit_with_their_own_codes() {
-        use crate::common::{EXIT_BACKEND, EXIT_DENIED, EXIT_FENCED, EXIT_USAGE};
+        use tenure::exit::{EXIT_BACKEND, EXIT_DENIED, EXIT_FENCED, EXIT_USAGE};
         // As the cluster answers: a reason, and the current token on a fenced refusal.
         let refused = |reason: Reason| {
             let mut s = reason.label(Status::aborted("refused"));

@@ -1,113 +1,21 @@
 //! `tenure run`: run a command only while this process leads an election.
 //!
-//! ```text
-//! tenure run --election NAME [--backend URL] [--ttl 10s] [--grace 2s] [--once] [--value STR] -- CMD ARGS…
-//! ```
-//!
-//! # What it does
-//!
-//! 0. Checks that `CMD` can be started before anything else: found on `$PATH` (as `execvp`
-//!    looks it up; a `CMD` with a `/` is taken as a path) and executable. A command that
-//!    is not found exits 127, one that is not executable 126 (as shells do), without
-//!    contacting the backend: no session is granted, no fencing token spent.
-//! 1. Campaigns in `NAME` (a session with `--ttl`, kept alive every TTL/4) and waits in the
-//!    election's queue until it leads. With `--once` it does not wait: see below.
-//! 2. Starts `CMD ARGS…` with `TENURE_FENCING_TOKEN` (the leadership's token),
-//!    `TENURE_ELECTION` (`NAME`) and `TENURE_SESSION_ID` (this holder's session id: what
-//!    `tenure leader` shows as `session=`) in its environment, stdin/stdout/stderr
-//!    inherited, in a process group of its own. `TENURE_LEADER_ID` holds the same session
-//!    id, under its old name; it is deprecated and will be removed: use `TENURE_SESSION_ID`.
-//! 3. Stops the command's whole process group before the lease could pass to anyone else:
-//!    SIGTERM at `valid_until − grace` at the latest (at once when leadership is seen lost:
-//!    session ended, another leader observed), then SIGKILL at `valid_until` (or after the
-//!    grace, whichever comes first). `valid_until` is the client's rule-4 bound (send time of
-//!    the last acknowledged keepalive + TTL − drift margin, on this host's monotonic clock);
-//!    the cluster never expires the session before receive time + TTL, so the command is
-//!    dead at least the drift margin before anyone else can be elected.
-//! 4. When the command exits by itself while this process leads, every process left in its
-//!    group is killed, leadership is resigned (the next candidate leads at once), and
-//!    `tenure run` exits with the command's status.
-//!
-//! `--grace` must be less than half the TTL: the command is stopped `grace` before the lease
-//! runs out, and with renewals every TTL/4 a grace of TTL/2 or more would stop it after one
-//! or two slow keepalives.
-//!
-//! # `--once` (cron-style jobs)
-//!
-//! Every replica's cron runs `tenure run --once --election nightly -- ./job`. A replica that
-//! finds the election led by someone else, or does not lead within a second of joining, does
-//! not queue: it withdraws and exits with 76 without running anything. The one that leads
-//! runs the command once, then resigns. This prevents *concurrent* runs; it cannot prevent a
-//! replica whose cron fires after the first run finished from running the job again — a job
-//! that must run once per day should record its completion in a store fenced by
-//! `TENURE_FENCING_TOKEN`. Without `--once`, `tenure run` waits in the queue for as long as
-//! it takes (a hot standby), runs the command once when it leads, and exits like `--once`.
-//! In both modes it never restarts the command: leave that to a supervisor (systemd, k8s).
-//!
-//! # Exit codes
-//!
-//! | code | meaning |
-//! |---|---|
-//! | the command's | the command exited while this process led (128+N if killed by signal N) |
-//! | 75 | leadership was lost (lease ran out, session ended, replaced); the command was stopped. Logged as "lost leadership" |
-//! | 76 | `--once`: another holder leads; the command was not run |
-//! | 69 | the backend failed (unreachable, refused) before the command was started |
-//! | 126 / 127 | the command cannot be started (not executable / not found); checked before campaigning, so nothing was spent |
-//! | 130 / 143 | `tenure run` got SIGINT / SIGTERM (or SIGHUP: 129); the command was stopped and leadership resigned |
-//! | 2 | bad arguments: `--grace` ≥ TTL/2, a bad duration, an empty `--election`, a backend URL that cannot be understood or names an unknown scheme, a file it names that cannot be read, a TTL the backend refuses; the message names the flag or value |
-//!
-//! # What is guaranteed, and what is not
-//!
-//! - **The runner loses the cluster** (network cut, cluster unavailable): keepalives stop
-//!   being acknowledged, the runner stops the command on its own clock as above, before the
-//!   session can expire. Tested in `tests/run.rs`.
-//! - **The runner is killed** (SIGKILL, crash, OOM): the command is started with
-//!   `PR_SET_PDEATHSIG = SIGKILL`, so the kernel kills it when the runner dies, long before the
-//!   session expires (TTL later). Processes the command forked in its group are killed by the
-//!   guard (below), which sees the runner's end of a pipe close. Tested in `tests/run.rs`
-//!   with a command whose work runs in a grandchild.
-//! - **`--fate-sharing`**: the session ends as soon as the runner dies, not a TTL later (its
-//!   keepalive stream closes with it): the next holder may start its command within
-//!   milliseconds. The kernel sends the command its SIGKILL while the runner exits, right
-//!   after it closed the runner's sockets, and a command in uninterruptible sleep (a disk or
-//!   NFS write) dies only when that returns: the old command may outlive the release by that
-//!   much. Its late writes are what `TENURE_FENCING_TOKEN` is for: the store rejects them
-//!   once the next holder wrote. When the runner itself stops the command (lost leadership,
-//!   a signal, the command's own exit) it does so before the session is let go.
-//! - **The runner alone freezes** (SIGSTOP, stuck): a guard process (`tenure run-guard`,
-//!   hidden; its own process group; ignores SIGINT/SIGTERM/SIGHUP) is kept informed of
-//!   `valid_until` as an absolute CLOCK_MONOTONIC deadline and SIGKILLs the command's group at
-//!   that deadline by itself if the runner has not stopped the command. Tested in
-//!   `tests/run.rs` (SIGSTOP of the runner, not of its command).
-//! - Not covered: a process that leaves the group (`setsid`, daemonizing), or runner and
-//!   guard killed or frozen together (the OOM killer taking both; a cgroup-wide kill such as
-//!   systemd's takes the command too).
-//! - **The whole host freezes** (VM pause, SIGSTOP of runner and command): nothing running on
-//!   the host can act, so the command may resume after the lease passed. No runner can prevent
-//!   that; this is what the fencing token is for: send `TENURE_FENCING_TOKEN` with every
-//!   write so that the store rejects the stale leader. SIGSTOP of the runner alone (not a
-//!   realistic fault: a Rust process has no GC pause) is the same case.
-//!
-//! Logs go to stderr, one line each, prefixed with a UTC timestamp.
+//! The flags and the log lines are here; the supervisor (campaigning, the command in its
+//! own process group, SIGTERM and SIGKILL before the lease could pass, the guard, what is
+//! guaranteed and what is not) is the client library's [`tenure::supervise`].
 
 use std::ffi::OsString;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
-use tenure::{CampaignOptions, Client, Error, Leadership};
+use tenure::supervise::{self, GuardProgram, Outcome};
+use tenure::Client;
 
 use crate::common::{
-    backend_url, block_on, check_election, default_value, fail, log, parse_duration, signal_name,
-    Signals, TlsFlags, EXIT_LOST, EXIT_SKIPPED, EXIT_USAGE,
+    backend_url, block_on, check_election, default_value, fail, install_signals, log,
+    parse_duration, TlsFlags, EXIT_USAGE,
 };
-
-/// How often the supervision loop re-reads `valid_until` (it moves with each renewal).
-const POLL: Duration = Duration::from_millis(20);
-/// How long `--once` waits to lead after joining before it gives up.
-const ONCE_WAIT: Duration = Duration::from_secs(1);
-/// How long a resign at exit may take before the session is left to expire.
-const RESIGN_WAIT: Duration = Duration::from_secs(2);
 
 /// Run a command only while this process leads an election.
 #[derive(Debug, Args)]
@@ -163,9 +71,10 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
     // Before the backend is contacted: a command that cannot start must not cost a session
     // or a fencing token.
-    if let Err((code, why)) = find_command(&args.command[0]) {
+    if let Err(e) = supervise::find_command(&args.command[0]) {
+        let code = e.exit_code();
         log(&format!(
-            "error: cannot start {:?}: {why}; nothing was campaigned for, exit {code}",
+            "error: cannot start {:?}: {e}; nothing was campaigned for, exit {code}",
             args.command[0]
         ));
         return ExitCode::from(code);
@@ -176,7 +85,7 @@ pub fn run(args: RunArgs) -> ExitCode {
 }
 
 async fn run_async(args: RunArgs) -> u8 {
-    let mut signals = match Signals::install() {
+    let mut signals = match install_signals() {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -190,11 +99,6 @@ async fn run_async(args: RunArgs) -> u8 {
         args.value
             .as_deref()
             .map_or_else(|| default_value().into_bytes(), |v| v.as_bytes().to_vec())
-    };
-    let options = CampaignOptions {
-        ttl: args.ttl,
-        fate_sharing: args.fate_sharing,
-        ..Default::default()
     };
     log(&format!(
         "campaigning in {:?} as \"{}\" on {} (ttl {:?}, grace {:?}{}{})",
@@ -210,201 +114,29 @@ async fn run_async(args: RunArgs) -> u8 {
             ""
         }
     ));
-    let won = tokio::select! {
-        r = lead(&client, &args, &value, options) => r,
-        sig = signals.recv() => {
-            log(&format!("got {}; not leading, exiting", signal_name(sig)));
-            return 128 + sig as u8;
-        }
+    let options = supervise::Options {
+        election: args.election,
+        value,
+        campaign: tenure::CampaignOptions {
+            ttl: args.ttl,
+            fate_sharing: args.fate_sharing,
+            ..Default::default()
+        },
+        grace: args.grace,
+        once: args.once,
+        command: args.command,
+        guard: GuardProgram {
+            program: None,
+            args: vec!["run-guard".into()],
+        },
     };
-    let leadership = match won {
-        Ok(Some(l)) => l,
-        Ok(None) => {
-            log("another holder leads; not running the command (--once)");
-            return EXIT_SKIPPED;
-        }
-        Err(e) => return fail("campaign failed", &url, &e).await,
-    };
-    log(&format!(
-        "leading {:?} with fencing token {} (session {})",
-        args.election,
-        leadership.token(),
-        leadership.session()
-    ));
-    supervise(args, leadership, &mut signals).await
-}
-
-/// Wait to lead (or, with `--once`, lead now or return `None`).
-async fn lead(
-    client: &Client,
-    args: &RunArgs,
-    value: &[u8],
-    options: CampaignOptions,
-) -> tenure::Result<Option<Leadership>> {
-    if !args.once {
-        return client
-            .campaign(&args.election, value, options)
-            .await
-            .map(Some);
-    }
-    match client.leader(&args.election).await {
-        Ok(Some(_)) => return Ok(None),
-        Ok(None) | Err(Error::UnknownElection(_)) => {}
-        Err(e) => return Err(e),
-    }
-    let candidate = client.join(&args.election, value, options).await?;
-    // Dropping the candidate on timeout withdraws it.
-    match tokio::time::timeout(ONCE_WAIT, candidate.leadership()).await {
-        Ok(r) => r.map(Some),
-        Err(_) => Ok(None),
+    match supervise::run_while_leader(&client, &options, &mut signals, &log).await {
+        Outcome::CampaignFailed(e) => fail("campaign failed", &url, &e).await,
+        outcome => outcome.exit_code(),
     }
 }
 
-/// How the command's run ended.
-enum End {
-    Exited(std::process::ExitStatus),
-    Lost(String),
-    Signal(i32),
-}
-
-async fn supervise(args: RunArgs, leadership: Leadership, signals: &mut Signals) -> u8 {
-    let grace = args.grace;
-    if leadership
-        .valid_until()
-        .checked_sub(grace)
-        .is_none_or(|t| t <= Instant::now())
-    {
-        log("lost leadership (the lease is too close to running out to start the command)");
-        resign(leadership).await;
-        return EXIT_LOST;
-    }
-    let mut child = match spawn(&args, &leadership) {
-        Ok(c) => c,
-        Err(e) => {
-            log(&format!("error: cannot start {:?}: {e}", args.command[0]));
-            resign(leadership).await;
-            return if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-        }
-    };
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    log(&format!(
-        "started the command (pid {pgid}, process group {pgid})"
-    ));
-    let mut guard = match Guard::start(pgid, leadership.valid_until()) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            log(&format!(
-                "warning: no guard for group {pgid} ({e}): if this runner is killed, only the \
-                 command itself dies with it; if it freezes, nothing stops the command"
-            ));
-            None
-        }
-    };
-
-    let end = loop {
-        if let Some(g) = guard.as_mut() {
-            g.extend(leadership.valid_until());
-        }
-        let now = Instant::now();
-        let stop_at = leadership.valid_until().checked_sub(grace).unwrap_or(now);
-        if now >= stop_at {
-            break End::Lost(format!(
-                "no keepalive acknowledged; the lease runs out in {:?}",
-                leadership.valid_until().saturating_duration_since(now)
-            ));
-        }
-        let wake = stop_at.min(now + POLL);
-        tokio::select! {
-            biased;
-            st = child.wait() => match st {
-                // Exited after the lease ran out (the guard killed it while this runner
-                // was frozen): that is a loss of leadership, not the command's own end.
-                Ok(st) if !leadership.is_valid() => {
-                    break End::Lost(format!("the command ended meanwhile: {}", describe(st)))
-                }
-                Ok(st) => break End::Exited(st),
-                Err(e) => break End::Lost(format!("cannot wait on the command: {e}")),
-            },
-            why = leadership.lost() => break End::Lost(why.to_string()),
-            sig = signals.recv() => break End::Signal(sig),
-            _ = tokio::time::sleep_until(wake.into()) => {}
-        }
-    };
-
-    finish(end, &mut child, pgid, grace, leadership, guard).await
-}
-
-/// Stop the command (unless it exited), sweep its group, resign; the exit code.
-async fn finish(
-    end: End,
-    child: &mut tokio::process::Child,
-    pgid: i32,
-    grace: Duration,
-    leadership: Leadership,
-    guard: Option<Guard>,
-) -> u8 {
-    // Called once the group is empty, before resigning (which may take a while).
-    let disarm = move || {
-        if let Some(g) = guard {
-            g.disarm();
-        }
-    };
-    match end {
-        End::Exited(st) => {
-            kill_group(pgid, libc::SIGKILL);
-            disarm();
-            let code = status_code(st);
-            log(&format!(
-                "the command exited ({}); resigning, exit {code}",
-                describe(st)
-            ));
-            resign(leadership).await;
-            code
-        }
-        End::Lost(why) => {
-            log(&format!(
-                "lost leadership ({why}); stopping the command (SIGTERM to group {pgid})"
-            ));
-            let st = stop(child, pgid, grace, leadership.valid_until()).await;
-            disarm();
-            log(&format!(
-                "lost leadership: the command was stopped ({}); exit {EXIT_LOST}",
-                describe_opt(st)
-            ));
-            resign(leadership).await;
-            EXIT_LOST
-        }
-        End::Signal(sig) => {
-            log(&format!(
-                "got {}; stopping the command (SIGTERM to group {pgid})",
-                signal_name(sig)
-            ));
-            let st = stop(child, pgid, grace, leadership.valid_until()).await;
-            disarm();
-            log(&format!(
-                "the command was stopped ({}); resigning, exit {}",
-                describe_opt(st),
-                128 + sig
-            ));
-            resign(leadership).await;
-            128 + sig as u8
-        }
-    }
-}
-
-/// The guard (`tenure run-guard`, hidden): a second process, in a process group of its own,
-/// ignoring SIGINT/SIGTERM/SIGHUP, that SIGKILLs the command's whole process group
-/// (grandchildren included) if the runner cannot:
-/// - when the runner dies (even by SIGKILL): its end of a pipe closes, the guard reads EOF;
-/// - when the runner is frozen (SIGSTOP, stuck): the runner keeps sending the guard its
-///   `valid_until` as an absolute CLOCK_MONOTONIC deadline (`until NANOS` lines, shared by
-///   all processes of the host); at the deadline the guard kills the group by itself.
-///
-/// When the runner is done with the group it writes `disarm` and the guard exits quietly.
+/// The guard of a `tenure run` command's process group ([`supervise::guard`]).
 #[derive(Debug, Args)]
 pub struct GuardArgs {
     /// The process group to kill.
@@ -417,274 +149,8 @@ pub struct GuardArgs {
 
 /// `tenure run-guard` (started by `tenure run`; stdin is the runner's pipe).
 pub fn guard(args: GuardArgs) -> ExitCode {
-    use std::io::BufRead as _;
-    // SAFETY: setting signal dispositions to SIG_IGN before any thread starts.
-    unsafe {
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
-            libc::signal(sig, libc::SIG_IGN);
-        }
+    match supervise::guard(args.pgid, args.until_ns) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::from(EXIT_USAGE),
     }
-    if args.pgid <= 1 {
-        return ExitCode::from(EXIT_USAGE);
-    }
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for l in std::io::stdin().lock().lines() {
-            let Ok(l) = l else { break };
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-        // EOF: the runner is gone; dropping `tx` tells the main loop.
-    });
-    let mut until = args.until_ns;
-    loop {
-        let now = monotonic_ns();
-        if now >= until {
-            kill_group(args.pgid, libc::SIGKILL);
-            return ExitCode::SUCCESS;
-        }
-        match rx.recv_timeout(Duration::from_nanos(until - now)) {
-            Ok(l) if l == "disarm" => return ExitCode::SUCCESS,
-            Ok(l) => {
-                if let Some(n) = l.strip_prefix("until ").and_then(|n| n.parse().ok()) {
-                    until = n;
-                }
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                kill_group(args.pgid, libc::SIGKILL);
-                return ExitCode::SUCCESS;
-            }
-        }
-    }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds (what [`Instant`] reads on Linux, shared by the host's
-/// processes).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `at` as CLOCK_MONOTONIC nanoseconds (rounded down: never later than `at`).
-fn instant_ns(at: Instant) -> u64 {
-    let (now, raw) = (Instant::now(), monotonic_ns());
-    match at.checked_duration_since(now) {
-        Some(d) => raw + d.as_nanos() as u64,
-        None => raw.saturating_sub(now.duration_since(at).as_nanos() as u64),
-    }
-}
-
-/// The runner's side of a guard.
-struct Guard {
-    child: std::process::Child,
-    pipe: std::fs::File,
-    until: Instant,
-}
-
-impl Guard {
-    fn start(pgid: i32, until: Instant) -> std::io::Result<Guard> {
-        use std::os::fd::{FromRawFd as _, OwnedFd};
-        use std::os::unix::process::CommandExt as _;
-        if pgid <= 1 {
-            return Err(std::io::Error::other("no process group"));
-        }
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two new descriptors, owned below exactly once. O_CLOEXEC keeps
-        // the write end out of every other child (or the guard would never see EOF).
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: see above.
-        let (read, pipe) = unsafe {
-            (
-                OwnedFd::from_raw_fd(fds[0]),
-                std::fs::File::from_raw_fd(fds[1]),
-            )
-        };
-        let child = std::process::Command::new(std::env::current_exe()?)
-            .arg("run-guard")
-            .arg("--pgid")
-            .arg(pgid.to_string())
-            .arg("--until-ns")
-            .arg(instant_ns(until).to_string())
-            .stdin(std::process::Stdio::from(read))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::inherit())
-            .process_group(0)
-            .spawn()?;
-        Ok(Guard { child, pipe, until })
-    }
-
-    /// Move the guard's deadline to `until` (the lease's new `valid_until`).
-    fn extend(&mut self, until: Instant) {
-        use std::io::Write as _;
-        if until != self.until {
-            self.until = until;
-            let _ = writeln!(self.pipe, "until {}", instant_ns(until));
-        }
-    }
-
-    /// The group is empty: let the guard exit without killing anything.
-    fn disarm(mut self) {
-        use std::io::Write as _;
-        let _ = self.pipe.write_all(b"disarm\n");
-        drop(self.pipe);
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(args: &RunArgs, leadership: &Leadership) -> std::io::Result<tokio::process::Child> {
-    let mut cmd = tokio::process::Command::new(&args.command[0]);
-    cmd.args(&args.command[1..])
-        .env("TENURE_FENCING_TOKEN", leadership.token().to_string())
-        .env("TENURE_ELECTION", &args.election)
-        .env("TENURE_SESSION_ID", leadership.session().to_string())
-        // Deprecated: the old name of TENURE_SESSION_ID (it never held anything else).
-        .env("TENURE_LEADER_ID", leadership.session().to_string())
-        .process_group(0);
-    let runner = std::process::id() as libc::pid_t;
-    // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The runner may have died between fork and prctl.
-            if libc::getppid() != runner {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
-}
-
-/// SIGTERM the group now, SIGKILL it at `min(now + grace, valid_until)`, reap the command,
-/// then SIGKILL whatever is left in its group.
-async fn stop(
-    child: &mut tokio::process::Child,
-    pgid: i32,
-    grace: Duration,
-    valid_until: Instant,
-) -> Option<std::process::ExitStatus> {
-    kill_group(pgid, libc::SIGTERM);
-    let kill_at = (Instant::now() + grace).min(valid_until);
-    let st = match tokio::time::timeout_at(kill_at.into(), child.wait()).await {
-        Ok(st) => st.ok(),
-        Err(_) => {
-            log(&format!(
-                "the command outlived its grace; SIGKILL to group {pgid}"
-            ));
-            kill_group(pgid, libc::SIGKILL);
-            child.wait().await.ok()
-        }
-    };
-    kill_group(pgid, libc::SIGKILL);
-    st
-}
-
-fn kill_group(pgid: i32, sig: i32) {
-    if pgid > 1 {
-        // SAFETY: kill(2) on a process group we created; ESRCH (already gone) is fine.
-        unsafe {
-            libc::kill(-pgid, sig);
-        }
-    }
-}
-
-async fn resign(leadership: Leadership) {
-    match tokio::time::timeout(RESIGN_WAIT, leadership.resign()).await {
-        Ok(Ok(())) => log("resigned"),
-        Ok(Err(e)) => log(&format!("resign failed ({e}); the session will expire")),
-        Err(_) => log("resign timed out; the session will expire"),
-    }
-}
-
-/// The exit code of a status: its code, or 128 + the signal that killed it.
-pub fn status_code(st: std::process::ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt as _;
-    match (st.code(), st.signal()) {
-        (Some(c), _) => c as u8,
-        (None, Some(s)) => 128u8.wrapping_add(s as u8),
-        (None, None) => 1,
-    }
-}
-
-fn describe(st: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt as _;
-    match (st.code(), st.signal()) {
-        (Some(c), _) => format!("status {c}"),
-        (None, Some(s)) => format!("killed by {}", signal_name(s)),
-        _ => st.to_string(),
-    }
-}
-
-fn describe_opt(st: Option<std::process::ExitStatus>) -> String {
-    st.map(describe).unwrap_or_else(|| "status unknown".into())
-}
-
-/// Where `command` would be executed from, as `execvp` finds it: a name with a `/` is a
-/// path; any other is looked up in each directory of `$PATH` (`/bin:/usr/bin` when unset).
-/// The error is the exit code (127 not found, 126 found but not executable) and why.
-pub fn find_command(command: &std::ffi::OsStr) -> Result<std::path::PathBuf, (u8, String)> {
-    use std::os::unix::ffi::OsStrExt as _;
-    use std::path::{Path, PathBuf};
-    if command.is_empty() {
-        return Err((127, "the command is empty".into()));
-    }
-    let executable = |p: &Path| -> Result<(), String> {
-        let meta = std::fs::metadata(p).map_err(|e| e.to_string())?;
-        if meta.is_dir() {
-            return Err("it is a directory".into());
-        }
-        let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| "the path holds a NUL byte".to_string())?;
-        // SAFETY: access(2) reads the NUL-terminated path and touches no other memory.
-        if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
-            return Err(format!(
-                "not executable ({})",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(())
-    };
-    if command.as_bytes().contains(&b'/') {
-        let p = PathBuf::from(command);
-        return match executable(&p) {
-            Ok(()) => Ok(p),
-            Err(_) if std::fs::metadata(&p).is_err() => {
-                Err((127, format!("{} does not exist", p.display())))
-            }
-            Err(why) => Err((126, format!("{}: {why}", p.display()))),
-        };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
-    let mut not_executable = None;
-    for dir in std::env::split_paths(&path) {
-        // An empty entry is the current directory, as for execvp.
-        let dir = if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        };
-        let candidate = dir.join(command);
-        match executable(&candidate) {
-            Ok(()) => return Ok(candidate),
-            Err(why) if std::fs::metadata(&candidate).is_ok() => {
-                not_executable.get_or_insert(format!("{}: {why}", candidate.display()));
-            }
-            Err(_) => {}
-        }
-    }
-    Err(match not_executable {
-        Some(why) => (126, why),
-        None => (127, "not found in $PATH".into()),
-    })
 }

@@ -176,11 +176,15 @@
 pub mod admin;
 mod backend;
 pub mod channel;
+pub mod duration;
 pub mod embedded;
 mod error;
+pub mod exit;
 pub mod fence;
 mod redact;
 mod session;
+#[cfg(feature = "supervise")]
+pub mod supervise;
 mod tls;
 mod url;
 

@@ -22,6 +22,7 @@ use anyhow::Context as _;
 use tenure_proto::Reason;
 
 pub mod checks;
+pub mod cli;
 pub mod cluster;
 pub mod faults;
 pub mod history;

@@ -35,6 +35,7 @@ pub mod dashboard;
 pub mod directory;
 pub mod driver;
 pub mod embed;
+pub mod flags;
 mod handover;
 pub mod http;
 pub mod metrics;

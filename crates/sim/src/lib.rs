@@ -77,6 +77,7 @@
 #![deny(missing_docs)]
 
 pub mod checkers;
+pub mod cli;
 pub mod client;
 pub mod core_call;
 pub mod disk;

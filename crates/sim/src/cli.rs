@@ -1,5 +1,6 @@
 //! `tenure sim`: runs the deterministic simulator over seeds, in parallel, and reports
-//! violations with the exact command that reproduces each.
+//! violations with the exact command that reproduces each. The `tenure` binary parses
+//! [`SimArgs`] and calls [`run`]; everything else lives here.
 //!
 //! Exit status: 0 when no checker fired, 1 when any did, 2 for bad arguments.
 
@@ -11,7 +12,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use tenure_sim::{
+
+use crate::{
     parse_seed_range, reproduce_command, run_seed, InjectBug, SeedReport, SimOptions, Stats,
 };
 
@@ -79,7 +81,7 @@ fn parse_nodes(text: &str) -> Result<usize, String> {
     let n: usize = text
         .parse()
         .map_err(|e| format!("{text:?} is not a number: {e}"))?;
-    tenure_sim::validate_nodes(n)?;
+    crate::validate_nodes(n)?;
     Ok(n)
 }
 

@@ -1,11 +1,12 @@
-//! `tenure nemesis`: real server processes on loopback, real clients, seeded faults, and
-//! checkers over the history (the work is in `crates/nemesis`).
+//! `tenure nemesis`'s flags and the runner behind them: the `tenure` binary parses
+//! [`NemesisArgs`] and calls [`run`], which turns them into [`crate::Options`], runs
+//! [`crate::run`] until it ends or SIGINT/SIGTERM, and prints the report.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::faults::FaultKind;
 use clap::Args;
-use tenure_nemesis::faults::FaultKind;
 
 /// Drive a local cluster of real `tenure server` processes through faults and check the
 /// history (linearizability, fencing, single holder, convergence). Exits 1 on a violation.
@@ -65,6 +66,11 @@ pub struct NemesisArgs {
     history_file: Option<std::path::PathBuf>,
 }
 
+/// Runs `tenure nemesis`. The process running this must be the `tenure` binary: the servers
+/// it starts are `tenure server` run from [`std::env::current_exe`].
+///
+/// Exit codes: 0 every check held; 1 a violation (or no binary or runtime); 2 bad arguments
+/// or a run that could not be carried out; 130 interrupted.
 pub fn run(args: NemesisArgs) -> ExitCode {
     if args.nodes != 3 && args.nodes != 5 {
         eprintln!("tenure nemesis: --nodes must be 3 or 5");
@@ -90,7 +96,7 @@ pub fn run(args: NemesisArgs) -> ExitCode {
     } else {
         args.faults
     };
-    let options = tenure_nemesis::Options {
+    let options = crate::Options {
         bin,
         seed,
         nodes: args.nodes,
@@ -138,7 +144,7 @@ pub fn run(args: NemesisArgs) -> ExitCode {
             }
         };
         tokio::select! {
-            r = tenure_nemesis::run(options) => Some(r),
+            r = crate::run(options) => Some(r),
             _ = tokio::signal::ctrl_c() => None,
             _ = term => None,
         }
