@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod bully;
+pub mod cli;
 pub mod engine;
 pub mod scenarios;
 pub mod serve;

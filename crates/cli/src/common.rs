@@ -14,9 +14,6 @@ pub use tenure::exit::{exit_code, Commands, EXIT_BACKEND, EXIT_LOST, EXIT_USAGE}
 pub use tenure::supervise::{signal_name, Signals};
 use tenure::Error;
 
-/// The default backend when neither `--backend` nor `TENURE_BACKEND` is given.
-pub const DEFAULT_BACKEND: &str = "tenure://127.0.0.1:8001";
-
 /// Runs `f` on a current-thread runtime, to the exit code it returns.
 pub fn block_on(f: impl std::future::Future<Output = u8>) -> ExitCode {
     match tokio::runtime::Builder::new_current_thread()
@@ -80,51 +77,16 @@ pub struct TlsFlags {
     pub token_file: Option<String>,
 }
 
-/// `--backend`, else `$TENURE_BACKEND`, else [`DEFAULT_BACKEND`]. A `tenure://` URL without
-/// a query takes its TLS files from `--ca`, `--cert`, `--key`, else from `$TENURE_CA`
-/// (turns TLS on), `$TENURE_CERT` and `$TENURE_KEY` (a client certificate), and its bearer
-/// token from `--token-file`, else `$TENURE_TOKEN_FILE`.
+/// `--backend`, else `$TENURE_BACKEND`, else the default; TLS files and token from the
+/// flags, else the environment ([`tenure::environment`]).
 pub fn backend_url(flag: Option<&str>, tls: &TlsFlags) -> String {
-    let url = flag
-        .map(str::to_string)
-        .or_else(|| env_nonempty("TENURE_BACKEND"))
-        .unwrap_or_else(|| DEFAULT_BACKEND.to_string());
-    with_tls_from_env(url, |var| {
-        let flag = match var {
-            "TENURE_CA" => &tls.ca,
-            "TENURE_CERT" => &tls.cert,
-            "TENURE_KEY" => &tls.key,
-            "TENURE_TOKEN_FILE" => &tls.token_file,
-            _ => &None,
-        };
-        flag.clone().or_else(|| env_nonempty(var))
-    })
-}
-
-fn env_nonempty(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|s| !s.is_empty())
-}
-
-/// Appends `ca`, `cert`, `key` and `token_file` from `env` to a `tenure://` URL that has
-/// no query.
-fn with_tls_from_env(mut url: String, env: impl Fn(&str) -> Option<String>) -> String {
-    if !url.starts_with("tenure://") || url.contains('?') {
-        return url;
-    }
-    let params: Vec<String> = [
-        ("ca", "TENURE_CA"),
-        ("cert", "TENURE_CERT"),
-        ("key", "TENURE_KEY"),
-        ("token_file", "TENURE_TOKEN_FILE"),
-    ]
-    .into_iter()
-    .filter_map(|(param, var)| env(var).map(|v| format!("{param}={v}")))
-    .collect();
-    if !params.is_empty() {
-        url.push('?');
-        url.push_str(&params.join("&"));
-    }
-    url
+    let given = tenure::environment::Credentials {
+        ca: tls.ca.clone(),
+        cert: tls.cert.clone(),
+        key: tls.key.clone(),
+        token_file: tls.token_file.clone(),
+    };
+    tenure::environment::backend_url(flag, &given)
 }
 
 /// Writes lines to stdout; a reader that went away (`| head`) ends the output quietly.
@@ -164,39 +126,6 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
             .map(|r| line(r.iter().map(String::as_str).collect())),
     );
     out
-}
-
-#[cfg(test)]
-mod backend_url_tests {
-    use super::with_tls_from_env;
-
-    #[test]
-    fn tls_files_come_from_the_environment_unless_the_url_names_its_own() {
-        let env = |v: &str| match v {
-            "TENURE_CA" => Some("/c/ca.pem".to_string()),
-            "TENURE_CERT" => Some("/c/client-app.pem".to_string()),
-            "TENURE_KEY" => Some("/c/client-app-key.pem".to_string()),
-            _ => None,
-        };
-        assert_eq!(
-            with_tls_from_env("tenure://h:1,h:2".into(), env),
-            "tenure://h:1,h:2?ca=/c/ca.pem&cert=/c/client-app.pem&key=/c/client-app-key.pem"
-        );
-        assert_eq!(
-            with_tls_from_env("tenure://h:1".into(), |v| (v == "TENURE_TOKEN_FILE")
-                .then(|| "/run/token".to_string())),
-            "tenure://h:1?token_file=/run/token"
-        );
-        assert_eq!(
-            with_tls_from_env("tenure://h:1?ca=/x".into(), env),
-            "tenure://h:1?ca=/x"
-        );
-        assert_eq!(with_tls_from_env("etcd://h:1".into(), env), "etcd://h:1");
-        assert_eq!(
-            with_tls_from_env("tenure://h:1".into(), |_| None),
-            "tenure://h:1"
-        );
-    }
 }
 
 /// `HOSTNAME:PID`.

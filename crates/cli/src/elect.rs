@@ -40,7 +40,7 @@ use crate::common::{
     backend_url, block_on, check_election, default_value, fail, install_signals, log,
     parse_duration, signal_name, Signals, EXIT_BACKEND, EXIT_LOST, EXIT_USAGE,
 };
-use crate::output;
+use tenure::lines;
 
 /// Which election, where.
 #[derive(Debug, Args)]
@@ -203,9 +203,9 @@ fn print_line(line: &str) {
 /// A leader (or nobody) as the target asks: text or JSON.
 fn format_leader(target: &Target, l: Option<&LeaderInfo>) -> String {
     if target.json {
-        output::leader_json(&target.election, l)
+        lines::leader_json(&target.election, l)
     } else {
-        output::leader_text(l)
+        lines::leader_text(l)
     }
 }
 
@@ -244,7 +244,7 @@ pub fn campaign(args: CampaignArgs) -> ExitCode {
         let election = &args.target.election;
         log(&format!(
             "campaigning in {election:?} as \"{}\"",
-            output::escape_value(&value)
+            lines::escape_value(&value)
         ));
         let leadership = tokio::select! {
             r = client.campaign(election, &value, options) => match r {
@@ -262,7 +262,7 @@ pub fn campaign(args: CampaignArgs) -> ExitCode {
             leadership.session()
         ));
         if args.target.json {
-            print_line(&output::campaign_json(
+            print_line(&lines::campaign_json(
                 election,
                 leadership.token(),
                 leadership.session(),

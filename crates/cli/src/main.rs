@@ -7,13 +7,11 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
-mod ballot;
 mod certs;
 mod common;
 mod demo;
 mod elect;
 mod ops;
-mod output;
 mod plan;
 mod run;
 mod server;
@@ -123,7 +121,7 @@ enum Cmd {
     },
     /// Serve the ballot page: a hand-stepped cluster of real nodes, votes, split votes,
     /// partitions and the fence, with the bully algorithm beside it (docs/BALLOT.md).
-    Ballot(ballot::BallotArgs),
+    Ballot(tenure_ballot::cli::BallotArgs),
     /// The guard of a `tenure run` command's process group (started by `tenure run`).
     #[command(hide = true)]
     RunGuard(run::GuardArgs),
@@ -198,7 +196,7 @@ fn main() -> ExitCode {
         Cmd::Observe(args) => elect::observe(args),
         Cmd::Leader(args) => elect::leader(args),
         Cmd::Completion { shell } => completion(shell),
-        Cmd::Ballot(args) => ballot::run(args),
+        Cmd::Ballot(args) => tenure_ballot::cli::run(args, server::shutdown_signal()),
         Cmd::Status(args) => ops::status(args),
         Cmd::Members(args) => ops::members(args),
         Cmd::TransferLeadership(args) => ops::transfer(args),

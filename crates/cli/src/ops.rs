@@ -26,7 +26,7 @@ use tenure_proto::v1;
 use crate::common::{
     backend_url, block_on, exit_code, log, parse_duration, print_lines, table, Commands, TlsFlags,
 };
-use crate::output;
+use tenure::lines;
 
 /// Exit code: `tenure status` printed at least one warning.
 pub const EXIT_WARNING: u8 = 1;
@@ -307,7 +307,7 @@ async fn status_inner(args: &StatusArgs) -> Result<u8, Failure> {
         for u in &first.usage {
             lines.push(format!(
                 "usage of {}: sessions {}/{}, elections {}/{}, keys {}/{}, key bytes {}/{}",
-                output::escape_value(u.principal.as_bytes()),
+                lines::escape_value(u.principal.as_bytes()),
                 u.sessions,
                 u.sessions_max,
                 u.elections,
@@ -507,7 +507,7 @@ async fn elections_inner(args: &ListArgs) -> Result<(), Failure> {
         if args.one_page {
             log(&format!(
                 "more elections follow: --after '{}'",
-                output::escape_value(after.as_bytes())
+                lines::escape_value(after.as_bytes())
             ));
             break;
         }
@@ -562,7 +562,7 @@ fn election_line(e: &v1::ElectionSummary, json: bool) -> String {
     };
     format!(
         "{token:<5}  {leader:<6}  {candidates:<10}  {since:<5}  {}",
-        output::escape_value(e.name.as_bytes())
+        lines::escape_value(e.name.as_bytes())
     )
 }
 
@@ -609,7 +609,7 @@ async fn sessions_inner(args: &ListArgs) -> Result<(), Failure> {
                 let elections = s
                     .elections
                     .iter()
-                    .map(|e| output::escape_value(e.as_bytes()))
+                    .map(|e| lines::escape_value(e.as_bytes()))
                     .collect::<Vec<_>>()
                     .join(" ");
                 format!(
@@ -656,7 +656,7 @@ pub fn get(args: GetArgs) -> ExitCode {
                 &f,
                 &format!(
                     "cannot read key \"{}\"",
-                    output::escape_value(args.fenced_key.as_bytes())
+                    lines::escape_value(args.fenced_key.as_bytes())
                 ),
             ),
         }
@@ -675,9 +675,9 @@ async fn get_inner(args: &GetArgs) -> Result<String, Failure> {
         (Some(v), false) => format!(
             "token={} election={} index={} value={}",
             v.token,
-            output::escape_value(v.election.as_bytes()),
+            lines::escape_value(v.election.as_bytes()),
             v.index,
-            output::escape_value(&v.value)
+            lines::escape_value(&v.value)
         ),
         (Some(v), true) => {
             use base64::Engine as _;
@@ -703,7 +703,7 @@ pub fn put(args: PutArgs) -> ExitCode {
                 &f,
                 &format!(
                     "put of key \"{}\" refused",
-                    output::escape_value(args.fenced_key.as_bytes())
+                    lines::escape_value(args.fenced_key.as_bytes())
                 ),
             ),
         }
@@ -766,7 +766,7 @@ pub fn delete(args: DeleteArgs) -> ExitCode {
                 &f,
                 &format!(
                     "delete of key \"{}\" refused",
-                    output::escape_value(args.fenced_key.as_bytes())
+                    lines::escape_value(args.fenced_key.as_bytes())
                 ),
             ),
         }
@@ -805,7 +805,7 @@ pub fn delete_election(args: DeleteElectionArgs) -> ExitCode {
                 &f,
                 &format!(
                     "delete of election \"{}\" refused",
-                    output::escape_value(args.election.as_bytes())
+                    lines::escape_value(args.election.as_bytes())
                 ),
             ),
         }

@@ -103,7 +103,7 @@ async fn run_async(args: RunArgs) -> u8 {
     log(&format!(
         "campaigning in {:?} as \"{}\" on {} (ttl {:?}, grace {:?}{}{})",
         args.election,
-        crate::output::escape_value(&value),
+        tenure::lines::escape_value(&value),
         tenure::redact_url(&url),
         args.ttl,
         args.grace,

@@ -126,7 +126,7 @@ fn every_path_it_names_exists() {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    check(&outside, &[root.clone()]);
+    check(&outside, std::slice::from_ref(&root));
     assert!(
         checked > 20,
         "only {checked} paths found: is the parser still reading the map?"

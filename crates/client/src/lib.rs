@@ -178,9 +178,11 @@ mod backend;
 pub mod channel;
 pub mod duration;
 pub mod embedded;
+pub mod environment;
 mod error;
 pub mod exit;
 pub mod fence;
+pub mod lines;
 mod redact;
 mod session;
 #[cfg(feature = "supervise")]

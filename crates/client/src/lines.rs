@@ -1,4 +1,5 @@
-//! What the script commands print on stdout, in text and in JSON Lines.
+//! The line formats of an election's leader that tenure's script commands print on stdout
+//! (docs/CLI.md), in text and in JSON Lines, for any program that prints the same.
 //!
 //! **Text.** A leader is `token=T session=S value=V`, nobody is `none`, one line each. A
 //! value is arbitrary bytes chosen by whoever campaigned, so it is escaped: `\\` for a
@@ -19,9 +20,9 @@
 //! session ids are unsigned 64-bit integers, printed exactly (a parser that reads numbers as
 //! doubles, such as JavaScript's, loses precision above 2^53).
 
+use crate::LeaderInfo;
 use base64::Engine as _;
 use serde_json::{json, Value};
-use tenure::LeaderInfo;
 
 /// `bytes` escaped for one line of text (see the module docs).
 pub fn escape_value(bytes: &[u8]) -> String {

@@ -1,9 +1,10 @@
-//! `tenure ballot`: serves the ballot page (tenure_ballot) on a local address.
+//! `tenure ballot`'s flags and runner: serves the ballot page on a local address.
 //!
 //! The page and its engine run in this process: a cluster of real tenure-core nodes that
 //! moves only when the person at the page says so. Prints `ballot: http://ADDR/` once it
 //! listens (port 0 picks a free port) and serves until SIGINT or SIGTERM.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -15,8 +16,8 @@ pub struct BallotArgs {
     pub listen: SocketAddr,
 }
 
-/// Runs `tenure ballot`.
-pub fn run(args: BallotArgs) -> ExitCode {
+/// Runs `tenure ballot` until `shutdown` completes (the binary's SIGINT or SIGTERM).
+pub fn run(args: BallotArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -44,7 +45,7 @@ pub fn run(args: BallotArgs) -> ExitCode {
         };
         // Printed after binding, so that whoever started us can connect at once.
         println!("ballot: http://{addr}/");
-        match tenure_ballot::serve::serve(listener, crate::server::shutdown_signal()).await {
+        match crate::serve::serve(listener, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tenure ballot: {e}");
