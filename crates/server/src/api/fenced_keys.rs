@@ -37,30 +37,10 @@ impl v1::fenced_keys_server::FencedKeys for Api {
         &self,
         req: Request<v1::PutRequest>,
     ) -> Result<tonic::Response<v1::PutResponse>, Status> {
-        self.unary(
-            req,
-            |r| Action::Write {
-                key: &r.key,
-                election: &r.election,
-            },
-            |r| {
-                let put = Command::FencedPut {
-                    key: r.key,
-                    value: r.value,
-                    election: r.election,
-                    token: r.token,
-                };
-                Proposal::change(
-                    on_session(r.session_id, r.request_seq),
-                    r.session_secret,
-                    put,
-                )
-            },
-            |reply| match reply {
-                (index, Response::Put) => Ok(v1::PutResponse { index }),
-                (_, r) => Err(unexpected(r)),
-            },
-        )
+        self.fenced_write(req, |reply| match reply {
+            (index, Response::Put) => Ok(v1::PutResponse { index }),
+            (_, r) => Err(unexpected(r)),
+        })
         .await
     }
 
@@ -68,31 +48,83 @@ impl v1::fenced_keys_server::FencedKeys for Api {
         &self,
         req: Request<v1::DeleteKeyRequest>,
     ) -> Result<tonic::Response<v1::DeleteKeyResponse>, Status> {
+        self.fenced_write(req, |reply| match reply {
+            (index, Response::Deleted { existed }) => Ok(v1::DeleteKeyResponse { index, existed }),
+            (_, r) => Err(unexpected(r)),
+        })
+        .await
+    }
+}
+
+impl Api {
+    /// A put or a delete: authorized as a write of its key under its election, proposed as
+    /// its session's own (with the request id, applied once) when it names a session.
+    async fn fenced_write<W: FencedWrite, R>(
+        &self,
+        req: Request<W>,
+        answer: impl FnOnce((u64, Response)) -> Result<R, Status>,
+    ) -> Result<tonic::Response<R>, Status> {
         self.unary(
             req,
-            |r| Action::Write {
-                key: &r.key,
-                election: &r.election,
+            |w| Action::Write {
+                key: w.key(),
+                election: w.election(),
             },
-            |r| {
-                let delete = Command::DeleteKey {
-                    key: r.key,
-                    election: r.election,
-                    token: r.token,
-                };
-                Proposal::change(
-                    on_session(r.session_id, r.request_seq),
-                    r.session_secret,
-                    delete,
-                )
+            |w| {
+                let (session, seq, secret, command) = w.into_parts();
+                Proposal::change(on_session(session, seq), secret, command)
             },
-            |reply| match reply {
-                (index, Response::Deleted { existed }) => {
-                    Ok(v1::DeleteKeyResponse { index, existed })
-                }
-                (_, r) => Err(unexpected(r)),
-            },
+            answer,
         )
         .await
+    }
+}
+
+/// The requests of a fenced write: the key and election it is authorized by, the session
+/// it acts for, and the command it proposes.
+trait FencedWrite {
+    fn key(&self) -> &str;
+    fn election(&self) -> &str;
+    /// Session id, request sequence number, session secret and the command.
+    fn into_parts(self) -> (u64, u64, Vec<u8>, Command);
+}
+
+impl FencedWrite for v1::PutRequest {
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn election(&self) -> &str {
+        &self.election
+    }
+    fn into_parts(self) -> (u64, u64, Vec<u8>, Command) {
+        let put = Command::FencedPut {
+            key: self.key,
+            value: self.value,
+            election: self.election,
+            token: self.token,
+        };
+        (self.session_id, self.request_seq, self.session_secret, put)
+    }
+}
+
+impl FencedWrite for v1::DeleteKeyRequest {
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn election(&self) -> &str {
+        &self.election
+    }
+    fn into_parts(self) -> (u64, u64, Vec<u8>, Command) {
+        let delete = Command::DeleteKey {
+            key: self.key,
+            election: self.election,
+            token: self.token,
+        };
+        (
+            self.session_id,
+            self.request_seq,
+            self.session_secret,
+            delete,
+        )
     }
 }
