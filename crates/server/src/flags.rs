@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::{NodeAddrs, ServerConfig};
+use crate::config::{NodeAddrs, ServerConfig, TlsPaths};
 
 /// Run one node of a tenure cluster. Flags override values from `--config`.
 #[derive(Debug, Args)]
@@ -258,10 +258,10 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
         config.auth_file = Some(file.clone());
     }
     if let Some(dir) = &args.tls_dir {
-        config.tls = Some(crate::TlsPaths::in_dir(dir, config.id));
+        config.tls = Some(TlsPaths::in_dir(dir, config.id));
     }
     if let (Some(ca), Some(cert), Some(key)) = (&args.tls_ca, &args.tls_cert, &args.tls_key) {
-        config.tls = Some(crate::TlsPaths {
+        config.tls = Some(TlsPaths {
             ca: ca.clone(),
             cert: cert.clone(),
             key: key.clone(),
