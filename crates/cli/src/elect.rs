@@ -3,7 +3,7 @@
 //! All take `--election NAME` and `--backend URL` (default `$TENURE_BACKEND`, else
 //! `tenure://127.0.0.1:8001`), log to stderr with timestamps, and print results to stdout,
 //! one line each. A leader is printed as `token=T session=S value=V` (the value escaped:
-//! a newline is `\n`, see [`crate::output`]), nobody as `none`; with `--json` every line
+//! a newline is `\n`, see [`tenure::lines`]), nobody as `none`; with `--json` every line
 //! is one JSON object instead (JSON Lines; the value exact, also when it is not UTF-8).
 //!
 //! Exit codes: 2 for a bad argument (an empty election name, a bad duration, a URL that

@@ -11,9 +11,9 @@
 //!   second; each one the node cuts off is started again.
 //! - **A greedy tenant**: an authenticated principal of its own (`client-greedy`) that takes
 //!   all its grants allow, up to a bound that keeps the run short: sessions until its quota
-//!   refuses them (or [`GREEDY_SESSIONS`]), KeepAlive and Observe streams on every node until
+//!   refuses them (or `GREEDY_SESSIONS`), KeepAlive and Observe streams on every node until
 //!   its share refuses them, elections and 1 KiB keys until their quotas refuse them (or
-//!   [`GREEDY_ELECTIONS`]); it keeps what it got for the rest of the run. With `--hostile` the
+//!   `GREEDY_ELECTIONS`); it keeps what it got for the rest of the run. With `--hostile` the
 //!   servers run with per-principal quotas and shares below what it asks for, so it meets
 //!   every one of them, while the harness's own principal stays far below.
 //! - **A watcher** asks every node's `/health` four times a second and samples each

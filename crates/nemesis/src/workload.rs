@@ -50,7 +50,7 @@ static VALUES: AtomicU64 = AtomicU64::new(0);
 /// holder still renewed them. A holder that freezes on purpose loses nothing here.
 static LEASES_LOST: AtomicU64 = AtomicU64::new(0);
 
-/// How many sessions the workload lost so far (see [`LEASES_LOST`]).
+/// How many sessions the workload lost so far (see `LEASES_LOST`).
 pub fn leases_lost() -> u64 {
     LEASES_LOST.load(Ordering::Relaxed)
 }

@@ -9,7 +9,7 @@ use crate::{ms, secs};
 pub type KeyValue = (String, Vec<u8>);
 
 /// Writers, each leading its own election and putting one new key after another with its
-/// token, through a [`Client`] that follows the leader — the load under which operations
+/// token, through a [`crate::Client`] that follows the leader — the load under which operations
 /// (membership changes, transfers) must not make a client see an error. Every write it was
 /// told succeeded is kept, to be read back at the end ([`crate::missing_keys`]).
 pub struct Writers {
