@@ -53,7 +53,7 @@ pub(crate) fn read_identity(cert: &str, key: &str) -> Result<(Vec<u8>, Vec<u8>),
 
 /// The bearer token in a token file (what `tenure token NAME` printed): its one line,
 /// trimmed.
-pub(crate) fn read_token(path: &Path) -> Result<String, String> {
+pub fn read_token(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the token file {path:?}: {e}"))?;
     let token = text.trim();

@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
+use crate::addr::HostPort;
 use crate::tls::{TlsError, TlsFiles, TlsMaterial};
 
 /// The largest answer read (`/metrics` of a busy node is tens of KiB).
@@ -170,20 +171,25 @@ impl HttpClient {
     ) -> Result<(u16, String), HttpError> {
         let addr = addr.to_string();
         let exchange = async {
-            let tcp = tokio::net::TcpStream::connect(addr.as_str())
+            let refused = |source| HttpError::Connect {
+                addr: addr.clone(),
+                source,
+            };
+            let target: HostPort = addr.parse().map_err(|e: crate::AddrError| {
+                refused(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    e.to_string(),
+                ))
+            })?;
+            let tcp = tokio::net::TcpStream::connect((target.host(), target.port()))
                 .await
-                .map_err(|source| HttpError::Connect {
-                    addr: addr.clone(),
-                    source,
-                })?;
+                .map_err(refused)?;
             let _ = tcp.set_nodelay(true);
             let limit = self.body_max.unwrap_or(BODY_MAX + 64 * 1024);
             match &self.tls {
                 None => exchange(tcp, raw, limit).await,
                 Some(tls) => {
-                    let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
-                    let host = host.trim_start_matches('[').trim_end_matches(']');
-                    let host = self.server_name.as_deref().unwrap_or(host);
+                    let host = self.server_name.as_deref().unwrap_or(target.host());
                     let name = ServerName::try_from(host.to_string()).map_err(|e| {
                         HttpError::Exchange(format!(
                             "{host:?} cannot be checked against a certificate: {e}"

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::tls::read_token;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 pub use tenure_transport::http::{parse_response, HttpClient, HttpError};
@@ -134,12 +135,6 @@ pub fn tls_config(
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// The bearer token in a token file (what `tenure token NAME` printed): its one line,
-/// trimmed.
-pub fn read_token(path: &Path) -> std::result::Result<String, String> {
-    crate::tls::read_token(path)
 }
 
 #[cfg(test)]
