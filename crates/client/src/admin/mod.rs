@@ -308,22 +308,10 @@ impl Admin {
         to: Option<u64>,
         timeout: Duration,
     ) -> Result<Transfer, Failure> {
-        if to == Some(0) {
-            return Err(Failure::Usage("--to: node ids start at 1".into()));
-        }
+        let (from, from_term) = self.hand_over(to).await?;
+        // Every member is asked for the new leader, also those the URL does not name.
         self.first_status().await?;
         let to = to.unwrap_or(0);
-        // The node that answers the transfer is the leader that hands over.
-        let (from, from_term) = self
-            .at_leader(|mut c| async move {
-                let s = c.status(v1::StatusRequest {}).await?;
-                // Not the leader (any more): go where it says leadership is.
-                let s = leader_only(s.into_inner())?;
-                c.transfer_leadership(v1::TransferLeadershipRequest { to })
-                    .await?;
-                Ok((s.id, s.term))
-            })
-            .await?;
         if to == from {
             return Ok(Transfer {
                 from,
@@ -366,6 +354,27 @@ impl Admin {
             }
             tokio::time::sleep(RETRY_PAUSE).await;
         }
+    }
+
+    /// Asks the Raft leader to hand leadership to the voter `to` (`None`: the voter whose log
+    /// is most caught up) and returns as soon as it accepted: the node that leads and hands
+    /// over, and its term. Nothing waits for the new leader ([`Admin::transfer_leadership`]
+    /// does); a caller that times the hand-over starts its clock here.
+    pub async fn hand_over(&self, to: Option<u64>) -> Result<(u64, u64), Failure> {
+        if to == Some(0) {
+            return Err(Failure::Usage("--to: node ids start at 1".into()));
+        }
+        let to = to.unwrap_or(0);
+        // The node that answers the transfer is the leader that hands over.
+        self.at_leader(|mut c| async move {
+            let s = c.status(v1::StatusRequest {}).await?;
+            // Not the leader (any more): go where it says leadership is.
+            let s = leader_only(s.into_inner())?;
+            c.transfer_leadership(v1::TransferLeadershipRequest { to })
+                .await?;
+            Ok((s.id, s.term))
+        })
+        .await
     }
 
     /// One page of elections (names after `after`, at most `limit`, 0 for the server's
