@@ -184,6 +184,8 @@ pub mod exit;
 pub mod fence;
 pub mod lines;
 mod redact;
+#[cfg(feature = "schedule")]
+pub mod schedule;
 mod session;
 #[cfg(feature = "supervise")]
 pub mod supervise;

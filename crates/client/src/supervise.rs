@@ -306,6 +306,34 @@ enum End {
     Exited(ExitStatus),
     Lost(String),
     Signal(i32),
+    TimedOut(Duration),
+}
+
+/// How one run of the command under a leadership ended ([`run_child`]). The leadership is
+/// kept: the caller resigns it or runs the next command under it.
+#[derive(Debug)]
+pub enum Ran {
+    /// The command exited by itself while this process led; its group was swept.
+    Exited(ExitStatus),
+    /// Leadership was lost (or the lease was too close to its end to start the command);
+    /// the command was stopped (its status, if it was started and reaped).
+    Lost(Option<ExitStatus>),
+    /// Signal N arrived; the command was stopped.
+    Signalled(i32),
+    /// The command ran longer than its limit and was stopped (SIGTERM, then SIGKILL after
+    /// the grace); its status, if reaped.
+    TimedOut(Option<ExitStatus>),
+    /// The command could not be started.
+    CannotStart(std::io::Error),
+}
+
+/// What one run of the command adds to [`Options`]: more environment, a time limit.
+#[derive(Clone, Debug, Default)]
+pub struct RunSpec {
+    /// Set in the command's environment besides the `TENURE_*` variables of the leadership.
+    pub env: Vec<(String, String)>,
+    /// Stop the command once it has run this long.
+    pub max_runtime: Option<Duration>,
 }
 
 async fn supervise(
@@ -314,6 +342,39 @@ async fn supervise(
     signals: &mut Signals,
     log: Log<'_>,
 ) -> Outcome {
+    let ran = run_child(options, &leadership, &RunSpec::default(), signals, log).await;
+    let outcome = match ran {
+        Ran::Exited(st) => {
+            log(&format!(
+                "the command exited ({}); resigning, exit {}",
+                describe(st),
+                status_code(st)
+            ));
+            Outcome::Exited(st)
+        }
+        Ran::Lost(_) | Ran::TimedOut(_) => Outcome::Lost,
+        Ran::Signalled(sig) => {
+            log(&format!("resigning, exit {}", 128 + sig));
+            Outcome::Signalled(sig)
+        }
+        Ran::CannotStart(e) => Outcome::CannotStart(e),
+    };
+    resign(leadership, log).await;
+    outcome
+}
+
+/// Runs the command once under `leadership`, as the module docs describe (its own process
+/// group, the guard, SIGTERM then SIGKILL before the lease could pass, at once when
+/// leadership is seen lost or a signal arrives), with `spec`'s environment and time limit.
+/// Leadership is neither resigned nor released: the caller decides. Must run on the thread
+/// that lives as long as the process (see [`run_while_leader`]).
+pub async fn run_child(
+    options: &Options,
+    leadership: &Leadership,
+    spec: &RunSpec,
+    signals: &mut Signals,
+    log: Log<'_>,
+) -> Ran {
     let grace = options.grace;
     if leadership
         .valid_until()
@@ -321,20 +382,19 @@ async fn supervise(
         .is_none_or(|t| t <= Instant::now())
     {
         log("lost leadership (the lease is too close to running out to start the command)");
-        resign(leadership, log).await;
-        return Outcome::Lost;
+        return Ran::Lost(None);
     }
-    let mut child = match spawn(options, &leadership) {
+    let mut child = match spawn(options, leadership, &spec.env) {
         Ok(c) => c,
         Err(e) => {
             log(&format!(
                 "error: cannot start {:?}: {e}",
                 options.command[0]
             ));
-            resign(leadership, log).await;
-            return Outcome::CannotStart(e);
+            return Ran::CannotStart(e);
         }
     };
+    let started = Instant::now();
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     log(&format!(
         "started the command (pid {pgid}, process group {pgid})"
@@ -362,7 +422,11 @@ async fn supervise(
                 leadership.valid_until().saturating_duration_since(now)
             ));
         }
-        let wake = stop_at.min(now + POLL);
+        let limit = spec.max_runtime.map(|m| started + m);
+        if let Some(m) = spec.max_runtime.filter(|_| limit.is_some_and(|l| now >= l)) {
+            break End::TimedOut(m);
+        }
+        let wake = limit.map_or(stop_at, |l| l.min(stop_at)).min(now + POLL);
         tokio::select! {
             biased;
             st = child.wait() => match st {
@@ -383,61 +447,59 @@ async fn supervise(
     finish(end, &mut child, pgid, grace, leadership, guard, log).await
 }
 
-/// Stop the command (unless it exited), sweep its group, resign; the outcome.
+/// Stop the command (unless it exited) and sweep its group; how the run ended.
 async fn finish(
     end: End,
     child: &mut tokio::process::Child,
     pgid: i32,
     grace: Duration,
-    leadership: Leadership,
+    leadership: &Leadership,
     guard: Option<Guard>,
     log: Log<'_>,
-) -> Outcome {
-    // Called once the group is empty, before resigning (which may take a while).
+) -> Ran {
+    // Called once the group is empty.
     let disarm = move || {
         if let Some(g) = guard {
             g.disarm();
         }
     };
+    let valid_until = leadership.valid_until();
     match end {
         End::Exited(st) => {
             kill_group(pgid, libc::SIGKILL);
             disarm();
-            let code = status_code(st);
-            log(&format!(
-                "the command exited ({}); resigning, exit {code}",
-                describe(st)
-            ));
-            resign(leadership, log).await;
-            Outcome::Exited(st)
+            Ran::Exited(st)
         }
         End::Lost(why) => {
             log(&format!(
                 "lost leadership ({why}); stopping the command (SIGTERM to group {pgid})"
             ));
-            let st = stop(child, pgid, grace, leadership.valid_until(), log).await;
+            let st = stop(child, pgid, grace, valid_until, log).await;
             disarm();
             log(&format!(
                 "lost leadership: the command was stopped ({}); exit {EXIT_LOST}",
                 describe_opt(st)
             ));
-            resign(leadership, log).await;
-            Outcome::Lost
+            Ran::Lost(st)
         }
         End::Signal(sig) => {
             log(&format!(
                 "got {}; stopping the command (SIGTERM to group {pgid})",
                 signal_name(sig)
             ));
-            let st = stop(child, pgid, grace, leadership.valid_until(), log).await;
+            let st = stop(child, pgid, grace, valid_until, log).await;
             disarm();
+            log(&format!("the command was stopped ({})", describe_opt(st)));
+            Ran::Signalled(sig)
+        }
+        End::TimedOut(limit) => {
             log(&format!(
-                "the command was stopped ({}); resigning, exit {}",
-                describe_opt(st),
-                128 + sig
+                "the command ran longer than {limit:?}; stopping it (SIGTERM to group {pgid})"
             ));
-            resign(leadership, log).await;
-            Outcome::Signalled(sig)
+            let st = stop(child, pgid, grace, valid_until, log).await;
+            disarm();
+            log(&format!("the command was stopped ({})", describe_opt(st)));
+            Ran::TimedOut(st)
         }
     }
 }
@@ -586,9 +648,14 @@ impl Guard {
     }
 }
 
-fn spawn(options: &Options, leadership: &Leadership) -> std::io::Result<tokio::process::Child> {
+fn spawn(
+    options: &Options,
+    leadership: &Leadership,
+    env: &[(String, String)],
+) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&options.command[0]);
     cmd.args(&options.command[1..])
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("TENURE_FENCING_TOKEN", leadership.token().to_string())
         .env("TENURE_ELECTION", &options.election)
         .env("TENURE_SESSION_ID", leadership.session().to_string())
@@ -646,7 +713,8 @@ fn kill_group(pgid: i32, sig: i32) {
     }
 }
 
-async fn resign(leadership: Leadership, log: Log<'_>) {
+/// Resigns, waiting a bounded time; logs how it went.
+pub(crate) async fn resign(leadership: Leadership, log: Log<'_>) {
     match tokio::time::timeout(RESIGN_WAIT, leadership.resign()).await {
         Ok(Ok(())) => log("resigned"),
         Ok(Err(e)) => log(&format!("resign failed ({e}); the session will expire")),
