@@ -9,6 +9,7 @@ use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 mod certs;
 mod common;
+mod cron;
 mod demo;
 mod elect;
 mod ops;
@@ -60,6 +61,18 @@ enum Cmd {
     /// failure; 126/127 command not executable/not found (checked before campaigning);
     /// 128+N on signal N; 2 bad arguments.
     Run(run::RunArgs),
+    /// Run a command on a schedule, exactly once per slot, on the replica that leads.
+    ///
+    /// Every replica runs the same line; the one that leads the election claims each slot in
+    /// a ledger (a fenced key) with its token, runs the command, and records the outcome.
+    /// The command gets TENURE_SLOT, TENURE_RUN_ID (its idempotency key), TENURE_ATTEMPT,
+    /// TENURE_FENCING_TOKEN and TENURE_ELECTION. `tenure cron history ELECTION` shows the
+    /// ledger; `tenure cron next --schedule …` the next slots. docs/CRON.md.
+    ///
+    /// Exit codes: it runs until a signal (128+N; the command is stopped, leadership
+    /// resigned); 69 backend failure (refused credentials included, as `run`); 126/127
+    /// command not executable/not found (checked before campaigning); 2 bad arguments.
+    Cron(Box<cron::CronArgs>),
     /// Wait to lead an election, print the fencing token, hold until interrupted, resign.
     ///
     /// Exit codes: 0 after resigning on SIGINT/SIGTERM/SIGHUP; 75 leadership lost; 69
@@ -190,6 +203,7 @@ fn main() -> ExitCode {
         },
         Cmd::DemoWorker(args) => tenure_demo::worker::run(args),
         Cmd::Run(args) => run::run(args),
+        Cmd::Cron(args) => cron::run(*args),
         Cmd::RunGuard(args) => run::guard(args),
         Cmd::Campaign(args) => elect::campaign(args),
         Cmd::Resign(args) => elect::resign(args),

@@ -20,9 +20,21 @@ use crate::common::{
 /// Run a command only while this process leads an election.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The election to lead.
+    #[command(flatten)]
+    pub lead: LeadArgs,
+    /// Cron-style: run only if this process can lead now (exit 76 otherwise), once.
     #[arg(long)]
-    pub election: String,
+    pub once: bool,
+}
+
+/// What `tenure run` and `tenure cron` share: the election, the backend, the lease, the
+/// grace and the command.
+#[derive(Debug, Args)]
+pub struct LeadArgs {
+    /// The election to lead. (An `Option` only so that `tenure cron history` can leave
+    /// it out: clap requires it wherever these flags are the command's.)
+    #[arg(long, required = true)]
+    pub election: Option<String>,
     /// Backend URL (`tenure://h1:p,h2:p,…`); default `$TENURE_BACKEND`, else
     /// `tenure://127.0.0.1:8001`. TLS: `tenure://…?ca=FILE[&cert=FILE&key=FILE]`, or
     /// --ca/--cert/--key (default `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY`) for a
@@ -38,9 +50,6 @@ pub struct RunArgs {
     /// lease could run out. Must be less than TTL/2.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub grace: Duration,
-    /// Cron-style: run only if this process can lead now (exit 76 otherwise), once.
-    #[arg(long)]
-    pub once: bool,
     /// The value to campaign with (shown by `tenure leader`; any bytes); default
     /// `HOSTNAME:PID`.
     #[arg(long)]
@@ -56,27 +65,88 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+impl LeadArgs {
+    /// The checks made before anything is contacted (the grace against the TTL, the
+    /// election's name, a command that can start: one that cannot must not cost a session
+    /// or a fencing token); the exit code of the first that fails.
+    pub fn check(&self) -> Result<(), u8> {
+        if self.grace.saturating_mul(2) >= self.ttl {
+            log(&format!(
+                "error: --grace {:?} must be less than half of --ttl {:?} (the command is \
+                 stopped `grace` before the lease could run out)",
+                self.grace, self.ttl
+            ));
+            return Err(EXIT_USAGE);
+        }
+        check_election(self.election.as_deref().unwrap_or_default())?;
+        if let Err(e) = supervise::find_command(&self.command[0]) {
+            let code = e.exit_code();
+            log(&format!(
+                "error: cannot start {:?}: {e}; nothing was campaigned for, exit {code}",
+                self.command[0]
+            ));
+            return Err(code);
+        }
+        Ok(())
+    }
+
+    /// The backend's URL, a client connected to it and the supervisor's options; logs
+    /// what it campaigns with (`extra` is added to that line). The exit code on failure.
+    pub async fn connect(
+        self,
+        once: bool,
+        extra: &str,
+    ) -> Result<(String, Client, supervise::Options), u8> {
+        let url = backend_url(self.backend.as_deref(), &self.tls);
+        let client = match Client::connect(&url).await {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(fail(&format!("backend {}", tenure::redact_url(&url)), &url, &e).await)
+            }
+        };
+        let value = {
+            use std::os::unix::ffi::OsStrExt as _;
+            self.value
+                .as_deref()
+                .map_or_else(|| default_value().into_bytes(), |v| v.as_bytes().to_vec())
+        };
+        log(&format!(
+            "campaigning in {:?} as \"{}\" on {} (ttl {:?}, grace {:?}{}{}{extra})",
+            self.election.as_deref().unwrap_or_default(),
+            tenure::lines::escape_value(&value),
+            tenure::redact_url(&url),
+            self.ttl,
+            self.grace,
+            if once { ", once" } else { "" },
+            if self.fate_sharing {
+                ", fate-sharing"
+            } else {
+                ""
+            }
+        ));
+        let options = supervise::Options {
+            election: self.election.unwrap_or_default(),
+            value,
+            campaign: tenure::CampaignOptions {
+                ttl: self.ttl,
+                fate_sharing: self.fate_sharing,
+                ..Default::default()
+            },
+            grace: self.grace,
+            once,
+            command: self.command,
+            guard: GuardProgram {
+                program: None,
+                args: vec!["run-guard".into()],
+            },
+        };
+        Ok((url, client, options))
+    }
+}
+
 /// `tenure run`.
 pub fn run(args: RunArgs) -> ExitCode {
-    if args.grace.saturating_mul(2) >= args.ttl {
-        log(&format!(
-            "error: --grace {:?} must be less than half of --ttl {:?} (the command is stopped \
-             `grace` before the lease could run out)",
-            args.grace, args.ttl
-        ));
-        return ExitCode::from(EXIT_USAGE);
-    }
-    if let Err(code) = check_election(&args.election) {
-        return ExitCode::from(code);
-    }
-    // Before the backend is contacted: a command that cannot start must not cost a session
-    // or a fencing token.
-    if let Err(e) = supervise::find_command(&args.command[0]) {
-        let code = e.exit_code();
-        log(&format!(
-            "error: cannot start {:?}: {e}; nothing was campaigned for, exit {code}",
-            args.command[0]
-        ));
+    if let Err(code) = args.lead.check() {
         return ExitCode::from(code);
     }
     // Current-thread on purpose: the command is forked by this (main) thread, which lives as
@@ -89,46 +159,9 @@ async fn run_async(args: RunArgs) -> u8 {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let url = backend_url(args.backend.as_deref(), &args.tls);
-    let client = match Client::connect(&url).await {
+    let (url, client, options) = match args.lead.connect(args.once, "").await {
         Ok(c) => c,
-        Err(e) => return fail(&format!("backend {}", tenure::redact_url(&url)), &url, &e).await,
-    };
-    let value = {
-        use std::os::unix::ffi::OsStrExt as _;
-        args.value
-            .as_deref()
-            .map_or_else(|| default_value().into_bytes(), |v| v.as_bytes().to_vec())
-    };
-    log(&format!(
-        "campaigning in {:?} as \"{}\" on {} (ttl {:?}, grace {:?}{}{})",
-        args.election,
-        tenure::lines::escape_value(&value),
-        tenure::redact_url(&url),
-        args.ttl,
-        args.grace,
-        if args.once { ", once" } else { "" },
-        if args.fate_sharing {
-            ", fate-sharing"
-        } else {
-            ""
-        }
-    ));
-    let options = supervise::Options {
-        election: args.election,
-        value,
-        campaign: tenure::CampaignOptions {
-            ttl: args.ttl,
-            fate_sharing: args.fate_sharing,
-            ..Default::default()
-        },
-        grace: args.grace,
-        once: args.once,
-        command: args.command,
-        guard: GuardProgram {
-            program: None,
-            args: vec!["run-guard".into()],
-        },
+        Err(code) => return code,
     };
     match supervise::run_while_leader(&client, &options, &mut signals, &log).await {
         Outcome::CampaignFailed(e) => fail("campaign failed", &url, &e).await,

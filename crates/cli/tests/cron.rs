@@ -1,0 +1,327 @@
+//! `tenure cron` on a real 3-node cluster (TLS and client authentication on): three
+//! replicas on a one-second schedule while the holder is SIGKILLed, frozen (SIGSTOP) past
+//! its lease while its command runs, and the Raft leader is killed. Then, from the ledger
+//! and from what the commands wrote:
+//! - every slot from the first to the last is decided exactly once, `completed` (on a rerun
+//!   with the same run id and a higher attempt), none missed or skipped;
+//! - no two commands ever ran at once (each command's last line precedes the next start);
+//! - the frozen holder's late record was refused by the store;
+//! - each start of a slot carried the slot's run id, and a completed slot never started
+//!   again.
+//!
+//! Each command is `sh` appending `start NAME SLOT RUN_ID ATTEMPT TOKEN NS`, `tick NAME NS`
+//! every 50 ms for 300 ms, then `end NAME SLOT NS` to a shared file.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{stderr, stdout, tenure, Cluster, Spawned, BIN};
+
+const SCRIPT: &str = r#"
+echo "start $1 $TENURE_SLOT $TENURE_RUN_ID $TENURE_ATTEMPT $TENURE_FENCING_TOKEN $(date +%s%N)" >> "$2"
+for i in 1 2 3 4 5 6; do echo "tick $1 $(date +%s%N)" >> "$2"; sleep 0.05; done
+echo "end $1 $TENURE_SLOT $(date +%s%N)" >> "$2"
+"#;
+
+const ELECTION: &str = "drill";
+
+#[test]
+fn bad_schedules_and_zones_are_refused_before_anything_is_contacted() {
+    for (args, what) in [
+        (vec!["--schedule", "61 * * * *"], "61 * * * *"),
+        (
+            vec!["--schedule", "0 2 * * *", "--tz", "Mars/Olympus"],
+            "Mars/Olympus",
+        ),
+        (
+            vec!["--catch-up", "soon", "--schedule", "* * * * *"],
+            "--catch-up",
+        ),
+    ] {
+        let mut all = vec![
+            "cron",
+            "--election",
+            "e",
+            "--backend",
+            "tenure://127.0.0.1:1",
+        ];
+        all.extend(args);
+        all.extend(["--", "true"]);
+        let out = tenure(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(what), "{all:?}: {}", stderr(&out));
+    }
+    let out = tenure(&[
+        "cron",
+        "next",
+        "--schedule",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "-n",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.contains("02:30:00 CE"), "{text}");
+}
+
+/// One `tenure cron` replica; its stderr goes to a file.
+struct Replica {
+    name: String,
+    proc: Spawned,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn start(url: &str, name: &str, dir: &Path, file: &Path) -> Replica {
+        let log = dir.join(format!("{name}.log"));
+        let err = File::create(&log).expect("a log file");
+        let proc = Spawned::new(
+            Command::new(BIN)
+                .args(["cron", "--election", ELECTION, "--backend", url])
+                .args(["--schedule", "* * * * * *", "--catch-up", "1m"])
+                .args(["--ttl", "2s", "--grace", "500ms", "--value", name])
+                .args(["--", "sh", "-c", SCRIPT, "sh", name])
+                .arg(file)
+                .stdout(Stdio::null())
+                .stderr(err),
+        );
+        Replica {
+            name: name.to_string(),
+            proc,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn read(file: &Path) -> String {
+    std::fs::read_to_string(file).unwrap_or_default()
+}
+
+/// Waits until a command is running (a `start` without its `end`), and returns the name
+/// of the replica that started it.
+fn running_now(file: &Path, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let text = read(file);
+        let mut open: Option<String> = None;
+        for l in text.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.first() {
+                Some(&"start") => open = Some(f[1].to_string()),
+                Some(&"end") => open = None,
+                _ => {}
+            }
+        }
+        // A start seen just now: its command has most of its 300 ms left.
+        if let Some(name) = open {
+            if text.lines().last().is_some_and(|l| l.starts_with("start ")) {
+                return name;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no command started within {within:?}\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn three_replicas_run_every_slot_once_through_kills_freezes_and_a_leader_crash() {
+    let mut cluster = Cluster::start(3);
+    let url = cluster.url();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("runs");
+    let mut replicas: Vec<Replica> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|n| Replica::start(&url, n, dir.path(), &file))
+        .collect();
+    let index = |replicas: &[Replica], name: &str| {
+        replicas
+            .iter()
+            .position(|r| r.name == name)
+            .expect("a replica by that name")
+    };
+
+    // Slots run for a while.
+    std::thread::sleep(Duration::from_secs(5));
+
+    // 1. SIGKILL the holder while its command runs: the command dies with it, and the next
+    //    leader reruns that slot.
+    let holder = running_now(&file, Duration::from_secs(10));
+    let i = index(&replicas, &holder);
+    replicas[i].proc.signal(libc::SIGKILL);
+    replicas[i].proc.wait(Duration::from_secs(5));
+    eprintln!("killed holder {holder}");
+    let killed = replicas.remove(i);
+    replicas.push(Replica::start(
+        &url,
+        &format!("{holder}b"),
+        dir.path(),
+        &file,
+    ));
+    std::thread::sleep(Duration::from_secs(6));
+
+    // 2. Freeze the holder (the runner, not its command) past its lease while its command
+    //    runs: the guard kills the command at the lease's end, another replica takes the
+    //    slot up, and the frozen one's record is refused when it wakes.
+    let frozen = running_now(&file, Duration::from_secs(10));
+    let f = index(&replicas, &frozen);
+    replicas[f].proc.signal(libc::SIGSTOP);
+    eprintln!("froze holder {frozen}");
+    std::thread::sleep(Duration::from_secs(5));
+    replicas[f].proc.signal(libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(5));
+
+    // 3. Kill the Raft leader; the cluster elects another and slots go on.
+    let raft_leader = cluster.leader();
+    cluster.kill(raft_leader);
+    eprintln!("killed raft leader node {raft_leader}");
+    std::thread::sleep(Duration::from_secs(8));
+
+    for r in &mut replicas {
+        r.proc.stop(Duration::from_secs(10));
+    }
+    let runs = read(&file);
+    let logs: String = replicas
+        .iter()
+        .chain([&killed])
+        .map(|r| format!("--- {}\n{}", r.name, r.log()))
+        .collect();
+    let context = format!("{runs}\n{logs}");
+
+    // The ledger.
+    let out = tenure(&["cron", "history", ELECTION, "--backend", &url, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ledger: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("JSON");
+    let decided = ledger["runs"].as_array().expect("runs");
+    assert!(
+        decided.len() >= 15,
+        "too few slots decided: {ledger}\n{context}"
+    );
+    let mut slots = Vec::new();
+    let mut attempts: BTreeMap<String, u64> = BTreeMap::new();
+    for r in decided {
+        assert_eq!(r["state"], "completed", "{r}\n{context}");
+        assert_eq!(r["exit"], 0, "{r}");
+        let slot = r["slot"].as_str().expect("slot").to_string();
+        assert_eq!(
+            r["run_id"].as_str(),
+            Some(format!("{ELECTION}/{}", rfc3339(&slot)).as_str()),
+            "{r}"
+        );
+        attempts.insert(rfc3339(&slot), r["attempt"].as_u64().expect("attempt"));
+        slots.push(chrono::DateTime::parse_from_rfc3339(&slot).expect("an instant"));
+    }
+    // One second apart: none missed, none twice.
+    for w in slots.windows(2) {
+        assert_eq!(
+            (w[1] - w[0]).num_seconds(),
+            1,
+            "a gap or a repeat at {w:?}\n{context}"
+        );
+    }
+    assert_eq!(ledger["counts"]["missed"], 0, "{ledger}");
+    assert!(
+        ledger["counts"]["reruns"].as_u64().unwrap_or(0) >= 2,
+        "the killed and the frozen holders' slots were rerun: {ledger}\n{context}"
+    );
+
+    eprintln!(
+        "{} slots decided in a row, counts {}, {} commands started",
+        slots.len(),
+        ledger["counts"],
+        runs.lines().filter(|l| l.starts_with("start ")).count()
+    );
+
+    // What the commands wrote: never two at once, and starts match the ledger.
+    let mut last_line_of: BTreeMap<String, u128> = BTreeMap::new();
+    let mut starts: Vec<(u128, String, String, u64)> = Vec::new(); // (ns, name, slot, attempt)
+    let mut current: Option<String> = None;
+    let mut order: Vec<String> = Vec::new();
+    for l in runs.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let ns: u128 = f.last().and_then(|t| t.parse().ok()).expect("a timestamp");
+        match f[0] {
+            "start" => {
+                // A start while another command's lines are still coming would show up as
+                // interleaved lines below.
+                let id = format!("{}#{}", f[1], starts.len());
+                current = Some(id.clone());
+                order.push(id.clone());
+                assert_eq!(f[3], format!("{ELECTION}/{}", f[2]), "run id of {l}");
+                starts.push((ns, f[1].into(), f[2].into(), f[4].parse().expect("attempt")));
+                last_line_of.insert(id, ns);
+            }
+            "tick" | "end" => {
+                let id = current.clone().expect("a line before any start");
+                assert!(
+                    id.starts_with(&format!("{}#", f[1])),
+                    "{l}: a command of {} wrote while {id} ran\n{context}",
+                    f[1]
+                );
+                last_line_of.insert(id, ns);
+            }
+            other => panic!("unexpected line {other}"),
+        }
+    }
+    for w in order.windows(2) {
+        let (prev, next) = (&w[0], &w[1]);
+        let next_start = starts[next.split('#').nth(1).unwrap().parse::<usize>().unwrap()].0;
+        assert!(
+            last_line_of[prev] < next_start,
+            "{next} started before {prev} wrote its last line\n{context}"
+        );
+    }
+    // Every decided slot started exactly `attempt` times, with attempts 1, 2, …
+    let mut by_slot: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (_, _, slot, attempt) in &starts {
+        by_slot.entry(slot.clone()).or_default().push(*attempt);
+    }
+    for (slot, n) in &attempts {
+        let seen = by_slot.get(slot).cloned().unwrap_or_default();
+        assert_eq!(
+            seen,
+            (1..=*n).collect::<Vec<_>>(),
+            "slot {slot}: attempts started vs the ledger's {n}\n{context}"
+        );
+    }
+    let reruns: BTreeSet<&String> = attempts
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(s, _)| s)
+        .collect();
+    assert!(reruns.len() >= 2, "reruns {reruns:?}\n{context}");
+
+    // The frozen holder woke up to find the store refusing its record.
+    let frozen_log = replicas
+        .iter()
+        .find(|r| r.name == frozen)
+        .expect("frozen")
+        .log();
+    assert!(
+        frozen_log.contains("the ledger refused this holder's record"),
+        "{frozen} was not refused\n{frozen_log}"
+    );
+    let _ = killed;
+}
+
+/// `2026-12-07T12:00:01Z` from the ledger's own form (`+00:00` or `Z`).
+fn rfc3339(s: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .expect("an instant")
+        .with_timezone(&chrono::Utc)
+        .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
