@@ -105,10 +105,15 @@ pub async fn history(client: &Client, election: &str) -> crate::Result<Option<Le
 /// leads, runs the schedule by the rules of the module docs; when leadership is lost it
 /// campaigns again. Returns only on a signal from `signals` ([`Outcome::Signalled`]: a
 /// running command was stopped and leadership resigned) or a failure that waiting does not
-/// mend ([`Outcome::CampaignFailed`]: refused credentials, a ledger it cannot read). Must
+/// mend ([`Outcome::CampaignFailed`]: refused credentials, a ledger it cannot read, a
+/// backend without fenced keys — etcd, PostgreSQL, ZooKeeper — refused at once). Must
 /// run where [`supervise::run_while_leader`] may.
 pub async fn run(client: &Client, job: &Job, signals: &mut Signals, log: Log<'_>) -> Outcome {
     let election = &job.run.election;
+    // The ledger is a fenced key: a backend without them is refused before any campaign.
+    if let Err(e @ Error::UnsupportedBackend { .. }) = history(client, election).await {
+        return Outcome::CampaignFailed(e);
+    }
     loop {
         let won = tokio::select! {
             r = client.campaign(election, &job.run.value, job.run.campaign) => r,
@@ -431,3 +436,8 @@ async fn wait_until(
         }
     }
 }
+
+/// docs/CRON.md's example job, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../docs/CRON.md")]
+struct CronGuide;
