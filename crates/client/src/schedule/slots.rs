@@ -71,18 +71,18 @@ impl Schedule {
 
     /// The first slot strictly after `t`; `None` if there is none (in croner's range).
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let local = t.with_timezone(&self.zone);
-        self.cron
-            .find_next_occurrence(&local, false)
-            .ok()
-            .map(|d| d.with_timezone(&Utc))
+        self.find(t, false)
     }
 
     /// The slot at or after `t`.
     pub fn at_or_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.find(t, true)
+    }
+
+    fn find(&self, t: DateTime<Utc>, inclusive: bool) -> Option<DateTime<Utc>> {
         let local = t.with_timezone(&self.zone);
         self.cron
-            .find_next_occurrence(&local, true)
+            .find_next_occurrence(&local, inclusive)
             .ok()
             .map(|d| d.with_timezone(&Utc))
     }
