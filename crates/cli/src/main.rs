@@ -13,7 +13,6 @@ mod cron;
 mod demo;
 mod elect;
 mod ops;
-mod plan;
 mod run;
 mod server;
 
@@ -50,7 +49,7 @@ enum Cmd {
     /// Inputs from flags, a TOML file (--config) or a running node (--from URL of its HTTP
     /// port); flags override the file, which overrides measurements. Exit codes: 0 every
     /// rule holds; 1 a rule is violated; 2 bad arguments; 69 --from failed.
-    Plan(Box<plan::PlanArgs>),
+    Plan(Box<tenure_plan::cli::PlanArgs>),
     /// Run a command only while leading an election; stop it before the lease could pass.
     ///
     /// The command gets TENURE_FENCING_TOKEN, TENURE_ELECTION and TENURE_SESSION_ID
@@ -192,7 +191,7 @@ fn main() -> ExitCode {
         Cmd::Certs(args) => certs::run(args),
         Cmd::Token(args) => certs::token(args),
         Cmd::Demo(args) => demo::run(args),
-        Cmd::Plan(args) => plan::run(*args),
+        Cmd::Plan(args) => tenure_plan::cli::run(*args),
         Cmd::Nemesis(args) => tenure_nemesis::cli::run(args),
         Cmd::Bench(args) => match std::env::current_exe() {
             Ok(bin) => tenure_bench::run(args, bin),

@@ -22,6 +22,20 @@ pub struct Credentials {
     pub token_file: Option<String>,
 }
 
+impl Credentials {
+    /// Each file or token not given explicitly, from its environment variable (if set and
+    /// not empty).
+    pub fn or_environment(self) -> Credentials {
+        let pick = |given: Option<String>, var: &str| given.or_else(|| env_nonempty(var));
+        Credentials {
+            ca: pick(self.ca, "TENURE_CA"),
+            cert: pick(self.cert, "TENURE_CERT"),
+            key: pick(self.key, "TENURE_KEY"),
+            token_file: pick(self.token_file, "TENURE_TOKEN_FILE"),
+        }
+    }
+}
+
 /// `given`, else `$TENURE_BACKEND`, else [`DEFAULT_BACKEND`]; a `tenure://` URL without a
 /// query gets its TLS files and token from `credentials`, else from the environment.
 pub fn backend_url(given: Option<&str>, credentials: &Credentials) -> String {

@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use tenure_core::config::timing;
 
+pub mod cli;
 pub mod metrics;
 mod model;
 mod text;

@@ -86,6 +86,55 @@ impl NodeHttp {
         Ok(NodeHttp::new(host, port, tls, token))
     }
 
+    /// A node's HTTP port given as `http://HOST:PORT` or `https://HOST:PORT` (a trailing `/`
+    /// allowed, nothing else), with `credentials` (TLS files, which an https URL needs the CA
+    /// of; a bearer token file). Nothing is contacted; the error says what is wrong with the
+    /// URL or the files, without naming the URL.
+    pub fn from_http_url(
+        url: &str,
+        credentials: &crate::environment::Credentials,
+    ) -> std::result::Result<NodeHttp, String> {
+        let (tls_on, rest) = if let Some(rest) = url.strip_prefix("https://") {
+            (true, rest)
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            (false, rest)
+        } else {
+            return Err(
+                "give the node's HTTP port as http://HOST:PORT or https://HOST:PORT".into(),
+            );
+        };
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#', '@']) {
+            return Err(
+                "give only the scheme, host and port (the paths are asked for by name)".into(),
+            );
+        }
+        let hp: tenure_transport::HostPort = authority
+            .parse()
+            .map_err(|e: tenure_transport::AddrError| e.to_string())?;
+        let c = credentials;
+        let tls = if tls_on {
+            let ca = c.ca.as_deref().ok_or(
+                "an https URL needs the cluster's CA certificate: --ca FILE (or $TENURE_CA)",
+            )?;
+            let identity = match (&c.cert, &c.key) {
+                (Some(cert), Some(key)) => Some((Path::new(cert), Path::new(key))),
+                (None, None) => None,
+                _ => return Err("--cert and --key go together".into()),
+            };
+            Some(tls_config(Path::new(ca), identity).map_err(|e| format!("TLS files: {e}"))?)
+        } else {
+            None
+        };
+        let token = match &c.token_file {
+            Some(path) => {
+                Some(read_token(Path::new(path)).map_err(|e| format!("--token-file: {e}"))?)
+            }
+            None => None,
+        };
+        Ok(NodeHttp::new(hp.host(), hp.port(), tls, token))
+    }
+
     /// `GET path`: the body of a 200 answer, or why not (a refusal names what to give).
     pub async fn get(&self, path: &str) -> std::result::Result<String, String> {
         let (code, body) = self.fetch(path).await.map_err(|e| e.to_string())?;

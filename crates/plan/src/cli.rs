@@ -1,4 +1,5 @@
-//! `tenure plan`: check a deployment's timing against the rules and estimate failover,
+//! `tenure plan`'s flags and runner (the `tenure` binary only dispatches here): check a
+//! deployment's timing against the rules and estimate failover,
 //! renewal traffic and false-failover risk (the arithmetic is `tenure-plan`'s).
 //!
 //! Inputs come from flags, from a TOML file (`--config FILE`, the flags' names with
@@ -17,9 +18,11 @@ use std::time::Duration;
 
 use clap::Args;
 use tenure::admin::http::NodeHttp;
-use tenure_plan::{Given, Input, Inputs, Plan, Source, Value};
+use tenure::duration::parse as parse_duration;
+use tenure::environment::Credentials;
+use tenure::exit::{EXIT_BACKEND, EXIT_USAGE};
 
-use crate::common::{parse_duration, EXIT_BACKEND, EXIT_USAGE};
+use crate::{Given, Input, Inputs, Plan, Source, Value};
 
 /// Exit status when a rule is violated.
 const EXIT_VIOLATED: u8 = 1;
@@ -177,7 +180,7 @@ fn plan(args: &PlanArgs) -> Result<(Plan, Option<MeasuredFrom>), Stop> {
     }
     let inputs = Inputs::resolve(&given).map_err(|e| {
         let where_ = match &e {
-            tenure_plan::Error::Invalid { input, .. } => match given.get(*input) {
+            crate::Error::Invalid { input, .. } => match given.get(*input) {
                 Some((_, Source::Flag)) => input.flag(),
                 Some((_, source)) => source.to_string(),
                 None => input.flag(),
@@ -189,9 +192,9 @@ fn plan(args: &PlanArgs) -> Result<(Plan, Option<MeasuredFrom>), Stop> {
     Ok((Plan::new(inputs), measured))
 }
 
-fn flag_error(input: Input, e: &tenure_plan::Error) -> String {
+fn flag_error(input: Input, e: &crate::Error) -> String {
     match e {
-        tenure_plan::Error::Invalid { why, .. } => format!("{}: {why}", input.flag()),
+        crate::Error::Invalid { why, .. } => format!("{}: {why}", input.flag()),
         other => format!("{}: {other}", input.flag()),
     }
 }
@@ -244,19 +247,19 @@ fn parse_config(text: &str) -> Result<Vec<(Input, Value)>, String> {
                 )
             })?;
         let value = match (input.kind(), value) {
-            (tenure_plan::Kind::Duration, toml::Value::String(s)) => {
+            (crate::Kind::Duration, toml::Value::String(s)) => {
                 Value::Duration(parse_duration(s).map_err(|e| format!("{key}: {e}"))?)
             }
-            (tenure_plan::Kind::Duration, other) => {
+            (crate::Kind::Duration, other) => {
                 return Err(format!(
                     "{key}: a duration is a string such as \"500ms\" or \"1.5s\", not {}",
                     other.type_str()
                 ))
             }
-            (tenure_plan::Kind::Count, toml::Value::Integer(n)) => {
+            (crate::Kind::Count, toml::Value::Integer(n)) => {
                 Value::Count(u64::try_from(*n).map_err(|_| format!("{key}: {n} is negative"))?)
             }
-            (tenure_plan::Kind::Count, other) => {
+            (crate::Kind::Count, other) => {
                 return Err(format!(
                     "{key}: a count is a whole number, not {}",
                     other.type_str()
@@ -267,7 +270,7 @@ fn parse_config(text: &str) -> Result<Vec<(Input, Value)>, String> {
         Given::default()
             .set(input, value, Source::Flag)
             .map_err(|e| match e {
-                tenure_plan::Error::Invalid { why, .. } => format!("{key}: {why}"),
+                crate::Error::Invalid { why, .. } => format!("{key}: {why}"),
                 other => other.to_string(),
             })?;
         out.push((input, value));
@@ -284,82 +287,31 @@ struct Target {
     node: NodeHttp,
 }
 
-fn env_path(flag: &Option<PathBuf>, var: &str) -> Option<PathBuf> {
-    flag.clone().or_else(|| {
-        std::env::var_os(var)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })
-}
-
 impl Target {
-    /// Checks the URL and loads the TLS files and the token, contacting nothing.
+    /// Checks the URL and loads the TLS files and the token (flags, else the environment),
+    /// contacting nothing.
     fn new(url: &str, args: &PlanArgs) -> Result<Target, Stop> {
-        let bad = |why: &str| usage(format!("--from {url:?}: {why}"));
-        let (tls_on, rest) = if let Some(rest) = url.strip_prefix("https://") {
-            (true, rest)
-        } else if let Some(rest) = url.strip_prefix("http://") {
-            (false, rest)
-        } else {
-            return Err(bad(
-                "give the node's HTTP port as http://HOST:PORT or https://HOST:PORT",
-            ));
-        };
-        let authority = rest.strip_suffix('/').unwrap_or(rest);
-        if authority.contains(['/', '?', '#', '@']) {
-            return Err(bad(
-                "give only the scheme, host and port (tenure plan asks for /metrics and /status itself)",
-            ));
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let credentials = Credentials {
+            ca: path(&args.ca),
+            cert: path(&args.cert),
+            key: path(&args.key),
+            token_file: path(&args.token_file),
         }
-        let (host, port) = authority
-            .rsplit_once(':')
-            .ok_or_else(|| bad("the port is missing (HOST:PORT)"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port: u16 = port
-            .parse()
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?;
-        if host.is_empty() {
-            return Err(bad("the host is missing"));
+        .or_environment();
+        if args.cert.is_some() && !url.starts_with("https://") {
+            return Err(usage(format!("--from {url:?}: --cert needs an https URL")));
         }
-        let ca = env_path(&args.ca, "TENURE_CA");
-        let cert = env_path(&args.cert, "TENURE_CERT");
-        let key = env_path(&args.key, "TENURE_KEY");
-        let token_file = env_path(&args.token_file, "TENURE_TOKEN_FILE");
-        let tls = if tls_on {
-            let ca = ca.ok_or_else(|| {
-                bad("an https URL needs the cluster's CA certificate: --ca FILE (or $TENURE_CA)")
-            })?;
-            let identity = match (&cert, &key) {
-                (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
-                (None, None) => None,
-                _ => return Err(usage("--cert and --key go together")),
-            };
-            let config = tenure::admin::http::tls_config(&ca, identity)
-                .map_err(|e| usage(format!("TLS files: {e}")))?;
-            Some(config)
-        } else {
-            if cert.is_some() && args.cert.is_some() {
-                return Err(bad("--cert needs an https URL"));
-            }
-            None
-        };
-        let token = match token_file {
-            Some(path) => Some(
-                tenure::admin::http::read_token(&path)
-                    .map_err(|e| usage(format!("--token-file: {e}")))?,
-            ),
-            None => None,
-        };
+        let node = NodeHttp::from_http_url(url, &credentials)
+            .map_err(|why| usage(format!("--from {url:?}: {why}")))?;
         Ok(Target {
             url: url.to_string(),
-            node: NodeHttp::new(host, port, tls, token),
+            node,
         })
     }
 }
 
-fn measure(target: &Target) -> Result<tenure_plan::metrics::Measured, Stop> {
+fn measure(target: &Target) -> Result<crate::metrics::Measured, Stop> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -381,7 +333,7 @@ fn measure(target: &Target) -> Result<tenure_plan::metrics::Measured, Stop> {
             let v: serde_json::Value = serde_json::from_str(&body).ok()?;
             Some(v.get("voters")?.as_array()?.len() as u64)
         });
-        tenure_plan::metrics::measure(&metrics, voters)
+        crate::metrics::measure(&metrics, voters)
             .map_err(|e| Stop(EXIT_BACKEND, format!("--from {}: {e}", target.url)))
     })
 }
