@@ -79,6 +79,8 @@ pub struct Cluster {
     procs: BTreeMap<u64, Proc>,
     life: BTreeMap<u64, Life>,
     channels: BTreeMap<u64, Channel>,
+    /// The cluster's `tenure://` URL, with the harness's certificate under `--tls`.
+    url: String,
     /// Which peers each node currently blocks (what `/debug/block` was last told).
     blocked: BTreeMap<u64, BTreeSet<u64>>,
     /// Nodes found exited by themselves when the nemesis came to kill them, for
@@ -95,10 +97,15 @@ impl Cluster {
             .tempdir()
             .context("create a temporary directory")?;
         let certs = dir.path().join("certs");
-        let (grpc_tls, http) = if opts.tls {
+        let (grpc_tls, http, query) = if opts.tls {
             issue_certs(&certs, opts.nodes)?
         } else {
-            (None, HttpClient::plaintext())
+            (None, HttpClient::plaintext(), None)
+        };
+        let hosts: Vec<String> = addrs.values().map(|a| a.client.to_string()).collect();
+        let url = match query {
+            Some(q) => format!("tenure://{}?{q}", hosts.join(",")),
+            None => format!("tenure://{}", hosts.join(",")),
         };
         let channels = addrs
             .iter()
@@ -120,6 +127,7 @@ impl Cluster {
             bin: bin.to_path_buf(),
             opts,
             http,
+            url,
             dir: Some(dir),
             keep_dir,
             addrs,
@@ -165,6 +173,13 @@ impl Cluster {
     /// How to speak HTTP to the nodes (HTTPS as the admin client with `--tls`).
     pub fn http_client(&self) -> HttpClient {
         self.http.clone()
+    }
+
+    /// The client library's administration of the cluster ([`tenure::admin`]), as the
+    /// harness's principal: for the harness's own steps (the final read-out), not for the
+    /// operations under test, which the workload sends once each and records.
+    pub fn admin(&self) -> anyhow::Result<tenure::admin::Admin> {
+        tenure::admin::Admin::new(&self.url).map_err(|f| anyhow::anyhow!("{}", f.error()))
     }
 
     /// The gRPC channel of node `id` (connected lazily, reconnecting by itself).
@@ -507,11 +522,17 @@ pub fn probe_netem() -> String {
 pub const GREEDY_CLIENT: &str = "greedy";
 
 /// A CA and certificates for nodes 1..=`nodes`, the harness's client and the greedy tenant
-/// in `dir`, as `tenure certs` writes them; the harness's gRPC and HTTP client TLS.
+/// in `dir`, as `tenure certs` writes them; the harness's gRPC and HTTP client TLS, and the
+/// query of a `tenure://` URL with its files.
+#[allow(clippy::type_complexity)]
 fn issue_certs(
     dir: &Path,
     nodes: usize,
-) -> anyhow::Result<(Option<tonic::transport::ClientTlsConfig>, HttpClient)> {
+) -> anyhow::Result<(
+    Option<tonic::transport::ClientTlsConfig>,
+    HttpClient,
+    Option<String>,
+)> {
     let certs = Certs::issue(
         dir,
         "tenure",
@@ -521,5 +542,6 @@ fn issue_certs(
     Ok((
         Some(certs.grpc(Some(HARNESS_CLIENT))?),
         certs.http(Some(HARNESS_CLIENT))?,
+        Some(certs.url_query(HARNESS_CLIENT)),
     ))
 }

@@ -664,21 +664,29 @@ async fn final_phase(
         },
         options.seed ^ 0xf1a1,
     );
+    let admin = match nemesis.cluster.admin() {
+        Ok(a) => a,
+        Err(e) => {
+            harness_errors.push(format!(
+                "the final read-out cannot administer the cluster: {e}"
+            ));
+            return finals;
+        }
+    };
     for f in &mut finals {
+        // The library's transfer waits until the node leads in a later term.
         let mut led = false;
-        for _ in 0..10 {
-            match nemesis.cluster.leader().await {
-                Some(l) if l == f.id => {
+        for _ in 0..5 {
+            match admin
+                .transfer_leadership(Some(f.id), Duration::from_secs(3))
+                .await
+            {
+                Ok(t) if t.leader == f.id => {
                     led = true;
                     break;
                 }
-                Some(l) => {
-                    nemesis.client.pin(l);
-                    nemesis.client.transfer_leadership(f.id).await;
-                }
-                None => {}
+                _ => tokio::time::sleep(Duration::from_millis(300)).await,
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
         }
         if !led {
             continue;
