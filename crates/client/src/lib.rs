@@ -200,7 +200,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use backend::Backend;
+use backend::{Backend, Fence};
 pub use error::{Error, Result};
 pub use redact::redact_url;
 use session::Session;
@@ -435,7 +435,15 @@ impl Client {
         token: u64,
     ) -> Result<u64> {
         self.backend
-            .fenced_put(key, value, election, token, None)
+            .fenced_put(
+                key,
+                value,
+                Fence {
+                    election,
+                    token,
+                    session: None,
+                },
+            )
             .await
     }
 
@@ -443,7 +451,12 @@ impl Client {
     /// [`Client::fenced_put`]: only the election's current leader may. Returns whether the
     /// key existed. `tenure://` and `memory:` only.
     pub async fn fenced_delete(&self, key: &str, election: &str, token: u64) -> Result<bool> {
-        self.backend.fenced_delete(key, election, token, None).await
+        let fence = Fence {
+            election,
+            token,
+            session: None,
+        };
+        self.backend.fenced_delete(key, fence).await
     }
 
     /// Remove `election`, which must have no candidates ([`Error::ElectionInUse`]
@@ -859,7 +872,7 @@ impl Leadership {
         self.held
             .client
             .backend
-            .fenced_put(key, value, &self.election, self.token, Some(self.session()))
+            .fenced_put(key, value, self.fence())
             .await
     }
 
@@ -869,8 +882,17 @@ impl Leadership {
         self.held
             .client
             .backend
-            .fenced_delete(key, &self.election, self.token, Some(self.session()))
+            .fenced_delete(key, self.fence())
             .await
+    }
+
+    /// This leadership's fence: its token, retried safely on its session.
+    fn fence(&self) -> Fence<'_> {
+        Fence {
+            election: &self.election,
+            token: self.token,
+            session: Some(self.session()),
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use tenure_proto::Reason;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Backend, Capabilities};
+use super::{Backend, Capabilities, Fence};
 use crate::channel::{Attempted, LeaderChannel, ATTEMPT_TIMEOUT, REQUEST_BUDGET, RETRY_PAUSE};
 use crate::session::Session;
 use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
@@ -368,39 +368,26 @@ impl Backend for Remote {
     /// has no request id, so it is tried again only while the cluster says it did not take
     /// effect ([`LeaderChannel::call_once`]); with `session` (a leader's own), every attempt
     /// carries the same request id and the write is retried until its outcome is known.
-    async fn fenced_put(
-        &self,
-        key: &str,
-        value: &[u8],
-        election: &str,
-        token: u64,
-        session: Option<u64>,
-    ) -> Result<u64> {
+    async fn fenced_put(&self, key: &str, value: &[u8], fence: Fence<'_>) -> Result<u64> {
         let req = v1::PutRequest {
             key: key.to_string(),
             value: value.to_vec(),
-            election: election.to_string(),
-            token,
+            election: fence.election.to_string(),
+            token: fence.token,
             ..Default::default()
         };
-        Ok(self.fenced_write(req, session).await?.index)
+        Ok(self.fenced_write(req, fence.session).await?.index)
     }
 
     /// Remove `key`, fenced like [`Backend::fenced_put`] (the same retry rules).
-    async fn fenced_delete(
-        &self,
-        key: &str,
-        election: &str,
-        token: u64,
-        session: Option<u64>,
-    ) -> Result<bool> {
+    async fn fenced_delete(&self, key: &str, fence: Fence<'_>) -> Result<bool> {
         let req = v1::DeleteKeyRequest {
             key: key.to_string(),
-            election: election.to_string(),
-            token,
+            election: fence.election.to_string(),
+            token: fence.token,
             ..Default::default()
         };
-        Ok(self.fenced_write(req, session).await?.existed)
+        Ok(self.fenced_write(req, fence.session).await?.existed)
     }
 
     /// Remove an election with no candidates. Retried freely: a delete that took effect

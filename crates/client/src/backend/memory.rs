@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tenure_core::sm::{Command, Response, SmLimits, StateMachine};
 use tokio::sync::{broadcast, mpsc, watch};
 
-use super::{Backend, Capabilities};
+use super::{Backend, Capabilities, Fence};
 use crate::session::Session;
 use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
@@ -326,21 +326,15 @@ impl Backend for World {
         }
     }
 
-    async fn fenced_put(
-        &self,
-        key: &str,
-        value: &[u8],
-        election: &str,
-        token: u64,
-        // The state machine is applied in-process, once: no retries need a request id.
-        _session: Option<u64>,
-    ) -> Result<u64> {
+    // The state machine is applied in-process, once: no retry needs the session's request
+    // ids.
+    async fn fenced_put(&self, key: &str, value: &[u8], fence: Fence<'_>) -> Result<u64> {
         let mut st = self.lock();
         let command = Command::FencedPut {
             key: key.to_string(),
             value: value.to_vec(),
-            election: election.to_string(),
-            token,
+            election: fence.election.to_string(),
+            token: fence.token,
         };
         match self.apply(&mut st, command) {
             Response::Put => Ok(st.index),
@@ -349,18 +343,12 @@ impl Backend for World {
         }
     }
 
-    async fn fenced_delete(
-        &self,
-        key: &str,
-        election: &str,
-        token: u64,
-        _session: Option<u64>,
-    ) -> Result<bool> {
+    async fn fenced_delete(&self, key: &str, fence: Fence<'_>) -> Result<bool> {
         let mut st = self.lock();
         let command = Command::DeleteKey {
             key: key.to_string(),
-            election: election.to_string(),
-            token,
+            election: fence.election.to_string(),
+            token: fence.token,
         };
         match self.apply(&mut st, command) {
             Response::Deleted { existed } => Ok(existed),

@@ -54,6 +54,15 @@ impl Capabilities {
     }
 }
 
+/// Who writes a fenced key: `election`'s `token`, and `session` when the writer is that
+/// leadership's own holder, whose request ids make retries safe.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fence<'a> {
+    pub election: &'a str,
+    pub token: u64,
+    pub session: Option<u64>,
+}
+
 /// Sessions, elections and (where the backend has them) fenced keys, as one backend serves
 /// them. Every method is a definite answer, a typed failure, or [`Error::Indeterminate`].
 #[async_trait::async_trait]
@@ -104,17 +113,8 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// (from a task of the backend's own) until `tx`'s receiver is dropped.
     async fn observe(&self, election: &str, tx: mpsc::Sender<Result<LeaderEvent>>) -> Result<()>;
 
-    /// Write `value` at `key` fenced by `election`'s `token`; `session`, when given, is the
-    /// writer's own (a leader's), whose request ids make retries safe. Returns the write's
-    /// position.
-    async fn fenced_put(
-        &self,
-        _key: &str,
-        _value: &[u8],
-        _election: &str,
-        _token: u64,
-        _session: Option<u64>,
-    ) -> Result<u64> {
+    /// Write `value` at `key`, fenced by `fence`. Returns the write's position.
+    async fn fenced_put(&self, _key: &str, _value: &[u8], _fence: Fence<'_>) -> Result<u64> {
         Err(self.no_fenced_keys())
     }
 
@@ -123,14 +123,8 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
         Err(self.no_fenced_keys())
     }
 
-    /// Remove `key`, fenced like [`Backend::fenced_put`]; whether it existed.
-    async fn fenced_delete(
-        &self,
-        _key: &str,
-        _election: &str,
-        _token: u64,
-        _session: Option<u64>,
-    ) -> Result<bool> {
+    /// Remove `key`, fenced by `fence`; whether it existed.
+    async fn fenced_delete(&self, _key: &str, _fence: Fence<'_>) -> Result<bool> {
         Err(self.no_fenced_keys())
     }
 
