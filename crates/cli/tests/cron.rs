@@ -1,7 +1,7 @@
-//! `tenure cron` on a real 3-node cluster (TLS and client authentication on): three
-//! replicas on a one-second schedule while the holder is SIGKILLed, frozen (SIGSTOP) past
-//! its lease while its command runs, and the Raft leader is killed. Then, from the ledger
-//! and from what the commands wrote:
+//! `tenure cron` on a real 3-node cluster (TLS and client authentication on), and on a real
+//! PostgreSQL (TLS, a password): three replicas on a one-second schedule while the holder is
+//! SIGKILLed, frozen (SIGSTOP) past its lease while its command runs, and (on the cluster)
+//! the Raft leader is killed. Then, from the ledger and from what the commands wrote:
 //! - every slot from the first to the last is decided exactly once, `completed` (on a rerun
 //!   with the same run id and a higher attempt), none missed or skipped;
 //! - no two commands ever ran at once (each command's last line precedes the next start);
@@ -142,6 +142,27 @@ fn running_now(file: &Path, within: Duration) -> String {
 fn three_replicas_run_every_slot_once_through_kills_freezes_and_a_leader_crash() {
     let mut cluster = Cluster::start(3);
     let url = cluster.url();
+    drill(&url, || {
+        // 3. Kill the Raft leader; the cluster elects another and slots go on.
+        let raft_leader = cluster.leader();
+        cluster.kill(raft_leader);
+        eprintln!("killed raft leader node {raft_leader}");
+    });
+}
+
+/// The same drill with the ledger in PostgreSQL (TLS, a password): the backend's own fenced
+/// keys. Its third fault is none: one PostgreSQL server has no leader to kill.
+#[test]
+fn on_postgresql_every_slot_runs_once_through_kills_and_freezes() {
+    let pg = tenure_testkit::services::Postgres::start_secure("cron-drill-password");
+    drill(&pg.url, || eprintln!("no third fault on PostgreSQL"));
+}
+
+/// Three replicas on a one-second schedule at `url`; SIGKILL of the holder mid-run, SIGSTOP
+/// of another past its lease mid-run, then `third_fault`; then the checks of the module
+/// docs.
+fn drill(url: &str, third_fault: impl FnOnce()) {
+    let url = url.to_string();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let file = dir.path().join("runs");
     let mut replicas: Vec<Replica> = ["r1", "r2", "r3"]
@@ -185,10 +206,7 @@ fn three_replicas_run_every_slot_once_through_kills_freezes_and_a_leader_crash()
     replicas[f].proc.signal(libc::SIGCONT);
     std::thread::sleep(Duration::from_secs(5));
 
-    // 3. Kill the Raft leader; the cluster elects another and slots go on.
-    let raft_leader = cluster.leader();
-    cluster.kill(raft_leader);
-    eprintln!("killed raft leader node {raft_leader}");
+    third_fault();
     std::thread::sleep(Duration::from_secs(8));
 
     for r in &mut replicas {

@@ -405,9 +405,9 @@ impl Client {
     /// On `tenure://` this write carries no request id, so it is retried only while the
     /// cluster says it did not take effect: a write whose outcome is unknown fails with
     /// [`Error::Indeterminate`]. [`Leadership::fenced_put`] writes with the leader's session
-    /// and is retried safely until its outcome is known. etcd, PostgreSQL and ZooKeeper have
-    /// no fenced keys ([`Error::UnsupportedBackend`]): fence their stores with
-    /// [`fence`].
+    /// and is retried safely until its outcome is known. PostgreSQL keeps fenced keys in a
+    /// table, decided by the same rule in one transaction; etcd and ZooKeeper have none
+    /// ([`Error::UnsupportedBackend`]): fence their stores with [`fence`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -467,8 +467,8 @@ impl Client {
     }
 
     /// The value stored at the fenced key `key`, or `None` if nothing was ever written
-    /// there. A linearizable read on `tenure://`. etcd, PostgreSQL and ZooKeeper have no
-    /// fenced keys ([`Error::UnsupportedBackend`]).
+    /// there. A linearizable read on `tenure://`. etcd and ZooKeeper have no fenced keys
+    /// ([`Error::UnsupportedBackend`]).
     pub async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
         self.backend.get(key).await
     }
@@ -554,9 +554,9 @@ impl Client {
     }
 
     /// Whether [`Client::fenced_put`] and [`Client::get`] work on this backend: `memory:` and
-    /// `tenure://` keep fenced keys in the cluster's replicated state; etcd, PostgreSQL and
-    /// ZooKeeper answer [`Error::UnsupportedBackend`] (their stores are fenced with
-    /// [`fence`] instead).
+    /// `tenure://` keep fenced keys in the cluster's replicated state, PostgreSQL in a table
+    /// (`tenure_pg_key`, by the same rule); etcd and ZooKeeper answer
+    /// [`Error::UnsupportedBackend`] (their stores are fenced with [`fence`] instead).
     pub fn supports_fenced_keys(&self) -> bool {
         self.backend.capabilities().fenced_keys
     }

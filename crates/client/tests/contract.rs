@@ -22,7 +22,7 @@
 //! [`Client::supports_transfer`] (etcd's and ZooKeeper's recipes and the PostgreSQL lease
 //! row have no hand-over to a named candidate: `transfer` must be refused with
 //! [`Error::UnsupportedBackend`], changing nothing), [`Client::supports_fenced_keys`]
-//! (only `memory:` and the cluster keep fenced keys) and [`Client::wakes_only_next`] (false
+//! (`memory:`, the cluster, embedded nodes and PostgreSQL keep fenced keys) and [`Client::wakes_only_next`] (false
 //! for PostgreSQL, whose LISTEN/NOTIFY wakes every waiter, and for `memory:`, whose waiters
 //! all re-check on every change: there the herd case checks that one change elects exactly
 //! one waiter, and does not count wake-ups).
@@ -79,6 +79,7 @@ macro_rules! contract_for {
             case!(errors_are_typed);
             case!(one_change_elects_one_waiter_and_wakes_only_it_where_promised);
             case!(fenced_keys_follow_the_token_or_are_refused_where_unsupported);
+            case!(a_lapsed_holders_ledger_record_is_refused_and_its_claim_handed_on);
             case!(credentials_stay_hidden);
         }
     };
@@ -440,6 +441,90 @@ async fn fenced_keys_follow_the_token_or_are_refused_where_unsupported(
     let bad = c.fenced_put("", b"x", &election, second.token()).await;
     assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
     assert_eq!(c.get(&key).await.expect("get"), Some(now));
+}
+
+/// Where [`Client::supports_fenced_keys`], the guarantee `tenure cron`'s ledger
+/// ([`tenure::schedule`]) stands on: a holder that claimed a slot and then froze past its
+/// lease while another replica waited is refused when it wakes and records the outcome
+/// (by the backend's own judgement of the lapse: nobody else wrote meanwhile), and the next
+/// leader finds the claim open and takes it up with the same run id.
+async fn a_lapsed_holders_ledger_record_is_refused_and_its_claim_handed_on(
+    url: String,
+    election: String,
+) {
+    use tenure::schedule::{self, ledger, Ledger, Next, OnInterrupt, Schedule, State};
+    let c = Client::connect(&url).await.expect("connect");
+    if !c.supports_fenced_keys() {
+        return;
+    }
+    let ttl = ms(2000);
+    let key = schedule::ledger_key(&election);
+    let every_second = Schedule::new("* * * * * *", "UTC").expect("a schedule");
+    let a = leads_as_a(&c, &election, ttl).await;
+    let start = chrono::Utc::now();
+    let mut l = Ledger::new(start);
+    let Next::Wait(slot) = ledger::next(&l, &every_second, start, None, OnInterrupt::Retry) else {
+        panic!("a fresh ledger waits for its first slot");
+    };
+    l.claim(&election, slot, "a", a.token(), slot);
+    a.fenced_put(&key, &l.encode())
+        .await
+        .expect("a claims the slot");
+    // b is a candidate (its session kept alive, but nobody asks for the lease yet: the write
+    // itself must see that a's lapsed); a freezes (no keepalives) past its TTL.
+    let b_client = Client::connect(&url).await.expect("connect");
+    let b_candidate = b_client
+        .join(&election, b"b", opts(ttl))
+        .await
+        .expect("b joins");
+    a.stop_keepalives();
+    tokio::time::sleep(ttl + ms(1500)).await;
+    // a wakes and records its outcome with its old token: refused, nothing written.
+    let mut late = l.clone();
+    late.close(State::Completed, Some(0), chrono::Utc::now());
+    let refused = c
+        .fenced_put(&key, &late.encode(), &election, a.token())
+        .await;
+    assert!(
+        matches!(refused, Err(Error::StaleToken { .. })),
+        "the lapsed holder's record: {refused:?}"
+    );
+    let b = tokio::time::timeout(ms(10_000), b_candidate.leadership())
+        .await
+        .expect("b leads within 10 s")
+        .expect("b leads");
+    assert!(
+        b.token() > a.token(),
+        "b {} after a {}",
+        b.token(),
+        a.token()
+    );
+    let found = schedule::history(&c, &election)
+        .await
+        .expect("read")
+        .expect("a ledger");
+    assert_eq!(found, l, "the ledger is as a claimed it");
+    assert_eq!(
+        ledger::next(
+            &found,
+            &every_second,
+            chrono::Utc::now(),
+            None,
+            OnInterrupt::Retry
+        ),
+        Next::Rerun(slot),
+        "the open claim comes first"
+    );
+    let mut taken = found.clone();
+    taken.claim(&election, slot, "b", b.token(), chrono::Utc::now());
+    let open = taken.open.clone().expect("claimed");
+    assert_eq!(
+        (open.attempt, open.run_id.as_str()),
+        (2, l.open.as_ref().expect("a's").run_id.as_str())
+    );
+    b.fenced_put(&key, &taken.encode())
+        .await
+        .expect("b takes the slot up");
 }
 
 /// Waiters queued behind the holder in the herd case.

@@ -43,6 +43,7 @@ pub mod grpc;
 pub mod lock;
 pub mod proxy;
 pub mod raw;
+pub mod services;
 pub mod workload;
 
 use std::time::Duration;

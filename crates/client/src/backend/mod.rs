@@ -142,8 +142,8 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     fn no_fenced_keys(&self) -> Error {
         Error::UnsupportedBackend {
             scheme: self.capabilities().scheme.into(),
-            why: "fenced keys live in a tenure cluster's replicated state; fence this \
-                  backend's own store with tenure::fence"
+            why: "this backend keeps no fenced keys (a tenure cluster and PostgreSQL do); \
+                  fence its own store with tenure::fence"
                 .into(),
         }
     }

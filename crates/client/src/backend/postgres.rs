@@ -16,6 +16,14 @@
 //!   opened by the first of them, and also re-check when the holder's session could have
 //!   expired (an expired holder sends no notification).
 //!
+//! - A fenced key is a row of `tenure_pg_key` (the election it belongs to, the token of its
+//!   last write, the value, and a position from a sequence). A fenced write runs in one
+//!   transaction with the election's lease row locked: the lease is judged first (so a
+//!   holder whose session ran out with a candidate waiting is replaced before its token is
+//!   compared), then the state machine's own rule decides
+//!   ([`tenure_core::sm::check_fence`]): the token must be the election's newest, and no
+//!   older than the key's. A refused write changes nothing but the judged lease.
+//!
 //! Not supported: [`crate::Leadership::transfer`].
 //!
 //! # Security
@@ -51,10 +59,10 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::{Backend, Capabilities};
+use super::{Backend, Capabilities, Fence};
 use crate::session::Session;
 use crate::tls::{self, PgVerify};
-use crate::{Error, LeaderEvent, LeaderInfo, Result};
+use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
 /// The notification channel; the payload is the election.
 const CHANNEL: &str = "tenure_pg";
@@ -89,6 +97,14 @@ CREATE TABLE IF NOT EXISTS tenure_pg_lease (
     epoch BIGINT NOT NULL,
     version BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS tenure_pg_key (
+    key TEXT PRIMARY KEY,
+    election TEXT NOT NULL,
+    token BIGINT NOT NULL,
+    value BYTEA NOT NULL,
+    position BIGINT NOT NULL
+);
+CREATE SEQUENCE IF NOT EXISTS tenure_pg_key_position;
 CREATE TABLE IF NOT EXISTS tenure_pg_change (
     election TEXT NOT NULL,
     version BIGINT NOT NULL,
@@ -432,6 +448,87 @@ impl Pg {
     async fn advance(&self, election: &str) -> Result<Option<Lease>> {
         let mut c = self.client.lock().await;
         let tx = c.transaction().await.map_err(map)?;
+        let lease = Pg::judge(&tx, election).await?;
+        tx.commit().await.map_err(map)?;
+        Ok(lease)
+    }
+
+    /// Writes `value` at `key` (`None`: removes it) if `fence` may, by
+    /// [`tenure_core::sm::check_fence`] against the lease as judged now; the write's
+    /// position and whether the key existed.
+    async fn fenced_write(
+        &self,
+        key: &str,
+        value: Option<&[u8]>,
+        fence: Fence<'_>,
+    ) -> Result<(u64, bool)> {
+        let mut c = self.client.lock().await;
+        let tx = c.transaction().await.map_err(map)?;
+        let latest = match Pg::judge(&tx, fence.election).await? {
+            Some(_) => {
+                let row = tx
+                    .query_one(
+                        "SELECT epoch FROM tenure_pg_lease WHERE election = $1",
+                        &[&fence.election],
+                    )
+                    .await
+                    .map_err(map)?;
+                Some(row.get::<_, i64>(0) as u64)
+            }
+            None => None,
+        };
+        let bound = tx
+            .query_opt(
+                "SELECT election, token FROM tenure_pg_key WHERE key = $1 FOR UPDATE",
+                &[&key],
+            )
+            .await
+            .map_err(map)?
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64));
+        let verdict = tenure_core::sm::check_fence(
+            key,
+            fence.election,
+            fence.token,
+            latest,
+            bound.as_ref().map(|(e, t)| (e.as_str(), *t)),
+            false,
+        );
+        if let Err(e) = verdict {
+            // What the judge changed stands; nothing else was written.
+            tx.commit().await.map_err(map)?;
+            return Err(e.into());
+        }
+        let token = fence.token as i64;
+        let done = match value {
+            Some(v) => {
+                let row = tx
+                    .query_one(
+                        "INSERT INTO tenure_pg_key (key, election, token, value, position) \
+                         VALUES ($1, $2, $3, $4, nextval('tenure_pg_key_position')) \
+                         ON CONFLICT (key) DO UPDATE SET election = EXCLUDED.election, \
+                         token = EXCLUDED.token, value = EXCLUDED.value, \
+                         position = EXCLUDED.position RETURNING position",
+                        &[&key, &fence.election, &token, &v],
+                    )
+                    .await
+                    .map_err(map)?;
+                (row.get::<_, i64>(0) as u64, bound.is_some())
+            }
+            None => {
+                let n = tx
+                    .execute("DELETE FROM tenure_pg_key WHERE key = $1", &[&key])
+                    .await
+                    .map_err(map)?;
+                (0, n == 1)
+            }
+        };
+        tx.commit().await.map_err(map)?;
+        Ok(done)
+    }
+
+    /// [`Pg::advance`] inside `tx` (the lease row locked until `tx` ends), which the
+    /// caller commits.
+    async fn judge(tx: &tokio_postgres::Transaction<'_>, election: &str) -> Result<Option<Lease>> {
         let Some(row) = tx
             .query_opt(
                 "SELECT holder, value, epoch, version FROM tenure_pg_lease \
@@ -467,7 +564,6 @@ impl Pg {
                 .map_err(map)?;
             if let Some(live) = live {
                 let ms: i64 = live.get(0);
-                tx.commit().await.map_err(map)?;
                 return Ok(Some(Lease {
                     leader: Some(LeaderInfo {
                         session: h as u64,
@@ -505,7 +601,6 @@ impl Pg {
                 }
             }
             None if holder.is_none() => {
-                tx.commit().await.map_err(map)?;
                 return Ok(Some(Lease {
                     leader: None,
                     version,
@@ -539,7 +634,6 @@ impl Pg {
         tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &election])
             .await
             .map_err(map)?;
-        tx.commit().await.map_err(map)?;
         Ok(Some(lease))
     }
 
@@ -582,7 +676,52 @@ impl Backend for Pg {
     fn capabilities(&self) -> Capabilities {
         // LISTEN/NOTIFY wakes every listener (DESIGN.md's "Backends" table); the lease goes to
         // the oldest live candidate.
-        Capabilities::recipe("postgres", false)
+        Capabilities {
+            fenced_keys: true,
+            ..Capabilities::recipe("postgres", false)
+        }
+    }
+
+    async fn fenced_put(&self, key: &str, value: &[u8], fence: Fence<'_>) -> Result<u64> {
+        let command = tenure_core::sm::Command::FencedPut {
+            key: key.to_string(),
+            value: value.to_vec(),
+            election: fence.election.to_string(),
+            token: fence.token,
+        };
+        tenure_core::sm::SmLimits::default().check(&command)?;
+        Ok(self.fenced_write(key, Some(value), fence).await?.0)
+    }
+
+    async fn fenced_delete(&self, key: &str, fence: Fence<'_>) -> Result<bool> {
+        let command = tenure_core::sm::Command::DeleteKey {
+            key: key.to_string(),
+            election: fence.election.to_string(),
+            token: fence.token,
+        };
+        tenure_core::sm::SmLimits::default().check(&command)?;
+        Ok(self.fenced_write(key, None, fence).await?.1)
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
+        let command = tenure_core::sm::Command::Get {
+            key: key.to_string(),
+        };
+        tenure_core::sm::SmLimits::default().check(&command)?;
+        let c = self.client.lock().await;
+        let row = c
+            .query_opt(
+                "SELECT value, election, token, position FROM tenure_pg_key WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(map)?;
+        Ok(row.map(|r| FencedValue {
+            value: r.get(0),
+            election: r.get(1),
+            token: r.get::<_, i64>(2) as u64,
+            index: r.get::<_, i64>(3) as u64,
+        }))
     }
 
     fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {

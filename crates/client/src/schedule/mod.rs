@@ -106,7 +106,7 @@ pub async fn history(client: &Client, election: &str) -> crate::Result<Option<Le
 /// campaigns again. Returns only on a signal from `signals` ([`Outcome::Signalled`]: a
 /// running command was stopped and leadership resigned) or a failure that waiting does not
 /// mend ([`Outcome::CampaignFailed`]: refused credentials, a ledger it cannot read, a
-/// backend without fenced keys — etcd, PostgreSQL, ZooKeeper — refused at once). Must
+/// backend without fenced keys — etcd, ZooKeeper — refused at once). Must
 /// run where [`supervise::run_while_leader`] may.
 pub async fn run(client: &Client, job: &Job, signals: &mut Signals, log: Log<'_>) -> Outcome {
     let election = &job.run.election;

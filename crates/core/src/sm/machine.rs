@@ -319,6 +319,56 @@ impl Hasher for DigestHasher {
     }
 }
 
+/// The rule of a fenced write, apart from any store: `token` may write `key` for `election`
+/// iff the election exists (`latest`: its newest token, `None` if unknown), issued `token`
+/// (`1..=latest`), `token` is its newest (a replaced leader's is superseded even before its
+/// successor writes), and the key is unwritten or was last written for the same election
+/// with a token no newer (`bound`: its election and token). Equal tokens pass: one leader
+/// writes many times. The state machine and the PostgreSQL backend both decide by it;
+/// `accept_stale` is the simulator's injected bug (always false outside it).
+pub fn check_fence(
+    key: &str,
+    election: &str,
+    token: u64,
+    latest: Option<u64>,
+    bound: Option<(&str, u64)>,
+    accept_stale: bool,
+) -> Result<(), SmError> {
+    let Some(latest) = latest else {
+        return Err(SmError::UnknownElection(election.to_owned()));
+    };
+    // Token 0 is never issued: an election's first leader gets 1.
+    if token == 0 || token > latest {
+        return Err(SmError::TokenNotIssued {
+            election: election.to_owned(),
+            token,
+            latest,
+        });
+    }
+    if let Some((bound, current)) = bound {
+        if bound != election {
+            return Err(SmError::WrongElection {
+                key: key.to_owned(),
+                bound: bound.to_owned(),
+                election: election.to_owned(),
+            });
+        }
+        if current > token && !accept_stale {
+            return Err(SmError::StaleToken { token, current });
+        }
+    }
+    // A newer leader holds the election although it has not written this key yet: the
+    // older token is refused all the same.
+    if token < latest && !accept_stale {
+        return Err(SmError::TokenSuperseded {
+            election: election.to_owned(),
+            token,
+            current: latest,
+        });
+    }
+    Ok(())
+}
+
 /// Refuses a request id that cannot belong to its command: zero numbers, a `Grant` without
 /// a nonce or a nonce on anything else, or a session-bound command whose id names another
 /// session. Shared by the leader's admission check and by `apply_request`, so a bad id is
@@ -1063,44 +1113,21 @@ impl StateMachine {
     /// election exists and issued the token, the token is its latest, the key (if stored)
     /// belongs to the election and never accepted a higher token.
     fn check_fence(&self, key: &str, election: &str, token: u64) -> Result<(), SmError> {
-        let latest = match self.state.data.elections.get(election) {
-            Some(e) => e.token,
-            None => return Err(SmError::UnknownElection(election.to_owned())),
-        };
-        // Token 0 is never issued: an election's first leader gets 1.
-        if token == 0 || token > latest {
-            return Err(SmError::TokenNotIssued {
-                election: election.to_owned(),
-                token,
-                latest,
-            });
-        }
-        if let Some(current) = self.state.data.fenced.get(key) {
-            if current.election != election {
-                return Err(SmError::WrongElection {
-                    key: key.to_owned(),
-                    bound: current.election.clone(),
-                    election: election.to_owned(),
-                });
-            }
-            // Equal tokens pass: one leader writes many times under the same token.
-            if current.token > token && !injected!(self.bugs.stale_fence_accepted) {
-                return Err(SmError::StaleToken {
-                    token,
-                    current: current.token,
-                });
-            }
-        }
-        // A newer leader holds the election although it has not written this key yet: the
-        // older token is refused all the same.
-        if token < latest && !injected!(self.bugs.stale_fence_accepted) {
-            return Err(SmError::TokenSuperseded {
-                election: election.to_owned(),
-                token,
-                current: latest,
-            });
-        }
-        Ok(())
+        let latest = self.state.data.elections.get(election).map(|e| e.token);
+        let bound = self
+            .state
+            .data
+            .fenced
+            .get(key)
+            .map(|v| (v.election.as_str(), v.token));
+        check_fence(
+            key,
+            election,
+            token,
+            latest,
+            bound,
+            injected!(self.bugs.stale_fence_accepted),
+        )
     }
 
     /// Leader changes caused by applies since the last call, in the order they happened.

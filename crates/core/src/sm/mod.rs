@@ -666,4 +666,6 @@ pub struct LeaderChange {
 mod cow;
 pub mod list;
 mod machine;
-pub use machine::{check_request_id, SessionInfo, SmDecodeError, StateImage, StateMachine};
+pub use machine::{
+    check_fence, check_request_id, SessionInfo, SmDecodeError, StateImage, StateMachine,
+};
