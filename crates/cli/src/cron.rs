@@ -36,6 +36,11 @@ pub struct CronArgs {
     /// slot is recorded `timed-out`.
     #[arg(long, value_parser = parse_duration)]
     pub max_runtime: Option<Duration>,
+    /// Keep this runner's metrics (slots decided by state, reruns, refused records, start
+    /// lateness, leading) in this file, in the Prometheus text format, replaced whole after
+    /// every change (for node_exporter's textfile collector). No port is opened.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub lead: LeadArgs,
 }
@@ -153,6 +158,7 @@ pub fn run(args: CronArgs) -> ExitCode {
             on_interrupt,
             max_runtime: args.max_runtime,
             run,
+            metrics_file: args.metrics_file,
         };
         match schedule::run(&client, &job, &mut signals, &log).await {
             Outcome::CampaignFailed(e) => fail("cron", &url, &e).await,
@@ -199,9 +205,15 @@ async fn history(args: HistoryArgs) -> u8 {
                 ),
                 (None, _) => schedule::ledger::rfc3339(r.slot),
             };
+            let late = r
+                .start
+                .filter(|_| r.through.is_none())
+                .and_then(|s| (s - r.slot).to_std().ok())
+                .map_or("-".into(), |d| format!("{:.3}s", d.as_secs_f64()));
             vec![
                 slot,
                 r.state.name().into(),
+                late,
                 r.attempt.to_string(),
                 if r.holder.is_empty() {
                     "-".into()

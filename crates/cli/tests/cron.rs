@@ -88,6 +88,8 @@ impl Replica {
                 .args(["cron", "--election", ELECTION, "--backend", url])
                 .args(["--schedule", "* * * * * *", "--catch-up", "1m"])
                 .args(["--ttl", "2s", "--grace", "500ms", "--value", name])
+                .arg("--metrics-file")
+                .arg(dir.join(format!("{name}.prom")))
                 .args(["--", "sh", "-c", SCRIPT, "sh", name])
                 .arg(file)
                 .stdout(Stdio::null())
@@ -111,7 +113,7 @@ fn read(file: &Path) -> String {
 
 /// Waits until a command is running (a `start` without its `end`), and returns the name
 /// of the replica that started it.
-fn running_now(file: &Path, within: Duration) -> String {
+fn running_now(file: &Path, within: Duration, replicas: &[Replica]) -> String {
     let deadline = Instant::now() + within;
     loop {
         let text = read(file);
@@ -130,10 +132,13 @@ fn running_now(file: &Path, within: Duration) -> String {
                 return name;
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "no command started within {within:?}\n{text}"
-        );
+        if Instant::now() >= deadline {
+            let logs: String = replicas
+                .iter()
+                .map(|r| format!("--- {}\n{}", r.name, r.log()))
+                .collect();
+            panic!("no command started within {within:?}\n{text}\n{logs}");
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -181,7 +186,7 @@ fn drill(url: &str, third_fault: impl FnOnce()) {
 
     // 1. SIGKILL the holder while its command runs: the command dies with it, and the next
     //    leader reruns that slot.
-    let holder = running_now(&file, Duration::from_secs(10));
+    let holder = running_now(&file, Duration::from_secs(10), &replicas);
     let i = index(&replicas, &holder);
     replicas[i].proc.signal(libc::SIGKILL);
     replicas[i].proc.wait(Duration::from_secs(5));
@@ -198,7 +203,7 @@ fn drill(url: &str, third_fault: impl FnOnce()) {
     // 2. Freeze the holder (the runner, not its command) past its lease while its command
     //    runs: the guard kills the command at the lease's end, another replica takes the
     //    slot up, and the frozen one's record is refused when it wakes.
-    let frozen = running_now(&file, Duration::from_secs(10));
+    let frozen = running_now(&file, Duration::from_secs(10), &replicas);
     let f = index(&replicas, &frozen);
     replicas[f].proc.signal(libc::SIGSTOP);
     eprintln!("froze holder {frozen}");
@@ -322,6 +327,42 @@ fn drill(url: &str, third_fault: impl FnOnce()) {
         .map(|(s, _)| s)
         .collect();
     assert!(reruns.len() >= 2, "reruns {reruns:?}\n{context}");
+
+    // Each runner's metrics file: together they count every completed slot once (the one
+    // whose record the store took), and the frozen one counts its refused record.
+    let metric = |file: &Path, name: &str| -> u64 {
+        read(file)
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {}", read(file)))
+    };
+    let files: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .expect("the directory")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "prom"))
+        .collect();
+    assert_eq!(files.len(), 4, "{files:?}");
+    let completed: u64 = files
+        .iter()
+        .map(|f| {
+            metric(
+                f,
+                "tenure_cron_slots_total{election=\"drill\",state=\"completed\"}",
+            )
+        })
+        .sum();
+    assert_eq!(
+        Some(completed),
+        ledger["counts"]["completed"].as_u64(),
+        "{context}"
+    );
+    let frozen_prom = dir.path().join(format!("{frozen}.prom"));
+    assert!(
+        metric(&frozen_prom, "tenure_cron_records_refused_total") >= 1,
+        "{}",
+        read(&frozen_prom)
+    );
 
     // The frozen holder woke up to find the store refusing its record.
     let frozen_log = replicas

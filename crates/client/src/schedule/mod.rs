@@ -51,6 +51,7 @@
 //!   as the start.
 
 pub mod ledger;
+pub mod metrics;
 pub mod slots;
 
 use std::time::Duration;
@@ -58,6 +59,7 @@ use std::time::Duration;
 use chrono::Utc;
 
 pub use ledger::{Ledger, Next, OnInterrupt, Run, State};
+pub use metrics::Metrics;
 pub use slots::Schedule;
 
 use crate::supervise::{self, status_code, Log, Outcome, Ran, RunSpec, Signals};
@@ -91,6 +93,8 @@ pub struct Job {
     /// The election, the campaign value (the ledger's `holder`), the lease, the grace and
     /// the command, as for `tenure run` (`once` is ignored).
     pub run: supervise::Options,
+    /// Where to keep this runner's [`Metrics`] (a Prometheus text file), if anywhere.
+    pub metrics_file: Option<std::path::PathBuf>,
 }
 
 /// The ledger of `election`, if one was ever written.
@@ -114,6 +118,7 @@ pub async fn run(client: &Client, job: &Job, signals: &mut Signals, log: Log<'_>
     if let Err(e @ Error::UnsupportedBackend { .. }) = history(client, election).await {
         return Outcome::CampaignFailed(e);
     }
+    let mut metrics = Metrics::new(election, job.metrics_file.as_deref());
     loop {
         let won = tokio::select! {
             r = client.campaign(election, &job.run.value, job.run.campaign) => r,
@@ -138,7 +143,20 @@ pub async fn run(client: &Client, job: &Job, signals: &mut Signals, log: Log<'_>
             job.schedule.expression(),
             job.schedule.zone()
         ));
-        match lead(client, job, &leadership, signals, log).await {
+        metrics.leading(true);
+        let stop = Lead {
+            client,
+            job,
+            leadership: &leadership,
+            key: ledger_key(election),
+            holder: String::from_utf8_lossy(&job.run.value).into_owned(),
+            log,
+            metrics: &mut metrics,
+        }
+        .run(signals)
+        .await;
+        metrics.leading(false);
+        match stop {
             Stop::Lost(why) => {
                 log(&format!("not leading any more ({why}); campaigning again"));
                 supervise::resign(leadership, log).await;
@@ -167,7 +185,7 @@ fn passes(e: &Error) -> bool {
     )
 }
 
-/// Why [`lead`] returned.
+/// Why [`Lead::run`] returned.
 enum Stop {
     /// This process no longer leads (or the store refused its token).
     Lost(String),
@@ -177,240 +195,236 @@ enum Stop {
     Failed(Error),
 }
 
-/// Runs the schedule while `leadership` lasts.
-async fn lead(
-    client: &Client,
-    job: &Job,
-    leadership: &Leadership,
-    signals: &mut Signals,
-    log: Log<'_>,
-) -> Stop {
-    let election = &job.run.election;
-    let key = ledger_key(election);
-    let holder = String::from_utf8_lossy(&job.run.value).into_owned();
-    loop {
-        let mut ledger = match read(client, election, leadership).await {
-            Ok(Some(l)) => l,
-            Ok(None) => {
-                let l = Ledger::new(Utc::now());
-                log(&format!(
-                    "no ledger yet: starting one at {} (nothing is owed before it)",
-                    ledger::rfc3339(l.through)
-                ));
-                if let Err(stop) = write(leadership, &key, &l).await {
-                    return stop;
+/// One leadership's run of the schedule.
+struct Lead<'a> {
+    client: &'a Client,
+    job: &'a Job,
+    leadership: &'a Leadership,
+    /// The ledger's fenced key.
+    key: String,
+    /// This runner's name in the ledger (its campaign value).
+    holder: String,
+    log: Log<'a>,
+    metrics: &'a mut Metrics,
+}
+
+impl Lead<'_> {
+    /// Runs the schedule while the leadership lasts.
+    async fn run(mut self, signals: &mut Signals) -> Stop {
+        let (election, log) = (&self.job.run.election, self.log);
+        loop {
+            let mut ledger = match self.read().await {
+                Ok(Some(l)) => l,
+                Ok(None) => {
+                    let l = Ledger::new(Utc::now());
+                    log(&format!(
+                        "no ledger yet: starting one at {} (nothing is owed before it)",
+                        ledger::rfc3339(l.through)
+                    ));
+                    if let Err(stop) = self.write(&l).await {
+                        return stop;
+                    }
+                    l
                 }
-                l
+                Err(stop) => return stop,
+            };
+            let now = Utc::now();
+            let job = self.job;
+            match ledger::next(&ledger, &job.schedule, now, job.catch_up, job.on_interrupt) {
+                Next::Run(slot) | Next::Rerun(slot) => {
+                    if let Err(stop) = self.run_slot(&mut ledger, slot, signals).await {
+                        return stop;
+                    }
+                }
+                Next::Interrupt => {
+                    let open = ledger
+                        .open
+                        .clone()
+                        .expect("Interrupt comes with an open claim");
+                    ledger.close(State::Interrupted, None, now);
+                    if let Err(stop) = self.write(&ledger).await {
+                        return stop;
+                    }
+                    self.metrics.decided(State::Interrupted, 1);
+                    log(&format!(
+                        "slot {} (run id {}): its holder stopped leading; recorded interrupted \
+                         (--on-interrupt skip)",
+                        ledger::rfc3339(open.slot),
+                        open.run_id
+                    ));
+                }
+                Next::Miss { first, last, count } => {
+                    ledger.miss(election, first, last, count);
+                    if let Err(stop) = self.write(&ledger).await {
+                        return stop;
+                    }
+                    self.metrics.decided(State::Missed, count);
+                    log(&format!(
+                        "{count} slot(s) from {} to {} were due while nobody led and are older \
+                         than the catch-up window: recorded missed",
+                        ledger::rfc3339(first),
+                        ledger::rfc3339(last)
+                    ));
+                }
+                Next::Wait(at) => {
+                    if let Some(stop) = wait_until(at, self.leadership, signals).await {
+                        return stop;
+                    }
+                }
+                Next::Done => {
+                    log("the schedule names no more instants; leading without running anything");
+                    let never = chrono::DateTime::<Utc>::MAX_UTC;
+                    if let Some(stop) = wait_until(never, self.leadership, signals).await {
+                        return stop;
+                    }
+                }
             }
-            Err(stop) => return stop,
+        }
+    }
+
+    /// Claims `slot`, runs the command, records the outcome.
+    async fn run_slot(
+        &mut self,
+        ledger: &mut Ledger,
+        slot: chrono::DateTime<Utc>,
+        signals: &mut Signals,
+    ) -> Result<(), Stop> {
+        let (job, leadership, log) = (self.job, self.leadership, self.log);
+        let start = Utc::now();
+        ledger.claim(
+            &job.run.election,
+            slot,
+            &self.holder,
+            leadership.token(),
+            start,
+        );
+        self.write(ledger).await?;
+        let open = ledger.open.clone().expect("a claim was just made");
+        let late = (start - slot).to_std().unwrap_or_default();
+        self.metrics
+            .started(slot.timestamp(), late, open.attempt > 1);
+        log(&format!(
+            "slot {} (run id {}, attempt {}): claimed with token {}, starting {:.3} s after \
+             the slot",
+            ledger::rfc3339(slot),
+            open.run_id,
+            open.attempt,
+            leadership.token(),
+            late.as_secs_f64()
+        ));
+        let spec = RunSpec {
+            env: vec![
+                ("TENURE_SLOT".into(), ledger::rfc3339(slot)),
+                ("TENURE_RUN_ID".into(), open.run_id.clone()),
+                ("TENURE_ATTEMPT".into(), open.attempt.to_string()),
+            ],
+            max_runtime: job.max_runtime,
         };
+        let ran = supervise::run_child(&job.run, leadership, &spec, signals, log).await;
         let now = Utc::now();
-        match ledger::next(&ledger, &job.schedule, now, job.catch_up, job.on_interrupt) {
-            Next::Run(slot) | Next::Rerun(slot) => {
-                if let Err(stop) = run_slot(
-                    job,
-                    leadership,
-                    &key,
-                    &holder,
-                    &mut ledger,
-                    slot,
-                    signals,
-                    log,
-                )
-                .await
-                {
-                    return stop;
-                }
+        let (state, exit) = match ran {
+            Ran::Exited(st) => {
+                let code = status_code(st);
+                let state = if code == 0 {
+                    State::Completed
+                } else {
+                    State::Failed
+                };
+                (state, Some(code))
             }
-            Next::Interrupt => {
-                let open = ledger
-                    .open
-                    .clone()
-                    .expect("Interrupt comes with an open claim");
-                ledger.close(State::Interrupted, None, now);
-                if let Err(stop) = write(leadership, &key, &ledger).await {
-                    return stop;
-                }
-                log(&format!(
-                    "slot {} (run id {}): its holder stopped leading; recorded interrupted \
-                     (--on-interrupt skip)",
-                    ledger::rfc3339(open.slot),
-                    open.run_id
-                ));
+            Ran::TimedOut(st) => (State::TimedOut, st.map(status_code)),
+            Ran::CannotStart(e) => {
+                log(&format!("cannot start the command: {e}"));
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                };
+                (State::Failed, Some(code))
             }
-            Next::Miss { first, last, count } => {
-                ledger.miss(election, first, last, count);
-                if let Err(stop) = write(leadership, &key, &ledger).await {
-                    return stop;
-                }
-                log(&format!(
-                    "{count} slot(s) from {} to {} were due while nobody led and are older \
-                     than the catch-up window: recorded missed",
-                    ledger::rfc3339(first),
-                    ledger::rfc3339(last)
-                ));
+            Ran::Lost(_) => {
+                self.last_word(ledger, "lost leadership").await;
+                return Err(Stop::Lost("lost leadership while the command ran".into()));
             }
-            Next::Wait(at) => {
-                if let Some(stop) = wait_until(at, leadership, signals).await {
-                    return stop;
-                }
+            Ran::Signalled(sig) => {
+                let why = format!("the runner got {}", supervise::signal_name(sig));
+                self.last_word(ledger, &why).await;
+                return Err(Stop::Signal(sig));
             }
-            Next::Done => {
-                log("the schedule names no more instants; leading without running anything");
-                if let Some(stop) =
-                    wait_until(chrono::DateTime::<Utc>::MAX_UTC, leadership, signals).await
-                {
-                    return stop;
+        };
+        ledger.close(state, exit, now);
+        self.write(ledger).await?;
+        self.metrics.decided(state, 1);
+        log(&format!(
+            "slot {} (run id {}): recorded {} (exit {})",
+            ledger::rfc3339(slot),
+            open.run_id,
+            state.name(),
+            exit.map_or("-".into(), |c| c.to_string())
+        ));
+        Ok(())
+    }
+
+    /// A holder whose command was stopped without an outcome notes that on its claim (which
+    /// stays open for the next leader); the store refuses it if another holder leads by now.
+    async fn last_word(&mut self, ledger: &mut Ledger, why: &str) {
+        ledger.note_stopped(why, Utc::now());
+        let bytes = ledger.encode();
+        let put = self.leadership.fenced_put(&self.key, &bytes);
+        match tokio::time::timeout(LAST_WORD, put).await {
+            Ok(Ok(_)) => (self.log)(
+                "noted on the claim that its command was stopped; the next leader takes it up",
+            ),
+            Ok(Err(e)) => {
+                self.metrics.refused();
+                (self.log)(&format!("the ledger refused this holder's record ({e})"));
+            }
+            Err(_) => (self.log)("no answer from the ledger; the next leader takes the claim up"),
+        }
+    }
+
+    /// The ledger as the store has it now (a linearizable read), retried while the backend
+    /// cannot answer and this process still leads.
+    async fn read(&self) -> Result<Option<Ledger>, Stop> {
+        let election = &self.job.run.election;
+        loop {
+            match history(self.client, election).await {
+                Ok(l) => return Ok(l),
+                Err(Error::Backend(m)) if m.starts_with("the ledger") => {
+                    return Err(Stop::Failed(Error::Backend(format!(
+                        "{m} (key {})",
+                        self.key
+                    ))))
                 }
+                Err(e) if passes(&e) && self.leadership.is_valid() => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(e) if passes(&e) => return Err(Stop::Lost(e.to_string())),
+                Err(e) => return Err(Stop::Failed(e)),
             }
         }
     }
-}
 
-/// Claims `slot`, runs the command, records the outcome.
-#[allow(clippy::too_many_arguments)]
-async fn run_slot(
-    job: &Job,
-    leadership: &Leadership,
-    key: &str,
-    holder: &str,
-    ledger: &mut Ledger,
-    slot: chrono::DateTime<Utc>,
-    signals: &mut Signals,
-    log: Log<'_>,
-) -> Result<(), Stop> {
-    let election = &job.run.election;
-    let start = Utc::now();
-    ledger.claim(election, slot, holder, leadership.token(), start);
-    write(leadership, key, ledger).await?;
-    let open = ledger.open.clone().expect("a claim was just made");
-    let late = (start - slot).to_std().unwrap_or_default();
-    log(&format!(
-        "slot {} (run id {}, attempt {}): claimed with token {}, starting {:.3} s after the slot",
-        ledger::rfc3339(slot),
-        open.run_id,
-        open.attempt,
-        leadership.token(),
-        late.as_secs_f64()
-    ));
-    let spec = RunSpec {
-        env: vec![
-            ("TENURE_SLOT".into(), ledger::rfc3339(slot)),
-            ("TENURE_RUN_ID".into(), open.run_id.clone()),
-            ("TENURE_ATTEMPT".into(), open.attempt.to_string()),
-        ],
-        max_runtime: job.max_runtime,
-    };
-    let ran = supervise::run_child(&job.run, leadership, &spec, signals, log).await;
-    let now = Utc::now();
-    let (state, exit) = match ran {
-        Ran::Exited(st) => {
-            let code = status_code(st);
-            let state = if code == 0 {
-                State::Completed
-            } else {
-                State::Failed
-            };
-            (state, Some(code))
-        }
-        Ran::TimedOut(st) => (State::TimedOut, st.map(status_code)),
-        Ran::CannotStart(e) => {
-            log(&format!("cannot start the command: {e}"));
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            (State::Failed, Some(code))
-        }
-        Ran::Lost(_) => {
-            last_word(leadership, key, ledger, "lost leadership", log).await;
-            return Err(Stop::Lost("lost leadership while the command ran".into()));
-        }
-        Ran::Signalled(sig) => {
-            let why = format!("the runner got {}", supervise::signal_name(sig));
-            last_word(leadership, key, ledger, &why, log).await;
-            return Err(Stop::Signal(sig));
-        }
-    };
-    ledger.close(state, exit, now);
-    match write(leadership, key, ledger).await {
-        Ok(()) => {
-            log(&format!(
-                "slot {} (run id {}): recorded {} (exit {})",
-                ledger::rfc3339(slot),
-                open.run_id,
-                state.name(),
-                exit.map_or("-".into(), |c| c.to_string())
-            ));
-            Ok(())
-        }
-        Err(stop) => Err(stop),
-    }
-}
-
-/// A holder whose command was stopped without an outcome notes that on its claim (which
-/// stays open for the next leader); the store refuses it if another holder leads by now.
-async fn last_word(
-    leadership: &Leadership,
-    key: &str,
-    ledger: &mut Ledger,
-    why: &str,
-    log: Log<'_>,
-) {
-    ledger.note_stopped(why, Utc::now());
-    let bytes = ledger.encode();
-    match tokio::time::timeout(LAST_WORD, leadership.fenced_put(key, &bytes)).await {
-        Ok(Ok(_)) => {
-            log("noted on the claim that its command was stopped; the next leader takes it up")
-        }
-        Ok(Err(e)) => log(&format!("the ledger refused this holder's record ({e})")),
-        Err(_) => log("no answer from the ledger; the next leader takes the claim up"),
-    }
-}
-
-/// The ledger as the store has it now (a linearizable read), retried while the backend
-/// cannot answer and this process still leads.
-async fn read(
-    client: &Client,
-    election: &str,
-    leadership: &Leadership,
-) -> Result<Option<Ledger>, Stop> {
-    loop {
-        match history(client, election).await {
-            Ok(l) => return Ok(l),
-            Err(Error::Backend(m)) if m.starts_with("the ledger") => {
-                return Err(Stop::Failed(Error::Backend(format!(
-                    "{m} (key {})",
-                    ledger_key(election)
-                ))))
+    /// Writes the ledger with this leadership's token, retried while the backend cannot
+    /// answer and this process still leads. A refused token means another holder leads.
+    async fn write(&mut self, ledger: &Ledger) -> Result<(), Stop> {
+        let bytes = ledger.encode();
+        loop {
+            match self.leadership.fenced_put(&self.key, &bytes).await {
+                Ok(_) => return Ok(()),
+                Err(e @ (Error::StaleToken { .. } | Error::TokenNotIssued(_))) => {
+                    self.metrics.refused();
+                    (self.log)(&format!("the ledger refused this holder's record ({e})"));
+                    return Err(Stop::Lost(format!(
+                        "the ledger refused this holder's token: {e}"
+                    )));
+                }
+                Err(e) if passes(&e) && self.leadership.is_valid() => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(e) if passes(&e) => return Err(Stop::Lost(e.to_string())),
+                Err(e) => return Err(Stop::Failed(e)),
             }
-            Err(e) if passes(&e) && leadership.is_valid() => {
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-            Err(e) if passes(&e) => return Err(Stop::Lost(e.to_string())),
-            Err(e) => return Err(Stop::Failed(e)),
-        }
-    }
-}
-
-/// Writes the ledger with this leadership's token, retried while the backend cannot answer
-/// and this process still leads. A refused token means another holder leads.
-async fn write(leadership: &Leadership, key: &str, ledger: &Ledger) -> Result<(), Stop> {
-    let bytes = ledger.encode();
-    loop {
-        match leadership.fenced_put(key, &bytes).await {
-            Ok(_) => return Ok(()),
-            Err(e @ (Error::StaleToken { .. } | Error::TokenNotIssued(_))) => {
-                return Err(Stop::Lost(format!(
-                    "the ledger refused this holder's token: {e}"
-                )))
-            }
-            Err(e) if passes(&e) && leadership.is_valid() => {
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-            Err(e) if passes(&e) => return Err(Stop::Lost(e.to_string())),
-            Err(e) => return Err(Stop::Failed(e)),
         }
     }
 }
