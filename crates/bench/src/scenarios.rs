@@ -44,6 +44,10 @@ pub enum Scenario {
     Elections,
     /// 50 waiters: wake-ups per leader change.
     Herd,
+    /// `tenure cron` on a one-second schedule, two replicas: how late each slot's command
+    /// starts with a stable holder, and the first slot after the holder's process is killed
+    /// (fate-sharing off and on). tenure and PostgreSQL (the backends with fenced keys).
+    Cron,
     /// One client's write latency without and then under an anonymous connection flood
     /// (TLS connections without a client certificate, from eight addresses per node, each
     /// opened again as soon as it ends): the TLS systems only.
@@ -297,8 +301,12 @@ fn skip_line(
 }
 
 /// Whether `system` is measured in `scenario`: the TLS variants in the request path only
-/// ([`measures_tls`]), the client backends in takeover only, every cluster in everything.
+/// ([`measures_tls`]), the client backends in takeover only, every cluster in everything;
+/// cron where the ledger can live (tenure, PostgreSQL).
 fn measured_in(system: System, scenario: Scenario) -> bool {
+    if scenario == Scenario::Cron {
+        return matches!(system, System::Tenure | System::Postgres);
+    }
     if scenario == Scenario::Flood {
         return system.tls() && !system.backend_only() && !system.fast_election();
     }
@@ -355,6 +363,8 @@ struct Sizes {
     /// How long idle CPU is sampled.
     cpu_window: Duration,
     herd_changes: usize,
+    /// Holders killed in the cron scenario, per fate-sharing setting.
+    cron_kills: usize,
 }
 
 impl Sizes {
@@ -377,6 +387,7 @@ impl Sizes {
                 election_sessions: ELECTION_SESSIONS,
                 cpu_window: Duration::from_secs(1),
                 herd_changes: 1,
+                cron_kills: 1,
             }
         } else if quick {
             Sizes {
@@ -396,6 +407,7 @@ impl Sizes {
                 election_sessions: ELECTION_SESSIONS,
                 cpu_window: Duration::from_secs(3),
                 herd_changes: 2,
+                cron_kills: trials.unwrap_or(3),
             }
         } else {
             Sizes {
@@ -415,6 +427,7 @@ impl Sizes {
                 election_sessions: ELECTION_SESSIONS,
                 cpu_window: Duration::from_secs(10),
                 herd_changes: 5,
+                cron_kills: trials.unwrap_or(50).min(10),
             }
         }
     }
@@ -445,6 +458,12 @@ async fn measure_system(
                 "a client backend with no timing profile: measured under the first profile only"
                     .to_string(),
             );
+        }
+        if has(Scenario::Cron) {
+            let backend = crate::backend::Backend::start(system, env)?;
+            cron(system, profile, env, &backend.url, sizes, report)
+                .await
+                .context("cron")?;
         }
         return Ok(());
     }
@@ -551,6 +570,13 @@ async fn measure_system(
             herd(&*c, sizes, report).await.context("herd")?;
         }
     }
+    if has(Scenario::Cron) {
+        let c = system::start(system, profile, env).await?;
+        c.wait_stable(STABLE_WITHIN).await?;
+        cron(system, profile, env, &c.url(), sizes, report)
+            .await
+            .context("cron")?;
+    }
     if has(Scenario::Elections) {
         for &n in &sizes.elections {
             let mut c = system::start(system, profile, env).await?;
@@ -576,6 +602,7 @@ fn scenario_name(s: Scenario) -> &'static str {
         Scenario::Keepalives => "keepalives",
         Scenario::Elections => "elections",
         Scenario::Herd => "herd",
+        Scenario::Cron => "cron",
         Scenario::Flood => "flood",
         Scenario::All => "all",
         Scenario::Probe => "probe",
@@ -1497,6 +1524,191 @@ async fn holder_token(log: &std::path::Path, within: Duration) -> anyhow::Result
 
 /// Each of `ttls` with its number of trials: `first` for the first TTL, `later` for each
 /// one after it.
+/// The cron scenario's slot command: the slot and when it started, one line each.
+const CRON_COMMAND: &str = r#"echo "$TENURE_SLOT $(date +%s%N)" >> "$1""#;
+/// Its lease: long enough that a holder's crash without fate-sharing shows as a gap.
+const CRON_TTL: &str = "2s";
+
+/// Two `tenure cron` replicas on a one-second schedule at `url`. Each trial lets a few slots
+/// run under a stable holder, then SIGKILLs the holder's process (and starts a new replica,
+/// so that two run again): the lateness of every slot's start (the command's clock minus
+/// the slot) is recorded, stable slots and the first slot due after each kill apart; with
+/// fate-sharing off and (tenure) on.
+async fn cron(
+    system: System,
+    profile: Profile,
+    env: &Env,
+    url: &str,
+    sizes: &Sizes,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let observer = Client::connect(url).await.context("connect")?;
+    let dir = env.cluster_dir("cron")?;
+    let modes: &[bool] = if system == System::Tenure {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &fate_sharing in modes {
+        let mode = if fate_sharing {
+            "fate-sharing"
+        } else {
+            "plain"
+        };
+        let election = format!("bench-cron-{}-{mode}", std::process::id());
+        let file = dir.path().join(format!("{mode}.slots"));
+        let mut next = 0;
+        let spawn = |next: &mut usize| -> anyhow::Result<(String, tenure_procs::Proc)> {
+            let name = format!("r{next}");
+            *next += 1;
+            let mut cmd = std::process::Command::new(&env.tenure_bin);
+            cmd.args(["cron", "--election", &election, "--backend", url])
+                .args([
+                    "--schedule",
+                    "* * * * * *",
+                    "--catch-up",
+                    "1m",
+                    "--ttl",
+                    CRON_TTL,
+                ])
+                .args(["--grace", "500ms", "--value", &name]);
+            if fate_sharing {
+                cmd.arg("--fate-sharing");
+            }
+            cmd.args(["--", "sh", "-c", CRON_COMMAND, "sh"]).arg(&file);
+            let log = dir.path().join(format!("{mode}-{name}.log"));
+            Ok((name, tenure_procs::Proc::spawn(cmd, &log)?))
+        };
+        let mut replicas = vec![spawn(&mut next)?, spawn(&mut next)?];
+        let mut kills = Vec::new();
+        for _ in 0..sizes.cron_kills {
+            // The holder settles (after a kill, the next one has taken over) and runs slots.
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            let holder = observer
+                .leader(&election)
+                .await
+                .context("who holds the cron election")?
+                .ok_or_else(|| anyhow!("nobody holds {election}"))?;
+            let name = String::from_utf8_lossy(&holder.value).into_owned();
+            let i = replicas
+                .iter()
+                .position(|(n, _)| *n == name)
+                .ok_or_else(|| anyhow!("the holder {name:?} is not a replica of the bench"))?;
+            let (_, p) = replicas.remove(i);
+            kills.push(chrono_now_ns());
+            p.kill();
+            replicas.push(spawn(&mut next)?);
+        }
+        // The slots after the last kill.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        drop(replicas);
+        let text = std::fs::read_to_string(&file).context("the slots file")?;
+        let starts = cron_starts(&text)?;
+        let (stable, after) = split_after_kills(&starts, &kills);
+        eprintln!(
+            "[{system} {profile}] cron {mode}: {} slots, lateness p50 {:.1} ms; first slot \
+             after each of {} kills: {:?} ms",
+            starts.len(),
+            percentile(&stable, 0.5),
+            kills.len(),
+            after
+                .iter()
+                .map(|v| (v * 10.0).round() / 10.0)
+                .collect::<Vec<_>>()
+        );
+        report.record(
+            "cron",
+            &format!("slot start lateness, stable holder ({mode})"),
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            stable.iter().copied().enumerate(),
+        );
+        report.record(
+            "cron",
+            &format!("first slot after the holder's process is killed: lateness ({mode})"),
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            after.iter().copied().enumerate(),
+        );
+    }
+    report.note(
+        "cron",
+        system,
+        profile,
+        format!(
+            "two `tenure cron` replicas, schedule every second, TTL {CRON_TTL}; lateness = the \
+             command's `date +%s%N` minus the slot"
+        ),
+    );
+    Ok(())
+}
+
+/// Now, in Unix nanoseconds (the clock the commands' `date +%s%N` reads).
+fn chrono_now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// `(slot, start)` in Unix nanoseconds from the slots file, in order of start.
+fn cron_starts(text: &str) -> anyhow::Result<Vec<(i128, i128)>> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let (slot, start) = line
+            .split_once(' ')
+            .ok_or_else(|| anyhow!("a bad slots line {line:?}"))?;
+        let slot = chrono::DateTime::parse_from_rfc3339(slot)
+            .with_context(|| format!("the slot of {line:?}"))?;
+        let slot_ns = slot.timestamp_nanos_opt().unwrap_or_default() as i128;
+        let start: i128 = start.trim().parse().with_context(|| format!("{line:?}"))?;
+        out.push((slot_ns, start));
+    }
+    out.sort_by_key(|&(_, start)| start);
+    Ok(out)
+}
+
+/// Lateness in milliseconds of the slots due before the first kill or at least 4 s after
+/// the last one before them (a stable holder: twice the TTL), and of the first slot due
+/// after each kill.
+fn split_after_kills(starts: &[(i128, i128)], kills: &[i128]) -> (Vec<f64>, Vec<f64>) {
+    let late = |(slot, start): (i128, i128)| (start - slot) as f64 / 1e6;
+    let settled = |slot: i128| {
+        kills
+            .iter()
+            .filter(|&&k| k <= slot)
+            .max()
+            .is_none_or(|&k| slot - k >= 4_000_000_000)
+    };
+    let stable = starts
+        .iter()
+        .filter(|(slot, _)| settled(*slot))
+        .map(|&s| late(s))
+        .collect();
+    let after = kills
+        .iter()
+        .filter_map(|&k| {
+            starts
+                .iter()
+                .filter(|(slot, _)| *slot >= k)
+                .min_by_key(|(slot, _)| *slot)
+        })
+        .map(|&s| late(s))
+        .collect();
+    (stable, after)
+}
+
+fn percentile(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
 fn per_ttl(
     ttls: &[Duration],
     (first, later): (usize, usize),
