@@ -377,6 +377,93 @@ fn drill(url: &str, third_fault: impl FnOnce()) {
     let _ = killed;
 }
 
+/// `--max-runtime`: a command that outlives it is stopped and its slot recorded
+/// `timed-out`, and the schedule goes on (one replica, `memory:`; its metrics file tells).
+#[test]
+fn a_command_past_its_max_runtime_is_stopped_and_its_slot_timed_out() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let prom = dir.path().join("cron.prom");
+    let mut r = Spawned::new(
+        Command::new(BIN)
+            .args(["cron", "--election", "slow", "--backend", "memory:"])
+            .args(["--schedule", "* * * * * *", "--max-runtime", "300ms"])
+            .args(["--ttl", "2s", "--grace", "200ms", "--metrics-file"])
+            .arg(&prom)
+            .args(["--", "sleep", "30"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    std::thread::sleep(Duration::from_millis(3500));
+    r.stop(Duration::from_secs(10));
+    let text = read(&prom);
+    let timed_out: u64 = text
+        .lines()
+        .find(|l| l.starts_with("tenure_cron_slots_total{election=\"slow\",state=\"timed-out\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        timed_out >= 2,
+        "{timed_out} slots timed out in 3.5 s\n{text}"
+    );
+}
+
+/// `--on-interrupt skip`: the slot whose holder was killed mid-run is recorded
+/// `interrupted` by the next leader, never run again, and the schedule goes on.
+#[test]
+fn skip_records_the_killed_holders_slot_interrupted_and_goes_on() {
+    let pg = tenure_testkit::services::Postgres::start_secure("cron-skip-password");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("runs");
+    let start = |name: &str| {
+        Spawned::new(
+            Command::new(BIN)
+                .args(["cron", "--election", "skipping", "--backend", &pg.url])
+                .args(["--schedule", "* * * * * *", "--on-interrupt", "skip"])
+                .args(["--ttl", "2s", "--grace", "500ms", "--value", name])
+                .args(["--", "sh", "-c", SCRIPT, "sh", name])
+                .arg(&file)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+    };
+    let mut a = start("a");
+    let mut b = start("b");
+    let holder = running_now(&file, Duration::from_secs(15), &[]);
+    let victim = if holder == "a" { &mut a } else { &mut b };
+    victim.signal(libc::SIGKILL);
+    victim.wait(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(5));
+    a.stop(Duration::from_secs(10));
+    b.stop(Duration::from_secs(10));
+    let out = tenure(&[
+        "cron",
+        "history",
+        "skipping",
+        "--backend",
+        &pg.url,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ledger: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("JSON");
+    let runs = ledger["runs"].as_array().expect("runs");
+    let interrupted: Vec<&serde_json::Value> = runs
+        .iter()
+        .filter(|r| r["state"] == "interrupted")
+        .collect();
+    assert_eq!(interrupted.len(), 1, "{ledger}\n{}", read(&file));
+    assert_eq!(interrupted[0]["holder"], holder.as_str(), "{ledger}");
+    assert!(
+        runs.iter().all(|r| r["attempt"].as_u64() <= Some(1)),
+        "nothing ran twice: {ledger}"
+    );
+    let after = runs
+        .iter()
+        .skip_while(|r| r["state"] != "interrupted")
+        .filter(|r| r["state"] == "completed")
+        .count();
+    assert!(after >= 2, "slots after the interrupted one ran: {ledger}");
+}
+
 /// `2026-12-07T12:00:01Z` from the ledger's own form (`+00:00` or `Z`).
 fn rfc3339(s: &str) -> String {
     chrono::DateTime::parse_from_rfc3339(s)
