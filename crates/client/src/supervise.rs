@@ -422,11 +422,11 @@ pub async fn run_child(
                 leadership.valid_until().saturating_duration_since(now)
             ));
         }
-        let limit = spec.max_runtime.map(|m| started + m);
-        if let Some(m) = spec.max_runtime.filter(|_| limit.is_some_and(|l| now >= l)) {
+        let limit = spec.max_runtime.map(|m| (m, started + m));
+        if let Some((m, _)) = limit.filter(|&(_, at)| now >= at) {
             break End::TimedOut(m);
         }
-        let wake = limit.map_or(stop_at, |l| l.min(stop_at)).min(now + POLL);
+        let wake = limit.map_or(stop_at, |(_, at)| at.min(stop_at)).min(now + POLL);
         tokio::select! {
             biased;
             st = child.wait() => match st {
