@@ -175,6 +175,19 @@ pub enum ClientRequest {
         /// Where the page goes.
         reply: oneshot::Sender<Result<ElectionListing, ApiError>>,
     },
+    /// Read one page of fenced keys under a prefix, by name, from the applied state (no
+    /// log write); see [`DriverHandle::list_keys`].
+    ListKeys {
+        /// Only keys that start with this.
+        prefix: String,
+        /// Start strictly after this key (one below `prefix`, such as "", starts at the
+        /// first).
+        after: String,
+        /// Page size asked for (0: the default; capped, see [`tenure_core::sm::list`]).
+        limit: usize,
+        /// Where the page goes.
+        reply: oneshot::Sender<Result<KeyListing, ApiError>>,
+    },
     /// Read one page of sessions, by id, from the applied state (no log write); see
     /// [`DriverHandle::list_sessions`].
     ListSessions {
@@ -204,6 +217,9 @@ pub type ElectionListing = Listing<(tenure_core::sm::list::ElectionSummary, Inde
 /// A page of sessions: each with how long this node will keep it without a renewal, in
 /// milliseconds: its own lease clock's lower bound (`Node::session_deadline_tick`).
 pub type SessionListing = Listing<(tenure_core::sm::list::SessionSummary, u64)>;
+
+/// A page of fenced keys (name and value), as applied.
+pub type KeyListing = Listing<(String, tenure_core::sm::FencedValue)>;
 
 /// One input to the driver.
 #[derive(Debug)]
@@ -363,6 +379,27 @@ impl DriverHandle {
     ) -> Result<ElectionListing, ApiError> {
         self.call(
             |reply| ClientRequest::ListElections {
+                after,
+                limit,
+                reply,
+            },
+            timeout,
+        )
+        .await
+    }
+
+    /// One page of the fenced keys under `prefix` as this node has applied them; as
+    /// [`DriverHandle::list_elections`]. For the dashboard's scheduled jobs.
+    pub async fn list_keys(
+        &self,
+        prefix: String,
+        after: String,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<KeyListing, ApiError> {
+        self.call(
+            |reply| ClientRequest::ListKeys {
+                prefix,
                 after,
                 limit,
                 reply,
@@ -909,6 +946,18 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 reply,
             } => {
                 let _ = reply.send(Ok(self.list_sessions(after, limit)));
+            }
+            ClientRequest::ListKeys {
+                prefix,
+                after,
+                limit,
+                reply,
+            } => {
+                let sm = self.pipeline.node().state_machine();
+                let _ = reply.send(Ok(Listing {
+                    page: sm.keys_page(&prefix, &after, limit),
+                    applied_index: sm.applied_index(),
+                }));
             }
         }
     }

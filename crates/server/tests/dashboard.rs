@@ -372,6 +372,53 @@ async fn the_page_and_its_data_are_for_observers_and_admins_and_fill_every_membe
         assert_eq!(row["elections"], elections);
     }
 
+    // Scheduled jobs: the ledgers of `tenure cron` (fenced keys under `tenure-cron/`), the
+    // newest runs first; other fenced keys are not jobs.
+    let ledger = serde_json::json!({
+        "version": 1,
+        "through": "2026-12-07T02:00:00Z",
+        "open": {"slot": "2026-12-07T02:00:00Z", "state": "running", "attempt": 2,
+                 "holder": "b", "token": token, "run_id": "billing/nightly/2026-12-07T02:00:00Z",
+                 "slots": 1},
+        "runs": [
+            {"slot": "2026-12-05T02:00:00Z", "state": "completed", "attempt": 1},
+            {"slot": "2026-12-06T02:00:00Z", "state": "missed", "attempt": 0}
+        ],
+        "counts": {"completed": 1, "failed": 0, "timed_out": 0, "interrupted": 0,
+                   "missed": 1, "reruns": 1}
+    });
+    for (key, value) in [
+        ("tenure-cron/billing/nightly", ledger.to_string()),
+        ("tenure-crontab", "not a job".to_string()),
+    ] {
+        client
+            .put(key, value.as_bytes(), "billing/nightly", token, secs(10))
+            .await
+            .expect("a fenced put");
+    }
+    let deadline = Instant::now() + secs(10);
+    let jobs = loop {
+        let cluster = get_json(&c, follower, As::Client(APP_CLIENT), "/api/cluster").await;
+        if let Some(items) = cluster["schedules"]["items"]
+            .as_array()
+            .filter(|i| !i.is_empty())
+        {
+            break items.clone();
+        }
+        assert!(Instant::now() < deadline, "no job after 10 s: {cluster:#}");
+        tokio::time::sleep(ms(100)).await;
+    };
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    let job = &jobs[0];
+    assert_eq!(job["election"], "billing/nightly");
+    assert_eq!(job["token"], token);
+    assert_eq!(job["through"], "2026-12-07T02:00:00Z");
+    assert_eq!(job["open"]["holder"], "b");
+    assert_eq!(job["recent"][0]["state"], "missed", "newest first: {job:#}");
+    assert_eq!(job["recent"][1]["state"], "completed");
+    assert_eq!(job["counts"]["reruns"], 1);
+    assert_eq!(job["error"], Value::Null);
+
     // The charts' samples: one a second, kept whether or not a page is open.
     let deadline = Instant::now() + secs(10);
     loop {

@@ -10,7 +10,7 @@
 //! exactly once, in order, however the state changes in between.
 
 use super::machine::{Election, Session};
-use super::{LeaderInfo, SessionId, SessionInfo, StateMachine};
+use super::{FencedValue, LeaderInfo, SessionId, SessionInfo, StateMachine};
 
 /// Entries in a page when the caller asks for none in particular (`limit` 0).
 pub const LIST_PAGE_DEFAULT: usize = 100;
@@ -61,6 +61,39 @@ pub struct SessionSummary {
 }
 
 impl StateMachine {
+    /// One page of fenced keys whose names start with `prefix`, in name order, starting
+    /// strictly after `after` (anything below `prefix`, such as "", starts at the first),
+    /// at most `limit` ([`page_limit`]): for the dashboard's list of `tenure cron` ledgers.
+    pub fn keys_page(
+        &self,
+        prefix: &str,
+        after: &str,
+        limit: usize,
+    ) -> Page<(String, FencedValue)> {
+        use std::ops::Bound;
+        let limit = page_limit(limit);
+        let start = if after < prefix {
+            Bound::Included(prefix)
+        } else {
+            Bound::Excluded(after)
+        };
+        let mut range = self
+            .state
+            .data
+            .fenced
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix));
+        let items = range
+            .by_ref()
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Page {
+            items,
+            more: range.next().is_some(),
+        }
+    }
+
     /// Elections by name, starting strictly after `after` ("" = from the first), at most
     /// [`page_limit`]`(limit)` of them.
     pub fn elections_page(&self, after: &str, limit: usize) -> Page<ElectionSummary> {

@@ -140,7 +140,7 @@ pub(super) struct Data {
     /// Created on first campaign; removed only by `DeleteElection`, empty, which raises
     /// `token_floor` to its token so that its tokens never come back.
     pub(super) elections: CowMap<String, Election>,
-    fenced: CowMap<String, FencedValue>,
+    pub(super) fenced: CowMap<String, FencedValue>,
     /// Nonce of each live session's `Grant` request → the session it created, so that a
     /// retried grant returns the same session. Dropped with the session.
     grant_nonces: CowMap<u64, SessionId>,

@@ -151,6 +151,25 @@ function renderLists(c) {
     $('#sessions-note').textContent = sessions && sessions.error ? sessions.error : '';
     sbody.replaceChildren();
   }
+  const schedules = c.schedules;
+  const jbody = $('#schedules tbody');
+  if (schedules && !schedules.error) {
+    $('#schedules-note').textContent = schedules.items.length
+      ? `${schedules.items.length}${schedules.more ? '+' : ''} shown, as applied at index ${schedules.applied_index}`
+      : 'none: no tenure cron has led an election yet';
+    const run = (r) => `${r.slot} ${r.state}${r.attempt > 1 ? ` (attempt ${r.attempt})` : ''}`;
+    jbody.replaceChildren(...schedules.items.map((j) => el('tr', { 'data-schedule': j.election },
+      el('td', {}, j.election),
+      el('td', {}, j.error || j.through || '–'),
+      el('td', {}, j.open ? `${run(j.open)} by ${j.open.holder}, token ${j.open.token}` : '–'),
+      el('td', {}, j.recent.map(run).join('; ') || '–'),
+      el('td', {}, j.counts
+        ? Object.entries(j.counts).filter(([, n]) => n).map(([k, n]) => `${k} ${n}`).join(', ') || '–'
+        : '–'))));
+  } else {
+    $('#schedules-note').textContent = schedules && schedules.error ? schedules.error : '';
+    jbody.replaceChildren();
+  }
 }
 
 async function refreshCluster() {

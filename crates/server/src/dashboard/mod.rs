@@ -267,6 +267,62 @@ pub struct SessionRow {
     pub elections: Vec<String>,
 }
 
+/// One `tenure cron` job's row: its ledger (the fenced key `tenure-cron/ELECTION`, written
+/// by the client library's `tenure::schedule`), read here as JSON without its types.
+#[derive(Debug, Serialize)]
+pub struct ScheduleRow {
+    /// The job's election.
+    pub election: String,
+    /// The fencing token of the last write to the ledger.
+    pub token: u64,
+    /// How far the schedule has been taken (every slot at or before it is decided or
+    /// claimed).
+    pub through: Option<String>,
+    /// The claim without an outcome, if any.
+    pub open: Option<serde_json::Value>,
+    /// The last decided runs, newest first (at most [`SCHEDULE_RUNS`]).
+    pub recent: Vec<serde_json::Value>,
+    /// Counts since the ledger began.
+    pub counts: Option<serde_json::Value>,
+    /// Why the ledger could not be read as one.
+    pub error: Option<String>,
+}
+
+/// The prefix of `tenure cron`'s ledgers among the fenced keys.
+pub const SCHEDULE_PREFIX: &str = "tenure-cron/";
+/// Runs shown per scheduled job.
+pub const SCHEDULE_RUNS: usize = 5;
+
+impl ScheduleRow {
+    fn of(key: String, v: tenure_core::sm::FencedValue) -> ScheduleRow {
+        let election = key
+            .strip_prefix(SCHEDULE_PREFIX)
+            .unwrap_or(&key)
+            .to_string();
+        let mut row = ScheduleRow {
+            election,
+            token: v.token,
+            through: None,
+            open: None,
+            recent: Vec::new(),
+            counts: None,
+            error: None,
+        };
+        match serde_json::from_slice::<serde_json::Value>(&v.value) {
+            Ok(mut l) => {
+                row.through = l["through"].as_str().map(str::to_owned);
+                row.open = Some(l["open"].take()).filter(|o| !o.is_null());
+                row.counts = Some(l["counts"].take()).filter(|c| !c.is_null());
+                if let Some(runs) = l["runs"].as_array_mut() {
+                    row.recent = runs.drain(..).rev().take(SCHEDULE_RUNS).collect();
+                }
+            }
+            Err(e) => row.error = Some(format!("not a ledger: {e}")),
+        }
+        row
+    }
+}
+
 /// The first rows of a listing, or why there are none.
 #[derive(Debug, Serialize)]
 pub struct Rows<T> {
@@ -332,6 +388,8 @@ pub struct ClusterJson {
     pub elections: Rows<ElectionRow>,
     /// The first sessions.
     pub sessions: Rows<SessionRow>,
+    /// The first scheduled jobs (`tenure cron`).
+    pub schedules: Rows<ScheduleRow>,
     /// Who asks.
     pub viewer: Viewer,
 }
@@ -380,10 +438,19 @@ async fn cluster(
     let timeout = s.config.request_timeout();
     let elections = s.driver.list_elections(String::new(), LIST_MAX, timeout);
     let sessions = s.driver.list_sessions(0, LIST_MAX, timeout);
-    let (answers, (elections, sessions)) =
+    let schedules = s.driver.list_keys(
+        SCHEDULE_PREFIX.to_string(),
+        String::new(),
+        LIST_MAX,
+        timeout,
+    );
+    let (answers, (elections, sessions, schedules)) =
         tokio::join!(futures_util::future::join_all(fetches), async {
-            tokio::join!(elections, sessions)
+            tokio::join!(elections, sessions, schedules)
         });
+    let schedules = Rows::of(schedules, "scheduled jobs", |(key, v)| {
+        ScheduleRow::of(key, v)
+    });
     let elections = Rows::of(elections, "elections", |(e, since_index)| ElectionRow {
         name: e.name,
         holder: e.leader.map(|l| l.session),
@@ -441,6 +508,7 @@ async fn cluster(
         members,
         elections,
         sessions,
+        schedules,
         viewer: viewer(&s, &peer, &headers),
     })
     .into_response()
