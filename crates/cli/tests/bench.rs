@@ -78,6 +78,7 @@ fn every_scenario_runs_once_against_tenure() {
         "keepalives",
         "elections",
         "herd",
+        "cron",
     ] {
         let section = section(&table, scenario);
         assert!(
@@ -104,6 +105,15 @@ fn every_scenario_runs_once_against_tenure() {
         table.contains("`tenure campaign --fate-sharing`"),
         "{table}"
     );
+    // `tenure cron`: slots ran under a stable holder, and after a killed holder, with and
+    // without fate-sharing.
+    for metric in [
+        "| slot start lateness, stable holder (plain) (ms) | equalized | tenure |",
+        "| first slot after the holder's process is killed: lateness (plain) (ms) | equalized | tenure | 1 |",
+        "| first slot after the holder's process is killed: lateness (fate-sharing) (ms) | equalized | tenure | 1 |",
+    ] {
+        assert!(table.contains(metric), "no {metric} in\n{table}");
+    }
     // Both of tenure's reads were measured, latency and throughput.
     for metric in [
         "| leader read: one client, latency (ms) | equalized | tenure | 20 |",
