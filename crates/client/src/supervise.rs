@@ -426,7 +426,9 @@ pub async fn run_child(
         if let Some((m, _)) = limit.filter(|&(_, at)| now >= at) {
             break End::TimedOut(m);
         }
-        let wake = limit.map_or(stop_at, |(_, at)| at.min(stop_at)).min(now + POLL);
+        let wake = limit
+            .map_or(stop_at, |(_, at)| at.min(stop_at))
+            .min(now + POLL);
         tokio::select! {
             biased;
             st = child.wait() => match st {
