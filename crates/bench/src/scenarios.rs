@@ -1605,11 +1605,14 @@ async fn cron(
         let text = std::fs::read_to_string(&file).context("the slots file")?;
         let starts = cron_starts(&text)?;
         let (stable, after) = split_after_kills(&starts, &kills);
+        let mut sorted = stable.clone();
+        sorted.sort_by(f64::total_cmp);
+        let p50 = crate::report::nearest_rank(&sorted, 50.0).unwrap_or(f64::NAN);
         eprintln!(
             "[{system} {profile}] cron {mode}: {} slots, lateness p50 {:.1} ms; first slot \
              after each of {} kills: {:?} ms",
             starts.len(),
-            percentile(&stable, 0.5),
+            p50,
             kills.len(),
             after
                 .iter()
@@ -1699,14 +1702,6 @@ fn split_after_kills(starts: &[(i128, i128)], kills: &[i128]) -> (Vec<f64>, Vec<
         .map(|&s| late(s))
         .collect();
     (stable, after)
-}
-
-fn percentile(v: &[f64], q: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or(f64::NAN)
 }
 
 fn per_ttl(
