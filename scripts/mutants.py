@@ -171,6 +171,13 @@ MUTANTS = [
      "the lapsed holder's own client judges the lease as soon as its lease runs out (its "
      "watcher asks who leads), so in every test the write meets an already judged lease; the "
      "judge inside the write is for a writer that asks nothing first"),
+    # etcd's and ZooKeeper's fenced keys commit only while the token's candidacy still leads.
+    ("etcd-fenced-key-lead-unchecked", FENCE, "crates/client/src/backend/etcd.rs",
+     "Compare::create_revision(lead_key, CompareOp::Equal, token),",
+     "Compare::create_revision(lead_key, CompareOp::NotEqual, -1),", None),
+    ("zk-fenced-key-lead-unchecked", FENCE, "crates/client/src/backend/zk.rs",
+     "multi.add_check_version(&node, lead.version).map_err(map)?;",
+     "let _ = (&node, lead.version);", None),
     ("wal-checksum-ignored", WAL, "crates/wal/src/record.rs",
      "if crc != stored_crc {", "if false && crc != stored_crc {", None),
     ("wal-segment-not-synced", WAL, "crates/wal/src/file.rs",

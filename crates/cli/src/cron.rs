@@ -41,6 +41,10 @@ pub struct CronArgs {
     /// every change (for node_exporter's textfile collector). No port is opened.
     #[arg(long, value_name = "FILE")]
     pub metrics_file: Option<std::path::PathBuf>,
+    /// Append one JSON line per change of a slot to this file (claimed, decided, stopped,
+    /// and refused records): the event stream of the job, for a log pipeline or an alert.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub lead: LeadArgs,
 }
@@ -159,6 +163,7 @@ pub fn run(args: CronArgs) -> ExitCode {
             max_runtime: args.max_runtime,
             run,
             metrics_file: args.metrics_file,
+            events_file: args.events,
         };
         match schedule::run(&client, &job, &mut signals, &log).await {
             Outcome::CampaignFailed(e) => fail("cron", &url, &e).await,

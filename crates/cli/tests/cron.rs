@@ -1,5 +1,6 @@
 //! `tenure cron` on a real 3-node cluster (TLS and client authentication on), and on a real
-//! PostgreSQL (TLS, a password): three replicas on a one-second schedule while the holder is
+//! PostgreSQL (TLS, a password), etcd (TLS, client certificates, a password) and ZooKeeper
+//! (digest authentication): three replicas on a one-second schedule while the holder is
 //! SIGKILLed, frozen (SIGSTOP) past its lease while its command runs, and (on the cluster)
 //! the Raft leader is killed. Then, from the ledger and from what the commands wrote:
 //! - every slot from the first to the last is decided exactly once, `completed` (on a rerun
@@ -90,6 +91,8 @@ impl Replica {
                 .args(["--ttl", "2s", "--grace", "500ms", "--value", name])
                 .arg("--metrics-file")
                 .arg(dir.join(format!("{name}.prom")))
+                .arg("--events")
+                .arg(dir.join("events.jsonl"))
                 .args(["--", "sh", "-c", SCRIPT, "sh", name])
                 .arg(file)
                 .stdout(Stdio::null())
@@ -159,8 +162,25 @@ fn three_replicas_run_every_slot_once_through_kills_freezes_and_a_leader_crash()
 /// keys. Its third fault is none: one PostgreSQL server has no leader to kill.
 #[test]
 fn on_postgresql_every_slot_runs_once_through_kills_and_freezes() {
-    let pg = tenure_testkit::services::Postgres::start_secure("cron-drill-password");
+    let pg = tenure_testkit::services::Service::postgres_secure("cron-drill-password");
     drill(&pg.url, || eprintln!("no third fault on PostgreSQL"));
+}
+
+/// The same drill with the ledger in etcd (TLS, client certificates, a password): a fenced
+/// key written by a compare-and-set that lands only while the writer's candidacy leads. No
+/// third fault: one etcd node has no leader to kill.
+#[test]
+fn on_etcd_every_slot_runs_once_through_kills_and_freezes() {
+    let etcd = tenure_testkit::services::Service::etcd_secure("cron-drill-password");
+    drill(&etcd.url, || eprintln!("no third fault on etcd"));
+}
+
+/// The same drill with the ledger in ZooKeeper (digest authentication): a fenced key written
+/// by a `multi` that checks the writer's candidacy. No third fault: a standalone server.
+#[test]
+fn on_zookeeper_every_slot_runs_once_through_kills_and_freezes() {
+    let zk = tenure_testkit::services::Service::zookeeper("cron-drill-password");
+    drill(&zk.url, || eprintln!("no third fault on ZooKeeper"));
 }
 
 /// Three replicas on a one-second schedule at `url`; SIGKILL of the holder mid-run, SIGSTOP
@@ -374,6 +394,65 @@ fn drill(url: &str, third_fault: impl FnOnce()) {
         frozen_log.contains("the ledger refused this holder's record"),
         "{frozen} was not refused\n{frozen_log}"
     );
+
+    // The events every runner appended to one file: a `claimed` before every start of a
+    // command (a claim without a start only for the last slot, whose command the final
+    // SIGTERM may stop before its first line), and one `decided` per slot the ledger
+    // decided, with the ledger's own record of it; the frozen holder's refused record is an
+    // event too.
+    let events: Vec<serde_json::Value> = read(&dir.path().join("events.jsonl"))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let of = |kind: &'static str| events.iter().filter(move |e| e["event"] == kind);
+    let claims: BTreeSet<(String, u64, String)> = of("claimed")
+        .map(|e| {
+            let run = &e["run"];
+            let slot = rfc3339(run["slot"].as_str().expect("a slot"));
+            let attempt = run["attempt"].as_u64().expect("an attempt");
+            (
+                slot,
+                attempt,
+                run["holder"].as_str().expect("a holder").to_string(),
+            )
+        })
+        .collect();
+    let started: BTreeSet<(String, u64, String)> = starts
+        .iter()
+        .map(|(_, name, slot, attempt)| (rfc3339(slot), *attempt, name.clone()))
+        .collect();
+    assert!(
+        started.is_subset(&claims),
+        "starts without a claimed event: {:?}",
+        started.difference(&claims).collect::<Vec<_>>()
+    );
+    let last = claims
+        .iter()
+        .map(|c| &c.0)
+        .max()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        claims.difference(&started).all(|c| c.0 == last),
+        "claims without a start before the last slot: {:?}",
+        claims.difference(&started).collect::<Vec<_>>()
+    );
+    let mut decided: BTreeMap<String, &serde_json::Value> = BTreeMap::new();
+    for e in of("decided") {
+        let slot = rfc3339(e["run"]["slot"].as_str().expect("a slot"));
+        assert!(
+            decided.insert(slot.clone(), &e["run"]).is_none(),
+            "slot {slot} decided twice: {events:#?}"
+        );
+    }
+    for r in ledger["runs"].as_array().expect("runs") {
+        let slot = rfc3339(r["slot"].as_str().expect("slot"));
+        assert_eq!(decided.get(&slot), Some(&r), "the event of slot {slot}");
+    }
+    assert!(
+        of("refused").any(|e| e["holder"] == frozen.as_str()),
+        "no refused event of {frozen}: {events:#?}"
+    );
     let _ = killed;
 }
 
@@ -411,7 +490,7 @@ fn a_command_past_its_max_runtime_is_stopped_and_its_slot_timed_out() {
 /// `interrupted` by the next leader, never run again, and the schedule goes on.
 #[test]
 fn skip_records_the_killed_holders_slot_interrupted_and_goes_on() {
-    let pg = tenure_testkit::services::Postgres::start_secure("cron-skip-password");
+    let pg = tenure_testkit::services::Service::postgres_secure("cron-skip-password");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let file = dir.path().join("runs");
     let start = |name: &str| {
@@ -462,6 +541,67 @@ fn skip_records_the_killed_holders_slot_interrupted_and_goes_on() {
         .filter(|r| r["state"] == "completed")
         .count();
     assert!(after >= 2, "slots after the interrupted one ran: {ledger}");
+}
+
+/// A PostgreSQL connection that the server ends (an administrator's
+/// `pg_terminate_backend`, a restart) is opened again: the runner keeps its leadership or
+/// campaigns again, and the schedule goes on without a missed slot; it exits only on the
+/// signal that stops it.
+#[test]
+fn a_postgresql_connection_ended_by_the_server_is_opened_again_and_the_schedule_goes_on() {
+    let pg = tenure_testkit::services::Service::postgres_secure("cron-reconnect-password");
+    let mut r = Spawned::new(
+        Command::new(BIN)
+            .args(["cron", "--election", "reconnect", "--backend", &pg.url])
+            .args([
+                "--schedule",
+                "* * * * * *",
+                "--ttl",
+                "3s",
+                "--grace",
+                "500ms",
+            ])
+            .args(["--", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let ended = pg.terminate_clients();
+    assert!(ended >= 1, "the runner's connections: {ended}");
+    let cut = chrono::Utc::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let status = r.stop(Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGTERM),
+        "the runner exited before it was stopped: {status:?}"
+    );
+    let out = tenure(&[
+        "cron",
+        "history",
+        "reconnect",
+        "--backend",
+        &pg.url,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ledger: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("JSON");
+    assert_eq!(ledger["counts"]["missed"], 0, "{ledger}");
+    let after = ledger["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter(|r| r["state"] == "completed")
+        .filter(|r| {
+            chrono::DateTime::parse_from_rfc3339(r["slot"].as_str().expect("slot"))
+                .expect("an instant")
+                > cut
+        })
+        .count();
+    assert!(
+        after >= 3,
+        "slots completed after the connections ended: {after}\n{ledger}"
+    );
 }
 
 /// `2026-12-07T12:00:01Z` from the ledger's own form (`+00:00` or `Z`).

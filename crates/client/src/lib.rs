@@ -405,9 +405,13 @@ impl Client {
     /// On `tenure://` this write carries no request id, so it is retried only while the
     /// cluster says it did not take effect: a write whose outcome is unknown fails with
     /// [`Error::Indeterminate`]. [`Leadership::fenced_put`] writes with the leader's session
-    /// and is retried safely until its outcome is known. PostgreSQL keeps fenced keys in a
-    /// table, decided by the same rule in one transaction; etcd and ZooKeeper have none
-    /// ([`Error::UnsupportedBackend`]): fence their stores with [`fence`].
+    /// and is retried safely until its outcome is known. Every backend keeps fenced keys,
+    /// decided by the same rule: the cluster (and `memory:`, embedded nodes) in its
+    /// replicated state, PostgreSQL in a table (`tenure_pg_key`, judged in one transaction
+    /// with the election's lease), etcd and ZooKeeper under `/tenure/keys` by a
+    /// compare-and-set that lands only while the token's candidacy leads (there a token
+    /// whose candidacy is gone is refused with [`Error::SessionLost`] even before anyone
+    /// replaces it). To fence a store of your own, see [`fence`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -449,7 +453,7 @@ impl Client {
 
     /// Remove the fenced key `key`, fenced by `election`'s `token` exactly like
     /// [`Client::fenced_put`]: only the election's current leader may. Returns whether the
-    /// key existed. `tenure://` and `memory:` only.
+    /// key existed.
     pub async fn fenced_delete(&self, key: &str, election: &str, token: u64) -> Result<bool> {
         let fence = Fence {
             election,
@@ -467,8 +471,7 @@ impl Client {
     }
 
     /// The value stored at the fenced key `key`, or `None` if nothing was ever written
-    /// there. A linearizable read on `tenure://`. etcd and ZooKeeper have no fenced keys
-    /// ([`Error::UnsupportedBackend`]).
+    /// there. A linearizable read on every backend.
     pub async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
         self.backend.get(key).await
     }
@@ -551,14 +554,6 @@ impl Client {
     /// `transfer` fails with [`Error::UnsupportedBackend`].
     pub fn supports_transfer(&self) -> bool {
         self.backend.capabilities().transfer
-    }
-
-    /// Whether [`Client::fenced_put`] and [`Client::get`] work on this backend: `memory:` and
-    /// `tenure://` keep fenced keys in the cluster's replicated state, PostgreSQL in a table
-    /// (`tenure_pg_key`, by the same rule); etcd and ZooKeeper answer
-    /// [`Error::UnsupportedBackend`] (their stores are fenced with [`fence`] instead).
-    pub fn supports_fenced_keys(&self) -> bool {
-        self.backend.capabilities().fenced_keys
     }
 
     /// Whether a change of leader wakes only the next candidate (or, at worst, one more),

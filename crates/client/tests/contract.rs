@@ -21,8 +21,7 @@
 //! instead, through an explicit capability asked from the client:
 //! [`Client::supports_transfer`] (etcd's and ZooKeeper's recipes and the PostgreSQL lease
 //! row have no hand-over to a named candidate: `transfer` must be refused with
-//! [`Error::UnsupportedBackend`], changing nothing), [`Client::supports_fenced_keys`]
-//! (`memory:`, the cluster, embedded nodes and PostgreSQL keep fenced keys) and [`Client::wakes_only_next`] (false
+//! [`Error::UnsupportedBackend`], changing nothing) and [`Client::wakes_only_next`] (false
 //! for PostgreSQL, whose LISTEN/NOTIFY wakes every waiter, and for `memory:`, whose waiters
 //! all re-check on every change: there the herd case checks that one change elects exactly
 //! one waiter, and does not count wake-ups).
@@ -78,8 +77,9 @@ macro_rules! contract_for {
             case!(transfer_hands_to_a_named_candidate_or_is_refused_where_unsupported);
             case!(errors_are_typed);
             case!(one_change_elects_one_waiter_and_wakes_only_it_where_promised);
-            case!(fenced_keys_follow_the_token_or_are_refused_where_unsupported);
+            case!(fenced_keys_follow_the_token);
             case!(a_lapsed_holders_ledger_record_is_refused_and_its_claim_handed_on);
+            case!(a_write_in_flight_when_leadership_passes_is_refused);
             case!(credentials_stay_hidden);
         }
     };
@@ -359,33 +359,12 @@ async fn errors_are_typed(url: String, election: String) {
     }
 }
 
-/// Where [`Client::supports_fenced_keys`]: a fenced key takes its election leader's writes
-/// and refuses, changing nothing, a replaced leader's token, a token never issued, another
-/// election's leader and an empty key. Elsewhere: every fenced call is refused with
-/// [`Error::UnsupportedBackend`].
-async fn fenced_keys_follow_the_token_or_are_refused_where_unsupported(
-    url: String,
-    election: String,
-) {
+/// A fenced key takes its election leader's writes and refuses, changing nothing, a
+/// replaced leader's token, a token never issued, another election's leader and an empty
+/// key; a delete is fenced the same way.
+async fn fenced_keys_follow_the_token(url: String, election: String) {
     let ttl = ms(5000);
     let c = Client::connect(&url).await.expect("connect");
-    if !c.supports_fenced_keys() {
-        let l = leads_as_a(&c, &election, ttl).await;
-        for (what, r) in [
-            (
-                "fenced_put",
-                c.fenced_put("k", b"v", &election, l.token()).await,
-            ),
-            ("Leadership::fenced_put", l.fenced_put("k", b"v").await),
-            ("get", c.get("k").await.map(|_| 0)),
-        ] {
-            assert!(
-                matches!(r, Err(Error::UnsupportedBackend { .. })),
-                "{what}: {r:?}"
-            );
-        }
-        return;
-    }
     let key = format!("{election}/config");
     assert_eq!(c.get(&key).await.expect("get"), None, "never written");
     let first = leads_as_a(&c, &election, ttl).await;
@@ -440,10 +419,27 @@ async fn fenced_keys_follow_the_token_or_are_refused_where_unsupported(
     assert!(matches!(wrong, Err(Error::WrongElection(_))), "{wrong:?}");
     let bad = c.fenced_put("", b"x", &election, second.token()).await;
     assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
+    assert_eq!(c.get(&key).await.expect("get"), Some(now.clone()));
+    // A delete is fenced the same way: the replaced leader's is refused, the leader's lands,
+    // and a second one finds nothing; the key then takes the leader's writes again.
+    let stale = c.fenced_delete(&key, &election, old).await;
+    assert!(matches!(stale, Err(Error::StaleToken { .. })), "{stale:?}");
     assert_eq!(c.get(&key).await.expect("get"), Some(now));
+    assert_eq!(second.fenced_delete(&key).await, Ok(true));
+    assert_eq!(c.get(&key).await.expect("get"), None);
+    assert_eq!(second.fenced_delete(&key).await, Ok(false));
+    second
+        .fenced_put(&key, b"v3")
+        .await
+        .expect("b writes again");
+    let again = c.get(&key).await.expect("get").expect("stored");
+    assert_eq!(
+        (again.value.as_slice(), again.token),
+        (&b"v3"[..], second.token())
+    );
 }
 
-/// Where [`Client::supports_fenced_keys`], the guarantee `tenure cron`'s ledger
+/// The guarantee `tenure cron`'s ledger
 /// ([`tenure::schedule`]) stands on: a holder that claimed a slot and then froze past its
 /// lease while another replica waited is refused when it wakes and records the outcome
 /// (by the backend's own judgement of the lapse: nobody else wrote meanwhile), and the next
@@ -454,9 +450,6 @@ async fn a_lapsed_holders_ledger_record_is_refused_and_its_claim_handed_on(
 ) {
     use tenure::schedule::{self, ledger, Ledger, Next, OnInterrupt, Schedule, State};
     let c = Client::connect(&url).await.expect("connect");
-    if !c.supports_fenced_keys() {
-        return;
-    }
     let ttl = ms(2000);
     let key = schedule::ledger_key(&election);
     let every_second = Schedule::new("* * * * * *", "UTC").expect("a schedule");
@@ -525,6 +518,119 @@ async fn a_lapsed_holders_ledger_record_is_refused_and_its_claim_handed_on(
     b.fenced_put(&key, &taken.encode())
         .await
         .expect("b takes the slot up");
+}
+
+/// How long the slow client's proxy holds every chunk back in the in-flight case.
+const SLOW: Duration = Duration::from_millis(150);
+
+/// The window between a fenced write's judgement and its commit: a holder behind a slow
+/// network (every byte held back [`SLOW`] each way) starts a fenced write, and its
+/// resignation reaches the store after the write's last read and before its commit (timed
+/// from one write measured through the same network); the next leader then takes over. The write must not land: once the next leader leads, the key
+/// never changes again under the old token. (On etcd and ZooKeeper this is the
+/// compare-and-set's check of the leading candidacy; a store that judges and writes in one
+/// step, the cluster's or PostgreSQL's locked transaction, passes by construction.) Where
+/// the backend has no network (`memory:`, embedded), the same steps run without the delay.
+async fn a_write_in_flight_when_leadership_passes_is_refused(url: String, election: String) {
+    let ttl = ms(10_000);
+    let (slow_url, proxy) = match through_proxy(&url) {
+        Some((u, p)) => (u, Some(p)),
+        None => (url.clone(), None),
+    };
+    let a_client = Client::connect(&slow_url)
+        .await
+        .expect("connect through the proxy");
+    let b_client = Client::connect(&url).await.expect("connect");
+    let key = format!("{election}/in-flight");
+    let a = leads_as_a(&a_client, &election, ttl).await;
+    let token = a.token();
+    a.fenced_put(&key, b"a-0").await.expect("a writes");
+    let b_candidate = b_client
+        .join(&election, b"b", opts(ttl))
+        .await
+        .expect("b joins");
+    if let Some(p) = &proxy {
+        p.set_delay(SLOW);
+    }
+    // A write through the slow network takes `took`: its last request (the commit) reaches
+    // the store at `took - SLOW`, and the read before it at `took - 3 × SLOW`.
+    let started = Instant::now();
+    a.fenced_put(&key, b"a-1").await.expect("a writes");
+    let took = started.elapsed();
+    let write = {
+        let (c, election, key) = (a_client.clone(), election.clone(), key.clone());
+        tokio::spawn(async move { c.fenced_put(&key, b"a-late", &election, token).await })
+    };
+    // The resignation, sent now, reaches the store at `took - 2 × SLOW`: between the two.
+    tokio::time::sleep(took.saturating_sub(3 * SLOW)).await;
+    let resigned = tokio::spawn(a.resign());
+    let b = tokio::time::timeout(ms(10_000), b_candidate.leadership())
+        .await
+        .expect("b leads within 10 s")
+        .expect("b leads");
+    let seen = b_client.get(&key).await.expect("get");
+    let late = write.await.expect("the write's task");
+    resigned.await.expect("the resign task").expect("a resigns");
+    let after = b_client.get(&key).await.expect("get");
+    assert_eq!(
+        after.as_ref().map(|v| (v.value.as_slice(), v.token)),
+        seen.as_ref().map(|v| (v.value.as_slice(), v.token)),
+        "the key changed after b ({}) led; a's write in flight with token {token} answered \
+         {late:?}",
+        b.token()
+    );
+    if let Ok(index) = late {
+        // Landed before b led (the store judged and wrote before the resignation): it is
+        // what b saw.
+        assert_eq!(seen.map(|v| (v.token, v.index)), Some((token, index)));
+    }
+    b.fenced_put(&key, b"b-1").await.expect("b writes");
+}
+
+/// `url` with each host's port replaced by a [`Proxy`]'s in front of it (the host names
+/// stay, so TLS names still match); `None` for a URL without hosts (`memory:`,
+/// `embedded:`).
+fn through_proxy(url: &str) -> Option<(String, tenure_testkit::proxy::Proxy)> {
+    use std::net::ToSocketAddrs as _;
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let hosts: Vec<(&str, &str)> = hosts
+        .split(',')
+        .map(|h| h.rsplit_once(':').expect("HOST:PORT"))
+        .collect();
+    let targets: Vec<std::net::SocketAddr> = hosts
+        .iter()
+        .map(|(host, port)| {
+            let port: u16 = port.parse().expect("a port");
+            (*host, port)
+                .to_socket_addrs()
+                .expect("resolve")
+                .find(|a| a.is_ipv4())
+                .expect("an IPv4 address")
+        })
+        .collect();
+    let proxy = tenure_testkit::proxy::Proxy::start(&targets, "");
+    let proxied: Vec<String> = hosts
+        .iter()
+        .zip(proxy.addrs())
+        .map(|((host, _), a)| format!("{host}:{}", a.port()))
+        .collect();
+    let tail = if scheme == "tenure" {
+        // Reach the cluster only through the proxy, never at the members' own addresses.
+        let sep = if tail.contains('?') { "&" } else { "?" };
+        format!("{tail}{sep}discover=false")
+    } else {
+        tail.to_string()
+    };
+    Some((
+        format!("{scheme}://{user}{}{tail}", proxied.join(",")),
+        proxy,
+    ))
 }
 
 /// Waiters queued behind the holder in the herd case.

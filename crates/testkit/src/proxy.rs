@@ -1,4 +1,5 @@
-//! A TCP proxy in front of the nodes' client ports that can cut every connection.
+//! A TCP proxy in front of the nodes' client ports that can cut every connection, or hold
+//! every byte back for a while.
 
 use std::net::SocketAddr;
 
@@ -6,13 +7,17 @@ use std::net::SocketAddr;
 /// ways, as a middlebox that drops them would) and refuses to forward new ones. The CLI's
 /// `tenure run` tests cut a runner off with it; the fate-sharing tests end a client's
 /// connection with it while the client's streams are still open, as a dying process's
-/// kernel would.
+/// kernel would. `set_delay` holds every byte back for a while in both directions (a slow
+/// network between one client and its servers), which opens the window between a client's
+/// read and its write wide enough to put something else into it.
 pub struct Proxy {
     addrs: Vec<SocketAddr>,
     /// The cluster URL's query (TLS files): the proxy forwards TLS as it is.
     query: String,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     conns: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    /// How long every chunk is held back, in microseconds.
+    delay: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Proxy {
@@ -21,11 +26,12 @@ impl Proxy {
     pub fn start(targets: &[SocketAddr], query: &str) -> Proxy {
         let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let delay = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut addrs = Vec::new();
         for &target in targets {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a proxy port");
             addrs.push(listener.local_addr().expect("an address"));
-            let (cut, conns) = (cut.clone(), conns.clone());
+            let (cut, conns, delay) = (cut.clone(), conns.clone(), delay.clone());
             std::thread::spawn(move || {
                 for inbound in listener.incoming() {
                     let Ok(inbound) = inbound else { continue };
@@ -45,8 +51,8 @@ impl Proxy {
                         }
                     }
                     drop(held);
-                    pipe(&inbound, &outbound);
-                    pipe(&outbound, &inbound);
+                    pipe(&inbound, &outbound, &delay);
+                    pipe(&outbound, &inbound, &delay);
                 }
             });
         }
@@ -55,7 +61,16 @@ impl Proxy {
             query: query.to_string(),
             cut,
             conns,
+            delay,
         }
+    }
+
+    /// Hold every chunk back for `delay` in each direction from now on (zero: forward at
+    /// once), on connections open and to come.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.delay
+            .store(micros, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The proxy's addresses, with `discover=false`: a runner behind it reaches the cluster
@@ -92,25 +107,46 @@ impl Drop for Proxy {
     }
 }
 
-/// Forward what `from` reads to `to`, in a thread, until either side ends; then close both.
-fn pipe(from: &std::net::TcpStream, to: &std::net::TcpStream) {
+/// Forward what `from` reads to `to`, each chunk `delay` after it was read, until either
+/// side ends; then close both. A reader thread stamps the chunks and a writer thread
+/// forwards them in order, so a delay adds latency, never a queue.
+fn pipe(
+    from: &std::net::TcpStream,
+    to: &std::net::TcpStream,
+    delay: &std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use std::io::{Read as _, Write as _};
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
         return;
     };
+    let delay = delay.clone();
+    let (tx, rx) = std::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>();
+    let reader = from.try_clone();
     std::thread::spawn(move || {
-        use std::io::{Read as _, Write as _};
         let mut buf = [0u8; 16 * 1024];
         loop {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if to.write_all(&buf[..n]).is_err() {
+                    let micros = delay.load(std::sync::atomic::Ordering::SeqCst);
+                    let due = std::time::Instant::now() + std::time::Duration::from_micros(micros);
+                    if tx.send((due, buf[..n].to_vec())).is_err() {
                         break;
                     }
                 }
             }
         }
+    });
+    std::thread::spawn(move || {
+        for (due, chunk) in rx {
+            std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
         let _ = to.shutdown(std::net::Shutdown::Both);
-        let _ = from.shutdown(std::net::Shutdown::Both);
+        if let Ok(from) = reader {
+            let _ = from.shutdown(std::net::Shutdown::Both);
+        }
     });
 }

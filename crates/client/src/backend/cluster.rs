@@ -127,13 +127,12 @@ impl Remote {
 impl Backend for Remote {
     fn capabilities(&self) -> Capabilities {
         // The cluster answers only the new leader's blocked campaign; it hands leadership to
-        // a named candidate, keeps fenced keys in its replicated state, and ends a session
+        // a named candidate and ends a session
         // bound to its keepalive stream when the client closes that stream.
         Capabilities {
             scheme: "tenure",
             transfer: true,
             wakes_only_next: true,
-            fenced_keys: true,
             fate_sharing: true,
         }
     }

@@ -41,15 +41,18 @@ use etcd_client::{
 };
 use tokio::sync::mpsc;
 
-use super::{Backend, Capabilities};
+use super::kv::{self, Leading, Record};
+use super::{Backend, Capabilities, Fence};
 use crate::session::Session;
 use crate::url::HostsUrl;
-use crate::{tls, Error, LeaderEvent, LeaderInfo, Result};
+use crate::{tls, Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
 /// Where candidacies live.
 const ELECTIONS_PREFIX: &str = "/tenure/elections/";
 /// Where the markers of elections that were ever campaigned in live.
 const KNOWN_PREFIX: &str = "/tenure/known/";
+/// Where fenced keys live (each a [`Record`]).
+const KEYS_PREFIX: &str = "/tenure/keys/";
 /// TCP connect timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause before reopening a failed keepalive stream.
@@ -170,6 +173,21 @@ fn lease(session: u64) -> Result<i64> {
     i64::try_from(session).map_err(|_| Error::SessionLost)
 }
 
+/// The answers of a transaction of `N` gets.
+fn gets<const N: usize>(r: &etcd_client::TxnResponse) -> Result<[etcd_client::GetResponse; N]> {
+    let answers: Vec<etcd_client::GetResponse> = r
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    answers
+        .try_into()
+        .map_err(|_| Error::Backend("etcd: a read transaction answered the wrong shape".into()))
+}
+
 impl Etcd {
     /// Connect as `url` says: `rest` is what follows `etcd://` (`tls` false) or `etcds://`
     /// (`tls` true); see the module docs for the forms.
@@ -260,6 +278,76 @@ impl Etcd {
         }
     }
 
+    /// Write (`Some`) or delete (`None`) the fenced key `key` as `fence` (module
+    /// [`kv`]: read, judge, compare-and-set); the write's revision and whether the key
+    /// existed.
+    async fn fenced_write(
+        &self,
+        key: &str,
+        value: Option<&[u8]>,
+        fence: Fence<'_>,
+    ) -> Result<(u64, bool)> {
+        kv::check_request(key, value, fence)?;
+        check_election(fence.election)?;
+        let stored = format!("{KEYS_PREFIX}{key}");
+        let mut client = self.client.kv_client();
+        for _ in 0..kv::ATTEMPTS {
+            // The election's leading candidacy, the key and the election's marker, read at
+            // one revision.
+            let lowest = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1);
+            let read = Txn::new().and_then([
+                TxnOp::get(prefix(fence.election), Some(lowest)),
+                TxnOp::get(stored.clone(), None),
+                TxnOp::get(
+                    known(fence.election),
+                    Some(GetOptions::new().with_count_only()),
+                ),
+            ]);
+            let r = client.txn(read).await.map_err(map)?;
+            let [lead, current, marker] = gets(&r)?;
+            let lead = lead
+                .kvs()
+                .first()
+                .map(|kv| (kv.key().to_vec(), kv.create_revision()));
+            let leading = match (&lead, marker.count()) {
+                (Some((_, token)), _) => Leading::Token(*token as u64),
+                (None, 0) => Leading::Unknown,
+                (None, _) => Leading::Nobody,
+            };
+            let current = current.kvs().first();
+            let bound = current
+                .map(|kv| Record::decode(key, kv.value()))
+                .transpose()?;
+            kv::judge(key, fence, leading, bound.as_ref())?;
+            let (lead_key, token) = lead.expect("judged: a candidacy leads");
+            let op = match value {
+                Some(v) => TxnOp::put(
+                    stored.clone(),
+                    Record::encode(fence.election, fence.token, v),
+                    None,
+                ),
+                None => TxnOp::delete(stored.clone(), None),
+            };
+            // The same leading candidacy, and the key as read (revision 0: absent).
+            let at = current.map_or(0, |kv| kv.mod_revision());
+            let write = Txn::new()
+                .when([
+                    Compare::create_revision(lead_key, CompareOp::Equal, token),
+                    Compare::mod_revision(stored.clone(), CompareOp::Equal, at),
+                ])
+                .and_then([op]);
+            let r = client.txn(write).await.map_err(map)?;
+            if r.succeeded() {
+                let revision = r.header().map_or(0, |h| h.revision());
+                return Ok((revision as u64, current.is_some()));
+            }
+        }
+        Err(kv::contended("etcd", key))
+    }
+
     /// Whether someone ever campaigned in `election`.
     async fn check_known(&self, election: &str) -> Result<()> {
         check_election(election)?;
@@ -282,6 +370,34 @@ impl Backend for Etcd {
         // Each candidate watches only its predecessor's key; the recipe is FIFO by create
         // revision, with no hand-over to a named candidate.
         Capabilities::recipe("etcd", true)
+    }
+
+    async fn fenced_put(&self, key: &str, value: &[u8], fence: Fence<'_>) -> Result<u64> {
+        Ok(self.fenced_write(key, Some(value), fence).await?.0)
+    }
+
+    async fn fenced_delete(&self, key: &str, fence: Fence<'_>) -> Result<bool> {
+        Ok(self.fenced_write(key, None, fence).await?.1)
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
+        kv::check_get(key)?;
+        let r = self
+            .client
+            .kv_client()
+            .get(format!("{KEYS_PREFIX}{key}"), None)
+            .await
+            .map_err(map)?;
+        let Some(kv) = r.kvs().first() else {
+            return Ok(None);
+        };
+        let record = Record::decode(key, kv.value())?;
+        Ok(Some(FencedValue {
+            value: record.value,
+            election: record.election,
+            token: record.token,
+            index: kv.mod_revision() as u64,
+        }))
     }
 
     fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {

@@ -177,7 +177,6 @@ impl Backend for World {
             scheme: "memory",
             transfer: true,
             wakes_only_next: false,
-            fenced_keys: true,
             fate_sharing: false,
         }
     }

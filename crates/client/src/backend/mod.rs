@@ -19,6 +19,7 @@ use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
 pub(crate) mod cluster;
 pub(crate) mod etcd;
+pub(crate) mod kv;
 pub(crate) mod memory;
 pub(crate) mod postgres;
 pub(crate) mod zk;
@@ -33,8 +34,6 @@ pub(crate) struct Capabilities {
     /// Whether a change of leader wakes only the next candidate (see
     /// [`crate::Client::wakes_only_next`]).
     pub wakes_only_next: bool,
-    /// Whether [`Backend::fenced_put`] and [`Backend::get`] work.
-    pub fenced_keys: bool,
     /// Whether sessions may share the fate of their keepalive stream
     /// ([`crate::CampaignOptions::fate_sharing`]).
     pub fate_sharing: bool,
@@ -42,13 +41,12 @@ pub(crate) struct Capabilities {
 
 impl Capabilities {
     /// A recipe over an engine's own primitives: a queue of candidates, no hand-over to a
-    /// named one and no fenced keys; `wakes_only_next` if a change wakes only the next.
+    /// named one; `wakes_only_next` if a change wakes only the next.
     pub const fn recipe(scheme: &'static str, wakes_only_next: bool) -> Capabilities {
         Capabilities {
             scheme,
             transfer: false,
             wakes_only_next,
-            fenced_keys: false,
             fate_sharing: false,
         }
     }
@@ -114,19 +112,13 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     async fn observe(&self, election: &str, tx: mpsc::Sender<Result<LeaderEvent>>) -> Result<()>;
 
     /// Write `value` at `key`, fenced by `fence`. Returns the write's position.
-    async fn fenced_put(&self, _key: &str, _value: &[u8], _fence: Fence<'_>) -> Result<u64> {
-        Err(self.no_fenced_keys())
-    }
+    async fn fenced_put(&self, key: &str, value: &[u8], fence: Fence<'_>) -> Result<u64>;
 
     /// The value stored at `key`.
-    async fn get(&self, _key: &str) -> Result<Option<FencedValue>> {
-        Err(self.no_fenced_keys())
-    }
+    async fn get(&self, key: &str) -> Result<Option<FencedValue>>;
 
     /// Remove `key`, fenced by `fence`; whether it existed.
-    async fn fenced_delete(&self, _key: &str, _fence: Fence<'_>) -> Result<bool> {
-        Err(self.no_fenced_keys())
-    }
+    async fn fenced_delete(&self, key: &str, fence: Fence<'_>) -> Result<bool>;
 
     /// Remove `election`, which must have no candidates; whether it existed.
     async fn delete_election(&self, _election: &str) -> Result<bool> {
@@ -136,15 +128,5 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
                   cluster's; this backend's elections are its own keys or nodes"
                 .into(),
         })
-    }
-
-    /// The refusal of a backend without fenced keys.
-    fn no_fenced_keys(&self) -> Error {
-        Error::UnsupportedBackend {
-            scheme: self.capabilities().scheme.into(),
-            why: "this backend keeps no fenced keys (a tenure cluster and PostgreSQL do); \
-                  fence its own store with tenure::fence"
-                .into(),
-        }
     }
 }

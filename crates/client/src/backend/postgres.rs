@@ -59,7 +59,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::{Backend, Capabilities, Fence};
+use super::{kv, Backend, Capabilities, Fence};
 use crate::session::Session;
 use crate::tls::{self, PgVerify};
 use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
@@ -359,6 +359,21 @@ impl Pg {
         })
     }
 
+    /// The connection, opened again first if the server closed it (restarted, or the
+    /// session terminated by an administrator): a call that met the broken connection
+    /// failed with [`Error::Unavailable`], and the next one finds a new connection.
+    async fn conn(&self) -> Result<tokio::sync::MutexGuard<'_, tokio_postgres::Client>> {
+        let mut client = self.client.lock().await;
+        if client.is_closed() {
+            let (fresh, conn) = self.config.connect(self.tls.clone()).await.map_err(map)?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            *client = fresh;
+        }
+        Ok(client)
+    }
+
     /// Start listening for `election`'s notifications: every one sent after this returns is
     /// seen by the listener.
     async fn listen(&self, election: &str) -> Result<Listener> {
@@ -415,7 +430,7 @@ impl Pg {
 
     /// Renew: true if acknowledged, false if the session is gone.
     async fn keepalive(&self, session: u64) -> Result<bool> {
-        let c = self.client.lock().await;
+        let c = self.conn().await?;
         let n = c
             .execute(
                 "UPDATE tenure_pg_session \
@@ -430,7 +445,7 @@ impl Pg {
 
     /// Whether `session` is still a live candidate in `election`.
     async fn is_candidate(&self, election: &str, session: u64) -> Result<bool> {
-        let c = self.client.lock().await;
+        let c = self.conn().await?;
         let rows = c
             .query(
                 "SELECT 1 FROM tenure_pg_candidate c JOIN tenure_pg_session s \
@@ -446,7 +461,7 @@ impl Pg {
     /// Judge the election's lease by the database clock and hand it to the oldest live
     /// candidate if its holder is gone. `None` if nobody ever campaigned in `election`.
     async fn advance(&self, election: &str) -> Result<Option<Lease>> {
-        let mut c = self.client.lock().await;
+        let mut c = self.conn().await?;
         let tx = c.transaction().await.map_err(map)?;
         let lease = Pg::judge(&tx, election).await?;
         tx.commit().await.map_err(map)?;
@@ -462,7 +477,7 @@ impl Pg {
         value: Option<&[u8]>,
         fence: Fence<'_>,
     ) -> Result<(u64, bool)> {
-        let mut c = self.client.lock().await;
+        let mut c = self.conn().await?;
         let tx = c.transaction().await.map_err(map)?;
         let latest = match Pg::judge(&tx, fence.election).await? {
             Some(_) => {
@@ -643,7 +658,7 @@ impl Pg {
         election: &str,
         version: i64,
     ) -> Result<Vec<(i64, Option<LeaderInfo>)>> {
-        let c = self.client.lock().await;
+        let c = self.conn().await?;
         let rows = c
             .query(
                 "SELECT version, holder, value, epoch FROM tenure_pg_change \
@@ -676,39 +691,22 @@ impl Backend for Pg {
     fn capabilities(&self) -> Capabilities {
         // LISTEN/NOTIFY wakes every listener (DESIGN.md's "Backends" table); the lease goes to
         // the oldest live candidate.
-        Capabilities {
-            fenced_keys: true,
-            ..Capabilities::recipe("postgres", false)
-        }
+        Capabilities::recipe("postgres", false)
     }
 
     async fn fenced_put(&self, key: &str, value: &[u8], fence: Fence<'_>) -> Result<u64> {
-        let command = tenure_core::sm::Command::FencedPut {
-            key: key.to_string(),
-            value: value.to_vec(),
-            election: fence.election.to_string(),
-            token: fence.token,
-        };
-        tenure_core::sm::SmLimits::default().check(&command)?;
+        kv::check_request(key, Some(value), fence)?;
         Ok(self.fenced_write(key, Some(value), fence).await?.0)
     }
 
     async fn fenced_delete(&self, key: &str, fence: Fence<'_>) -> Result<bool> {
-        let command = tenure_core::sm::Command::DeleteKey {
-            key: key.to_string(),
-            election: fence.election.to_string(),
-            token: fence.token,
-        };
-        tenure_core::sm::SmLimits::default().check(&command)?;
+        kv::check_request(key, None, fence)?;
         Ok(self.fenced_write(key, None, fence).await?.1)
     }
 
     async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
-        let command = tenure_core::sm::Command::Get {
-            key: key.to_string(),
-        };
-        tenure_core::sm::SmLimits::default().check(&command)?;
-        let c = self.client.lock().await;
+        kv::check_get(key)?;
+        let c = self.conn().await?;
         let row = c
             .query_opt(
                 "SELECT value, election, token, position FROM tenure_pg_key WHERE key = $1",
@@ -731,7 +729,7 @@ impl Backend for Pg {
     async fn grant(&self, ttl: Duration) -> Result<(u64, Duration)> {
         let ms = i64::try_from(ttl.as_millis())
             .map_err(|_| Error::InvalidArgument(format!("ttl {ttl:?} is too long")))?;
-        let c = self.client.lock().await;
+        let c = self.conn().await?;
         let row = c
             .query_one(
                 "INSERT INTO tenure_pg_session (ttl_ms, expires_at) \
@@ -746,7 +744,7 @@ impl Backend for Pg {
 
     async fn revoke(&self, session: u64) -> Result<()> {
         let elections: Vec<String> = {
-            let c = self.client.lock().await;
+            let c = self.conn().await?;
             let rows = c
                 .query(
                     "DELETE FROM tenure_pg_candidate WHERE session = $1 RETURNING election",
@@ -771,7 +769,7 @@ impl Backend for Pg {
     async fn resign(&self, election: &str, session: u64) -> Result<()> {
         check_election(election)?;
         {
-            let c = self.client.lock().await;
+            let c = self.conn().await?;
             c.execute(
                 "DELETE FROM tenure_pg_candidate WHERE election = $1 AND session = $2",
                 &[&election, &(session as i64)],
@@ -787,7 +785,7 @@ impl Backend for Pg {
     async fn join(&self, election: &str, session: u64, value: &[u8]) -> Result<Option<u64>> {
         check_election(election)?;
         {
-            let c = self.client.lock().await;
+            let c = self.conn().await?;
             c.execute(
                 "INSERT INTO tenure_pg_lease (election, holder, value, epoch, version) \
                  VALUES ($1, NULL, NULL, 0, 0) ON CONFLICT (election) DO NOTHING",

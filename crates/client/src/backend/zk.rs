@@ -74,13 +74,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use zookeeper_client as zkc;
 
-use super::{Backend, Capabilities};
+use super::kv::{self, Leading, Record};
+use super::{Backend, Capabilities, Fence};
 use crate::session::Session;
 use crate::url::HostsUrl;
-use crate::{Error, LeaderEvent, LeaderInfo, Result};
+use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
 /// Where elections live.
 const ELECTIONS: &str = "/tenure/elections";
+/// Where fenced keys live: one persistent znode per key, named by the key's bytes in hex,
+/// holding a [`Record`] (empty between its creation and its first write).
+const KEYS: &str = "/tenure/keys";
 /// The candidacy znodes' name prefix (ZooKeeper appends the sequence).
 const NODE_PREFIX: &str = "n-";
 /// How long establishing a connection may take.
@@ -175,6 +179,16 @@ fn check_election(election: &str) -> Result<()> {
 
 fn dir(election: &str) -> String {
     format!("{ELECTIONS}/{election}")
+}
+
+/// The znode of fenced key `key` (hex: a key may hold '/' and anything else).
+fn key_path(key: &str) -> String {
+    use std::fmt::Write as _;
+    let mut path = format!("{KEYS}/k");
+    for b in key.bytes() {
+        let _ = write!(path, "{b:02x}");
+    }
+    path
 }
 
 /// The sequence number of a candidacy znode's name.
@@ -345,6 +359,99 @@ impl Zk {
         }
     }
 
+    /// The record at `path` and its znode's stat; `None` if the znode is absent, a record
+    /// `None` while it was never written.
+    async fn record(&self, key: &str, path: &str) -> Result<Option<(Option<Record>, zkc::Stat)>> {
+        match self.inner.shared.get_data(path).await {
+            Ok((data, stat)) if data.is_empty() => Ok(Some((None, stat))),
+            Ok((data, stat)) => Ok(Some((Some(Record::decode(key, &data)?), stat))),
+            Err(zkc::Error::NoNode) => Ok(None),
+            Err(e) => Err(map(e)),
+        }
+    }
+
+    /// Write (`Some`) or delete (`None`) the fenced key `key` as `fence` (module [`kv`]:
+    /// read, judge, then a `multi` that checks the leading candidacy's and the key's
+    /// versions); the write's zxid and whether the key held a record.
+    async fn fenced_write(
+        &self,
+        key: &str,
+        value: Option<&[u8]>,
+        fence: Fence<'_>,
+    ) -> Result<(u64, bool)> {
+        kv::check_request(key, value, fence)?;
+        check_election(fence.election)?;
+        let (shared, path) = (&self.inner.shared, key_path(key));
+        let dir = dir(fence.election);
+        for _ in 0..kv::ATTEMPTS {
+            let lead = match self.children(fence.election).await {
+                Ok((children, _)) => match children.into_iter().next() {
+                    Some((_, name)) => {
+                        let node = format!("{dir}/{name}");
+                        match shared.check_stat(&node).await.map_err(map)? {
+                            Some(stat) => Some((node, stat)),
+                            // Gone since the listing: look again.
+                            None => continue,
+                        }
+                    }
+                    None => None,
+                },
+                // An unknown election (kv::judge's Leading::Unknown), or a failure.
+                Err(e) => return Err(e),
+            };
+            let current = self.record(key, &path).await?;
+            let leading = lead.as_ref().map_or(Leading::Nobody, |(_, stat)| {
+                Leading::Token(stat.czxid as u64)
+            });
+            let bound = current.as_ref().and_then(|(r, _)| r.as_ref());
+            kv::judge(key, fence, leading, bound)?;
+            let (node, lead) = lead.expect("judged: a candidacy leads");
+            let existed = bound.is_some();
+            let mut multi = shared.new_multi_writer();
+            multi.add_check_version(&node, lead.version).map_err(map)?;
+            match (value, &current) {
+                (Some(v), Some((_, stat))) => {
+                    let record = Record::encode(fence.election, fence.token, v);
+                    multi
+                        .add_set_data(&path, &record, Some(stat.version))
+                        .map_err(map)?;
+                }
+                (Some(_), None) => {
+                    // Create the key's znode, empty, then write it as above.
+                    let acls = self.inner.acls();
+                    shared
+                        .mkdir(KEYS, &zkc::CreateMode::Persistent.with_acls(acls))
+                        .await
+                        .map_err(map)?;
+                    let empty = zkc::CreateMode::Persistent.with_acls(acls);
+                    match shared.create(&path, &[], &empty).await {
+                        Ok(_) | Err(zkc::Error::NodeExists) => continue,
+                        Err(e) => return Err(map(e)),
+                    }
+                }
+                (None, Some((_, stat))) => {
+                    multi.add_delete(&path, Some(stat.version)).map_err(map)?
+                }
+                (None, None) => return Ok((0, false)),
+            }
+            match multi.commit().await {
+                Ok(results) => {
+                    let zxid = match results.into_iter().nth(1) {
+                        Some(zkc::MultiWriteResult::SetData { stat }) => stat.mzxid as u64,
+                        _ => 0,
+                    };
+                    return Ok((zxid, existed));
+                }
+                Err(zkc::MultiWriteError::OperationFailed {
+                    source: zkc::Error::BadVersion | zkc::Error::NoNode,
+                    ..
+                }) => continue,
+                Err(e) => return Err(map(e.into())),
+            }
+        }
+        Err(kv::contended("zookeeper", key))
+    }
+
     /// Take the session's client for its keepalive task (see [`Slot::client`]).
     fn take_client(&self, session: u64) -> Option<Arc<zkc::Client>> {
         let mut sessions = self.sessions();
@@ -358,6 +465,33 @@ impl Backend for Zk {
     fn capabilities(&self) -> Capabilities {
         // Each candidate watches only its predecessor; the smallest sequence leads.
         Capabilities::recipe("zk", true)
+    }
+
+    async fn fenced_put(&self, key: &str, value: &[u8], fence: Fence<'_>) -> Result<u64> {
+        Ok(self.fenced_write(key, Some(value), fence).await?.0)
+    }
+
+    async fn fenced_delete(&self, key: &str, fence: Fence<'_>) -> Result<bool> {
+        Ok(self.fenced_write(key, None, fence).await?.1)
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<FencedValue>> {
+        kv::check_get(key)?;
+        let path = key_path(key);
+        // Catch up with the ensemble's leader first (as `leader` does).
+        match self.inner.shared.sync(&path).await {
+            Ok(()) | Err(zkc::Error::NoNode) => {}
+            Err(e) => return Err(map(e)),
+        }
+        Ok(match self.record(key, &path).await? {
+            Some((Some(r), stat)) => Some(FencedValue {
+                value: r.value,
+                election: r.election,
+                token: r.token,
+                index: stat.mzxid as u64,
+            }),
+            _ => None,
+        })
     }
 
     fn spawn_keepalive(&self, session: Arc<Session>) -> tokio::task::JoinHandle<()> {

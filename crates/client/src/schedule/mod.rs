@@ -50,6 +50,7 @@
 //! - Nothing is owed before the ledger began: the first leader ever writes it with its clock
 //!   as the start.
 
+pub mod events;
 pub mod ledger;
 pub mod metrics;
 pub mod slots;
@@ -58,6 +59,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
+pub use events::{Change, Events};
 pub use ledger::{Ledger, Next, OnInterrupt, Run, State};
 pub use metrics::Metrics;
 pub use slots::Schedule;
@@ -95,6 +97,8 @@ pub struct Job {
     pub run: supervise::Options,
     /// Where to keep this runner's [`Metrics`] (a Prometheus text file), if anywhere.
     pub metrics_file: Option<std::path::PathBuf>,
+    /// Where to append this runner's [`Events`] (JSON Lines), if anywhere.
+    pub events_file: Option<std::path::PathBuf>,
 }
 
 /// The ledger of `election`, if one was ever written.
@@ -109,16 +113,24 @@ pub async fn history(client: &Client, election: &str) -> crate::Result<Option<Le
 /// leads, runs the schedule by the rules of the module docs; when leadership is lost it
 /// campaigns again. Returns only on a signal from `signals` ([`Outcome::Signalled`]: a
 /// running command was stopped and leadership resigned) or a failure that waiting does not
-/// mend ([`Outcome::CampaignFailed`]: refused credentials, a ledger it cannot read, a
-/// backend without fenced keys — etcd, ZooKeeper — refused at once). Must
+/// mend ([`Outcome::CampaignFailed`]: refused credentials, a ledger it cannot read). Must
 /// run where [`supervise::run_while_leader`] may.
 pub async fn run(client: &Client, job: &Job, signals: &mut Signals, log: Log<'_>) -> Outcome {
     let election = &job.run.election;
-    // The ledger is a fenced key: a backend without them is refused before any campaign.
-    if let Err(e @ Error::UnsupportedBackend { .. }) = history(client, election).await {
-        return Outcome::CampaignFailed(e);
-    }
     let mut metrics = Metrics::new(election, job.metrics_file.as_deref());
+    let mut events = match Events::open(election, job.events_file.as_deref()) {
+        Ok(e) => e,
+        Err(e) => {
+            let path = job
+                .events_file
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""));
+            return Outcome::CampaignFailed(Error::InvalidArgument(format!(
+                "cannot open the events file {}: {e}",
+                path.display()
+            )));
+        }
+    };
     loop {
         let won = tokio::select! {
             r = client.campaign(election, &job.run.value, job.run.campaign) => r,
@@ -152,6 +164,7 @@ pub async fn run(client: &Client, job: &Job, signals: &mut Signals, log: Log<'_>
             holder: String::from_utf8_lossy(&job.run.value).into_owned(),
             log,
             metrics: &mut metrics,
+            events: &mut events,
         }
         .run(signals)
         .await;
@@ -206,6 +219,7 @@ struct Lead<'a> {
     holder: String,
     log: Log<'a>,
     metrics: &'a mut Metrics,
+    events: &'a mut Events,
 }
 
 impl Lead<'_> {
@@ -242,7 +256,7 @@ impl Lead<'_> {
                         .clone()
                         .expect("Interrupt comes with an open claim");
                     ledger.close(State::Interrupted, None, now);
-                    if let Err(stop) = self.write(&ledger).await {
+                    if let Err(stop) = self.record(&ledger, Change::Decided).await {
                         return stop;
                     }
                     self.metrics.decided(State::Interrupted, 1);
@@ -255,7 +269,7 @@ impl Lead<'_> {
                 }
                 Next::Miss { first, last, count } => {
                     ledger.miss(election, first, last, count);
-                    if let Err(stop) = self.write(&ledger).await {
+                    if let Err(stop) = self.record(&ledger, Change::Decided).await {
                         return stop;
                     }
                     self.metrics.decided(State::Missed, count);
@@ -298,7 +312,7 @@ impl Lead<'_> {
             leadership.token(),
             start,
         );
-        self.write(ledger).await?;
+        self.record(ledger, Change::Claimed).await?;
         let open = ledger.open.clone().expect("a claim was just made");
         let late = (start - slot).to_std().unwrap_or_default();
         self.metrics
@@ -353,7 +367,7 @@ impl Lead<'_> {
             }
         };
         ledger.close(state, exit, now);
-        self.write(ledger).await?;
+        self.record(ledger, Change::Decided).await?;
         self.metrics.decided(state, 1);
         log(&format!(
             "slot {} (run id {}): recorded {} (exit {})",
@@ -372,13 +386,14 @@ impl Lead<'_> {
         let bytes = ledger.encode();
         let put = self.leadership.fenced_put(&self.key, &bytes);
         match tokio::time::timeout(LAST_WORD, put).await {
-            Ok(Ok(_)) => (self.log)(
-                "noted on the claim that its command was stopped; the next leader takes it up",
-            ),
-            Ok(Err(e)) => {
-                self.metrics.refused();
-                (self.log)(&format!("the ledger refused this holder's record ({e})"));
+            Ok(Ok(_)) => {
+                self.events.slot(Change::Stopped, ledger);
+                (self.log)(
+                    "noted on the claim that its command was stopped; the next leader takes it \
+                     up",
+                )
             }
+            Ok(Err(e)) => self.refused(&e),
             Err(_) => (self.log)("no answer from the ledger; the next leader takes the claim up"),
         }
     }
@@ -405,6 +420,21 @@ impl Lead<'_> {
         }
     }
 
+    /// [`Lead::write`], then the event of `change`.
+    async fn record(&mut self, ledger: &Ledger, change: Change) -> Result<(), Stop> {
+        self.write(ledger).await?;
+        self.events.slot(change, ledger);
+        Ok(())
+    }
+
+    /// The store refused this holder's record: counted, logged, an event.
+    fn refused(&mut self, e: &Error) {
+        self.metrics.refused();
+        self.events
+            .refused(&self.holder, self.leadership.token(), &e.to_string());
+        (self.log)(&format!("the ledger refused this holder's record ({e})"));
+    }
+
     /// Writes the ledger with this leadership's token, retried while the backend cannot
     /// answer and this process still leads. A refused token means another holder leads.
     async fn write(&mut self, ledger: &Ledger) -> Result<(), Stop> {
@@ -413,8 +443,7 @@ impl Lead<'_> {
             match self.leadership.fenced_put(&self.key, &bytes).await {
                 Ok(_) => return Ok(()),
                 Err(e @ (Error::StaleToken { .. } | Error::TokenNotIssued(_))) => {
-                    self.metrics.refused();
-                    (self.log)(&format!("the ledger refused this holder's record ({e})"));
+                    self.refused(&e);
                     return Err(Stop::Lost(format!(
                         "the ledger refused this holder's token: {e}"
                     )));
