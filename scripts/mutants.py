@@ -178,6 +178,14 @@ MUTANTS = [
     ("zk-fenced-key-lead-unchecked", FENCE, "crates/client/src/backend/zk.rs",
      "multi.add_check_version(&node, lead.version).map_err(map)?;",
      "let _ = (&node, lead.version);", None),
+    # Disaster recovery: the token jump of a new generation, and the handshake that keeps
+    # generations apart.
+    ("generation-token-jump-off", ["tenure-core", "tenure"], "crates/core/src/generation.rs",
+     "let sm = sm.into_new_generation(floor);",
+     "let sm = sm.into_new_generation(0);", None),
+    ("handshake-ignores-generation", ["tenure"], "crates/transport/src/transport.rs",
+     'g => format!("{cluster_id}@g{g}"),',
+     "_ => cluster_id.to_string(),", None),
     ("wal-checksum-ignored", WAL, "crates/wal/src/record.rs",
      "if crc != stored_crc {", "if false && crc != stored_crc {", None),
     ("wal-segment-not-synced", WAL, "crates/wal/src/file.rs",

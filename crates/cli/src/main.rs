@@ -124,6 +124,24 @@ enum Cmd {
     /// Exit codes: 0 deleted (or already absent: `existed=false`); 1 it still has
     /// candidates; 69 unreachable; 2 bad arguments; 77 not allowed.
     DeleteElection(ops::DeleteElectionArgs),
+    /// Copy the replicated state from the leader into a file while the cluster serves
+    /// (admin); `tenure backup verify FILE` checks one.
+    ///
+    /// Exit codes: 0 written and checked; 69 unreachable or the stream broke; 77 not
+    /// allowed; 1 the file is damaged (verify); 2 bad arguments.
+    Backup(ops::BackupArgs),
+    /// Lay out one member of a new cluster from a backup, in a new generation whose tokens
+    /// are above every token the old cluster could have issued (docs/OPERATIONS.md).
+    ///
+    /// Exit codes: 0 laid out; 1 the backup or the directory cannot be used; 2 bad
+    /// arguments.
+    Restore(ops::RestoreArgs),
+    /// Make a stopped survivor of a lost majority the only voter of a new generation, from
+    /// every entry of its log (docs/OPERATIONS.md).
+    ///
+    /// Exit codes: 0 recovered; 1 refused (another survivor holds a longer log, or the
+    /// directory cannot be used); 2 bad arguments.
+    Recover(ops::RecoverArgs),
     /// Print a shell completion script: `tenure completion bash > /etc/bash_completion.d/tenure`,
     /// `tenure completion zsh > "${fpath[1]}/_tenure"`, `tenure completion fish >
     /// ~/.config/fish/completions/tenure.fish`.
@@ -213,6 +231,9 @@ fn main() -> ExitCode {
         Cmd::Status(args) => ops::status(args),
         Cmd::Members(args) => ops::members(args),
         Cmd::TransferLeadership(args) => ops::transfer(args),
+        Cmd::Backup(args) => ops::backup(args),
+        Cmd::Restore(args) => ops::restore(args),
+        Cmd::Recover(args) => ops::recover(args),
         Cmd::Elections(args) => ops::elections(args),
         Cmd::Sessions(args) => ops::sessions(args),
         Cmd::Get(args) => ops::get(args),

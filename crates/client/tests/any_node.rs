@@ -181,6 +181,15 @@ struct OldCluster(Arc<AtomicUsize>);
 
 #[tonic::async_trait]
 impl v1::cluster_server::Cluster for OldCluster {
+    type BackupStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<v1::BackupChunk, Status>> + Send + 'static>,
+    >;
+    async fn backup(
+        &self,
+        _: Request<v1::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        gone()
+    }
     async fn status(
         &self,
         _: Request<v1::StatusRequest>,

@@ -42,6 +42,7 @@ mod bugs {
 pub mod config;
 pub mod drift;
 pub mod event;
+pub mod generation;
 mod lease;
 pub mod log;
 pub mod message;

@@ -217,6 +217,11 @@ pub struct ServerConfig {
     pub nodes: BTreeMap<NodeId, NodeAddrs>,
     /// Where the write-ahead log and snapshots live.
     pub data_dir: PathBuf,
+    /// The cluster's generation, as the data directory's identity file says (0 unless the
+    /// cluster was restored from a backup or recovered from a lost majority). Not
+    /// configured: read at start.
+    #[serde(skip)]
+    pub generation: u64,
     /// Start as a node joining an existing cluster: it waits to be added with
     /// `tenure members add` (the `AddMember` RPC) instead of bootstrapping with `nodes` as
     /// the voters.
@@ -462,6 +467,7 @@ impl ServerConfig {
             cluster_id: default_cluster_id(),
             nodes,
             data_dir,
+            generation: 0,
             join: false,
             tick_ms: default_tick_ms(),
             election_timeout_ms: default_election_timeout_ms(),

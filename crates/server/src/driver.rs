@@ -188,6 +188,11 @@ pub enum ClientRequest {
         /// Where the page goes.
         reply: oneshot::Sender<Result<KeyListing, ApiError>>,
     },
+    /// Freeze the applied state (O(1)) for a backup; see [`DriverHandle::applied_image`].
+    AppliedImage {
+        /// Where the image goes.
+        reply: oneshot::Sender<Result<tenure_core::node::SnapshotImage, ApiError>>,
+    },
     /// Read one page of sessions, by id, from the applied state (no log write); see
     /// [`DriverHandle::list_sessions`].
     ListSessions {
@@ -407,6 +412,16 @@ impl DriverHandle {
             timeout,
         )
         .await
+    }
+
+    /// The applied state, frozen now with the term and membership of its index (what
+    /// `tenure backup` streams, encoded off the driver's thread by the caller).
+    pub async fn applied_image(
+        &self,
+        timeout: Duration,
+    ) -> Result<tenure_core::node::SnapshotImage, ApiError> {
+        self.call(|reply| ClientRequest::AppliedImage { reply }, timeout)
+            .await
     }
 
     /// One page of sessions as this node has applied them; as
@@ -946,6 +961,9 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 reply,
             } => {
                 let _ = reply.send(Ok(self.list_sessions(after, limit)));
+            }
+            ClientRequest::AppliedImage { reply } => {
+                let _ = reply.send(Ok(self.pipeline.node().applied_image()));
             }
             ClientRequest::ListKeys {
                 prefix,

@@ -40,8 +40,9 @@ mod handover;
 pub mod http;
 pub mod metrics;
 mod quota;
+pub mod restore;
 mod retention;
-mod server;
+pub(crate) mod server;
 pub mod shared_port;
 mod tls;
 

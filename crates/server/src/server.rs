@@ -116,25 +116,17 @@ pub fn check_identity(
     node: u64,
     cluster: &str,
     holds_state: bool,
-) -> Result<(), ServerError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
+) -> Result<u64, ServerError> {
     let path = dir.join(IDENTITY_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            let field = |name: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
-                    .map(str::to_owned)
-            };
-            let found_cluster = field("cluster").unwrap_or_default();
-            let found_node = field("node").and_then(|n| n.parse().ok());
-            if found_node == Some(node) && found_cluster == cluster {
-                Ok(())
+            let (found_cluster, found_node, generation) = crate::restore::parse_identity(&text);
+            if found_node == node && found_cluster == cluster {
+                Ok(generation)
             } else {
                 Err(ServerError::WrongIdentity {
                     dir: dir.display().to_string(),
-                    found_node: found_node.unwrap_or(0),
+                    found_node,
                     found_cluster,
                     node,
                     cluster: cluster.to_owned(),
@@ -148,15 +140,8 @@ pub fn check_identity(
             })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)?;
-            writeln!(file, "cluster={cluster}\nnode={node}")?;
-            file.sync_all()?;
-            std::fs::File::open(dir)?.sync_all()?;
-            Ok(())
+            crate::restore::write_identity(dir, cluster, node, 0)?;
+            Ok(0)
         }
         Err(e) => Err(ServerError::Io(e)),
     }
@@ -337,7 +322,7 @@ fn log_security(config: &ServerConfig, policy: Option<&auth::Policy>) {
 
 /// Run one server until `shutdown` completes.
 pub async fn run(
-    config: ServerConfig,
+    mut config: ServerConfig,
     listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
@@ -354,7 +339,7 @@ pub async fn run(
     let mut storage =
         tenure_wal::FileStorage::open(&config.data_dir, tenure_wal::WalOptions::default())
             .map_err(|e| ServerError::Storage(e.to_string()))?;
-    check_identity(
+    config.generation = check_identity(
         &config.data_dir,
         config.id,
         &config.cluster_id,
@@ -398,6 +383,8 @@ pub async fn run(
         .collect();
     let mut tcfg =
         TransportConfig::new(config.id, config.cluster_id.clone(), listeners.peer, peers);
+    // Members of another generation (restored or recovered) are refused at the handshake.
+    tcfg.generation = config.generation;
     // A follower that fell behind the leader's log catches up by one InstallSnapshot
     // message carrying the whole state: peer frames must hold the largest snapshot the
     // write-ahead log accepts, not only the largest client message.

@@ -48,6 +48,25 @@ impl Service {
         s
     }
 
+    /// PostgreSQL with the role [`PG_USER`] and `password`, without TLS: for a test whose
+    /// client speaks plaintext only (the synchronous `postgres` driver of
+    /// `tenure::fence::postgres`, used without a TLS connector).
+    pub fn postgres_with_password(password: &str) -> Service {
+        let (dir, _) = Service::dir_and_certs("pg");
+        let mut s = Service::start(
+            "postgres",
+            dir,
+            Path::new(""),
+            &[("SVC_PASSWORD", password)],
+        );
+        s.url = s.url.replacen(
+            &format!("postgres://{PG_USER}@"),
+            &format!("postgres://{PG_USER}:{password}@"),
+            1,
+        );
+        s
+    }
+
     /// PostgreSQL only: ends every other connection of [`PG_USER`] from the server's side
     /// (`pg_terminate_backend`, as an administrator or a restart would), through `psql`;
     /// returns how many it ended.

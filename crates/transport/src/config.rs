@@ -42,6 +42,10 @@ pub struct TransportConfig {
     /// The cluster's name. Nodes of different clusters refuse each other's connections, so
     /// a misconfigured address cannot merge two clusters.
     pub cluster_id: String,
+    /// The cluster's generation (0 unless it was restored from a backup or recovered from a
+    /// lost majority): the handshake names it, so members of different generations refuse
+    /// each other ([`crate::codec::Hello::cluster_id`]).
+    pub generation: u64,
     /// Where peers connect to. Passed in already bound so that tests (and the server's
     /// `--listen :0`) can bind port 0 and learn the port before peers are configured; or
     /// the peer connections of a port shared with the client API ([`Incoming::Handed`](crate::Incoming::Handed)).
@@ -98,6 +102,7 @@ impl TransportConfig {
         TransportConfig {
             id,
             cluster_id: cluster_id.into(),
+            generation: 0,
             listener: listener.into(),
             peers: peers.into_iter().map(|(id, a)| (id, a.into())).collect(),
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,

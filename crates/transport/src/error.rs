@@ -151,7 +151,11 @@ pub(crate) enum HandshakeError {
         why: String,
     },
     /// The dialer belongs to another cluster.
-    #[error("cluster id {found:?} does not match ours {expected:?}")]
+    #[error(
+        "cluster id {found:?} does not match ours {expected:?} (a cluster restored or \
+         recovered into generation N is named ID@gN: its members refuse every other \
+         generation's)"
+    )]
     ClusterMismatch {
         /// Ours.
         expected: String,

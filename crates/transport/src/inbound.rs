@@ -81,9 +81,9 @@ impl InboundCtx {
                 found: hello.protocol_version,
             });
         }
-        if hello.cluster_id != self.shared.cluster_id {
+        if hello.cluster_id != self.shared.hello_name {
             return Err(HandshakeError::ClusterMismatch {
-                expected: self.shared.cluster_id.clone(),
+                expected: self.shared.hello_name.clone(),
                 found: hello.cluster_id.clone(),
             });
         }

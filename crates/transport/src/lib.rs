@@ -98,4 +98,6 @@ pub use error::{ConfigError, Result, SendError, TransportError};
 pub use incoming::Incoming;
 pub use metrics::{PeerState, TransportMetrics};
 pub use tls::{node_name, ClientAuth, PeerTls, TlsError, TlsFiles, TlsMaterial};
-pub use transport::{PeerChange, PeerEvent, Transport, TransportHandle, PEER_EVENTS_MAX};
+pub use transport::{
+    hello_name, PeerChange, PeerEvent, Transport, TransportHandle, PEER_EVENTS_MAX,
+};

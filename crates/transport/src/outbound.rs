@@ -184,7 +184,7 @@ async fn connect(ctx: &OutboundCtx) -> Result<Box<dyn PeerIo>, Dial> {
         }
     };
     let hello = encode_hello(&Hello {
-        cluster_id: ctx.shared.cluster_id.clone(),
+        cluster_id: ctx.shared.hello_name.clone(),
         node_id: ctx.shared.id,
         protocol_version: PROTOCOL_VERSION,
     })

@@ -49,8 +49,11 @@ pub enum PeerEvent {
 pub(crate) struct Shared {
     /// This node's id.
     pub(crate) id: NodeId,
-    /// This cluster's id, for the handshake.
+    /// This cluster's id, for TLS names.
     pub(crate) cluster_id: String,
+    /// What the handshake names: the cluster id, and its generation if not 0
+    /// ([`hello_name`]).
+    pub(crate) hello_name: String,
     /// Transport-wide counters.
     pub(crate) counters: Counters,
     /// The peers: those configured at start, plus those added since with
@@ -155,6 +158,7 @@ impl Transport {
         };
         let shared = Arc::new(Shared {
             id: config.id,
+            hello_name: hello_name(&config.cluster_id, config.generation),
             cluster_id: config.cluster_id,
             counters: Counters::default(),
             peers: RwLock::new(BTreeMap::new()),
@@ -562,5 +566,15 @@ impl TransportHandle {
             .iter()
             .map(|(&id, p)| (id, p.addr.clone()))
             .collect()
+    }
+}
+
+/// The cluster name a handshake carries: `cluster_id` in generation 0 (as before
+/// generations existed, so a cluster that was never restored talks to older members), and
+/// `cluster_id@gN` in generation N: a member of one generation refuses every other's.
+pub fn hello_name(cluster_id: &str, generation: u64) -> String {
+    match generation {
+        0 => cluster_id.to_string(),
+        g => format!("{cluster_id}@g{g}"),
     }
 }

@@ -13,6 +13,7 @@
 //! errors go to stderr. Exit codes: [`crate::common::exit_code`] (docs/CLI.md has the
 //! table), and 1 when `status` printed a warning.
 
+mod backup;
 mod keys;
 mod lists;
 mod members;
@@ -25,6 +26,7 @@ use tenure::admin::{Admin, Failure};
 
 use crate::common::{backend_url, block_on, exit_code, log, print_lines, Commands, TlsFlags};
 
+pub use backup::{backup, recover, restore, BackupArgs, RecoverArgs, RestoreArgs};
 pub use keys::{
     delete, delete_election, get, put, DeleteArgs, DeleteElectionArgs, GetArgs, PutArgs,
 };

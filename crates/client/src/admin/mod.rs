@@ -377,6 +377,27 @@ impl Admin {
         .await
     }
 
+    /// A backup of the replicated state, from the Raft leader while the cluster serves
+    /// (`tenure backup`): its header and the state's bytes, as they came. A read: retried
+    /// at the leader like any other.
+    pub async fn backup(&self) -> Result<(v1::BackupHeader, Vec<u8>), Failure> {
+        self.at_leader(|mut c| async move {
+            let mut stream = c.backup(v1::BackupRequest {}).await?.into_inner();
+            let (mut header, mut data) = (None, Vec::new());
+            while let Some(chunk) = stream.message().await? {
+                if let Some(h) = chunk.header {
+                    data.reserve(usize::try_from(h.bytes).unwrap_or(0));
+                    header = Some(h);
+                }
+                data.extend_from_slice(&chunk.data);
+            }
+            let header =
+                header.ok_or_else(|| Status::data_loss("the backup stream had no header"))?;
+            Ok((header, data))
+        })
+        .await
+    }
+
     /// One page of elections (names after `after`, at most `limit`, 0 for the server's
     /// default) from `node`, or from the first node that answers; with the node's address,
     /// so that a walk over every page can stay on one replica's state.

@@ -1171,6 +1171,53 @@ impl StateMachine {
         self.bugs = bugs;
     }
 
+    /// The state a new cluster generation starts from (`tenure restore`, `tenure recover`;
+    /// [`crate::generation`]): every session ended — its clients belonged to the old
+    /// cluster, and a holder must campaign again in the new one —, every election's latest
+    /// token and the token floor raised to at least `floor`, so that the next leader of any
+    /// election, old or new, gets a token above `floor`; the member directory emptied (the
+    /// new cluster's members are configured anew). Fenced keys keep their values and the
+    /// tokens that wrote them. The applied index is unchanged.
+    pub fn into_new_generation(mut self, floor: u64) -> StateMachine {
+        let index = self.state.applied_index;
+        let sessions: Vec<SessionId> = self.state.data.sessions.iter().map(|(id, _)| *id).collect();
+        for id in sessions {
+            let _ = self.end_session(index, id);
+        }
+        let names: Vec<String> = self
+            .state
+            .data
+            .elections
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            if let Some(e) = self.state.data.elections.get_mut(&name) {
+                e.token = e.token.max(floor);
+            }
+        }
+        let data = &mut self.state.data;
+        data.token_floor = data.token_floor.max(floor);
+        self.state.members.clear();
+        self.leader_changes.clear();
+        self
+    }
+
+    /// The highest token this state has issued: every election's latest and the floor.
+    pub fn max_token(&self) -> u64 {
+        let data = &self.state.data;
+        data.elections
+            .iter()
+            .map(|(_, e)| e.token)
+            .fold(data.token_floor, u64::max)
+    }
+
+    /// How many sessions, elections and fenced keys the state holds.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let data = &self.state.data;
+        (data.sessions.len(), data.elections.len(), data.fenced.len())
+    }
+
     /// A state machine holding the state that `data` (from [`StateMachine::snapshot`])
     /// encodes. Refuses bytes that do not decode or that describe an inconsistent state.
     pub fn restore(limits: SmLimits, data: &[u8]) -> Result<StateMachine, SmDecodeError> {

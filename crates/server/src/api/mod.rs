@@ -461,4 +461,4 @@ fn unexpected(r: Response) -> Status {
     Status::internal(format!("unexpected state machine response {r:?}"))
 }
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
