@@ -1926,9 +1926,126 @@ async fn elections(
         [(0, as_ms(took))],
     );
     if m > 1_000 || n > 100_000 {
+        backup_under_load(c, &label, report).await?;
         snapshot_and_restart(c, &label, report).await?;
     }
     drop(held);
+    Ok(())
+}
+
+/// How long the writer of [`backup_under_load`] writes before the backup, to compare with.
+const BACKUP_BASELINE: Duration = Duration::from_secs(5);
+
+/// A backup of the whole state taken from the running cluster while one client writes
+/// sequentially through the leader: the backup's size and time, and the writer's latency
+/// during it next to the [`BACKUP_BASELINE`] just before. Where the bench cannot take a
+/// backup of the system, a note.
+async fn backup_under_load(
+    c: &mut dyn Cluster,
+    label: &str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let leader = c.wait_stable(Duration::from_secs(60)).await?;
+    let writer = c.writer(&[leader]).await?;
+    let write_for = |until: Option<Duration>,
+                     stop: std::sync::Arc<std::sync::atomic::AtomicBool>| {
+        let writer = &writer;
+        async move {
+            let (start, mut latencies, mut i) = (Instant::now(), Vec::new(), 0u64);
+            while until.map_or(true, |u| start.elapsed() < u)
+                && !stop.load(std::sync::atomic::Ordering::SeqCst)
+            {
+                i += 1;
+                let t = Instant::now();
+                writer
+                    .put(
+                        &format!("backup-load/{}", i % 64),
+                        b"x",
+                        Duration::from_secs(10),
+                    )
+                    .await?;
+                latencies.push(as_ms(t.elapsed()));
+            }
+            anyhow::Ok(latencies)
+        }
+    };
+    let never = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut before = write_for(Some(BACKUP_BASELINE), never).await?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let t = Instant::now();
+    let (taken, during) = tokio::join!(
+        async {
+            let r = c.backup().await;
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        },
+        write_for(None, stop.clone())
+    );
+    let took = t.elapsed();
+    let bytes = match taken {
+        Ok(b) => b,
+        Err(e) if e.is::<Unsupported>() => {
+            report.note(
+                "elections",
+                system,
+                profile,
+                format!("{label}: backup not measured (the bench takes backups of tenure only)"),
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let mut during = during?;
+    before.sort_by(f64::total_cmp);
+    during.sort_by(f64::total_cmp);
+    let pct = |v: &[f64], p| crate::report::nearest_rank(v, p).unwrap_or(f64::NAN);
+    eprintln!(
+        "[{system} {profile}] {label}: backup of {:.1} MiB in {:.2} s; one writer's p50/p99 \
+         {:.2}/{:.2} ms during it ({} writes), {:.2}/{:.2} ms before ({} writes)",
+        bytes as f64 / (1 << 20) as f64,
+        took.as_secs_f64(),
+        pct(&during, 50.0),
+        pct(&during, 99.0),
+        during.len(),
+        pct(&before, 50.0),
+        pct(&before, 99.0),
+        before.len()
+    );
+    for (what, unit, value) in [
+        ("backup size", "MiB", bytes as f64 / (1 << 20) as f64),
+        ("backup time", "ms", as_ms(took)),
+        (
+            "one writer's p50 during the backup",
+            "ms",
+            pct(&during, 50.0),
+        ),
+        (
+            "one writer's p99 during the backup",
+            "ms",
+            pct(&during, 99.0),
+        ),
+        (
+            "one writer's p50 before the backup",
+            "ms",
+            pct(&before, 50.0),
+        ),
+        (
+            "one writer's p99 before the backup",
+            "ms",
+            pct(&before, 99.0),
+        ),
+    ] {
+        report.record(
+            "elections",
+            &format!("{label}: {what}"),
+            unit,
+            Better::Lower,
+            system,
+            profile,
+            [(0, value)],
+        );
+    }
     Ok(())
 }
 

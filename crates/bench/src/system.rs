@@ -248,6 +248,13 @@ pub trait Cluster: Send + Sync {
     /// reads: for tenure an election with a leader and a fenced key holding
     /// [`READ_VALUE_BYTES`] bytes, for etcd a key and for ZooKeeper a znode holding as many.
     async fn reader(&self, kind: ReadKind, at: usize) -> anyhow::Result<Box<dyn Reader>>;
+    /// Take a backup of the whole state from the running cluster (tenure's `tenure backup`);
+    /// returns its size in bytes. `Err` downcasts to [`Unsupported`] for the others, whose
+    /// backups the bench does not drive.
+    async fn backup(&self) -> anyhow::Result<u64> {
+        Err(Unsupported("backups are taken of tenure only").into())
+    }
+
     /// The Prometheus text of node `i`'s `/metrics`, for the systems whose nodes export
     /// the latencies the write scenario reads next to its own timing (tenure's
     /// [`tenure_plan::metrics::FSYNC`] and [`tenure_plan::metrics::COMMIT`]); `None` for the

@@ -366,6 +366,23 @@ impl Cluster for TenureCluster {
         Ok(())
     }
 
+    async fn backup(&self) -> anyhow::Result<u64> {
+        let admin = tenure::admin::Admin::new(&self.url_as(TLS_ADMIN))
+            .map_err(|f| anyhow!("{}", f.error()))?;
+        let (header, state) = admin
+            .backup()
+            .await
+            .map_err(|f| anyhow!("Backup: {}", f.error()))?;
+        if state.len() as u64 != header.bytes {
+            bail!(
+                "the backup holds {} bytes, its header says {}",
+                state.len(),
+                header.bytes
+            );
+        }
+        Ok(header.bytes)
+    }
+
     fn flood_target(&self) -> Option<(Vec<std::net::SocketAddr>, PathBuf)> {
         let tls = self.tls.as_ref()?;
         let addrs = self.addrs.iter().map(|a| a.client).collect();
