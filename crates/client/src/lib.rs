@@ -523,7 +523,8 @@ impl Client {
         if options.fate_sharing && !capabilities.fate_sharing {
             return Err(Error::UnsupportedBackend {
                 scheme: capabilities.scheme.into(),
-                why: "fate-sharing sessions (a session ended when its keepalive stream                       closes) need a tenure cluster (tenure://)"
+                why: "fate-sharing sessions (a session ended when its keepalive stream \
+                      closes) need a tenure cluster (tenure://)"
                     .into(),
             });
         }

@@ -347,10 +347,14 @@ async fn errors_are_typed(url: String, election: String) {
         c.campaign("", b"x", opts(ms(1000))).await.map(|_| ()),
         Err(Error::InvalidArgument(_))
     ));
-    assert!(matches!(
-        c.campaign(&election, b"x", opts(ms(1))).await.map(|_| ()),
-        Err(Error::InvalidArgument(_))
-    ));
+    let too_short = c.campaign(&election, b"x", opts(ms(1))).await.map(|_| ());
+    assert!(
+        matches!(&too_short, Err(Error::InvalidArgument(_))),
+        "{too_short:?}"
+    );
+    // Said once: "invalid argument: ttl …", never "invalid argument: invalid argument: …".
+    let said = too_short.unwrap_err().to_string();
+    assert_eq!(said.matches("invalid argument").count(), 1, "{said}");
     for url in ["consul://localhost:8500"] {
         assert!(matches!(
             Client::connect(url).await,

@@ -188,17 +188,19 @@ impl Action<'_> {
     /// How a denial names what was asked.
     pub fn describe(&self) -> String {
         match self {
-            Action::Session => "sessions (a campaign or write grant)".into(),
+            Action::Session => "hold sessions (what a campaign or a write grant needs)".into(),
             Action::Campaign(e) => format!("campaign in election {e:?}"),
             Action::Observe(e) => format!("observe election {e:?}"),
             Action::Read(k) => format!("read key {k:?}"),
             Action::Write { key, election } => {
                 format!("write key {key:?} fenced by election {election:?}")
             }
-            Action::Status => "the cluster's status".into(),
-            Action::Members => "the cluster's member list".into(),
-            Action::Metrics => "metrics and status (the observer role)".into(),
-            Action::Admin => "membership and leadership changes (the admin role)".into(),
+            Action::Status => "read the cluster's status".into(),
+            Action::Members => "read the cluster's member list".into(),
+            Action::Metrics => "read metrics, status and the lists (the observer role)".into(),
+            Action::Admin => {
+                "change the membership, move leadership or take backups (the admin role)".into()
+            }
         }
     }
 }
@@ -625,6 +627,32 @@ pub fn authorize(
 
 #[cfg(test)]
 mod tests {
+    /// A denial reads as a sentence: "principal "x" may not <verb> …" for every action.
+    #[test]
+    fn every_denial_names_what_was_asked_with_a_verb() {
+        for action in [
+            Action::Session,
+            Action::Campaign("e"),
+            Action::Observe("e"),
+            Action::Read("k"),
+            Action::Write {
+                key: "k",
+                election: "e",
+            },
+            Action::Status,
+            Action::Members,
+            Action::Metrics,
+            Action::Admin,
+        ] {
+            let said = action.describe();
+            let verb = said.split(' ').next().unwrap_or_default();
+            assert!(
+                ["hold", "campaign", "observe", "read", "write", "change"].contains(&verb),
+                "\"may not {said}\" does not read"
+            );
+        }
+    }
+
     use super::*;
 
     const FILE: &str = r#"

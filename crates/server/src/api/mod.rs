@@ -112,8 +112,9 @@ impl Api {
             ApiError::Unavailable(_) | ApiError::ShuttingDown => {
                 (Status::unavailable(e.to_string()), Reason::Unavailable)
             }
-            ApiError::Invalid(_) => (
-                Status::invalid_argument(e.to_string()),
+            // The client says "invalid argument: " itself; the message is the reason alone.
+            ApiError::Invalid(why) => (
+                Status::invalid_argument(why.clone()),
                 Reason::InvalidArgument,
             ),
             ApiError::Indeterminate(_) => (Status::unknown(e.to_string()), Reason::Indeterminate),
