@@ -30,6 +30,9 @@ use crate::Error;
 
 /// Longest wait for one call at one node.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a backup's stream may go without a chunk (the first comes once the leader has
+/// encoded the state: seconds for a million records on a busy machine).
+pub const BACKUP_CHUNK_WAIT: Duration = Duration::from_secs(60);
 /// How long a membership change may take to be in effect after the leader accepted it.
 const LEADER_BUDGET: Duration = Duration::from_secs(8);
 /// Pause between looks at a membership or leadership that is still changing.
@@ -378,24 +381,35 @@ impl Admin {
     }
 
     /// A backup of the replicated state, from the Raft leader while the cluster serves
-    /// (`tenure backup`): its header and the state's bytes, as they came. A read: retried
-    /// at the leader like any other.
+    /// (`tenure backup`): its header and the state's bytes, as they came. The call is found
+    /// at the leader like any other (a read: retried); the stream is then read for as long
+    /// as chunks keep coming, each within [`BACKUP_CHUNK_WAIT`] (a large state takes
+    /// seconds to encode before the first).
     pub async fn backup(&self) -> Result<(v1::BackupHeader, Vec<u8>), Failure> {
-        self.at_leader(|mut c| async move {
-            let mut stream = c.backup(v1::BackupRequest {}).await?.into_inner();
-            let (mut header, mut data) = (None, Vec::new());
-            while let Some(chunk) = stream.message().await? {
-                if let Some(h) = chunk.header {
-                    data.reserve(usize::try_from(h.bytes).unwrap_or(0));
-                    header = Some(h);
-                }
-                data.extend_from_slice(&chunk.data);
+        let mut stream = self
+            .at_leader(|mut c| async move { c.backup(v1::BackupRequest {}).await })
+            .await?
+            .into_inner();
+        let (mut header, mut data) = (None, Vec::new());
+        loop {
+            let next = tokio::time::timeout(BACKUP_CHUNK_WAIT, stream.message())
+                .await
+                .map_err(|_| {
+                    Failure::Unreachable(format!(
+                        "the backup stream stopped: no chunk within {BACKUP_CHUNK_WAIT:?}"
+                    ))
+                })?
+                .map_err(|s| Failure::from(crate::Error::from(s)))?;
+            let Some(chunk) = next else { break };
+            if let Some(h) = chunk.header {
+                data.reserve(usize::try_from(h.bytes).unwrap_or(0));
+                header = Some(h);
             }
-            let header =
-                header.ok_or_else(|| Status::data_loss("the backup stream had no header"))?;
-            Ok((header, data))
-        })
-        .await
+            data.extend_from_slice(&chunk.data);
+        }
+        let header =
+            header.ok_or_else(|| Failure::Unreachable("the backup stream had no header".into()))?;
+        Ok((header, data))
     }
 
     /// One page of elections (names after `after`, at most `limit`, 0 for the server's

@@ -12,6 +12,8 @@ use tenure_core::sm::Command;
 
 /// The size of each chunk of a backup's state.
 const BACKUP_CHUNK_BYTES: usize = 1 << 20;
+/// Chunks encoded ahead of what the client has read.
+const BACKUP_CHUNKS_BUFFERED: usize = 4;
 
 #[tonic::async_trait]
 impl v1::cluster_server::Cluster for Api {
@@ -37,50 +39,66 @@ impl v1::cluster_server::Cluster for Api {
             .map_err(|e| self.status(e))?;
         let membership = image.membership().clone();
         let (index, term) = (image.index(), image.term());
-        // Encoding a large state takes a while (about 0.2 µs per record): off the runtime's
-        // threads, as the node's own background snapshots are.
-        let (data, sha256) = tokio::task::spawn_blocking(move || {
-            let data = image.encode().data;
-            let sum = crate::restore::sha256_hex(&data);
-            (data, sum)
-        })
-        .await
-        .map_err(|e| Status::internal(format!("encoding the backup failed: {e}")))?;
-        let taken_unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let header = v1::BackupHeader {
-            cluster_id: self.config.cluster_id.clone(),
-            generation: self.config.generation,
-            index,
-            term,
-            voters: membership.voters.iter().copied().collect(),
-            learners: membership.learners.iter().copied().collect(),
-            bytes: data.len() as u64,
-            sha256,
-            taken_unix_ms,
-            server_version: crate::metrics::BUILD_VERSION.to_string(),
-        };
-        tracing::info!(
-            index,
-            term,
-            bytes = data.len(),
-            "backup taken for {:?}",
-            caller.principal()
-        );
-        let first = v1::BackupChunk {
-            header: Some(header),
-            data: Vec::new(),
-        };
-        let chunks: Vec<Result<v1::BackupChunk, Status>> = std::iter::once(Ok(first))
-            .chain(data.chunks(BACKUP_CHUNK_BYTES).map(|c| {
-                Ok(v1::BackupChunk {
+        let (cluster_id, generation) = (self.config.cluster_id.clone(), self.config.generation);
+        let who = format!("{:?}", caller.principal());
+        // The answer starts now; the state is encoded and sent from a task of its own, so
+        // that a large state's encoding (about 0.2 µs per record, seconds at a million) does
+        // not hold the call's headers back. A client that goes away stops the task.
+        let (tx, rx) = tokio::sync::mpsc::channel(BACKUP_CHUNKS_BUFFERED);
+        tokio::spawn(async move {
+            let encoded = tokio::task::spawn_blocking(move || {
+                let data = image.encode().data;
+                let sum = crate::restore::sha256_hex(&data);
+                (data, sum)
+            })
+            .await;
+            let (data, sha256) = match encoded {
+                Ok(x) => x,
+                Err(e) => {
+                    let _ = tx
+                        .send(Err(Status::internal(format!(
+                            "encoding the backup failed: {e}"
+                        ))))
+                        .await;
+                    return;
+                }
+            };
+            let taken_unix_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            tracing::info!(index, term, bytes = data.len(), "backup taken for {who}");
+            let header = v1::BackupHeader {
+                cluster_id,
+                generation,
+                index,
+                term,
+                voters: membership.voters.iter().copied().collect(),
+                learners: membership.learners.iter().copied().collect(),
+                bytes: data.len() as u64,
+                sha256,
+                taken_unix_ms,
+                server_version: crate::metrics::BUILD_VERSION.to_string(),
+            };
+            let first = v1::BackupChunk {
+                header: Some(header),
+                data: Vec::new(),
+            };
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
+            for chunk in data.chunks(BACKUP_CHUNK_BYTES) {
+                let chunk = v1::BackupChunk {
                     header: None,
-                    data: c.to_vec(),
-                })
-            }))
-            .collect();
-        Ok(tonic::Response::new(Box::pin(tokio_stream::iter(chunks))))
+                    data: chunk.to_vec(),
+                };
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn status(
