@@ -21,6 +21,8 @@ scripts/services.sh install-promtool
 # The real-process tests start `tenure` itself; build it once up front so that they do not
 # each wait for (or race) that build.
 cargo build -p tenure-cli
+# The Python client (clients/python): its own environment, pytest against a real cluster.
+clients/python/test.sh
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
   # nextest does not run doctests.
