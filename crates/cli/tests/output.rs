@@ -204,6 +204,7 @@ fn scripts_read_one_line_per_leader_and_exact_values_from_a_cluster() {
     the_session_id_variable_holds_the_session(&url, dir.path());
     eprintln!("session id ok");
     the_http_port_is_named_as_such(&cluster);
+    a_plaintext_client_is_told_the_node_speaks_tls(&cluster);
     eprintln!("http port ok");
 }
 
@@ -336,6 +337,28 @@ fn the_session_id_variable_holds_the_session(url: &str, dir: &std::path::Path) {
         ids,
         [session.to_string(), session.to_string()],
         "{env:?} {leader}"
+    );
+}
+
+/// A client without TLS files pointed at a node's client port (which speaks TLS) is told
+/// so, and what to give.
+fn a_plaintext_client_is_told_the_node_speaks_tls(cluster: &Cluster) {
+    let client = cluster.addrs(cluster.leader()).client;
+    let url = format!("tenure://{client}");
+    let out = Command::new(BIN)
+        .args(["leader", "--election", "e", "--backend", &url])
+        .env_remove("TENURE_CA")
+        .env_remove("TENURE_CERT")
+        .env_remove("TENURE_KEY")
+        .env_remove("TENURE_TOKEN_FILE")
+        .output()
+        .expect("run tenure");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains(&format!("{client} speaks TLS and this URL does not"))
+            && err.contains("ca=FILE"),
+        "{err}"
     );
 }
 

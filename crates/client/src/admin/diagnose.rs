@@ -30,6 +30,7 @@ pub async fn hints(url: &str) -> Vec<String> {
     let Ok(crate::url::Target::Cluster(cluster)) = crate::url::Target::parse(url) else {
         return Vec::new();
     };
+    let plaintext = cluster.ca.is_none();
     // All addresses at once, so that the whole look takes one timeout at most.
     let mut looks = tokio::task::JoinSet::new();
     for (i, addr) in cluster.addrs.into_iter().enumerate() {
@@ -39,7 +40,7 @@ pub async fn hints(url: &str) -> Vec<String> {
             return Vec::new();
         };
         looks.spawn(async move {
-            let hint = tokio::time::timeout(PROBE_TIMEOUT, look(&addr, &node))
+            let hint = tokio::time::timeout(PROBE_TIMEOUT, look(&addr, &node, plaintext))
                 .await
                 .ok()
                 .flatten();
@@ -59,7 +60,7 @@ pub async fn hints(url: &str) -> Vec<String> {
 
 /// What is wrong with `addr` as a client port, if anything can be told: `GET /status`
 /// there, as a node's HTTP port would answer it.
-async fn look(addr: &str, node: &NodeHttp) -> Option<String> {
+async fn look(addr: &str, node: &NodeHttp, plaintext: bool) -> Option<String> {
     let (code, body) = match node.fetch("/status").await {
         Ok(answer) => answer,
         Err(e) if e.is_refused() => {
@@ -69,6 +70,15 @@ async fn look(addr: &str, node: &NodeHttp) -> Option<String> {
             ))
         }
         Err(e @ HttpError::Connect { .. }) => return Some(e.to_string()),
+        // The peer broke off: a client port that speaks TLS does, when asked in plaintext.
+        Err(HttpError::Exchange(_)) if plaintext && speaks_tls(addr).await => {
+            return Some(format!(
+                "{addr} speaks TLS and this URL does not: give the CA that signed the nodes' \
+                 certificates and a client certificate (`?ca=FILE&cert=FILE&key=FILE`, or \
+                 --ca/--cert/--key, or $TENURE_CA/$TENURE_CERT/$TENURE_KEY; `tenure certs` \
+                 makes them), or a bearer token (`token_file=FILE`)"
+            ))
+        }
         // TLS failed, the peer broke off, or it does not speak HTTP/1.x: nothing to tell.
         Err(HttpError::Exchange(_)) => return None,
     };
@@ -87,6 +97,24 @@ async fn look(addr: &str, node: &NodeHttp) -> Option<String> {
         ));
     }
     Some(hint)
+}
+
+/// Whether `addr` answers a plaintext request with a TLS alert record (content type 21,
+/// version 3.x): what a TLS server sends before it closes a connection that did not start
+/// with a handshake.
+async fn speaks_tls(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    if s.write_all(b"GET / HTTP/1.1\r\nHost: tenure\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 2];
+    matches!(s.read_exact(&mut head).await, Ok(_) if head == [0x15, 0x03])
 }
 
 #[cfg(test)]
