@@ -352,9 +352,19 @@ async fn errors_are_typed(url: String, election: String) {
         matches!(&too_short, Err(Error::InvalidArgument(_))),
         "{too_short:?}"
     );
-    // Said once: "invalid argument: ttl …", never "invalid argument: invalid argument: …".
+    // Said once: "invalid argument: ttl …", never "invalid argument: invalid argument: …",
+    // also when the cluster is the one refusing (below its 100 ms minimum TTL, above the
+    // client's own floor).
     let said = too_short.unwrap_err().to_string();
     assert_eq!(said.matches("invalid argument").count(), 1, "{said}");
+    if url.starts_with("tenure://") {
+        let refused = c.campaign(&election, b"x", opts(ms(50))).await.map(|_| ());
+        let said = match refused {
+            Err(e @ Error::InvalidArgument(_)) => e.to_string(),
+            other => panic!("a 50 ms TTL: {other:?}"),
+        };
+        assert_eq!(said.matches("invalid argument").count(), 1, "{said}");
+    }
     for url in ["consul://localhost:8500"] {
         assert!(matches!(
             Client::connect(url).await,
