@@ -25,7 +25,9 @@ use tenure_core::generation::{self, GenerationError, Start};
 use tenure_core::storage::Storage as _;
 use tenure_core::types::{Index, Membership, NodeId, Term};
 
-use crate::server::IDENTITY_FILE;
+/// The file in a data directory that names the node and cluster it belongs to (and its
+/// generation, once restored or recovered).
+pub const IDENTITY_FILE: &str = "tenure-identity";
 
 /// The first line of every backup file.
 pub const BACKUP_MAGIC: &str = "tenure-backup 1";

@@ -104,8 +104,7 @@ impl From<tls::TlsError> for ServerError {
     }
 }
 
-/// The file in a data directory that names the node and cluster it belongs to.
-pub const IDENTITY_FILE: &str = "tenure-identity";
+pub use crate::restore::IDENTITY_FILE;
 
 /// On first start, write this node's id and cluster id into its data directory (0600,
 /// fsynced); on every later start, refuse a directory written by another node or cluster.

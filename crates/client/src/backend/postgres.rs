@@ -160,6 +160,17 @@ fn map(e: tokio_postgres::Error) -> Error {
             Error::AuthenticationFailed(format!("postgres: {message}"))
         } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
             Error::PermissionDenied(format!("postgres: {message}"))
+        } else if [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+        ]
+        .contains(code)
+            || code.code().starts_with("08")
+        {
+            // The server ended this connection (an administrator's pg_terminate_backend, a
+            // restart) or cannot take it yet: the next call opens another (`Pg::conn`).
+            Error::Unavailable(format!("postgres: {message}"))
         } else {
             Error::Backend(format!("postgres: {message}"))
         };
