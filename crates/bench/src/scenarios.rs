@@ -1953,7 +1953,7 @@ async fn backup_under_load(
         let writer = &writer;
         async move {
             let (start, mut latencies, mut i) = (Instant::now(), Vec::new(), 0u64);
-            while until.map_or(true, |u| start.elapsed() < u)
+            while until.is_none_or(|u| start.elapsed() < u)
                 && !stop.load(std::sync::atomic::Ordering::SeqCst)
             {
                 i += 1;

@@ -114,7 +114,7 @@ async fn speaks_tls(addr: &str) -> bool {
         return false;
     }
     let mut head = [0u8; 2];
-    matches!(s.read_exact(&mut head).await, Ok(_) if head == [0x15, 0x03])
+    s.read_exact(&mut head).await.is_ok() && head == [0x15, 0x03]
 }
 
 #[cfg(test)]
