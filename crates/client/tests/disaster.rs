@@ -8,9 +8,11 @@
 //!   leader of the restored cluster gets a token above every token of the old one, its
 //!   writes are accepted by the fenced table and by fenced keys, and the holders from before
 //!   and after the backup are refused by both;
-//! - a 5-node cluster that loses 3 members: `tenure recover` refuses the survivor with the
-//!   shorter log and takes the other; every acknowledged write is still there, tokens keep
-//!   rising, and a returning old member is refused at the handshake.
+//! - a 5-node cluster whose two survivors stopped hearing while the other three (a majority)
+//!   handed out one more token, then lost those three: `tenure recover` refuses the survivor
+//!   with the shorter log (if they differ) and takes the other; every write the survivors
+//!   held is still there, the next token is above the one they never saw, and a returning
+//!   old member is refused at the handshake.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -227,10 +229,12 @@ fn recover_from_a_lost_majority_keeps_the_survivors_writes_and_refuses_old_membe
     let mut cluster = Cluster::start(Options::nodes(5));
     let url = cluster.url();
     let rt = runtime();
-    let (leader, old_token, written) = rt.block_on(async {
-        let (leader, _) = cluster
-            .wait_for_leader(&cluster.ids(), Duration::from_secs(20))
-            .await;
+    let (leader, _) = rt.block_on(cluster.wait_for_leader(&cluster.ids(), Duration::from_secs(20)));
+    // Three members will be lost, the Raft leader among them; two survive.
+    let others = cluster.others(&[leader]);
+    let lost = [leader, others[0], others[1]];
+    let survivors = [others[2], others[3]];
+    let written = rt.block_on(async {
         let c = Client::connect(&url).await.expect("connect");
         let a = c.campaign(ELECTION, b"a", opts()).await.expect("a leads");
         let mut written = Vec::new();
@@ -241,13 +245,29 @@ fn recover_from_a_lost_majority_keeps_the_survivors_writes_and_refuses_old_membe
                 .expect("an acknowledged write");
             written.push(key);
         }
-        (leader, a.token(), written)
+        // The survivors hold every one of them.
+        cluster
+            .wait_caught_up(leader, &survivors, Duration::from_secs(20))
+            .await;
+        a.resign().await.expect("a resigns");
+        written
     });
-    // Three members are lost, the Raft leader among them; the two survivors are stopped.
-    let others = cluster.others(&[leader]);
-    let lost = [leader, others[0], others[1]];
-    let survivors = [others[2], others[3]];
-    for id in cluster.ids() {
+    // The survivors stop hearing (paused) while the lost three, a majority, go on: a new
+    // holder gets a token the survivors never learn of.
+    for id in survivors {
+        cluster.pause(id);
+    }
+    let unseen_token = rt.block_on(async {
+        let c = Client::connect(&url).await.expect("connect");
+        let b = c.campaign(ELECTION, b"b", opts()).await.expect("b leads");
+        b.fenced_put("unseen", b"b").await.expect("b writes");
+        b.token()
+    });
+    for id in lost {
+        cluster.kill(id);
+    }
+    for id in survivors {
+        cluster.resume(id);
         cluster.kill(id);
     }
     let dir = |id: u64| cluster.data_dir(id).to_str().expect("a path").to_string();
@@ -296,10 +316,17 @@ fn recover_from_a_lost_majority_keeps_the_survivors_writes_and_refuses_old_membe
                 "{key} was acknowledged and is gone"
             );
         }
+        // Above every token the lost majority handed out, the one the survivor never saw
+        // included.
         let n = c.campaign(ELECTION, b"n", opts()).await.expect("n leads");
-        assert!(n.token() > old_token, "{} after {old_token}", n.token());
+        assert!(
+            n.token() > unseen_token,
+            "the recovered cluster's first token {} is not above the lost majority's \
+             {unseen_token}",
+            n.token()
+        );
         let stale = c
-            .fenced_put("acked/000", b"late", ELECTION, old_token)
+            .fenced_put("acked/000", b"late", ELECTION, unseen_token)
             .await;
         assert!(matches!(stale, Err(Error::StaleToken { .. })), "{stale:?}");
     });
