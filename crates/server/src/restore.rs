@@ -57,6 +57,24 @@ pub struct BackupHeader {
     pub server_version: String,
 }
 
+impl From<tenure_proto::v1::BackupHeader> for BackupHeader {
+    /// The header as `Cluster.Backup` sends it.
+    fn from(h: tenure_proto::v1::BackupHeader) -> BackupHeader {
+        BackupHeader {
+            cluster_id: h.cluster_id,
+            generation: h.generation,
+            index: h.index,
+            term: h.term,
+            voters: h.voters,
+            learners: h.learners,
+            bytes: h.bytes,
+            sha256: h.sha256,
+            taken_unix_ms: h.taken_unix_ms,
+            server_version: h.server_version,
+        }
+    }
+}
+
 /// What can go wrong with a backup, a restore or a recovery.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {

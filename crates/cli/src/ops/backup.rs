@@ -110,18 +110,7 @@ pub fn backup(args: BackupArgs) -> ExitCode {
     one_line("cannot take a backup".into(), async move {
         let started = std::time::Instant::now();
         let (h, state) = connect(&args.target)?.backup().await?;
-        let header = BackupHeader {
-            cluster_id: h.cluster_id,
-            generation: h.generation,
-            index: h.index,
-            term: h.term,
-            voters: h.voters,
-            learners: h.learners,
-            bytes: h.bytes,
-            sha256: h.sha256,
-            taken_unix_ms: h.taken_unix_ms,
-            server_version: h.server_version,
-        };
+        let header = BackupHeader::from(h);
         restore::write_backup(&out, &header, &state)
             .map_err(|e| Failure::Unreachable(e.to_string()))?;
         let secs = started.elapsed().as_secs_f64();

@@ -33,6 +33,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a backup's stream may go without a chunk (the first comes once the leader has
 /// encoded the state: seconds for a million records on a busy machine).
 pub const BACKUP_CHUNK_WAIT: Duration = Duration::from_secs(60);
+/// The most a backup's header makes the client reserve before any byte arrived.
+const BACKUP_RESERVE_MAX: usize = 1 << 30;
 /// How long a membership change may take to be in effect after the leader accepted it.
 const LEADER_BUDGET: Duration = Duration::from_secs(8);
 /// Pause between looks at a membership or leadership that is still changing.
@@ -402,7 +404,13 @@ impl Admin {
                 .map_err(|s| Failure::from(crate::Error::from(s)))?;
             let Some(chunk) = next else { break };
             if let Some(h) = chunk.header {
-                data.reserve(usize::try_from(h.bytes).unwrap_or(0));
+                // What the header says, up to a bound: the bytes that come are what count
+                // (the length is checked against the header afterwards).
+                data.reserve(
+                    usize::try_from(h.bytes)
+                        .unwrap_or(0)
+                        .min(BACKUP_RESERVE_MAX),
+                );
                 header = Some(h);
             }
             data.extend_from_slice(&chunk.data);
