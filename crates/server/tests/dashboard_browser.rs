@@ -120,3 +120,33 @@ async fn the_page_shows_the_leader_then_after_it_is_killed_the_new_leader_and_th
     );
     c.assert_logs_hold_no_credentials();
 }
+
+/// A person's way in: `tenure certs --p12 admin` writes the admin client's bundle, the
+/// browser presents it (tests/browser/dashboard_p12.mjs), and the dashboard names the
+/// principal; without it the 401 says which command makes one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_with_the_admin_bundle_gets_the_dashboard_and_one_without_is_told_how() {
+    let c = Cluster::start(Options::nodes(3));
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(10)).await;
+    let certs = &c.tls().expect("TLS is on").dir;
+    tenure_transport::certs::bundle_p12(certs, ADMIN_CLIENT).expect("the admin's bundle");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new("node")
+        .arg(workspace.join("tests/browser/dashboard_p12.mjs"))
+        .arg(format!("https://{}/", c.addrs(leader).http))
+        .env("TENURE_TEST_CERTS", certs)
+        .env("TENURE_TEST_NODE", leader.to_string())
+        // The browser's client-certificate proxy checks the node against the test CA.
+        .env("NODE_EXTRA_CA_CERTS", certs.join("ca.pem"))
+        .output()
+        .expect("run node (install it with scripts/services.sh install-browser)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success(),
+        "dashboard_p12.mjs failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}

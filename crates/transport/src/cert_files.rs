@@ -27,3 +27,7 @@ pub fn client(name: &str) -> String {
 pub fn client_key(name: &str) -> String {
     format!("client-{name}-key.pem")
 }
+/// Client `name`'s PKCS#12 bundle (certificate, key and CA) for a browser.
+pub fn client_p12(name: &str) -> String {
+    format!("client-{name}.p12")
+}

@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use tenure_core::types::NodeId;
 
@@ -67,6 +67,20 @@ fn io_error(path: &Path, e: std::io::Error) -> CertsError {
 
 /// Writes `contents` to a new file; private keys are created 0600.
 fn write_new(path: &Path, contents: &str, private: bool) -> Result<(), CertsError> {
+    write_new_bytes(path, contents.as_bytes(), private)
+}
+
+/// A password for a bundle: 128 random bits as 32 hex digits (typed or pasted once, when
+/// the bundle is imported).
+fn new_password() -> Result<String, CertsError> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| CertsError::Invalid(format!("the OS random source failed: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Writes `contents` to a new file; private ones are created 0600.
+fn write_new_bytes(path: &Path, contents: &[u8], private: bool) -> Result<(), CertsError> {
     let mut options = fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -81,7 +95,7 @@ fn write_new(path: &Path, contents: &str, private: bool) -> Result<(), CertsErro
             io_error(path, e)
         }
     })?;
-    file.write_all(contents.as_bytes())
+    file.write_all(contents)
         .and_then(|()| file.sync_all())
         .map_err(|e| io_error(path, e))
 }
@@ -101,9 +115,94 @@ fn client_name_ok(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Issues a new CA and the certificates into `dir` (created 0700 if missing) and returns
-/// the files written. Nothing existing is overwritten: a directory that already holds a CA
-/// is refused.
+/// A new CA for `cluster_id`, and its certificate in PEM.
+fn new_ca(cluster_id: &str, days: u32) -> Result<(Issuer<'static, KeyPair>, String), CertsError> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, format!("{CA_NAME_PREFIX}{cluster_id}"));
+    params.distinguished_name = dn;
+    validity(&mut params, days);
+    let key = KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((Issuer::new(params, key), cert.pem()))
+}
+
+/// The common name of a CA `tenure certs` made, before its cluster id.
+const CA_NAME_PREFIX: &str = "tenure CA for cluster ";
+
+/// The CA already in a directory, with its key. A CA that `tenure certs` made names its
+/// cluster: adding certificates for another cluster id to it is refused (they would carry
+/// names no node of that CA's cluster answers to). A CA from elsewhere is taken as it is.
+fn load_ca(
+    ca_path: &Path,
+    key_path: &Path,
+    cluster_id: &str,
+) -> Result<(Issuer<'static, KeyPair>, String), CertsError> {
+    let read = |path: &Path| fs::read_to_string(path).map_err(|e| io_error(path, e));
+    let (pem, key_pem) = (read(ca_path)?, read(key_path)?);
+    let key = KeyPair::from_pem(&key_pem).map_err(|e| {
+        CertsError::Invalid(format!(
+            "{}: not a private key in PEM: {e}",
+            key_path.display()
+        ))
+    })?;
+    let der = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .map_err(|e| {
+            CertsError::Invalid(format!(
+                "{}: not a certificate in PEM: {e}",
+                ca_path.display()
+            ))
+        })?
+        .1
+        .contents;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| {
+        CertsError::Invalid(format!(
+            "{}: not an X.509 certificate: {e}",
+            ca_path.display()
+        ))
+    })?;
+    if !cert.is_ca() {
+        return Err(CertsError::Invalid(format!(
+            "{} is not a CA certificate",
+            ca_path.display()
+        )));
+    }
+    if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
+        return Err(CertsError::Invalid(format!(
+            "{} is not the key of {}",
+            key_path.display(),
+            ca_path.display()
+        )));
+    }
+    let common_name = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default();
+    if let Some(theirs) = common_name.strip_prefix(CA_NAME_PREFIX) {
+        if theirs != cluster_id {
+            return Err(CertsError::Invalid(format!(
+                "the CA in {} is cluster {theirs:?}'s, not {cluster_id:?}: pass --cluster-id {theirs}",
+                ca_path.display()
+            )));
+        }
+    }
+    let issuer = Issuer::from_ca_cert_der(&der.as_slice().into(), key)?;
+    Ok((issuer, pem))
+}
+
+/// Issues certificates into `dir` (created 0700 if missing) and returns the files written.
+/// A directory that holds no CA gets a new one (and then `nodes` must not be empty); one
+/// that holds a CA and its key gets certificates from that CA, so nodes and clients can be
+/// added to a running cluster. Nothing existing is overwritten: a certificate asked for
+/// that exists already is refused before anything is written.
 pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsError> {
     if !cluster_id_is_dns_label(&request.cluster_id) {
         return Err(CertsError::Invalid(format!(
@@ -148,35 +247,59 @@ pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsEr
     }
     let mut written = Vec::new();
 
-    // The CA: a new one per run, so that one directory holds one cluster's material.
+    // The CA: a new one, or the one this directory already holds (adding nodes and
+    // clients to a running cluster). Its key never leaves this directory.
     let ca_path = dir.join(files::CA);
     let ca_key_path = dir.join(files::CA_KEY);
-    for path in [&ca_path, &ca_key_path] {
+    let (ca, ca_pem): (Issuer<'static, KeyPair>, String) =
+        match (ca_path.exists(), ca_key_path.exists()) {
+            (true, true) => load_ca(&ca_path, &ca_key_path, &request.cluster_id)?,
+            (false, false) => {
+                if request.nodes.is_empty() {
+                    return Err(CertsError::Invalid(format!(
+                        "{} holds no CA yet: a new CA needs the cluster's nodes (--nodes 1,2,3)",
+                        dir.display()
+                    )));
+                }
+                let (ca, pem) = new_ca(&request.cluster_id, request.days)?;
+                write_new(&ca_key_path, &ca.key().serialize_pem(), true)?;
+                written.push(ca_key_path);
+                write_new(&ca_path, &pem, false)?;
+                written.push(ca_path);
+                (ca, pem)
+            }
+            (true, false) => {
+                return Err(CertsError::Invalid(format!(
+            "{} holds {} but not its key {}: certificates can only be added where the CA's key is",
+            dir.display(), files::CA, files::CA_KEY
+        )))
+            }
+            (false, true) => {
+                return Err(CertsError::Invalid(format!(
+                    "{} holds {} but not the CA certificate {}",
+                    dir.display(),
+                    files::CA_KEY,
+                    files::CA
+                )))
+            }
+        };
+    // Refuse before writing anything if a certificate asked for exists already.
+    let wanted = request
+        .nodes
+        .iter()
+        .map(|&id| dir.join(files::node(id)))
+        .chain(
+            request
+                .nodes
+                .iter()
+                .map(|&id| dir.join(files::node_dir(id))),
+        )
+        .chain(request.clients.iter().map(|c| dir.join(files::client(c))));
+    for path in wanted {
         if path.exists() {
-            return Err(CertsError::Exists(path.clone()));
+            return Err(CertsError::Exists(path));
         }
     }
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let mut dn = DistinguishedName::new();
-    dn.push(
-        DnType::CommonName,
-        format!("tenure CA for cluster {}", request.cluster_id),
-    );
-    params.distinguished_name = dn;
-    validity(&mut params, request.days);
-    let key = KeyPair::generate()?;
-    let key_pem = key.serialize_pem();
-    let ca = CertifiedIssuer::self_signed(params, key)?;
-    write_new(&ca_key_path, &key_pem, true)?;
-    written.push(ca_key_path);
-    write_new(&ca_path, &ca.pem(), false)?;
-    written.push(ca_path);
 
     let mut leaf = |common_name: String,
                     mut names: Vec<SanType>,
@@ -197,7 +320,7 @@ pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsEr
         params.use_authority_key_identifier_extension = true;
         validity(&mut params, request.days);
         let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &*ca)?;
+        let cert = params.signed_by(&key, &ca)?;
         let (cert_path, key_path) = (dir.join(cert_file), dir.join(key_file));
         if cert_path.exists() {
             return Err(CertsError::Exists(cert_path));
@@ -234,7 +357,6 @@ pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsEr
         )?;
     }
     // Each node's bundle: what to copy to that node, without the CA's key.
-    let ca_pem = ca.pem();
     for &id in &request.nodes {
         let bundle = dir.join(files::node_dir(id));
         fs::create_dir(&bundle).map_err(|e| io_error(&bundle, e))?;
@@ -262,4 +384,79 @@ pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsEr
         written.push(bundle);
     }
     Ok(written)
+}
+
+/// What [`bundle_p12`] wrote.
+#[derive(Debug)]
+pub struct P12Bundle {
+    /// `client-NAME.p12`: the client's certificate, its key and the CA certificate.
+    pub bundle: PathBuf,
+    /// `client-NAME.p12.password`: the password the bundle is encrypted with (0600).
+    pub password_file: PathBuf,
+}
+
+/// Writes client `name`'s certificate, private key and the CA certificate of `dir` as one
+/// PKCS#12 file, `client-NAME.p12`, for a browser to import (and present to a node's
+/// dashboard). The bundle is encrypted (PBES2 with AES-256 and HMAC-SHA-256, as current
+/// browsers and OpenSSL 3 read it) with a fresh random password, written beside it in
+/// `client-NAME.p12.password` (0600). The client's certificate must exist already
+/// (`tenure certs --clients NAME`). Nothing is overwritten.
+pub fn bundle_p12(dir: &Path, name: &str) -> Result<P12Bundle, CertsError> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
+
+    let cert_path = dir.join(files::client(name));
+    let key_path = dir.join(files::client_key(name));
+    if !cert_path.exists() {
+        return Err(CertsError::Invalid(format!(
+            "{} does not exist: issue the client first (tenure certs --out {} --clients {name})",
+            cert_path.display(),
+            dir.display()
+        )));
+    }
+    let bundle = dir.join(files::client_p12(name));
+    let password_file = dir.join(format!("{}.password", files::client_p12(name)));
+    for path in [&bundle, &password_file] {
+        if path.exists() {
+            return Err(CertsError::Exists(path.to_path_buf()));
+        }
+    }
+    let pem_error = |path: &Path, e: rustls::pki_types::pem::Error| {
+        CertsError::Invalid(format!("{}: {e}", path.display()))
+    };
+    let leaf = CertificateDer::from_pem_file(&cert_path).map_err(|e| pem_error(&cert_path, e))?;
+    let ca_path = dir.join(files::CA);
+    let ca = CertificateDer::from_pem_file(&ca_path).map_err(|e| pem_error(&ca_path, e))?;
+    let key = PrivatePkcs8KeyDer::from_pem_file(&key_path).map_err(|e| pem_error(&key_path, e))?;
+    let p12_error = |e: p12_keystore::error::Error| {
+        CertsError::Invalid(format!("cannot make a PKCS#12 bundle: {e}"))
+    };
+    let chain = [leaf.as_ref(), ca.as_ref()]
+        .into_iter()
+        .map(p12_keystore::Certificate::from_der)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(p12_error)?;
+    let key = p12_keystore::PrivateKey::from_der(key.secret_pkcs8_der()).map_err(p12_error)?;
+    // The local key id ties the key to its certificate inside the bundle.
+    let key_id = format!("tenure client {name}");
+    let mut store = p12_keystore::KeyStore::new();
+    store.add_entry(
+        name,
+        p12_keystore::KeyStoreEntry::PrivateKeyChain(p12_keystore::PrivateKeyChain::new(
+            key_id, key, chain,
+        )),
+    );
+    let password = new_password()?;
+    let der = store
+        .writer(&password)
+        .encryption_algorithm(p12_keystore::EncryptionAlgorithm::PbeWithHmacSha256AndAes256)
+        .mac_algorithm(p12_keystore::MacAlgorithm::HmacSha256)
+        .write()
+        .map_err(p12_error)?;
+    write_new(&password_file, &format!("{password}\n"), true)?;
+    write_new_bytes(&bundle, &der, true)?;
+    Ok(P12Bundle {
+        bundle,
+        password_file,
+    })
 }

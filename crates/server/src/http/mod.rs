@@ -90,12 +90,23 @@ impl Connected<axum::serve::IncomingStream<'_, ChannelListener<TlsStream<Conn>>>
 /// `fault injection: `) and why: 401 for a client that did not prove who it is, 403 for one
 /// that may not.
 pub(crate) fn refused(what: &str, denied: &Denied) -> Response {
-    let code = match denied {
-        Denied::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        Denied::Forbidden { .. } => StatusCode::FORBIDDEN,
-    };
-    (code, format!("{what}{denied}\n")).into_response()
+    match denied {
+        Denied::Unauthenticated(_) => (
+            StatusCode::UNAUTHORIZED,
+            format!("{what}{denied}\n{BROWSER_HINT}\n"),
+        )
+            .into_response(),
+        Denied::Forbidden { .. } => {
+            (StatusCode::FORBIDDEN, format!("{what}{denied}\n")).into_response()
+        }
+    }
 }
+
+/// What a 401 adds for whoever reads it in a browser or with curl.
+const BROWSER_HINT: &str = "From a browser: import a client's certificate bundle, made with \
+`tenure certs --out DIR --p12 NAME` (the password is in DIR/client-NAME.p12.password), and \
+reload. With curl: --cacert ca.pem --cert client-NAME.pem --key client-NAME-key.pem, or \
+-H 'authorization: Bearer TOKEN' (tenure token NAME).";
 
 impl HttpState {
     /// The state of a node with `config` and `policy` (none: everyone may read), over its
