@@ -1,5 +1,12 @@
 // Browser test of the ballot page (`tenure ballot`): run as `node tests/browser/ballot.mjs URL`
-// by crates/cli/tests/ballot_browser.rs. Takes a step by hand (a bad one is refused); plays
+// by crates/cli/tests/ballot_browser.rs. Takes a step by hand (a bad one is refused); stops
+// the leader's heartbeats and times out a follower, and checks that the page says why its
+// pre-votes are refused (the followers keep the leader's lease, until which tick) and what
+// would make them succeed, that the deliver button toward the paused leader is disabled
+// with the reason as its tooltip, and that a refused step shows its reason and remedy;
+// steps through the split vote one step at a time (the next step named on its button, the
+// share link reopening the scenario at that step) and runs it to the end; starts from the
+// established cluster (term 41, node 1 leading) and reopens it from its share link; plays
 // the split vote and checks "no leader in term 2" then a leader in term 3; plays the paused
 // leader's late write, rejected by the fence; turns the bully toggle on under a partition and
 // checks two coordinators next to Raft's one leader per term; opens the share link in a
@@ -29,6 +36,102 @@ await run(async (browser) => {
   await page.click('#typed-go');
   await page.waitForSelector('.card.leader');
   check((await page.locator('#nodes .card.leader').count()) === 1, 'waiting elects one leader');
+
+  // The first path a person takes: stop the leader's heartbeats, time out a follower. The
+  // followers still keep the leader's lease; the page says so, and what would help.
+  await page.click('header button[data-step="settle"]');
+  await page.waitForFunction(() => document.getElementById('in-flight').textContent === 'nothing in flight');
+  const leaderId = await page.locator('#nodes .card.leader').getAttribute('data-node');
+  const follower = leaderId === '1' ? '2' : '1';
+  const other = ['1', '2', '3', '4', '5'].find((id) => id !== leaderId && id !== follower);
+  await page.click(`.card[data-node="${leaderId}"] button[data-step="pause-${leaderId}"]`);
+  await page.waitForSelector(`.card.paused[data-node="${leaderId}"]`);
+  const timeOut = page.locator(`.card[data-node="${follower}"] button[data-step="timeout-${follower}"]`);
+  check((await timeOut.getAttribute('title')).includes('(at its tick'), 'the time out button says when the timer fires');
+  await timeOut.click();
+  await page.waitForFunction(() => document.getElementById('log').textContent.includes('cannot win its pre-vote yet'));
+  const forecast = (await text(page, '#log')).split('\n').find((l) => l.includes('cannot win its pre-vote yet'));
+  check(/heard from leader \d at tick 40 and refuse every vote until tick 55 \(T = 15 ticks\)/.test(forecast),
+    `the log says the followers keep the leader's lease until tick 55: "${forecast}"`);
+  check(/To make it possible: wait \d+ ticks \(by then node \d times out and wins term 2\)/.test(forecast),
+    `the log says what would make it possible: "${forecast}"`);
+  check((await text(page, `.card[data-node="${other}"] .timers`)).includes(`refuses votes until tick 55 (heard leader ${leaderId} at tick 40)`),
+    'a follower card shows until when it refuses votes');
+  // Deliver toward the paused leader: disabled, with the reason as its tooltip.
+  const toLeader = page.locator(`#in-flight button[data-step="deliver-${follower}-${leaderId}"]`);
+  check(await toLeader.isDisabled(), 'deliver toward the paused leader is disabled');
+  const tip = await toLeader.getAttribute('title');
+  check(tip === `node ${leaderId} is paused, so it receives nothing: resume node ${leaderId} first (the message waits in flight), or drop it`,
+    `its tooltip says why and what would make it possible: "${tip}"`);
+  check(await page.locator(`#in-flight button[data-step="drop-${follower}-${leaderId}"]`).isEnabled(), 'dropping it still applies');
+  const resume = page.locator(`.card[data-node="${follower}"] button[data-step="resume-${follower}"]`);
+  check(await resume.isDisabled(), 'resume on a running node is disabled');
+  check((await resume.getAttribute('title')).startsWith(`node ${follower} is running, not paused`), 'and says why');
+  check(await page.locator(`.card[data-node="${leaderId}"] button[data-step="resume-${leaderId}"]`).isEnabled(), 'resume on the paused leader applies');
+  // Typed anyway, the step is refused with its reason and remedy on the page.
+  await page.fill('#typed', `deliver-${follower}-${leaderId}`);
+  await page.click('#typed-go');
+  await page.waitForFunction(() => document.getElementById('error').textContent.includes('so it receives nothing'));
+  check((await text(page, '#remedy')) === `To make it possible: resume node ${leaderId} first (the message waits in flight), or drop it.`,
+    'the refused step shows what would make it possible');
+  // Delivering a pre-vote to a follower: refused, and the log says why.
+  await page.click(`#in-flight button[data-step="deliver-${follower}-${other}"]`);
+  await page.waitForFunction(() => document.getElementById('log').textContent.includes("pre-vote request for term 2, because"));
+  const refusal = (await text(page, '#log')).split('\n').find((l) => l.includes('pre-vote request for term 2, because'));
+  check(refusal.includes(`node ${other} refuses node ${follower}'s pre-vote request for term 2, because node ${other} heard from leader ${leaderId} at tick 40 and keeps leader ${leaderId}'s lease until tick 55`),
+    `the refused pre-vote says why: "${refusal}"`);
+  check((await text(page, '#error')) === '', 'a step taken clears the last refusal');
+  await screenshot(page, 'ballot-refusal');
+
+  // A prepared scenario, one step at a time.
+  await page.click('button[data-step-through="split-vote"]');
+  await page.waitForSelector('#player', { state: 'visible' });
+  const where0 = await text(page, '#player-where');
+  const total = Number(/step 0 of (\d+)/.exec(where0)?.[1]);
+  check(total > 30, `the scenario loads at its first step: "${where0}"`);
+  check((await text(page, '#next')) === 'next step: wait-40', 'the next step is named on its button');
+  check((await text(page, '#next-does')).startsWith('let 40 ticks pass'), 'and said in words');
+  check((await page.locator('#terms tbody tr').count()) === 0, 'nothing has happened yet');
+  await page.click('#next');
+  await page.waitForFunction(() => document.getElementById('player-where').textContent.includes('step 1 of'));
+  check((await text(page, '#steps')) === 'wait-40', 'one step taken');
+  check((await text(page, '#next')) === 'next step: settle', 'the button names the following step');
+  await page.click('#next');
+  await page.waitForFunction(() => document.getElementById('player-where').textContent.includes('step 2 of'));
+  check((await text(page, '#next')) === 'next step: pause-5', 'one more step');
+  const stepLink = await page.locator('#share').getAttribute('href');
+  check(stepLink.includes('scenario=split-vote') && stepLink.includes('steps=wait-40%2Csettle'),
+    `the share link holds the position: ${stepLink}`);
+  const reopened = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  await reopened.goto(stepLink);
+  await reopened.waitForSelector('#player', { state: 'visible' });
+  await reopened.waitForFunction(() => document.getElementById('player-where').textContent.includes('step 2 of'));
+  check((await text(reopened, '#next')) === 'next step: pause-5', 'the link reopens the scenario at the same step');
+  check((await text(reopened, '#nodes')) === (await text(page, '#nodes')), 'with the same cluster');
+  await reopened.close();
+  await page.click('#run-to-end');
+  await page.waitForSelector('tr[data-term="3"].has-leader');
+  check((await text(page, '#player-where')) === `scenario split-vote: step ${total} of ${total}`, 'run to end takes every step');
+  check(await page.locator('#next').isDisabled(), 'no next step at the end');
+  await screenshot(page, 'ballot-step-through');
+
+  // The established start: term 41, node 1 leading.
+  await page.selectOption('#start', 'term41');
+  await page.click('#new');
+  await page.waitForSelector('.card.leader[data-node="1"]');
+  check((await text(page, '.card[data-node="1"]')).includes('term 41'), 'node 1 leads term 41');
+  check((await page.locator('#nodes .card.follower').count()) === 4, 'the four others follow it');
+  check((await text(page, '#summary')).includes('latest term 41: leader: node 1'), 'the summary names term 41 and its leader');
+  check(await page.locator('#player').isHidden(), 'no scenario is loaded');
+  const t41 = await page.locator('#share').getAttribute('href');
+  check(t41.includes('start=term41'), `the share link holds the start: ${t41}`);
+  const again41 = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  await again41.goto(t41);
+  await again41.waitForSelector('.card.leader[data-node="1"]');
+  check((await text(again41, '#nodes')) === (await text(page, '#nodes')), 'the term 41 link replays the same cluster');
+  check((await again41.locator('#start').inputValue()) === 'term41', 'and shows its start');
+  await again41.close();
+  await screenshot(page, 'ballot-term41');
 
   // The split vote.
   await page.click('button[data-scenario="split-vote"]');

@@ -1,10 +1,19 @@
-//! Replays a scenario and prints its ballot log: `cargo run -p tenure-ballot --example replay -- N SEED STEPS`.
+//! Replays a scenario and prints its ballot log:
+//! `cargo run -p tenure-ballot --example replay -- N SEED STEPS [START]` (START: `fresh`,
+//! the default, or `term41`).
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
     let seed = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(7);
     let steps = args.get(3).cloned().unwrap_or_default();
-    match tenure_ballot::engine::Engine::replay(n, seed, &steps) {
+    let start = match args.get(4).map_or(Ok(Default::default()), |s| s.parse()) {
+        Ok(start) => start,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    match tenure_ballot::engine::Engine::replay_from(n, seed, start, &steps) {
         Ok(engine) => {
             for line in engine.log() {
                 println!("{line}");

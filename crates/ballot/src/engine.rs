@@ -19,7 +19,13 @@ use tenure_core::storage::{MemStorage, Storage};
 use tenure_core::types::{Index, NodeId, Payload, Term};
 
 use crate::bully::{list, Bully};
-use crate::step::{encode_steps, parse_steps, Result, Step, StepError, STEPS_MAX};
+use crate::scenarios::Scenario;
+use crate::step::{encode_steps, parse_steps, Refusal, Result, Step, StepError, STEPS_MAX};
+
+mod explain;
+mod start;
+
+pub use start::Start;
 
 /// The election the applications campaign in.
 pub const ELECTION: &str = "billing";
@@ -50,6 +56,11 @@ pub struct InFlight {
     pub kind: String,
     /// What it says, in words.
     pub text: String,
+    /// Why `deliver` does not apply to it now, if it does not (the page disables the button
+    /// and shows this as its tooltip). Filled in by [`Engine::view`].
+    pub deliver_refused: Option<Refusal>,
+    /// Why `drop` does not apply to it now, if it does not.
+    pub drop_refused: Option<Refusal>,
     #[serde(skip)]
     msg: Message,
 }
@@ -86,8 +97,52 @@ pub struct NodeView {
     pub log: Vec<String>,
     /// Ticks on its own clock.
     pub now_tick: u64,
+    /// The leader it last heard from (`None`: nothing since it started), which is what
+    /// makes it refuse votes for a while: see `vote_lease_until_tick`.
+    pub heard_from: Option<NodeId>,
+    /// The tick of its own clock at which it last heard from that leader (or started).
+    pub heard_tick: u64,
+    /// While its clock is below this tick, it refuses every vote and pre-vote (it keeps
+    /// the leader's lease, Raft's check-quorum rule). `None` once that has run out, and for
+    /// a leader, which refuses them anyway.
+    pub vote_lease_until_tick: Option<u64>,
+    /// The tick of its own clock at which its election timer fires if it hears nothing
+    /// until then (`None` for a leader, or a node that is not running).
+    pub times_out_at_tick: Option<u64>,
     /// Its application.
     pub app: App,
+    /// The buttons of its card, each with the reason it does not apply now, if it does not.
+    pub actions: Vec<Action>,
+}
+
+/// One button of a node's card: a step, and why it cannot be taken now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Action {
+    /// The button's label.
+    pub label: String,
+    /// The step it takes, in the share link's form.
+    pub step: String,
+    /// What it does, in words (the tooltip of an enabled button).
+    pub does: String,
+    /// Why it does not apply now and what would make it possible (the page disables it).
+    pub refused: Option<Refusal>,
+}
+
+/// Where a loaded prepared scenario stands, for the page's "next step" and "run to end".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlanView {
+    /// The scenario's name.
+    pub name: String,
+    /// What it shows.
+    pub title: String,
+    /// Steps taken so far (the share link's step list is exactly these).
+    pub at: usize,
+    /// Steps in the whole scenario.
+    pub total: usize,
+    /// The next step in the share link's form, if any is left.
+    pub next: Option<String>,
+    /// What the next step will do, in words.
+    pub next_does: Option<String>,
 }
 
 /// What happened in one term.
@@ -110,6 +165,10 @@ pub struct View {
     pub n: u64,
     /// The seed.
     pub seed: u64,
+    /// Where the cluster started: `fresh` (term 0) or `term41` (node 1 leads term 41).
+    pub start: Start,
+    /// The prepared scenario being stepped through, if one is loaded and not left.
+    pub scenario: Option<PlanView>,
     /// Votes needed to win.
     pub quorum: usize,
     /// The steps taken, in the text form of a share link.
@@ -139,6 +198,7 @@ enum Pending {
     Write { app: NodeId, token: u64 },
 }
 
+#[derive(Clone)]
 struct Slot {
     config: Config,
     node: Option<Node>,
@@ -149,6 +209,31 @@ struct Slot {
     missed_ticks: u64,
     /// The status last seen, to describe changes (and to show a crashed node).
     seen: Status,
+    /// When the node last heard from a leader, by its own clock: the core keeps this
+    /// private, and the page needs it to say why the node refuses votes. Mirrors the core's
+    /// rule: contact is an AppendEntries or InstallSnapshot from the leader it then follows,
+    /// or a tick as leader; a node that just started counts as having heard one.
+    heard: Heard,
+    /// The tick at which the node last started a pre-vote round, to explain a pre-vote it
+    /// refuses because its own fresh round goes first.
+    pre_vote_round_tick: Option<u64>,
+}
+
+/// A node's last contact with a leader (see `Slot::heard`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Heard {
+    /// The leader, or `None` for the node's own start.
+    leader: Option<NodeId>,
+    /// The node's own tick then.
+    tick: u64,
+}
+
+/// A prepared scenario loaded to be stepped through: its steps, of which the engine's own
+/// step list is a prefix for as long as the plan holds.
+#[derive(Clone)]
+struct Plan {
+    scenario: &'static Scenario,
+    steps: Vec<Step>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -158,7 +243,9 @@ struct TermRecord {
     closed: bool,
 }
 
-/// The ballot: a hand-stepped cluster. See the module docs.
+/// The ballot: a hand-stepped cluster. See the module docs. A clone is a what-if: the
+/// engine waits on one to tell how long a `wait` would take to elect a leader.
+#[derive(Clone)]
 pub struct Engine {
     n: u64,
     seed: u64,
@@ -174,6 +261,9 @@ pub struct Engine {
     next_tag: u64,
     steps: Vec<Step>,
     bully: Bully,
+    start: Start,
+    /// The scenario being stepped through; a step of one's own leaves it.
+    plan: Option<Plan>,
 }
 
 fn role_name(role: Role) -> &'static str {
@@ -243,6 +333,21 @@ fn entry_text(payload: &Payload) -> String {
 impl Engine {
     /// A fresh cluster of `n` (3 or 5) nodes, all followers in term 0.
     pub fn new(n: u64, seed: u64) -> Result<Engine> {
+        Engine::starting(n, seed, Start::Fresh)
+    }
+
+    /// A cluster of `n` (3 or 5) nodes that starts as `start` says: fresh in term 0, or
+    /// established with node 1 leading term 41. Either way the same `n`, `seed` and
+    /// `start` give the same cluster.
+    pub fn starting(n: u64, seed: u64, start: Start) -> Result<Engine> {
+        let mut engine = Engine::fresh(n, seed)?;
+        if start == Start::Term41 {
+            engine.establish_term_41();
+        }
+        Ok(engine)
+    }
+
+    fn fresh(n: u64, seed: u64) -> Result<Engine> {
         if n != 3 && n != 5 {
             return Err(StepError::ClusterSize(n));
         }
@@ -264,6 +369,11 @@ impl Engine {
                     disk: MemStorage::new(),
                     paused: false,
                     missed_ticks: 0,
+                    heard: Heard {
+                        leader: None,
+                        tick: seen.now_tick,
+                    },
+                    pre_vote_round_tick: None,
                     seen,
                 },
             );
@@ -282,6 +392,8 @@ impl Engine {
             next_tag: 1,
             steps: Vec::new(),
             bully: Bully::new(n),
+            start: Start::Fresh,
+            plan: None,
         };
         engine.say(format!(
             "{n} nodes start as followers in term 0; a leader needs {} of {n} votes",
@@ -291,19 +403,97 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Builds the cluster and takes every step of `steps` (a share link's list).
+    /// Builds a fresh cluster and takes every step of `steps` (a share link's list).
     pub fn replay(n: u64, seed: u64, steps: &str) -> Result<Engine> {
+        Engine::replay_from(n, seed, Start::Fresh, steps)
+    }
+
+    /// Builds the cluster as `start` says and takes every step of `steps`.
+    pub fn replay_from(n: u64, seed: u64, start: Start, steps: &str) -> Result<Engine> {
         let steps = parse_steps(steps)?;
-        let mut engine = Engine::new(n, seed)?;
+        let mut engine = Engine::starting(n, seed, start)?;
+        engine.take_all(steps)?;
+        Ok(engine)
+    }
+
+    /// Loads a prepared scenario to step through it: its cluster, with the first steps of
+    /// its list already taken (`taken`, which must be a prefix of the list; `None`: all of
+    /// them). [`Engine::next_step`] then takes the next one and [`Engine::run_to_end`] the
+    /// rest; any other step leaves the scenario.
+    pub fn scenario(scenario: &'static Scenario, taken: Option<&str>) -> Result<Engine> {
+        let all = parse_steps(scenario.steps)?;
+        let prefix = match taken {
+            None => all.clone(),
+            Some(text) => {
+                let prefix = parse_steps(text)?;
+                if !all.starts_with(&prefix) {
+                    return Err(StepError::NotInScenario {
+                        name: scenario.name.to_string(),
+                        steps: encode_steps(&prefix),
+                    });
+                }
+                prefix
+            }
+        };
+        let mut engine = Engine::starting(scenario.n, scenario.seed, scenario.start)?;
+        engine.take_all(prefix)?;
+        engine.plan = Some(Plan {
+            scenario,
+            steps: all,
+        });
+        Ok(engine)
+    }
+
+    /// Takes each step in turn; the first refused one fails the whole list, naming its
+    /// position.
+    fn take_all(&mut self, steps: Vec<Step>) -> Result<()> {
         for (i, step) in steps.into_iter().enumerate() {
             let text = step.to_string();
-            engine.apply(step).map_err(|e| StepError::Replay {
+            self.apply(step).map_err(|e| StepError::Replay {
                 index: i + 1,
                 step: text,
                 error: Box::new(e),
             })?;
         }
-        Ok(engine)
+        Ok(())
+    }
+
+    /// The loaded scenario's next step, if a scenario is loaded and a step is left.
+    pub fn planned_next(&self) -> Option<&Step> {
+        let plan = self.plan.as_ref()?;
+        plan.steps.get(self.steps.len())
+    }
+
+    /// Takes the loaded scenario's next step.
+    pub fn next_step(&mut self) -> Result<()> {
+        let next = self.planned_next().cloned().ok_or_else(|| {
+            StepError::NotNow(match &self.plan {
+                Some(p) => Refusal::new(
+                    format!(
+                        "scenario {} has no step left (all {} taken)",
+                        p.scenario.name,
+                        p.steps.len()
+                    ),
+                    "load it again from the start, or take steps of your own",
+                ),
+                None => Refusal::new(
+                    "no prepared scenario is loaded",
+                    "load one with its step by step button",
+                ),
+            })
+        })?;
+        self.apply(next)
+    }
+
+    /// Takes every step left in the loaded scenario.
+    pub fn run_to_end(&mut self) -> Result<()> {
+        if self.plan.is_none() {
+            return self.next_step();
+        }
+        while self.planned_next().is_some() {
+            self.next_step()?;
+        }
+        Ok(())
     }
 
     /// Votes needed to win an election.
@@ -362,15 +552,29 @@ impl Engine {
         self.side.is_empty() || self.side.contains(&a) == self.side.contains(&b)
     }
 
-    /// Takes one step. A step that cannot be taken now changes nothing and says why.
-    pub fn apply(&mut self, step: Step) -> Result<()> {
+    /// Why `step` cannot be taken now and what would make it possible, or `None` if it
+    /// can. Changes nothing: the page asks this of every button it shows.
+    pub fn refusal(&self, step: &Step) -> Option<StepError> {
         if self.steps.len() >= STEPS_MAX {
-            return Err(StepError::TooMany(self.steps.len() + 1));
+            return Some(StepError::TooMany(self.steps.len() + 1));
         }
         for id in step.nodes() {
-            self.check_node(id)?;
+            if let Err(e) = self.check_node(id) {
+                return Some(e);
+            }
         }
-        self.check(&step)?;
+        self.check(step).err()
+    }
+
+    /// Takes one step. A step that cannot be taken now changes nothing and says why. A
+    /// step other than the loaded scenario's next one leaves the scenario.
+    pub fn apply(&mut self, step: Step) -> Result<()> {
+        if let Some(e) = self.refusal(&step) {
+            return Err(e);
+        }
+        if self.planned_next() != Some(&step) {
+            self.plan = None;
+        }
         self.say(format!("— step {}: {step}", self.steps.len() + 1));
         self.steps.push(step.clone());
         match step {
@@ -402,6 +606,7 @@ impl Engine {
                         break;
                     }
                 }
+                self.forecast_pre_vote(node);
                 self.bully_round();
             }
             Step::Deliver { from, to } => {
@@ -485,6 +690,13 @@ impl Engine {
                 let restarted = Node::new(slot.config.clone(), recovered)
                     .expect("a disk this engine wrote is consistent");
                 slot.seen = restarted.status();
+                // A node that starts refuses votes for an election timeout, as if it had
+                // just heard from a leader.
+                slot.heard = Heard {
+                    leader: None,
+                    tick: slot.seen.now_tick,
+                };
+                slot.pre_vote_round_tick = None;
                 slot.node = Some(restarted);
                 let s = self.slots[&node].seen.clone();
                 self.say(format!(
@@ -505,7 +717,7 @@ impl Engine {
                     },
                     Pending::Grant { app: node },
                 );
-                self.app(node).doing = format!("asking leader {leader} for a session");
+                self.app(node).doing = format!("asks leader {leader} for a session");
             }
             Step::Write { node } => {
                 let leader = self.leader_for(node).expect("checked");
@@ -526,83 +738,6 @@ impl Engine {
             }
         }
         Ok(())
-    }
-
-    /// Refuses a step that does not apply now, before anything changes.
-    fn check(&self, step: &Step) -> Result<()> {
-        let not_now = |s: String| Err(StepError::NotNow(s));
-        match step {
-            Step::Tick { node, .. } | Step::Timeout { node } if !self.running(*node) => {
-                not_now(format!("node {node} is not running (crashed or paused)"))
-            }
-            Step::Timeout { node } if self.slots[node].seen.role == Role::Leader => {
-                not_now(format!("node {node} leads: a leader does not time out"))
-            }
-            Step::Deliver { from, to } | Step::Drop { from, to } => {
-                if self.first(*from, *to).is_none() {
-                    return not_now(format!(
-                        "no message from node {from} to node {to} is in flight"
-                    ));
-                }
-                if matches!(step, Step::Deliver { .. }) && !self.running(*to) {
-                    return not_now(format!("node {to} is not running: it cannot receive"));
-                }
-                Ok(())
-            }
-            Step::Pause { node } if !self.running(*node) => {
-                not_now(format!("node {node} is not running"))
-            }
-            Step::Resume { node } if !self.slots[node].paused => {
-                not_now(format!("node {node} is not paused"))
-            }
-            Step::Crash { node } if self.slots[node].node.is_none() => {
-                not_now(format!("node {node} is already down"))
-            }
-            Step::Restart { node } if self.slots[node].node.is_some() => {
-                not_now(format!("node {node} is running"))
-            }
-            Step::Partition { side } => {
-                if side.is_empty() || side.len() as u64 >= self.n {
-                    return not_now("a partition needs nodes on both sides".to_string());
-                }
-                Ok(())
-            }
-            Step::Hold { node } => {
-                if !self.running(*node) {
-                    return not_now(format!("node {node} is not running"));
-                }
-                if self.apps[node].session.is_some() || !self.apps[node].doing.is_empty() {
-                    return not_now(format!("node {node}'s application already campaigns"));
-                }
-                self.leader_for(*node).map(|_| ())
-            }
-            Step::Write { node } => {
-                if self.apps[node].token.is_none() {
-                    return not_now(format!(
-                        "node {node}'s application holds no token: it never led {ELECTION}"
-                    ));
-                }
-                self.leader_for(*node).map(|_| ())
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// The leader an application on `node` reaches: the running leader of the highest term
-    /// on its side of the network, as the client library finds it by following hints.
-    fn leader_for(&self, node: NodeId) -> Result<NodeId> {
-        self.slots
-            .iter()
-            .filter(|(id, s)| {
-                self.running(**id) && s.seen.role == Role::Leader && self.linked(node, **id)
-            })
-            .max_by_key(|(id, s)| (s.seen.term, **id))
-            .map(|(id, _)| *id)
-            .ok_or_else(|| {
-                StepError::NotNow(format!(
-                    "node {node}'s application finds no leader it can reach"
-                ))
-            })
     }
 
     fn app(&mut self, node: NodeId) -> &mut App {
@@ -654,8 +789,18 @@ impl Engine {
     }
 
     fn tick(&mut self, id: NodeId) {
-        if let Some(node) = self.slots.get_mut(&id).and_then(|s| s.node.as_mut()) {
+        let slot = self.slots.get_mut(&id).expect("known node");
+        if let Some(node) = slot.node.as_mut() {
+            let led = node.role() == Role::Leader;
             node.tick();
+            if led {
+                // A leader's tick is contact with a leader (itself): after stepping down it
+                // still refuses votes for an election timeout.
+                slot.heard = Heard {
+                    leader: Some(id),
+                    tick: node.status().now_tick,
+                };
+            }
         }
         self.drive(id);
     }
@@ -692,6 +837,19 @@ impl Engine {
         if self.slots[&m.to].node.is_none() {
             return;
         }
+        // A ballot the receiver may refuse: say why, once it has.
+        let foreseen = self.ballot_refusal(&m);
+        let first_new = self.next_msg;
+        let (from, to, term) = (m.from, m.to, m.term);
+        let ballot = match m.msg.body {
+            Body::PreVote { .. } => Some(true),
+            Body::RequestVote { .. } => Some(false),
+            _ => None,
+        };
+        let contact = matches!(
+            m.msg.body,
+            Body::AppendEntries { .. } | Body::InstallSnapshot { .. }
+        );
         match m.msg.body {
             Body::AppendEntries { .. } | Body::AppendEntriesResponse { .. } => {}
             Body::RequestVoteResponse { granted } => {
@@ -708,13 +866,23 @@ impl Engine {
             }
             _ => self.say(format!("delivered: {}", m.text)),
         }
-        let to = m.to;
-        let node = self.slots.get_mut(&to).and_then(|s| s.node.as_mut());
-        if let Some(node) = node {
+        let slot = self.slots.get_mut(&to).expect("known node");
+        if let Some(node) = slot.node.as_mut() {
             // The core refuses malformed messages without changing; these came from peers.
             let _ = node.step(m.msg);
+            let now = node.status();
+            if contact && now.role == Role::Follower && now.leader == Some(from) && now.term == term
+            {
+                slot.heard = Heard {
+                    leader: Some(from),
+                    tick: now.now_tick,
+                };
+            }
         }
         self.drive(to);
+        if let Some(pre_vote) = ballot {
+            self.explain_answer(pre_vote, from, to, term, first_new, foreseen);
+        }
     }
 
     fn propose(&mut self, at: NodeId, command: Command, why: Pending) {
@@ -752,6 +920,9 @@ impl Engine {
                 .expect("memory storage never fails");
             node.advance();
             for msg in ready.then.messages {
+                if matches!(msg.body, Body::PreVote { .. }) {
+                    slot.pre_vote_round_tick = Some(node.status().now_tick);
+                }
                 let kind = msg.body.kind().to_string();
                 let text = describe(&msg);
                 if self.net.len() >= IN_FLIGHT_MAX {
@@ -764,6 +935,8 @@ impl Engine {
                     term: msg.term,
                     kind,
                     text,
+                    deliver_refused: None,
+                    drop_refused: None,
                     msg,
                 });
                 self.next_msg += 1;
@@ -999,7 +1172,12 @@ impl Engine {
                     commit: s.seen.commit,
                     log,
                     now_tick: s.seen.now_tick,
+                    heard_from: s.heard.leader,
+                    heard_tick: s.heard.tick,
+                    vote_lease_until_tick: self.vote_lease_until(*id),
+                    times_out_at_tick: self.ticks_to_timeout(*id).map(|k| s.seen.now_tick + k),
                     app: self.apps[id].clone(),
+                    actions: self.actions(*id),
                 }
             })
             .collect();
@@ -1042,13 +1220,37 @@ impl Engine {
             .max_by_key(|n| n.status().applied)
             .and_then(|n| n.state_machine().fenced(KEY).cloned())
             .map(|f| (String::from_utf8_lossy(&f.value).into_owned(), f.token));
+        let in_flight = self
+            .net
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                let (deliver, drop) = self.in_flight_refusals(&m);
+                m.deliver_refused = deliver;
+                m.drop_refused = drop;
+                m
+            })
+            .collect();
+        let scenario = self.plan.as_ref().map(|p| {
+            let next = self.planned_next();
+            PlanView {
+                name: p.scenario.name.to_string(),
+                title: p.scenario.title.to_string(),
+                at: self.steps.len(),
+                total: p.steps.len(),
+                next: next.map(|s| s.to_string()),
+                next_does: next.map(|s| self.foresee(s)),
+            }
+        });
         View {
             n: self.n,
             seed: self.seed,
+            start: self.start,
+            scenario,
             quorum: q,
             steps: encode_steps(&self.steps),
             nodes,
-            in_flight: self.net.clone(),
+            in_flight,
             partition: self.side.iter().copied().collect(),
             terms,
             log: self.log.clone(),

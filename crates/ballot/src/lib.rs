@@ -5,8 +5,11 @@
 //! or cut off. Each step reports terms, roles and votes, the quorum needed and a ballot log
 //! in words ([`engine`]). Beside it, a model of the bully algorithm ([`bully`]) replays the
 //! same steps, to show what a partition does to an algorithm without terms and majorities.
-//! A scenario is a seed and a step list ([`step`]), small enough for a URL, and replays
-//! exactly. [`serve`] puts it all on one page.
+//! A scenario is a seed, a start ([`engine::Start`]: fresh, or established with node 1
+//! leading term 41) and a step list ([`step`]), small enough for a URL, and replays exactly;
+//! a prepared one can be taken one step at a time ([`engine::Engine::scenario`]). A step
+//! that cannot be taken now says why and what would make it possible ([`step::Refusal`]),
+//! and so does every ballot a node refuses. [`serve`] puts it all on one page.
 //!
 //! ```
 //! use tenure_ballot::engine::Engine;

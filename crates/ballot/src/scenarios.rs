@@ -1,5 +1,8 @@
-//! Prepared scenarios: the lessons the page offers as buttons, each a seed and a step list
-//! like any share link.
+//! Prepared scenarios: the lessons the page offers as buttons, each a seed, a start and a
+//! step list like any share link. The page plays one to its end, or loads it to step
+//! through it one step at a time ([`crate::engine::Engine::scenario`]).
+
+use crate::engine::Start;
 
 /// One prepared scenario.
 #[derive(Clone, Copy, Debug)]
@@ -12,6 +15,8 @@ pub struct Scenario {
     pub n: u64,
     /// Seed.
     pub seed: u64,
+    /// Where the cluster starts.
+    pub start: Start,
     /// Step list.
     pub steps: &'static str,
 }
@@ -23,6 +28,7 @@ pub const SCENARIOS: &[Scenario] = &[
         title: "Time passes: the first follower to time out collects a majority",
         n: 5,
         seed: 7,
+        start: Start::Fresh,
         steps: "wait-40,settle",
     },
     Scenario {
@@ -30,6 +36,7 @@ pub const SCENARIOS: &[Scenario] = &[
         title: "Split vote: two candidates in term 2, 3 grants node 1 and 4 grants node 2; no leader in term 2, node 1 wins term 3",
         n: 5,
         seed: 7,
+        start: Start::Fresh,
         steps: SPLIT_VOTE,
     },
     Scenario {
@@ -37,6 +44,7 @@ pub const SCENARIOS: &[Scenario] = &[
         title: "Partition {4, 5} | {1, 2, 3}: Raft elects one leader per term on the majority side; bully crowns one coordinator per side",
         n: 5,
         seed: 7,
+        start: Start::Fresh,
         steps: "wait-40,settle,partition-4.5,wait-40",
     },
     Scenario {
@@ -44,9 +52,28 @@ pub const SCENARIOS: &[Scenario] = &[
         title: "The leader pauses past its lease; its late write with the old token is rejected by the fence",
         n: 5,
         seed: 7,
+        start: Start::Fresh,
         steps: "wait-40,settle,hold-5,settle,hold-4,settle,wait-5,pause-5,wait-60,write-4,settle,resume-5,write-5,settle",
     },
+    Scenario {
+        name: "lease",
+        title: "Term 41, leader 1: its heartbeats stop and node 2 times out at once, but 3, 4 and 5 still keep leader 1's lease and refuse; once their clocks pass it, node 2 wins term 42 and node 1 steps down",
+        n: 5,
+        seed: 7,
+        start: Start::Term41,
+        steps: LEASE,
+    },
 ];
+
+/// The leader's lease, from the established start (node 1 leads term 41): node 1 freezes;
+/// node 2 times out at once, and 3, 4 and 5, which heard from node 1 less than T ago, refuse
+/// its pre-votes; their clocks move past the lease (T ticks after they last heard node 1);
+/// node 2 times out again and wins term 42; node 1 wakes and steps down.
+pub const LEASE: &str = concat!(
+    "pause-1,timeout-2,settle,",
+    "tick-3-15,tick-4-15,tick-5-15,",
+    "timeout-2,settle,resume-1,settle"
+);
 
 /// The split vote, ballot by ballot: leader 5 freezes; 1 and 2 time out while 3 and 4 have
 /// stopped hearing from it; both win their pre-votes and campaign in term 2; 3 grants 1 and

@@ -117,12 +117,27 @@ pub enum StepError {
         /// Cluster size.
         nodes: u64,
     },
-    /// The step does not apply to the cluster as it is now.
+    /// The step does not apply to the cluster as it is now: why, and what would make it
+    /// possible.
     #[error("{0}")]
-    NotNow(String),
+    NotNow(Refusal),
     /// The cluster size is not 3 or 5.
     #[error("the ballot runs 3 or 5 nodes, not {0}")]
     ClusterSize(u64),
+    /// A share link's steps are not where the scenario it names goes.
+    #[error("the steps {steps:?} are not the beginning of scenario {name}")]
+    NotInScenario {
+        /// The scenario.
+        name: String,
+        /// The steps given.
+        steps: String,
+    },
+    /// No prepared scenario has this name.
+    #[error("there is no prepared scenario {0:?}")]
+    UnknownScenario(String),
+    /// No start state has this name.
+    #[error("there is no start {0:?} (the starts are fresh and term41)")]
+    UnknownStart(String),
     /// A step of a replayed list failed.
     #[error("step {index} ({step}): {error}")]
     Replay {
@@ -133,6 +148,49 @@ pub enum StepError {
         /// Why it could not be taken.
         error: Box<StepError>,
     },
+}
+
+/// Why a step cannot be taken now, and what would make it possible. The page shows both
+/// when a step is refused, and as the tooltip of a button it disables.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Refusal {
+    /// Why not, in words ("node 5 is paused, so it receives nothing").
+    pub why: String,
+    /// What would make it possible ("resume node 5 first, or drop the message").
+    pub remedy: String,
+}
+
+impl Refusal {
+    /// A refusal: `why` it cannot happen now and the `remedy` that would make it possible.
+    pub fn new(why: impl Into<String>, remedy: impl Into<String>) -> Refusal {
+        Refusal {
+            why: why.into(),
+            remedy: remedy.into(),
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.why, self.remedy)
+    }
+}
+
+impl StepError {
+    /// This error as a refusal with a remedy, for a disabled button's tooltip.
+    pub fn refusal(&self) -> Refusal {
+        match self {
+            StepError::NotNow(r) => r.clone(),
+            StepError::TooMany(_) => Refusal::new(
+                self.to_string(),
+                "start a new cluster, or share this one as it is",
+            ),
+            StepError::UnknownNode { nodes, .. } => {
+                Refusal::new(self.to_string(), format!("name a node from 1 to {nodes}"))
+            }
+            other => Refusal::new(other.to_string(), "see the steps table in the docs"),
+        }
+    }
 }
 
 /// This crate's result type.
@@ -296,6 +354,57 @@ pub fn encode_steps(steps: &[Step]) -> String {
 }
 
 impl Step {
+    /// What the step does, in words, for the page's "next step" and its buttons' tooltips.
+    pub fn describe(&self) -> String {
+        match self {
+            Step::Wait { ticks: 1 } => {
+                "let 1 tick pass on every running node, delivering everything".to_string()
+            }
+            Step::Wait { ticks } => {
+                format!("let {ticks} ticks pass on every running node, delivering everything after each")
+            }
+            Step::Tick { node, ticks: 1 } => {
+                format!("tick node {node}'s clock once, delivering nothing")
+            }
+            Step::Tick { node, ticks } => {
+                format!("tick node {node}'s clock {ticks} times, delivering nothing")
+            }
+            Step::Timeout { node } => {
+                format!("tick node {node} alone until its election timer fires and it campaigns")
+            }
+            Step::Deliver { from, to } => {
+                format!("deliver the oldest message from node {from} to node {to}")
+            }
+            Step::Drop { from, to } => {
+                format!("drop the oldest message from node {from} to node {to}")
+            }
+            Step::Settle => {
+                "deliver everything, round after round, until the network is quiet".to_string()
+            }
+            Step::Pause { node } => {
+                format!("freeze node {node}: no ticks, nothing sent or received")
+            }
+            Step::Resume { node } => {
+                format!("wake node {node}: it first ticks for the time it missed")
+            }
+            Step::Partition { side } => {
+                let ids: Vec<String> = side.iter().map(|n| n.to_string()).collect();
+                format!("cut nodes {{{}}} off from the others", ids.join(", "))
+            }
+            Step::Heal => "mend the network".to_string(),
+            Step::Crash { node } => format!("crash node {node}: only its disk survives"),
+            Step::Restart { node } => format!("restart node {node} from its disk"),
+            Step::Hold { node } => {
+                format!("node {node}'s application takes a session and campaigns in billing")
+            }
+            Step::Write { node } => {
+                format!(
+                    "node {node}'s application writes books with the token it believes it holds"
+                )
+            }
+        }
+    }
+
     /// Every node the step names, to be checked against the cluster.
     pub fn nodes(&self) -> Vec<NodeId> {
         match self {

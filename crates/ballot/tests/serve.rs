@@ -117,3 +117,73 @@ async fn the_page_is_self_contained() {
     let (_, list) = call(&app, "GET", "/api/scenarios", None).await;
     assert!(list.contains("split-vote") && list.contains("partition"));
 }
+
+#[tokio::test]
+async fn a_scenario_steps_through_the_api_and_a_refusal_says_why_apart() {
+    let app = tenure_ballot::serve::router();
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/api/reset",
+        Some(serde_json::json!({"scenario": "lease", "steps": ""})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["start"], "term41");
+    assert_eq!(view["scenario"]["at"], 0);
+    assert_eq!(view["scenario"]["next"], "pause-1");
+    let (status, body) = call(&app, "POST", "/api/next", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (view["steps"].as_str(), &view["scenario"]["at"]),
+        (Some("pause-1"), &1.into())
+    );
+    // A refused step: the message, and its why and remedy apart for the page.
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/api/step",
+        Some(serde_json::json!({"step": "resume-2"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let err: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(err["why"], "node 2 is running, not paused");
+    assert_eq!(
+        err["remedy"],
+        "only a paused node resumes (pause node 2 first)"
+    );
+    assert_eq!(
+        err["error"],
+        "node 2 is running, not paused: only a paused node resumes (pause node 2 first)"
+    );
+    let (status, body) = call(&app, "POST", "/api/run-to-end", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let s = find("lease").unwrap();
+    let whole = Engine::scenario(s, None).unwrap();
+    assert_eq!(body, serde_json::to_string(&whole.view()).unwrap());
+    let (status, _) = call(&app, "POST", "/api/next", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "no step left");
+    // A share link with a start replays it; an unknown start or scenario is refused.
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/api/reset",
+        Some(serde_json::json!({"n": 3, "seed": 2, "start": "term41", "steps": "wait-2"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let expected =
+        Engine::replay_from(3, 2, tenure_ballot::engine::Start::Term41, "wait-2").unwrap();
+    assert_eq!(body, serde_json::to_string(&expected.view()).unwrap());
+    for bad in [
+        serde_json::json!({"n": 3, "seed": 2, "start": "term42"}),
+        serde_json::json!({"scenario": "nope"}),
+        serde_json::json!({"scenario": "lease", "steps": "wait-1"}),
+    ] {
+        let (status, err) = call(&app, "POST", "/api/reset", Some(bad.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {err}");
+    }
+}

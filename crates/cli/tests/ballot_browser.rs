@@ -22,6 +22,8 @@ fn repo() -> PathBuf {
 
 #[test]
 fn ballot_page_plays_the_split_vote_bully_and_share_link_in_chromium() {
+    // Also: refusals explained and disabled buttons, a scenario stepped one step at a time,
+    // and the established start at term 41 (see the script's header).
     let browser_dir = repo().join("tests/browser");
     assert!(
         std::path::Path::new("/usr/bin/chromium").exists()
@@ -60,6 +62,9 @@ fn ballot_page_plays_the_split_vote_bully_and_share_link_in_chromium() {
         out.status
     );
     for shot in [
+        "ballot-refusal",
+        "ballot-step-through",
+        "ballot-term41",
         "ballot-split-vote",
         "ballot-bully-partition",
         "ballot-share-link",

@@ -1,5 +1,6 @@
 // The ballot page: every button posts one step to the engine in the server process and
-// redraws from the view it answers. No state lives here but the last view.
+// redraws from the view it answers. No state lives here but the last view: which buttons
+// apply, and why the others do not, comes with it.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -29,36 +30,49 @@ async function call(method, path, body) {
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const json = await res.json();
-  if (!res.ok) throw new Error(json.error || res.statusText);
+  if (!res.ok) {
+    const e = new Error(json.error || res.statusText);
+    e.why = json.why;
+    e.remedy = json.remedy;
+    throw e;
+  }
   return json;
 }
 
-async function step(text) {
+// Says why the last step was refused, and what would make it possible; clears on success.
+function refused(e) {
+  $('error').textContent = e ? (e.why || e.message) : '';
+  $('remedy').textContent = e && e.remedy ? `To make it possible: ${e.remedy}.` : '';
+}
+
+async function post(path, body) {
   try {
-    draw(await call('POST', '/api/step', { step: text }));
-    $('error').textContent = '';
+    draw(await call('POST', path, body));
+    refused(null);
   } catch (e) {
-    $('error').textContent = e.message;
+    refused(e);
   }
 }
 
-async function reset(n, seed, steps) {
-  try {
-    draw(await call('POST', '/api/reset', { n, seed, steps }));
-    $('error').textContent = '';
-  } catch (e) {
-    $('error').textContent = e.message;
-  }
-}
+const step = (text) => post('/api/step', { step: text });
+const reset = (body) => post('/api/reset', body);
 
+// A refused action's tooltip: why, and what would make it possible.
+const why = (r) => `${r.why}: ${r.remedy}`;
+
+// The share link: the cluster (size, seed, start) and the steps taken, which replay it; and
+// the prepared scenario being stepped through, if any, so that the link opens it at the
+// same position with the rest of its steps still to come.
 function shareUrl(v) {
-  const q = new URLSearchParams({ n: v.n, seed: v.seed, steps: v.steps });
+  const q = new URLSearchParams({ n: v.n, seed: v.seed });
+  if (v.start !== 'fresh') q.set('start', v.start);
+  q.set('steps', v.steps);
+  if (v.scenario) q.set('scenario', v.scenario.name);
   if ($('bully-toggle').checked) q.set('bully', '1');
   return location.origin + location.pathname + '?' + q.toString();
 }
 
 function nodeCard(node) {
-  const v = view;
   const card = el('div', { class: `card ${node.role} ${node.state}`, 'data-node': node.id });
   const vote = node.vote ? `voted for ${node.vote} in term ${node.term}` : `no vote in term ${node.term}`;
   card.append(
@@ -66,33 +80,53 @@ function nodeCard(node) {
     el('div', {}, `term ${node.term} · ${vote}`),
     el('div', {}, `leader: ${node.leader ?? 'unknown'} · commit ${node.commit} · tick ${node.now_tick}`),
   );
+  // Why it would refuse a vote now, and when it times out: the clocks behind every election.
+  const timers = [];
+  if (node.vote_lease_until_tick != null) {
+    const heard = node.heard_from == null ? `started at tick ${node.heard_tick}`
+      : node.heard_from === node.id ? `led until tick ${node.heard_tick}`
+        : `heard leader ${node.heard_from} at tick ${node.heard_tick}`;
+    timers.push(`refuses votes until tick ${node.vote_lease_until_tick} (${heard})`);
+  }
+  if (node.times_out_at_tick != null) timers.push(`times out at tick ${node.times_out_at_tick}`);
+  if (timers.length) card.append(el('div', { class: 'timers' }, timers.join(' · ')));
   if (node.app.doing) card.append(el('div', { class: 'app' }, `app: ${node.app.doing}`));
   const log = el('ul', {});
   for (const e of node.log.slice(-6)) log.append(el('li', {}, e));
   card.append(log);
+  // Every button is shown; one that does not apply now is disabled and says why.
   const actions = el('div', { class: 'actions' });
-  const add = (label, s, enabled = true) => {
-    const b = el('button', { textContent: label, disabled: !enabled, 'data-step': s });
-    actions.append(b);
-  };
-  const up = node.state === 'up';
-  add('time out', `timeout-${node.id}`, up && node.role !== 'leader');
-  add('tick', `tick-${node.id}`, up);
-  if (node.state === 'paused') add('resume', `resume-${node.id}`);
-  else add(node.role === 'leader' ? 'stop heartbeats' : 'pause', `pause-${node.id}`, up);
-  if (node.state === 'crashed') add('restart', `restart-${node.id}`);
-  else add('crash', `crash-${node.id}`);
-  add('isolate', `partition-${node.id}`, v.partition.length === 0);
-  add('campaign (app)', `hold-${node.id}`, up && !node.app.doing);
-  add('write (app)', `write-${node.id}`, node.app.token != null);
+  for (const a of node.actions) {
+    actions.append(el('button', {
+      textContent: a.label, disabled: a.refused != null, title: a.refused ? why(a.refused) : a.does,
+      'data-step': a.step,
+    }));
+  }
   card.append(actions);
   return card;
+}
+
+function drawPlayer(v) {
+  const p = v.scenario;
+  $('player').hidden = !p;
+  if (!p) return;
+  $('player-where').textContent = `scenario ${p.name}: step ${p.at} of ${p.total}`;
+  $('player-where').title = p.title;
+  const next = $('next');
+  next.disabled = p.next == null;
+  next.textContent = p.next == null ? 'next step' : `next step: ${p.next}`;
+  next.title = p.next == null ? `all ${p.total} steps taken: load it again from the start` : p.next_does;
+  $('next-does').textContent = p.next == null ? 'the scenario is over' : p.next_does;
+  $('run-to-end').disabled = p.next == null;
+  $('from-start').disabled = p.at === 0;
 }
 
 function draw(v) {
   view = v;
   $('n').value = String(v.n);
   $('seed').value = String(v.seed);
+  $('start').value = v.start;
+  drawPlayer(v);
   const leaders = v.nodes.filter((n) => n.role === 'leader' && n.state !== 'crashed');
   const newest = v.terms.length ? v.terms[v.terms.length - 1] : null;
   $('summary').textContent =
@@ -103,19 +137,16 @@ function draw(v) {
   const nodes = $('nodes');
   nodes.replaceChildren(...v.nodes.map(nodeCard));
 
-  const seen = new Set();
   const flight = $('in-flight');
   flight.replaceChildren();
   for (const m of v.in_flight) {
     const pair = `${m.from}-${m.to}`;
-    const first = !seen.has(pair);
-    seen.add(pair);
-    const li = el('li', { 'data-from': m.from, 'data-to': m.to }, `#${m.id} ${m.text} `);
-    li.append(
-      el('button', { textContent: 'deliver', disabled: !first, 'data-step': `deliver-${pair}` }),
-      ' ',
-      el('button', { textContent: 'drop', disabled: !first, 'data-step': `drop-${pair}` }),
-    );
+    const li = el('li', { 'data-from': m.from, 'data-to': m.to, 'data-id': m.id }, `#${m.id} ${m.text} `);
+    const button = (verb, r) => el('button', {
+      textContent: verb, disabled: r != null, title: r ? why(r) : `${verb} #${m.id}`,
+      'data-step': `${verb}-${pair}`,
+    });
+    li.append(button('deliver', m.deliver_refused), ' ', button('drop', m.drop_refused));
     flight.append(li);
   }
   if (v.in_flight.length === 0) flight.append(el('li', {}, 'nothing in flight'));
@@ -163,7 +194,11 @@ document.addEventListener('click', (ev) => {
 });
 $('typed-go').addEventListener('click', () => step($('typed').value));
 $('typed').addEventListener('keydown', (ev) => { if (ev.key === 'Enter') step($('typed').value); });
-$('new').addEventListener('click', () => reset(Number($('n').value), Number($('seed').value), ''));
+$('new').addEventListener('click', () =>
+  reset({ n: Number($('n').value), seed: Number($('seed').value), start: $('start').value, steps: '' }));
+$('next').addEventListener('click', () => post('/api/next'));
+$('run-to-end').addEventListener('click', () => post('/api/run-to-end'));
+$('from-start').addEventListener('click', () => view && view.scenario && reset({ scenario: view.scenario.name, steps: '' }));
 $('bully-toggle').addEventListener('change', () => {
   $('bully').hidden = !$('bully-toggle').checked;
   if (view) draw(view);
@@ -171,16 +206,25 @@ $('bully-toggle').addEventListener('change', () => {
 
 async function start() {
   const scen = await call('GET', '/api/scenarios');
-  $('scenarios').replaceChildren(...scen.map((s) =>
+  // Each scenario plays to its end, or loads at its first step to go one step at a time.
+  $('scenarios').replaceChildren(...scen.map((s) => el('span', { class: 'scenario' },
     el('button', { textContent: `play: ${s.name}`, title: s.title, 'data-scenario': s.name,
-      onclick: () => reset(s.n, s.seed, s.steps) })));
+      onclick: () => reset({ scenario: s.name }) }),
+    el('button', { textContent: 'step by step', title: `${s.title} (one step at a time)`,
+      'data-step-through': s.name, onclick: () => reset({ scenario: s.name, steps: '' }) }))));
   const q = new URLSearchParams(location.search);
   if (q.get('bully') === '1') { $('bully-toggle').checked = true; $('bully').hidden = false; }
   const named = scen.find((s) => s.name === q.get('scenario'));
-  if (named) return reset(named.n, named.seed, named.steps);
-  if (q.has('seed') || q.has('steps') || q.has('n')) {
-    return reset(Number(q.get('n') || 5), Number(q.get('seed') || 7), q.get('steps') || '');
+  // A scenario's link without steps plays it to the end; with them, it stops there.
+  if (named) {
+    await reset(q.has('steps') ? { scenario: named.name, steps: q.get('steps') } : { scenario: named.name });
+  } else if (q.has('seed') || q.has('steps') || q.has('n') || q.has('start')) {
+    await reset({
+      n: Number(q.get('n') || 5), seed: Number(q.get('seed') || 7),
+      start: q.get('start') || 'fresh', steps: q.get('steps') || '',
+    });
   }
-  draw(await call('GET', '/api/state'));
+  // No link, or one refused (its reason is shown): the cluster as the server has it.
+  if (!view) draw(await call('GET', '/api/state'));
 }
 start();
