@@ -23,6 +23,7 @@ scripts/services.sh install-promtool
 cargo build -p tenure-cli
 # The Python client (clients/python): its own environment, pytest against a real cluster.
 clients/python/test.sh
+deploy/kubernetes/validate.sh   # the Kubernetes manifests, offline: schemas, tenure's flags
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
   # nextest does not run doctests.
