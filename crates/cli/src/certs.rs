@@ -67,6 +67,12 @@ fn certs(args: CertsArgs) -> Result<(), CertsError> {
     if new_ca && !clients.iter().any(|c| c == ADMIN) {
         clients.push(ADMIN.to_string());
     }
+    if new_ca && args.nodes.is_empty() {
+        return Err(CertsError::Invalid(format!(
+            "{} holds no CA yet: a new CA needs the cluster's nodes (--nodes 1,2,3)",
+            args.out.display()
+        )));
+    }
     if !new_ca && args.nodes.is_empty() && clients.is_empty() && args.p12.is_empty() {
         return Err(CertsError::Invalid(format!(
             "{} holds a CA already: name what to add (--nodes, --clients or --p12)",

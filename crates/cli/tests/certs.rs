@@ -25,6 +25,15 @@ fn a_new_ca_has_an_admin_and_later_runs_add_to_it() {
     let out_dir = dir.path().join("certs");
     let d = out_dir.to_str().expect("utf-8 path");
 
+    let out = tenure(&["certs", "--out", d, "--clients", "app"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("a new CA needs the cluster's nodes"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!out_dir.join("ca.pem").exists());
+
     let out = tenure(&["certs", "--out", d, "--nodes", "1,2,3", "--clients", "app"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let first = listed(&out);

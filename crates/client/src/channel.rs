@@ -36,15 +36,68 @@ use tonic::Status;
 use crate::url::ClusterUrl;
 use crate::{Error, Result};
 
-/// Longest wait for one attempt at one node: a dead node on loopback refuses at once; this
-/// bounds a node that accepted the request but cannot answer (one without a quorum).
+/// Longest wait for one attempt at one node, by default: a dead node on loopback refuses at
+/// once; this bounds a node that accepted the request but cannot answer (one without a
+/// quorum).
 pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause between attempts, so that a cluster between leaders is not hammered.
 pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// TCP connect timeout per channel.
+/// TCP (and TLS) connect timeout per node, by default.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
-/// How long one call keeps retrying across nodes before its error surfaces.
+/// How long one call keeps retrying across nodes before its error surfaces, by default.
 pub(crate) const REQUEST_BUDGET: Duration = Duration::from_secs(5);
+/// The longest any of the [`Timeouts`] may be set to.
+const TIMEOUT_MAX: Duration = Duration::from_secs(3600);
+
+/// How long a `tenure://` client waits (set with [`crate::ClientBuilder`]). None of them
+/// touches safety: a holder's lease is measured from when its keepalive left, whatever
+/// these are; they decide only how soon an unanswered call gives up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connecting to one node, TCP and TLS (default 500 ms).
+    pub connect: Duration,
+    /// One attempt at one node: a node that accepted a request but cannot answer (one
+    /// without a quorum) is given up on after this and the next is tried (default 2 s).
+    pub attempt: Duration,
+    /// One call, across retries and nodes, before its error surfaces (default 5 s). A call
+    /// that may have taken effect when it runs out is [`Error::Indeterminate`].
+    pub request: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: CONNECT_TIMEOUT,
+            attempt: ATTEMPT_TIMEOUT,
+            request: REQUEST_BUDGET,
+        }
+    }
+}
+
+impl Timeouts {
+    /// Each timeout above zero and at most an hour, and an attempt no longer than a request.
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
+        for (name, d) in [
+            ("connect", self.connect),
+            ("attempt", self.attempt),
+            ("request", self.request),
+        ] {
+            if d.is_zero() || d > TIMEOUT_MAX {
+                return Err(format!(
+                    "the {name} timeout is {d:?}; it must be above zero and at most an hour"
+                ));
+            }
+        }
+        if self.attempt > self.request {
+            return Err(format!(
+                "the attempt timeout ({:?}) is longer than the request timeout ({:?}), which \
+                 bounds every attempt of a call",
+                self.attempt, self.request
+            ));
+        }
+        Ok(())
+    }
+}
 /// Most node addresses one channel keeps: the URL's, those hints point at and those member
 /// lists name. A cluster has a handful of members (and a name and an IP address may both
 /// stand for one); the cap stops a confused or hostile server from growing the set without
@@ -90,9 +143,18 @@ impl Interceptor for Bearer {
 /// The bearer token in the file named by a URL's `token_file`, as a sensitive header value.
 fn read_token(path: &str) -> std::result::Result<MetadataValue<Ascii>, String> {
     let token = crate::tls::read_token(std::path::Path::new(path))?;
+    token_header(&token, &format!("the token in {path:?}"))
+}
+
+/// `Bearer TOKEN` as a sensitive header value; `what` names the token in the error.
+fn token_header(token: &str, what: &str) -> std::result::Result<MetadataValue<Ascii>, String> {
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(format!("{what} is empty"));
+    }
     let mut value: MetadataValue<Ascii> = format!("Bearer {token}")
         .parse()
-        .map_err(|_| format!("the token in {path:?} is not a valid header value"))?;
+        .map_err(|_| format!("{what} is not a valid header value"))?;
     value.set_sensitive(true);
     Ok(value)
 }
@@ -104,7 +166,10 @@ fn client_tls(
     let read = |what: &str, path: &str| {
         std::fs::read(path).map_err(|e| format!("cannot read the {what} file {path:?}: {e}"))
     };
-    let bearer = Bearer(url.token_file.as_deref().map(read_token).transpose()?);
+    let bearer = match &url.token {
+        Some(token) => Bearer(Some(token_header(token.expose(), "the token given")?)),
+        None => Bearer(url.token_file.as_deref().map(read_token).transpose()?),
+    };
     let Some(ca) = &url.ca else {
         return Ok((None, bearer));
     };
@@ -145,6 +210,7 @@ struct Known {
 struct Dialer {
     tls: Option<tonic::transport::ClientTlsConfig>,
     bearer: Bearer,
+    connect_timeout: Duration,
 }
 
 impl Dialer {
@@ -155,7 +221,7 @@ impl Dialer {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| format!("bad node address {addr:?}: {e}"))?
-            .connect_timeout(CONNECT_TIMEOUT)
+            .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true);
         let endpoint = match &self.tls {
             Some(tls) => endpoint
@@ -213,6 +279,8 @@ pub struct LeaderChannel {
     fixed: bool,
     /// Index of the node believed to lead.
     guess: Arc<AtomicUsize>,
+    /// How long attempts and calls may take.
+    timeouts: Timeouts,
 }
 
 impl std::fmt::Debug for LeaderChannel {
@@ -246,9 +314,14 @@ impl LeaderChannel {
             url: crate::redact_url(url),
             why,
         };
+        target.timeouts.check().map_err(bad)?;
         let (tls, bearer) = client_tls(target).map_err(bad)?;
-        let dialer = Arc::new(Dialer { tls, bearer });
-        LeaderChannel::over(dialer, &target.addrs, !target.discover).map_err(bad)
+        let dialer = Arc::new(Dialer {
+            tls,
+            bearer,
+            connect_timeout: target.timeouts.connect,
+        });
+        LeaderChannel::over(dialer, &target.addrs, !target.discover, target.timeouts).map_err(bad)
     }
 
     /// Channels to `addrs` (checked, deduplicated) made by `dialer`.
@@ -256,6 +329,7 @@ impl LeaderChannel {
         dialer: Arc<Dialer>,
         addrs: &[String],
         fixed: bool,
+        timeouts: Timeouts,
     ) -> std::result::Result<LeaderChannel, String> {
         if addrs.is_empty() {
             return Err("no node addresses".into());
@@ -289,6 +363,7 @@ impl LeaderChannel {
             })),
             fixed,
             guess: Arc::new(AtomicUsize::new(0)),
+            timeouts,
         })
     }
 
@@ -299,7 +374,7 @@ impl LeaderChannel {
     /// [`Error::InvalidArgument`] for an empty list or an address that is not `HOST:PORT`.
     pub fn restricted_to<S: AsRef<str>>(&self, members: &[S]) -> Result<LeaderChannel> {
         let addrs: Vec<String> = members.iter().map(|m| m.as_ref().to_string()).collect();
-        LeaderChannel::over(self.dialer.clone(), &addrs, true)
+        LeaderChannel::over(self.dialer.clone(), &addrs, true, self.timeouts)
             .map_err(|why| Error::InvalidArgument(format!("restricted_to: {why}")))
     }
 
@@ -417,6 +492,11 @@ impl LeaderChannel {
         }
     }
 
+    /// How long this channel's connections, attempts and calls may take.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
     /// The index of the node believed to lead.
     pub(crate) fn guess(&self) -> usize {
         self.guess.load(Ordering::Relaxed)
@@ -510,17 +590,20 @@ impl LeaderChannel {
         F: FnMut(NodeChannel) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
     {
-        let deadline = Instant::now() + REQUEST_BUDGET;
+        let Timeouts {
+            attempt, request, ..
+        } = self.timeouts;
+        let deadline = Instant::now() + request;
         let mut maybe_applied = false;
         let mut redirects = 0;
         loop {
             self.learn_members().await;
             let i = self.guess();
             let (addr, channel) = self.node_at(i);
-            let r = match tokio::time::timeout(ATTEMPT_TIMEOUT, f(channel)).await {
+            let r = match tokio::time::timeout(attempt, f(channel)).await {
                 Ok(r) => r.map(tonic::Response::into_inner),
                 Err(_) => Err(Status::deadline_exceeded(format!(
-                    "no answer from {addr} in {ATTEMPT_TIMEOUT:?}"
+                    "no answer from {addr} in {attempt:?}"
                 ))),
             };
             let s = match r {

@@ -7,6 +7,16 @@
 /// The backend when neither the caller nor `$TENURE_BACKEND` names one: a local node's
 /// client port.
 pub const DEFAULT_BACKEND: &str = "tenure://127.0.0.1:8001";
+/// The backend URL's variable.
+pub const ENV_BACKEND: &str = "TENURE_BACKEND";
+/// The cluster's CA certificate's variable.
+pub const ENV_CA: &str = "TENURE_CA";
+/// The client certificate's variable.
+pub const ENV_CERT: &str = "TENURE_CERT";
+/// The client certificate's key's variable.
+pub const ENV_KEY: &str = "TENURE_KEY";
+/// The bearer token file's variable.
+pub const ENV_TOKEN_FILE: &str = "TENURE_TOKEN_FILE";
 
 /// The TLS files and token a caller was given explicitly, each taking the place of its
 /// environment variable.

@@ -144,6 +144,31 @@
 //! within its TTL: the candidacy may then reach the head of the queue for at most that long,
 //! but no process holds a `Leadership` for it, and its token is superseded by the next one.
 //!
+//! # Options in code, and from the environment
+//!
+//! [`Client::connect`] takes its URL as it is. [`Client::builder`] sets a `tenure://`
+//! client's CA, client certificate, bearer token (a file, or the token itself), member
+//! discovery and timeouts in code, and [`Client::from_env`] does what the `tenure` command
+//! does: the URL from `$TENURE_BACKEND` and, unless the URL names them,
+//! the TLS files and token from `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY` and
+//! `$TENURE_TOKEN_FILE`.
+//!
+//! ```no_run
+//! # async fn f() -> tenure::Result<()> {
+//! use std::time::Duration;
+//! use tenure::Client;
+//!
+//! let client = Client::builder("tenure://10.0.0.1:8001")
+//!     .ca("/etc/tenure/ca.pem")
+//!     .identity("/etc/tenure/client-billing.pem", "/etc/tenure/client-billing-key.pem")
+//!     .request_timeout(Duration::from_secs(10))
+//!     .connect()
+//!     .await?;
+//! let same_from_the_environment = Client::from_env().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Backends
 //!
 //! | URL | status |
@@ -175,6 +200,7 @@
 
 pub mod admin;
 mod backend;
+mod builder;
 pub mod channel;
 pub mod duration;
 pub mod embedded;
@@ -201,6 +227,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use backend::{Backend, Fence};
+pub use builder::ClientBuilder;
+pub use channel::Timeouts;
 pub use error::{Error, Result};
 pub use redact::redact_url;
 use session::Session;
@@ -350,12 +378,22 @@ impl Client {
     /// contacted yet for `tenure://`: nodes are dialed lazily by the first request; for
     /// `etcd://`, `postgres://` and `zk://` the backend is dialed now (and, with a user and
     /// password, etcd and PostgreSQL check them now: [`Error::AuthenticationFailed`]).
+    ///
+    /// The URL is taken as it is: for TLS files, a token and timeouts set in code, or taken
+    /// from `$TENURE_CA`, `$TENURE_CERT`, `$TENURE_KEY` and `$TENURE_TOKEN_FILE` as the
+    /// `tenure` command does, see [`Client::builder`] and [`Client::from_env`].
     pub async fn connect(url: &str) -> Result<Client> {
+        Client::connect_with(url, Timeouts::default()).await
+    }
+
+    /// [`Client::connect`] with `timeouts` for a `tenure://` or `embedded:` URL.
+    pub(crate) async fn connect_with(url: &str, timeouts: Timeouts) -> Result<Client> {
         let backend: Arc<dyn Backend> = match url::Target::parse(url)? {
             url::Target::Memory(name) => backend::memory::world(&name),
-            url::Target::Cluster(target) => Arc::new(backend::cluster::Remote::new(
-                channel::LeaderChannel::new(url, &target)?,
-            )),
+            url::Target::Cluster(mut target) => {
+                target.timeouts = timeouts;
+                return Client::over_cluster(url, &target);
+            }
             url::Target::Etcd { tls, url: parsed } => {
                 Arc::new(backend::etcd::Etcd::connect(url, tls, parsed).await?)
             }
@@ -363,20 +401,26 @@ impl Client {
             url::Target::Zk(parsed) => Arc::new(backend::zk::Zk::connect(url, parsed).await?),
             url::Target::Embedded(name) => {
                 let node_url = embedded::url_of(&name)?;
-                let url::Target::Cluster(target) = url::Target::parse(&node_url)? else {
+                let url::Target::Cluster(mut target) = url::Target::parse(&node_url)? else {
                     return Err(Error::Backend(format!(
                         "embedded:{name} names {node_url}, not a tenure:// URL"
                     )));
                 };
-                Arc::new(backend::cluster::Remote::new(channel::LeaderChannel::new(
-                    &node_url, &target,
-                )?))
+                target.timeouts = timeouts;
+                return Client::over_cluster(&node_url, &target);
             }
         };
         Ok(Client {
             backend,
             wakeups: Arc::default(),
         })
+    }
+
+    /// A client of the cluster `target` names; `url` names it in errors.
+    pub(crate) fn over_cluster(url: &str, target: &url::ClusterUrl) -> Result<Client> {
+        Ok(Client::with_channel(channel::LeaderChannel::new(
+            url, target,
+        )?))
     }
 
     /// A client of the tenure cluster that `channel` reaches (say, one

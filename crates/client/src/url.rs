@@ -49,6 +49,11 @@ pub(crate) struct ClusterUrl {
     pub token_file: Option<String>,
     /// `discover=true` (the default): learn the other members from the cluster.
     pub discover: bool,
+    /// A bearer token given in code ([`crate::ClientBuilder::token`]); never in a URL.
+    pub token: Option<Password>,
+    /// How long to wait for a connection, an attempt and a whole request
+    /// ([`crate::ClientBuilder`]); the defaults otherwise.
+    pub timeouts: crate::Timeouts,
 }
 
 impl Target {
@@ -145,6 +150,8 @@ impl ClusterUrl {
             identity,
             token_file,
             discover,
+            token: None,
+            timeouts: crate::Timeouts::default(),
         })
     }
 }
@@ -155,6 +162,11 @@ impl ClusterUrl {
 pub(crate) struct Password(String);
 
 impl Password {
+    /// A secret given in code rather than in a URL.
+    pub(crate) fn new(secret: String) -> Password {
+        Password(secret)
+    }
+
     /// The password itself, for the one call that hands it to the backend.
     pub(crate) fn expose(&self) -> &str {
         &self.0

@@ -199,8 +199,7 @@ fn load_ca(
 }
 
 /// Issues certificates into `dir` (created 0700 if missing) and returns the files written.
-/// A directory that holds no CA gets a new one (and then `nodes` must not be empty); one
-/// that holds a CA and its key gets certificates from that CA, so nodes and clients can be
+/// A directory that holds no CA gets a new one; one that holds a CA and its key gets certificates from that CA, so nodes and clients can be
 /// added to a running cluster. Nothing existing is overwritten: a certificate asked for
 /// that exists already is refused before anything is written.
 pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsError> {
@@ -255,12 +254,6 @@ pub fn issue(dir: &Path, request: &CertsRequest) -> Result<Vec<PathBuf>, CertsEr
         match (ca_path.exists(), ca_key_path.exists()) {
             (true, true) => load_ca(&ca_path, &ca_key_path, &request.cluster_id)?,
             (false, false) => {
-                if request.nodes.is_empty() {
-                    return Err(CertsError::Invalid(format!(
-                        "{} holds no CA yet: a new CA needs the cluster's nodes (--nodes 1,2,3)",
-                        dir.display()
-                    )));
-                }
                 let (ca, pem) = new_ca(&request.cluster_id, request.days)?;
                 write_new(&ca_key_path, &ca.key().serialize_pem(), true)?;
                 written.push(ca_key_path);

@@ -126,10 +126,6 @@ fn what_would_be_wrong_is_refused_before_anything_is_written() {
     let e = issue(mixed.path(), &request("prod", vec![], &["x"])).expect_err("no key");
     assert!(e.to_string().contains("but not its key"), "{e}");
     assert_eq!(names(mixed.path()), vec![files::CA.to_string()]);
-    // A new CA without nodes.
-    let empty = tempfile::tempdir().expect("tempdir");
-    let e = issue(empty.path(), &request("prod", vec![], &["x"])).expect_err("no nodes");
-    assert!(e.to_string().contains("--nodes"), "{e}");
 }
 
 #[test]

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{Backend, Capabilities, Fence};
-use crate::channel::{Attempted, LeaderChannel, ATTEMPT_TIMEOUT, REQUEST_BUDGET, RETRY_PAUSE};
+use crate::channel::{Attempted, LeaderChannel, RETRY_PAUSE};
 use crate::session::Session;
 use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
@@ -241,7 +241,9 @@ impl Backend for Remote {
                     crate::note_waiter_wakeup();
                     let since = *unanswered_since.get_or_insert_with(Instant::now);
                     let attempted = self.nodes.note_failure(i, &s);
-                    if attempted == Attempted::Answer || since.elapsed() > REQUEST_BUDGET * 4 {
+                    if attempted == Attempted::Answer
+                        || since.elapsed() > self.nodes.timeouts().request * 4
+                    {
                         return Err(s.into());
                     }
                     tokio::time::sleep(RETRY_PAUSE).await;
@@ -490,7 +492,7 @@ pub(crate) async fn keepalive_loop(remote: Remote, session: Arc<Session>) {
             let _ = tx.try_send(request(seq));
         }
         let opened = tokio::time::timeout(
-            ATTEMPT_TIMEOUT,
+            nodes.timeouts().attempt,
             SessionsClient::new(nodes.node_at(i).1).keep_alive(ReceiverStream::new(rx)),
         )
         .await;
