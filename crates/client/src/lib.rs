@@ -169,6 +169,20 @@
 //! # }
 //! ```
 //!
+//! # Cargo features
+//!
+//! `tenure://`, `memory:` and the fencing helpers' common parts are always built. Each other
+//! backend and store is a feature, all on by default: `etcd`, `postgres` (the backend and
+//! `fence::postgres`), `zookeeper` and `sqlite` (`fence::sqlite`). With
+//! `default-features = false` and only the features named that are used, the others'
+//! dependencies stay out of the build; a URL of a backend left out is refused with
+//! [`Error::UnsupportedBackend`], naming the feature. `embedded` (a node in the process),
+//! `supervise` (`tenure run`) and `schedule` (`tenure cron`) are off by default.
+//!
+//! ```toml
+//! tenure = { version = "0.1", default-features = false, features = ["postgres"] }
+//! ```
+//!
 //! # Backends
 //!
 //! | URL | status |
@@ -370,6 +384,19 @@ impl futures_core::Stream for Observer {
     }
 }
 
+/// The error for a backend this build of the crate left out.
+#[cfg(not(all(feature = "etcd", feature = "postgres", feature = "zookeeper")))]
+fn not_built(url: &str, feature: &str) -> Error {
+    let scheme = url.split(':').next().unwrap_or_default().to_string();
+    Error::UnsupportedBackend {
+        scheme,
+        why: format!(
+            "this build of the tenure crate leaves the {feature} backend out: enable its \
+             `{feature}` feature (on by default)"
+        ),
+    }
+}
+
 impl Client {
     /// Connect to the backend named by `url`: `memory:` (or `memory:NAME`),
     /// `tenure://host:port,host:port,...`, `etcd://host:port,host:port,...` (`etcds://` for
@@ -394,11 +421,20 @@ impl Client {
                 target.timeouts = timeouts;
                 return Client::over_cluster(url, &target);
             }
+            #[cfg(feature = "etcd")]
             url::Target::Etcd { tls, url: parsed } => {
                 Arc::new(backend::etcd::Etcd::connect(url, tls, parsed).await?)
             }
+            #[cfg(feature = "postgres")]
             url::Target::Postgres(url) => Arc::new(backend::postgres::Pg::connect(&url).await?),
+            #[cfg(feature = "zookeeper")]
             url::Target::Zk(parsed) => Arc::new(backend::zk::Zk::connect(url, parsed).await?),
+            #[cfg(not(feature = "etcd"))]
+            url::Target::Etcd { .. } => return Err(not_built(url, "etcd")),
+            #[cfg(not(feature = "postgres"))]
+            url::Target::Postgres(_) => return Err(not_built(url, "postgres")),
+            #[cfg(not(feature = "zookeeper"))]
+            url::Target::Zk(_) => return Err(not_built(url, "zookeeper")),
             url::Target::Embedded(name) => {
                 let node_url = embedded::url_of(&name)?;
                 let url::Target::Cluster(mut target) = url::Target::parse(&node_url)? else {
@@ -946,3 +982,42 @@ impl Drop for Leadership {
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// A build without the optional backends (`cargo test -p tenure --no-default-features
+/// --lib`, which scripts/test.sh runs): their URLs are still parsed, and refused with the
+/// feature to turn on, before anything is dialed.
+#[cfg(all(
+    test,
+    not(any(feature = "etcd", feature = "postgres", feature = "zookeeper"))
+))]
+mod without_backends {
+    use super::{Client, Error};
+
+    #[tokio::test]
+    async fn a_backend_left_out_of_the_build_is_refused_with_its_feature() {
+        for (url, feature) in [
+            ("etcd://127.0.0.1:1", "`etcd` feature"),
+            ("postgres://app@127.0.0.1:1/db", "`postgres` feature"),
+            ("zk://127.0.0.1:1", "`zookeeper` feature"),
+        ] {
+            let e = Client::connect(url).await.err().expect("refused");
+            assert!(
+                matches!(e, Error::UnsupportedBackend { .. }),
+                "{url}: {e:?}"
+            );
+            assert!(e.to_string().contains(feature), "{url}: {e}");
+        }
+        // A bad URL of a left-out backend is still a bad URL.
+        let e = Client::connect("etcd://").await.err().expect("refused");
+        assert!(matches!(e, Error::InvalidUrl { .. }), "{e:?}");
+        // What is always built still works.
+        let client = Client::connect("memory:without-backends")
+            .await
+            .expect("memory:");
+        let leader = client
+            .campaign("e", b"a", Default::default())
+            .await
+            .expect("campaign");
+        assert_eq!(leader.token(), 1);
+    }
+}

@@ -6,13 +6,20 @@
 //! OpenSSL).
 
 use std::path::Path;
+#[cfg(feature = "postgres")]
 use std::sync::Arc;
 
+#[cfg(feature = "postgres")]
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+#[cfg(feature = "postgres")]
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::CertificateDer;
+#[cfg(feature = "postgres")]
+use rustls::pki_types::{ServerName, UnixTime};
+use rustls::RootCertStore;
+#[cfg(feature = "postgres")]
+use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 
 /// Read the file a URL parameter names; `what` names the parameter in the error.
 pub(crate) fn read(what: &str, path: &str) -> Result<Vec<u8>, String> {
@@ -65,11 +72,13 @@ pub fn read_token(path: &Path) -> Result<String, String> {
     Ok(token.to_string())
 }
 
+#[cfg(feature = "postgres")]
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// How a PostgreSQL server's certificate is checked (libpq's `sslmode`s that use TLS).
+#[cfg(feature = "postgres")]
 pub(crate) enum PgVerify {
     /// `require` (or `prefer`) without `sslrootcert`: encrypted, but any certificate is
     /// accepted, so an attacker in the middle is not kept out.
@@ -82,6 +91,7 @@ pub(crate) enum PgVerify {
 }
 
 /// The rustls client configuration for a PostgreSQL connection.
+#[cfg(feature = "postgres")]
 pub(crate) fn pg_config(verify: PgVerify) -> Result<ClientConfig, String> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -110,12 +120,14 @@ pub(crate) fn pg_config(verify: PgVerify) -> Result<ClientConfig, String> {
 /// (`verify-ca`) the chain must lead to one of them; without (`require` with no CA, libpq's
 /// meaning) any certificate is accepted. Either way the handshake signatures are verified
 /// as usual, so the server must hold the certificate's key.
+#[cfg(feature = "postgres")]
 #[derive(Debug)]
 struct NameUnchecked {
     roots: Option<Arc<RootCertStore>>,
     provider: Arc<CryptoProvider>,
 }
 
+#[cfg(feature = "postgres")]
 impl ServerCertVerifier for NameUnchecked {
     fn verify_server_cert(
         &self,
@@ -177,6 +189,7 @@ impl ServerCertVerifier for NameUnchecked {
 /// certificate not signed by the CA given, not naming the host, expired; the server sent
 /// something that is not TLS). `std::io::Error` hides the error it wraps from `source()`,
 /// so it is looked into explicitly.
+#[cfg(any(feature = "postgres", feature = "etcd"))]
 pub(crate) fn rustls_cause<'a>(
     e: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a rustls::Error> {

@@ -12,6 +12,11 @@ use crate::{Error, Result};
 
 /// What a backend URL names, parsed: which backend, and everything it needs to connect.
 #[derive(Debug)]
+// A backend left out of the build still has its URLs parsed (and refused with a reason).
+#[cfg_attr(
+    not(all(feature = "etcd", feature = "postgres", feature = "zookeeper")),
+    allow(dead_code)
+)]
 pub(crate) enum Target {
     /// `memory:` or `memory:NAME`: the in-process world of that name.
     Memory(String),
@@ -181,6 +186,10 @@ impl std::fmt::Debug for Password {
 
 /// A parsed backend URL (everything after `SCHEME://`).
 #[derive(Debug)]
+#[cfg_attr(
+    not(all(feature = "etcd", feature = "postgres", feature = "zookeeper")),
+    allow(dead_code)
+)]
 pub(crate) struct HostsUrl {
     /// `host:port` of each server, in the order given.
     pub hosts: Vec<String>,

@@ -15,6 +15,8 @@
 //! newest token, so a write needs its token's candidacy to be alive and leading — a holder
 //! whose session expired is refused even when nobody has replaced it yet
 //! ([`Error::SessionLost`]). That is stricter, never weaker.
+// PostgreSQL keeps its own records and uses only the request checks.
+#![cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
 
 use tenure_core::sm::{check_fence, Command, SmLimits};
 
@@ -76,7 +78,8 @@ impl Record {
 /// Who leads an election, as a write reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Leading {
-    /// Nobody ever campaigned in it.
+    /// Nobody ever campaigned in it (etcd can tell; ZooKeeper fails the read instead).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     Unknown,
     /// It has no candidacy left.
     Nobody,

@@ -18,10 +18,14 @@ use crate::session::Session;
 use crate::{Error, FencedValue, LeaderEvent, LeaderInfo, Result};
 
 pub(crate) mod cluster;
+#[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 pub(crate) mod kv;
 pub(crate) mod memory;
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "zookeeper")]
 pub(crate) mod zk;
 
 /// What a backend can do beyond the calls every backend serves, and its name.
@@ -42,6 +46,7 @@ pub(crate) struct Capabilities {
 impl Capabilities {
     /// A recipe over an engine's own primitives: a queue of candidates, no hand-over to a
     /// named one; `wakes_only_next` if a change wakes only the next.
+    #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
     pub const fn recipe(scheme: &'static str, wakes_only_next: bool) -> Capabilities {
         Capabilities {
             scheme,

@@ -76,15 +76,27 @@
 //!   false, so the mark cannot move before `COMMIT`).
 //!
 
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 
-/// Why a fenced write was not done. `E` is the store's own error type: [`rusqlite::Error`]
-/// by default (so `FenceError` is SQLite's), [`::postgres::Error`] for
-/// [`postgres::PgFenceError`].
+/// The store error [`FenceError`] means when none is named: SQLite's (with the `sqlite`
+/// feature, as before the stores were features).
+#[cfg(feature = "sqlite")]
+#[doc(hidden)]
+pub type DefaultStoreError = rusqlite::Error;
+/// The store error [`FenceError`] means when none is named: none, in a build without SQLite.
+#[cfg(not(feature = "sqlite"))]
+#[doc(hidden)]
+pub type DefaultStoreError = std::convert::Infallible;
+
+/// Why a fenced write was not done. `E` is the store's own error type: `rusqlite::Error`
+/// by default (so `FenceError` is SQLite's, also named [`sqlite::SqliteFenceError`]),
+/// `postgres::Error` for [`postgres::PgFenceError`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum FenceError<E = rusqlite::Error> {
+pub enum FenceError<E = DefaultStoreError> {
     /// The token is below the highest one the store accepted for this resource: the writer
     /// was replaced as leader. Nothing was written.
     #[error("stale token: the highest accepted token is {current}")]
@@ -120,6 +132,7 @@ impl<E: std::error::Error> From<FenceError<E>> for crate::Error {
 
 /// A token as the stores keep it (SQL `INTEGER`/`BIGINT`), or
 /// [`FenceError::TokenOutOfRange`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 fn to_sql<E>(token: u64) -> Result<i64, FenceError<E>> {
     i64::try_from(token).map_err(|_| FenceError::TokenOutOfRange { token })
 }

@@ -38,6 +38,9 @@ use rusqlite::{Connection, OptionalExtension as _, Params, Transaction, Transact
 
 use super::{to_sql, FenceError, Fenced};
 
+/// Why a fenced write to SQLite was not done: [`FenceError`] with SQLite's errors.
+pub type SqliteFenceError = FenceError<rusqlite::Error>;
+
 /// Creates the fence table (idempotent).
 pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS tenure_fence (
     resource TEXT PRIMARY KEY,
