@@ -28,6 +28,9 @@ if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"
   # nextest does not run doctests.
   cargo test --workspace --doc
+  # The tenure crate without its optional backends (etcd, postgres, zookeeper, sqlite).
+  cargo test -p tenure --no-default-features --lib
 else
   cargo test --workspace --no-fail-fast "$@"
+  cargo test -p tenure --no-default-features --lib
 fi
