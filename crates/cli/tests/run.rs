@@ -117,6 +117,8 @@ fn run_against_a_cluster() {
     eprintln!("killed runner ok at {:?}", started.elapsed());
     frozen_runner_cannot_outlive_its_lease(&cluster, dir.path());
     eprintln!("frozen runner ok at {:?}", started.elapsed());
+    a_stopped_command_gets_its_sigterm(&cluster, dir.path());
+    eprintln!("stopped command ok at {:?}", started.elapsed());
     script_commands(&cluster, dir.path());
     eprintln!("script commands ok at {:?}", started.elapsed());
     // Last: it kills a node.
@@ -261,6 +263,31 @@ fn frozen_runner_cannot_outlive_its_lease(cluster: &Cluster, dir: &Path) {
     assert!(a.stderr().contains("lost leadership"), "{}", a.stderr());
     b.signal(libc::SIGTERM);
     b.wait(ms(10_000));
+}
+
+/// A command that is itself stopped (SIGSTOP, job control, a debugger) when the runner stops
+/// it still gets the SIGTERM `--grace` promises: the runner wakes it (SIGCONT) so the
+/// signal is delivered, and its handler runs before any SIGKILL.
+fn a_stopped_command_gets_its_sigterm(cluster: &Cluster, dir: &Path) {
+    let file = dir.join("stopped.log");
+    let mut a = Runner::start(&cluster.url(), "stopped-command", "A", &file, dir);
+    wait_for(&file, "start A", ms(15_000));
+    let pgid = pid_of(&read(&file), "A");
+    // SAFETY: kill(2) on the command's own process group, which the runner made.
+    unsafe {
+        libc::kill(-pgid, libc::SIGSTOP);
+    }
+    std::thread::sleep(ms(200));
+    a.signal(libc::SIGTERM);
+    let status = a.wait(ms(10_000));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{}", a.stderr());
+    let log = read(&file);
+    assert!(
+        log.contains("stop A"),
+        "the stopped command's SIGTERM handler never ran\n{log}\n{}",
+        a.stderr()
+    );
+    assert!(!a.stderr().contains("outlived its grace"), "{}", a.stderr());
 }
 
 fn script_commands(cluster: &Cluster, dir: &Path) {

@@ -25,8 +25,8 @@
 //!    id, under its old name; it is deprecated and will be removed: use `TENURE_SESSION_ID`.
 //! 3. Stops the command's whole process group before the lease could pass to anyone else:
 //!    SIGTERM at `valid_until − grace` at the latest (at once when leadership is seen lost:
-//!    session ended, another leader observed), then SIGKILL at `valid_until` (or after the
-//!    grace, whichever comes first). `valid_until` is the client's rule-4 bound (send time of
+//!    session ended, another leader observed), followed by SIGCONT so that a stopped command
+//!    gets it too, then SIGKILL at `valid_until` (or after the grace, whichever comes first). `valid_until` is the client's rule-4 bound (send time of
 //!    the last acknowledged keepalive + TTL − drift margin, on this host's monotonic clock);
 //!    the cluster never expires the session before receive time + TTL, so the command is
 //!    dead at least the drift margin before anyone else can be elected.
@@ -691,6 +691,9 @@ async fn stop(
     log: Log<'_>,
 ) -> Option<ExitStatus> {
     kill_group(pgid, libc::SIGTERM);
+    // A stopped command (SIGSTOP, a debugger, job control) would keep its SIGTERM pending
+    // until the SIGKILL: wake it so that it gets the grace it was promised.
+    kill_group(pgid, libc::SIGCONT);
     let kill_at = (Instant::now() + grace).min(valid_until);
     let st = match tokio::time::timeout_at(kill_at.into(), child.wait()).await {
         Ok(st) => st.ok(),
