@@ -102,7 +102,7 @@ enum Cmd {
     TransferLeadership(ops::TransferArgs),
     /// List elections: token, leader session, queued candidates, since which log index.
     Elections(ops::ListArgs),
-    /// List sessions: id, TTL, remaining time on the answering node, elections.
+    /// List sessions: id, TTL, time until the answering node would expire it (a little above the TTL: received time + TTL + margins), elections.
     Sessions(ops::ListArgs),
     /// Read a fenced key: `token=… election=… index=… value=…`, or `none`.
     Get(ops::GetArgs),

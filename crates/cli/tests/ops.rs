@@ -394,6 +394,33 @@ fn elections_and_sessions_walk_every_page_and_fenced_writes_follow_the_token() {
         ELECTIONS + 1,
         "a header and every election"
     );
+    // In one page every row's columns start where the header's do.
+    let text = stdout(&ops(&url, &["elections", "--limit", "1000"], &[]));
+    let header = text.lines().next().expect("a header");
+    let starts = |line: &str| -> Vec<usize> {
+        let mut starts = vec![0];
+        let b = line.as_bytes();
+        for i in 1..b.len() {
+            if b[i] != b' ' && b[i - 1] == b' ' && i >= 2 && b[i - 2] == b' ' {
+                starts.push(i);
+            }
+        }
+        starts
+    };
+    for row in text.lines().skip(1) {
+        assert_eq!(
+            starts(row),
+            starts(header),
+            "columns out of line:\n{header}\n{row}"
+        );
+    }
+    let text = stdout(&ops(&url, &["sessions", "--limit", "1000"], &[]));
+    let header = text.lines().next().expect("a header");
+    assert!(header.contains("EXPIRES_IN"), "{header}");
+    for row in text.lines().skip(1) {
+        // The last column (the elections) is one run of names; the others line up.
+        assert_eq!(starts(row)[..4], starts(header)[..4], "{header}\n{row}");
+    }
 
     let lines = json_lines(&ops(&url, &["sessions", "--json", "--limit", "50"], &[]));
     let ids: Vec<u64> = lines
