@@ -40,6 +40,46 @@ fn the_7_3_s_example_from_flags_holds_and_exits_0() {
     assert!(text.contains("Verdict: every rule holds."), "{text}");
 }
 
+/// The application's GC and the server's stalls are separate budgets: a 2.5 s GC pause of
+/// the holder fails the lease rule only, and no longer asks for a 2.5 s election timeout;
+/// `--pause-budget` sets both, and each budget given on its own wins over it.
+#[test]
+fn the_app_and_server_pause_budgets_are_checked_by_their_own_rules() {
+    let out = tenure_words("plan --ttl 2s --renew-interval 600ms --app-pause-budget 2.5s --json");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let j = json_of(&out);
+    let failing: Vec<&str> = j["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["holds"] == false)
+        .map(|r| r["rule"].as_str().expect("name"))
+        .collect();
+    assert_eq!(failing, ["lease-pause"], "{j}");
+    assert_eq!(j["inputs"]["server_pause_budget"]["source"], "default");
+    assert_eq!(j["pause"]["app_pause_budget_us"], 2_500_000);
+
+    let out = tenure_words("plan --pause-budget 200ms --server-pause-budget 20ms --json");
+    let j = json_of(&out);
+    assert_eq!(j["inputs"]["app_pause_budget"]["value_us"], 200_000, "{j}");
+    assert_eq!(
+        j["inputs"]["server_pause_budget"]["value_us"], 20_000,
+        "{j}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = tenure_words("plan --pause-budget 200ms --json");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a 200 ms server stall fails the 150 ms timeout"
+    );
+    let j = json_of(&out);
+    assert_eq!(
+        j["inputs"]["server_pause_budget"]["value_us"], 200_000,
+        "{j}"
+    );
+}
+
 #[test]
 fn a_2s_ttl_one_2_5s_pause_from_a_false_failover_violates_the_lease_rule_and_exits_1() {
     let out = tenure_words(
@@ -178,7 +218,8 @@ fn refused(out: &Output, says: &str) -> String {
 /// a flag still overrides a measurement; without credentials the node refuses (exit 69).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_a_running_cluster_measures_its_numbers_and_says_so() {
-    let mut c = Cluster::start(Options::nodes(3));
+    // Not the defaults, so that the plan can only have them from the node.
+    let mut c = Cluster::start(Options::nodes(3).timing(400, 40, 10));
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(20)).await;
     let mut client = c.client();
     for _ in 0..20 {
@@ -216,6 +257,15 @@ async fn from_a_running_cluster_measures_its_numbers_and_says_so() {
     assert_eq!(inputs["cluster_size"]["source"], "measured");
     assert_eq!(inputs["scheduling_jitter"]["source"], "flag");
     assert_eq!(j["measured"]["from"], url.as_str());
+    // The node's own timing, as it was configured.
+    assert_eq!(inputs["election_timeout"]["value_us"], 400_000, "{j}");
+    assert_eq!(inputs["heartbeat"]["value_us"], 40_000, "{j}");
+    let how = inputs["election_timeout"]["from"].as_str().expect("text");
+    assert!(how.contains("configured election_timeout_ms"), "{how}");
+    assert_eq!(
+        inputs["missed_beats"]["value"], 10,
+        "derived from the node's timing"
+    );
 
     // The text report says where the numbers came from, and a flag beats a measurement.
     let out = plan_from(

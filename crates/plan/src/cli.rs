@@ -55,9 +55,18 @@ pub struct PlanArgs {
     /// A message's delay at the 99th percentile.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     network_p99: Option<Duration>,
-    /// The longest pause a process may take (GC, VM stall, swapping).
+    /// The longest pause any process may take (GC, VM stall, swapping): sets both budgets
+    /// below, each of which may be given on its own instead.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pause_budget: Option<Duration>,
+    /// The longest pause the lease holder's process (your application) may take: its GC, a
+    /// VM stall. Checked against the TTL.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    app_pause_budget: Option<Duration>,
+    /// The longest pause a tenure server may take (a VM stall, swapping; it has no GC).
+    /// Checked against the election timeout.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    server_pause_budget: Option<Duration>,
     /// How late a timer may fire on a busy machine.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     scheduling_jitter: Option<Duration>,
@@ -212,6 +221,8 @@ fn flag_values(a: &PlanArgs) -> Vec<(Input, Value)> {
         d(Input::RenewInterval, a.renew_interval),
         d(Input::NetworkP99, a.network_p99),
         d(Input::PauseBudget, a.pause_budget),
+        d(Input::AppPauseBudget, a.app_pause_budget),
+        d(Input::ServerPauseBudget, a.server_pause_budget),
         d(Input::SchedulingJitter, a.scheduling_jitter),
         d(Input::ClockSkew, a.clock_skew),
         c(Input::Holders, a.holders),
@@ -328,14 +339,61 @@ fn measure(target: &Target) -> Result<crate::metrics::Measured, Stop> {
             .get("/metrics")
             .await
             .map_err(|e| unavailable("/metrics", e))?;
-        // The voter count is a bonus: a node that does not serve /status still has metrics.
-        let voters = target.node.get("/status").await.ok().and_then(|body| {
-            let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-            Some(v.get("voters")?.as_array()?.len() as u64)
-        });
-        crate::metrics::measure(&metrics, voters)
-            .map_err(|e| Stop(EXIT_BACKEND, format!("--from {}: {e}", target.url)))
+        // The voter count and the timing are a bonus: a node that does not serve /status
+        // (or an older one, without `timing`) still has metrics.
+        let status: Option<serde_json::Value> = target
+            .node
+            .get("/status")
+            .await
+            .ok()
+            .and_then(|body| serde_json::from_str(&body).ok());
+        let voters = status
+            .as_ref()
+            .and_then(|v| Some(v.get("voters")?.as_array()?.len() as u64));
+        let mut m = crate::metrics::measure(&metrics, voters)
+            .map_err(|e| Stop(EXIT_BACKEND, format!("--from {}: {e}", target.url)))?;
+        configured_timing(status.as_ref(), &mut m);
+        Ok(m)
     })
+}
+
+/// The node's own heartbeat and election timeout, as it was configured (`timing` in its
+/// `/status`): what its followers actually wait, not a default.
+fn configured_timing(status: Option<&serde_json::Value>, m: &mut crate::metrics::Measured) {
+    let Some(timing) = status.and_then(|s| s.get("timing")) else {
+        m.notes.push(
+            "the node's /status has no timing (an older server): the heartbeat and election \
+             timeout are the defaults unless given"
+                .into(),
+        );
+        return;
+    };
+    let ms = |key: &str| timing.get(key).and_then(serde_json::Value::as_u64);
+    if let Some(h) = ms("heartbeat_ms").filter(|h| *h > 0) {
+        m.values.push((
+            Input::Heartbeat,
+            Value::Duration(Duration::from_millis(h)),
+            "the node's configured heartbeat_ms (/status)".into(),
+        ));
+    }
+    if let Some(t) = ms("election_timeout_ms").filter(|t| *t > 0) {
+        m.values.push((
+            Input::ElectionTimeout,
+            Value::Duration(Duration::from_millis(t)),
+            "the node's configured election_timeout_ms (/status)".into(),
+        ));
+    }
+    if timing
+        .get("fast_election")
+        .and_then(serde_json::Value::as_bool)
+        == Some(true)
+    {
+        m.notes.push(
+            "the node runs with --fast-election: a leader whose process exits is replaced \
+             in about a round trip; a frozen or cut-off leader still takes the election timeout"
+                .into(),
+        );
+    }
 }
 
 // ------------------------------------------------------------------------------------------

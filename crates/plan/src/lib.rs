@@ -105,8 +105,13 @@ pub enum Input {
     RenewInterval,
     /// The 99th percentile of a message's delay between the parties.
     NetworkP99,
-    /// The longest pause (GC, VM stall, swapping) a process may take.
+    /// The longest pause any process may take: sets both the application's and the
+    /// server's budget (each of which may be given on its own).
     PauseBudget,
+    /// The longest pause the lease holder's process may take (its GC, a VM stall, swapping).
+    AppPauseBudget,
+    /// The longest pause a tenure server may take (a VM stall, swapping; it has no GC).
+    ServerPauseBudget,
     /// How late a timer may fire on a busy machine.
     SchedulingJitter,
     /// How much the holder's and the server's clocks may disagree about a TTL.
@@ -137,7 +142,7 @@ impl fmt::Display for Kind {
 
 impl Input {
     /// Every input, in the order reports list them.
-    pub const ALL: [Input; 13] = [
+    pub const ALL: [Input; 15] = [
         Input::Heartbeat,
         Input::MissedBeats,
         Input::ElectionTimeout,
@@ -147,6 +152,27 @@ impl Input {
         Input::RenewInterval,
         Input::NetworkP99,
         Input::PauseBudget,
+        Input::AppPauseBudget,
+        Input::ServerPauseBudget,
+        Input::SchedulingJitter,
+        Input::ClockSkew,
+        Input::Holders,
+        Input::ClusterSize,
+    ];
+
+    /// The inputs a plan resolves and reports: all but [`Input::PauseBudget`], which only
+    /// stands for the two budgets it sets.
+    pub const REPORTED: [Input; 14] = [
+        Input::Heartbeat,
+        Input::MissedBeats,
+        Input::ElectionTimeout,
+        Input::Campaign,
+        Input::WarmUp,
+        Input::Ttl,
+        Input::RenewInterval,
+        Input::NetworkP99,
+        Input::AppPauseBudget,
+        Input::ServerPauseBudget,
         Input::SchedulingJitter,
         Input::ClockSkew,
         Input::Holders,
@@ -165,6 +191,8 @@ impl Input {
             Input::RenewInterval => "renew_interval",
             Input::NetworkP99 => "network_p99",
             Input::PauseBudget => "pause_budget",
+            Input::AppPauseBudget => "app_pause_budget",
+            Input::ServerPauseBudget => "server_pause_budget",
             Input::SchedulingJitter => "scheduling_jitter",
             Input::ClockSkew => "clock_skew",
             Input::Holders => "holders",
@@ -189,6 +217,8 @@ impl Input {
             Input::RenewInterval => "renew interval",
             Input::NetworkP99 => "network p99",
             Input::PauseBudget => "pause budget",
+            Input::AppPauseBudget => "app pause",
+            Input::ServerPauseBudget => "server pause",
             Input::SchedulingJitter => "scheduling jitter",
             Input::ClockSkew => "clock skew",
             Input::Holders => "holders",
@@ -417,8 +447,10 @@ pub struct Inputs {
     pub renew_interval: Sourced<Duration>,
     /// A message's delay at the 99th percentile.
     pub network_p99: Sourced<Duration>,
-    /// The longest pause a process may take.
-    pub pause_budget: Sourced<Duration>,
+    /// The longest pause the lease holder's process may take.
+    pub app_pause_budget: Sourced<Duration>,
+    /// The longest pause a server may take.
+    pub server_pause_budget: Sourced<Duration>,
     /// How late a timer may fire.
     pub scheduling_jitter: Sourced<Duration>,
     /// How far the holder's and the server's clocks may disagree over one TTL.
@@ -503,12 +535,26 @@ impl Inputs {
         let renew_interval = given
             .duration(Input::RenewInterval)
             .unwrap_or_else(|| dflt(ttl.value / 4, "default: TTL/4, what the tenure client does"));
-        let pause_budget = given.duration(Input::PauseBudget).unwrap_or_else(|| {
-            dflt(
-                ASSUMED_PAUSE_BUDGET,
-                "assumed: give --pause-budget, your longest GC or VM pause",
-            )
-        });
+        // --pause-budget sets both; each budget given on its own wins over it.
+        let both = given.duration(Input::PauseBudget);
+        let app_pause_budget = given
+            .duration(Input::AppPauseBudget)
+            .or_else(|| both.clone())
+            .unwrap_or_else(|| {
+                dflt(
+                    ASSUMED_PAUSE_BUDGET,
+                    "assumed: give --app-pause-budget, the holder's longest GC or VM pause",
+                )
+            });
+        let server_pause_budget = given
+            .duration(Input::ServerPauseBudget)
+            .or(both)
+            .unwrap_or_else(|| {
+                dflt(
+                    ASSUMED_PAUSE_BUDGET,
+                    "assumed: give --server-pause-budget, a server's longest VM stall or swap",
+                )
+            });
         let scheduling_jitter = given.duration(Input::SchedulingJitter).unwrap_or_else(|| {
             dflt(
                 ASSUMED_SCHEDULING_JITTER,
@@ -536,7 +582,8 @@ impl Inputs {
             ttl,
             renew_interval,
             network_p99,
-            pause_budget,
+            app_pause_budget,
+            server_pause_budget,
             scheduling_jitter,
             clock_skew,
             holders,
@@ -561,7 +608,16 @@ impl Inputs {
             Input::Ttl => d(&self.ttl),
             Input::RenewInterval => d(&self.renew_interval),
             Input::NetworkP99 => d(&self.network_p99),
-            Input::PauseBudget => d(&self.pause_budget),
+            // Stands for both; the larger is the one that matters more often.
+            Input::PauseBudget => d(
+                if self.app_pause_budget.value >= self.server_pause_budget.value {
+                    &self.app_pause_budget
+                } else {
+                    &self.server_pause_budget
+                },
+            ),
+            Input::AppPauseBudget => d(&self.app_pause_budget),
+            Input::ServerPauseBudget => d(&self.server_pause_budget),
             Input::SchedulingJitter => d(&self.scheduling_jitter),
             Input::ClockSkew => d(&self.clock_skew),
             Input::Holders => c(&self.holders),

@@ -12,8 +12,8 @@
 //! | cluster size | the voters in `/status` |
 //!
 //! `tenure_fsync_seconds`, `tenure_failover_seconds` and `tenure_lease_age_at_renewal_seconds`
-//! are reported as notes. The heartbeat and election timeout are not exported; they come
-//! from flags, the file or the defaults.
+//! are reported as notes. The heartbeat and election timeout the node was configured with
+//! come from the `timing` of its `/status` (`tenure plan`'s `configured_timing`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -164,7 +164,8 @@ impl Plan {
         let ttl = inputs.ttl.value;
         let r = inputs.renew_interval.value;
         let n = inputs.network_p99.value;
-        let p = inputs.pause_budget.value;
+        let p = inputs.server_pause_budget.value;
+        let pa = inputs.app_pause_budget.value;
         let j = inputs.scheduling_jitter.value;
         let s = inputs.clock_skew.value;
         let size = inputs.cluster_size.value;
@@ -197,7 +198,7 @@ impl Plan {
             rule: Rule::LeaderPause,
             holds: t > leader_sum,
             statement: format!(
-                "election timeout {} > heartbeat + network p99 + pause budget + scheduling \
+                "election timeout {} > heartbeat + network p99 + server pause + scheduling \
                  jitter = {} + {} + {} + {} = {}",
                 human(t),
                 human(h),
@@ -214,39 +215,45 @@ impl Plan {
                         human(h + n + j)
                     )
                 } else {
-                    format!("or keep --pause-budget under {}", human(room))
+                    format!("or keep --server-pause-budget under {}", human(room))
                 };
+                // What to run the servers with: the smallest whole multiple of 50 ms above
+                // the sum, and a heartbeat of at most a fifth of it (DESIGN: heartbeat ≤ T/5).
+                let step = 50u128;
+                let suggest_ms = (leader_sum.as_millis() / step + 1) * step;
                 format!(
                     "a Raft leader that pauses {} just before a heartbeat is due starts an \
                      election: raise --election-timeout above {} ({budget}; a shorter \
-                     --heartbeat helps too)",
+                     --heartbeat helps too); for example run every server with \
+                     `tenure server --election-timeout-ms {suggest_ms} --heartbeat-ms {}`",
                     human(p),
-                    human(leader_sum)
+                    human(leader_sum),
+                    (suggest_ms / 5).min(h.as_millis().max(1)),
                 )
             }),
         });
 
-        let lease_sum = r + n + p + s;
+        let lease_sum = r + n + pa + s;
         rules.push(RuleCheck {
             rule: Rule::LeasePause,
             holds: ttl > lease_sum,
             statement: format!(
-                "TTL {} > renew interval + network p99 + pause budget + clock skew = {} + {} + \
+                "TTL {} > renew interval + network p99 + app pause + clock skew = {} + {} + \
                  {} + {} = {}",
                 human(ttl),
                 human(r),
                 human(n),
-                human(p),
+                human(pa),
                 human(s),
                 human(lease_sum)
             ),
             advice: (ttl <= lease_sum).then(|| {
-                let room = ttl.saturating_sub(n + p + s);
+                let room = ttl.saturating_sub(n + pa + s);
                 let renew = if room.is_zero() {
                     format!(
-                        "no renew interval is short enough: network p99 + pause budget + \
+                        "no renew interval is short enough: network p99 + app pause + \
                          clock skew = {} leave nothing of the {} TTL",
-                        human(n + p + s),
+                        human(n + pa + s),
                         human(ttl)
                     )
                 } else {
@@ -258,7 +265,7 @@ impl Plan {
                 format!(
                     "a holder that pauses {} just before it renews loses its lease while \
                      alive (a false failover): raise --ttl above {} ({renew})",
-                    human(p),
+                    human(pa),
                     human(lease_sum)
                 )
             }),
@@ -289,7 +296,7 @@ impl Plan {
             always_from: t * 2,
         };
 
-        let excess = (p + r + n + s).saturating_sub(ttl);
+        let excess = (pa + r + n + s).saturating_sub(ttl);
         let share = excess.as_nanos() * u128::from(PERMILLE) / r.as_nanos().max(1);
         let lease_pause = LeasePause {
             safe_up_to: ttl.saturating_sub(r + n + s),
@@ -309,7 +316,8 @@ impl Plan {
         let mut warnings = Vec::new();
         let assumed: Vec<&str> = [
             (&inputs.network_p99.source, "network p99"),
-            (&inputs.pause_budget.source, "pause budget"),
+            (&inputs.app_pause_budget.source, "app pause"),
+            (&inputs.server_pause_budget.source, "server pause"),
             (&inputs.scheduling_jitter.source, "scheduling jitter"),
             (&inputs.warm_up.source, "warm-up"),
         ]
@@ -462,8 +470,9 @@ mod tests {
             c.advice.as_deref(),
             Some(
                 "a Raft leader that pauses 100 ms just before a heartbeat is due starts an \
-                 election: raise --election-timeout above 150 ms (or keep --pause-budget \
-                 under 100 ms; a shorter --heartbeat helps too)"
+                 election: raise --election-timeout above 150 ms (or keep --server-pause-budget \
+                 under 100 ms; a shorter --heartbeat helps too); for example run every server \
+                 with `tenure server --election-timeout-ms 200 --heartbeat-ms 30`"
             )
         );
         assert_eq!(at.raft_pause.safe_up_to, ms(100));
@@ -593,13 +602,13 @@ mod tests {
             #[test]
             fn a_longer_pause_is_never_less_risky(p in any_plan(), extra in 0u64..5_000) {
                 let mut g = Given::default();
-                for i in Input::ALL {
+                for i in Input::REPORTED {
                     let (v, _) = p.inputs.get(i);
                     g.set(i, v, Source::Flag).expect("the plan's own inputs are valid");
                 }
                 g.set(
-                    Input::PauseBudget,
-                    Value::Duration(p.inputs.pause_budget.value + ms(extra)),
+                    Input::AppPauseBudget,
+                    Value::Duration(p.inputs.app_pause_budget.value + ms(extra)),
                     Source::Flag,
                 ).expect("valid");
                 let longer = Plan::new(Inputs::resolve(&g).expect("resolves"));

@@ -57,7 +57,7 @@ impl Plan {
         let mut out = String::new();
         let o = &mut out;
         let _ = writeln!(o, "Inputs");
-        for input in Input::ALL {
+        for input in Input::REPORTED {
             let (v, source) = i.get(input);
             let _ = writeln!(o, "  {:<18} {:<9} {source}", input.label(), value_text(v));
         }
@@ -146,8 +146,9 @@ impl Plan {
             human(self.notification)
         );
 
-        let p = i.pause_budget.value;
-        let _ = writeln!(o, "\nA pause of {} (the pause budget)", human(p));
+        let p = i.server_pause_budget.value;
+        let pa = i.app_pause_budget.value;
+        let _ = writeln!(o, "\nA pause of each budget");
         let rp = &self.raft_pause;
         let raft = if p <= rp.safe_up_to {
             "never starts an election"
@@ -158,7 +159,8 @@ impl Plan {
         };
         let _ = writeln!(
             o,
-            "  Raft leader    {raft}; safe up to {}, an election from {} on",
+            "  Raft leader    paused {}: {raft}; safe up to {}, an election from {} on",
+            human(p),
             human(rp.safe_up_to),
             human(rp.always_from)
         );
@@ -173,7 +175,8 @@ impl Plan {
         };
         let _ = writeln!(
             o,
-            "  lease holder   {holder}; safe up to {}, fatal above {}",
+            "  lease holder   paused {}: {holder}; safe up to {}, fatal above {}",
+            human(pa),
             human(lp.safe_up_to),
             human(lp.always_above)
         );
@@ -249,7 +252,7 @@ impl Plan {
     pub fn json(&self) -> serde_json::Value {
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         let failover = |f: &Failover| json!({"best_us": us(f.best), "average_us": us(f.average), "worst_us": us(f.worst)});
-        let inputs: serde_json::Map<String, serde_json::Value> = Input::ALL
+        let inputs: serde_json::Map<String, serde_json::Value> = Input::REPORTED
             .into_iter()
             .map(|input| {
                 let (v, source) = self.inputs.get(input);
@@ -281,7 +284,8 @@ impl Plan {
                 "notification_us": us(self.notification),
             },
             "pause": {
-                "pause_budget_us": us(self.inputs.pause_budget.value),
+                "app_pause_budget_us": us(self.inputs.app_pause_budget.value),
+                "server_pause_budget_us": us(self.inputs.server_pause_budget.value),
                 "raft_safe_up_to_us": us(self.raft_pause.safe_up_to),
                 "raft_always_from_us": us(self.raft_pause.always_from),
                 "lease_safe_up_to_us": us(self.lease_pause.safe_up_to),

@@ -44,7 +44,8 @@ fn heartbeat_1s_times_5_missed_plus_campaign_and_warm_up_is_7_3_s() {
           TTL                10 s      default: tenure campaign's and run's --ttl
           renew interval     2.5 s     default: TTL/4, what the tenure client does
           network p99        10 ms     assumed, not measured: a local network (give --network-p99, or --from a node)
-          pause budget       50 ms     assumed: give --pause-budget, your longest GC or VM pause
+          app pause          50 ms     assumed: give --app-pause-budget, the holder's longest GC or VM pause
+          server pause       50 ms     assumed: give --server-pause-budget, a server's longest VM stall or swap
           scheduling jitter  10 ms     assumed: give --scheduling-jitter, how late timers fire under load
           clock skew         210 ms    default: the client's drift margin, 2 × 1% of the TTL + 10 ms
           holders            1         default
@@ -52,8 +53,8 @@ fn heartbeat_1s_times_5_missed_plus_campaign_and_warm_up_is_7_3_s() {
 
         Rules
           ok     beats: election timeout 5 s ≥ missed beats × heartbeat = 5 × 1 s = 5 s
-          ok     leader-pause: election timeout 5 s > heartbeat + network p99 + pause budget + scheduling jitter = 1 s + 10 ms + 50 ms + 10 ms = 1.07 s
-          ok     lease-pause: TTL 10 s > renew interval + network p99 + pause budget + clock skew = 2.5 s + 10 ms + 50 ms + 210 ms = 2.77 s
+          ok     leader-pause: election timeout 5 s > heartbeat + network p99 + server pause + scheduling jitter = 1 s + 10 ms + 50 ms + 10 ms = 1.07 s
+          ok     lease-pause: TTL 10 s > renew interval + network p99 + app pause + clock skew = 2.5 s + 10 ms + 50 ms + 210 ms = 2.77 s
 
         Failover when the Raft leader crashes (detection + campaign + warm-up)
           rule of thumb  missed beats × heartbeat + campaign + warm-up = 5 × 1 s + 300 ms + 2 s = 7.3 s
@@ -67,9 +68,9 @@ fn heartbeat_1s_times_5_missed_plus_campaign_and_warm_up_is_7_3_s() {
           worst          12.02 s   the crash just after a renewal: the whole TTL, 10 s, left
           notification   20 ms: the expiry committed and the next candidate woken (2 × network p99)
 
-        A pause of 50 ms (the pause budget)
-          Raft leader    never starts an election; safe up to 3.98 s, an election from 10 s on
-          lease holder   never costs a live holder its lease; safe up to 7.28 s, fatal above 9.78 s
+        A pause of each budget
+          Raft leader    paused 50 ms: never starts an election; safe up to 3.98 s, an election from 10 s on
+          lease holder   paused 50 ms: never costs a live holder its lease; safe up to 7.28 s, fatal above 9.78 s
 
         Traffic
           renewals       0.4/s per holder (every 2.5 s), 0.4/s for 1 holder
@@ -79,7 +80,7 @@ fn heartbeat_1s_times_5_missed_plus_campaign_and_warm_up_is_7_3_s() {
           3 voters: a quorum is 2, 1 member may fail
 
         Warnings
-          - assumed, not measured or given: network p99, pause budget, scheduling jitter; measure with --from URL or give them
+          - assumed, not measured or given: network p99, app pause, server pause, scheduling jitter; measure with --from URL or give them
 
         Verdict: every rule holds.
     "#]]
@@ -114,7 +115,8 @@ fn ttl_10s_renewed_every_3s_fails_over_in_at_most_about_10s() {
           TTL                10 s      flag
           renew interval     3 s       flag
           network p99        10 ms     flag
-          pause budget       50 ms     assumed: give --pause-budget, your longest GC or VM pause
+          app pause          50 ms     assumed: give --app-pause-budget, the holder's longest GC or VM pause
+          server pause       50 ms     assumed: give --server-pause-budget, a server's longest VM stall or swap
           scheduling jitter  10 ms     assumed: give --scheduling-jitter, how late timers fire under load
           clock skew         210 ms    default: the client's drift margin, 2 × 1% of the TTL + 10 ms
           holders            1         default
@@ -122,8 +124,8 @@ fn ttl_10s_renewed_every_3s_fails_over_in_at_most_about_10s() {
 
         Rules
           ok     beats: election timeout 150 ms ≥ missed beats × heartbeat = 5 × 30 ms = 150 ms
-          ok     leader-pause: election timeout 150 ms > heartbeat + network p99 + pause budget + scheduling jitter = 30 ms + 10 ms + 50 ms + 10 ms = 100 ms
-          ok     lease-pause: TTL 10 s > renew interval + network p99 + pause budget + clock skew = 3 s + 10 ms + 50 ms + 210 ms = 3.27 s
+          ok     leader-pause: election timeout 150 ms > heartbeat + network p99 + server pause + scheduling jitter = 30 ms + 10 ms + 50 ms + 10 ms = 100 ms
+          ok     lease-pause: TTL 10 s > renew interval + network p99 + app pause + clock skew = 3 s + 10 ms + 50 ms + 210 ms = 3.27 s
 
         Failover when the Raft leader crashes (detection + campaign + warm-up)
           rule of thumb  missed beats × heartbeat + campaign + warm-up = 5 × 30 ms + 40 ms + 0 s = 190 ms
@@ -137,9 +139,9 @@ fn ttl_10s_renewed_every_3s_fails_over_in_at_most_about_10s() {
           worst          10.02 s   the crash just after a renewal: the whole TTL, 10 s, left
           notification   20 ms: the expiry committed and the next candidate woken (2 × network p99)
 
-        A pause of 50 ms (the pause budget)
-          Raft leader    never starts an election; safe up to 100 ms, an election from 300 ms on
-          lease holder   never costs a live holder its lease; safe up to 6.78 s, fatal above 9.78 s
+        A pause of each budget
+          Raft leader    paused 50 ms: never starts an election; safe up to 100 ms, an election from 300 ms on
+          lease holder   paused 50 ms: never costs a live holder its lease; safe up to 6.78 s, fatal above 9.78 s
 
         Traffic
           renewals       0.333/s per holder (every 3 s), 0.333/s for 1 holder
@@ -149,7 +151,7 @@ fn ttl_10s_renewed_every_3s_fails_over_in_at_most_about_10s() {
           3 voters: a quorum is 2, 1 member may fail
 
         Warnings
-          - assumed, not measured or given: pause budget, scheduling jitter; measure with --from URL or give them
+          - assumed, not measured or given: app pause, server pause, scheduling jitter; measure with --from URL or give them
 
         Verdict: every rule holds.
     "#]]
@@ -161,7 +163,11 @@ fn ttl_10s_renewed_every_3s_fails_over_in_at_most_about_10s() {
 /// live holder its lease wherever the pause falls.
 #[test]
 fn ttl_2s_renewed_every_600ms_costs_5x_the_renewals_and_dies_of_one_2_5s_pause() {
-    let common = [(Input::NetworkP99, ms(10)), (Input::PauseBudget, ms(2_500))];
+    // The seeds' question is about the application's GC: the holder's pause budget.
+    let common = [
+        (Input::NetworkP99, ms(10)),
+        (Input::AppPauseBudget, ms(2_500)),
+    ];
     let short = plan(&[
         (Input::Ttl, ms(2_000)),
         (Input::RenewInterval, ms(600)),
@@ -192,7 +198,8 @@ fn ttl_2s_renewed_every_600ms_costs_5x_the_renewals_and_dies_of_one_2_5s_pause()
           TTL                2 s       flag
           renew interval     600 ms    flag
           network p99        10 ms     flag
-          pause budget       2.5 s     flag
+          app pause          2.5 s     flag
+          server pause       50 ms     assumed: give --server-pause-budget, a server's longest VM stall or swap
           scheduling jitter  10 ms     assumed: give --scheduling-jitter, how late timers fire under load
           clock skew         50 ms     default: the client's drift margin, 2 × 1% of the TTL + 10 ms
           holders            1         default
@@ -200,10 +207,9 @@ fn ttl_2s_renewed_every_600ms_costs_5x_the_renewals_and_dies_of_one_2_5s_pause()
 
         Rules
           ok     beats: election timeout 150 ms ≥ missed beats × heartbeat = 5 × 30 ms = 150 ms
-          FAILS  leader-pause: election timeout 150 ms > heartbeat + network p99 + pause budget + scheduling jitter = 30 ms + 10 ms + 2.5 s + 10 ms = 2.55 s
-                 -> a Raft leader that pauses 2.5 s just before a heartbeat is due starts an election: raise --election-timeout above 2.55 s (or keep --pause-budget under 100 ms; a shorter --heartbeat helps too)
-          FAILS  lease-pause: TTL 2 s > renew interval + network p99 + pause budget + clock skew = 600 ms + 10 ms + 2.5 s + 50 ms = 3.16 s
-                 -> a holder that pauses 2.5 s just before it renews loses its lease while alive (a false failover): raise --ttl above 3.16 s (no renew interval is short enough: network p99 + pause budget + clock skew = 2.56 s leave nothing of the 2 s TTL)
+          ok     leader-pause: election timeout 150 ms > heartbeat + network p99 + server pause + scheduling jitter = 30 ms + 10 ms + 50 ms + 10 ms = 100 ms
+          FAILS  lease-pause: TTL 2 s > renew interval + network p99 + app pause + clock skew = 600 ms + 10 ms + 2.5 s + 50 ms = 3.16 s
+                 -> a holder that pauses 2.5 s just before it renews loses its lease while alive (a false failover): raise --ttl above 3.16 s (no renew interval is short enough: network p99 + app pause + clock skew = 2.56 s leave nothing of the 2 s TTL)
 
         Failover when the Raft leader crashes (detection + campaign + warm-up)
           rule of thumb  missed beats × heartbeat + campaign + warm-up = 5 × 30 ms + 40 ms + 0 s = 190 ms
@@ -217,9 +223,9 @@ fn ttl_2s_renewed_every_600ms_costs_5x_the_renewals_and_dies_of_one_2_5s_pause()
           worst          2.02 s    the crash just after a renewal: the whole TTL, 2 s, left
           notification   20 ms: the expiry committed and the next candidate woken (2 × network p99)
 
-        A pause of 2.5 s (the pause budget)
-          Raft leader    always starts an election; safe up to 100 ms, an election from 300 ms on
-          lease holder   always costs a live holder its lease (a false failover); safe up to 1.34 s, fatal above 1.94 s
+        A pause of each budget
+          Raft leader    paused 50 ms: never starts an election; safe up to 100 ms, an election from 300 ms on
+          lease holder   paused 2.5 s: always costs a live holder its lease (a false failover); safe up to 1.34 s, fatal above 1.94 s
                          failover after such a pause: as after a crash at its start
 
         Traffic
@@ -230,9 +236,9 @@ fn ttl_2s_renewed_every_600ms_costs_5x_the_renewals_and_dies_of_one_2_5s_pause()
           3 voters: a quorum is 2, 1 member may fail
 
         Warnings
-          - assumed, not measured or given: scheduling jitter, warm-up; measure with --from URL or give them
+          - assumed, not measured or given: server pause, scheduling jitter, warm-up; measure with --from URL or give them
 
-        Verdict: 2 rules fail: leader-pause, lease-pause.
+        Verdict: 1 rule fails: lease-pause.
     "#]]
     .assert_eq(&short.text());
 }

@@ -205,6 +205,22 @@ pub struct StatusJson {
     pub sessions: usize,
     /// This node's version.
     pub version: &'static str,
+    /// This node's timing as configured (`--election-timeout-ms`, `--heartbeat-ms`,
+    /// `--tick-ms`, `--fast-election`), for `tenure plan --from`.
+    pub timing: TimingJson,
+}
+
+/// A node's configured timing, in `/status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimingJson {
+    /// The shortest election timeout; each is drawn from `[T, 2T)`.
+    pub election_timeout_ms: u64,
+    /// The leader's heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// The node's clock tick.
+    pub tick_ms: u64,
+    /// Whether a leader whose process exited is replaced without waiting for the timeout.
+    pub fast_election: bool,
 }
 
 /// The routes of `/metrics`, `/health` and `/status`.
@@ -316,5 +332,11 @@ pub(crate) fn status_json(
         learners: st.membership.learners.iter().copied().collect(),
         sessions,
         version: crate::metrics::BUILD_VERSION,
+        timing: TimingJson {
+            election_timeout_ms: s.config.election_timeout_ms,
+            heartbeat_ms: s.config.heartbeat_ms,
+            tick_ms: s.config.tick_ms,
+            fast_election: s.config.fast_election,
+        },
     }
 }
