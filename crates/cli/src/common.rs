@@ -32,8 +32,12 @@ pub fn block_on(f: impl std::future::Future<Output = u8>) -> ExitCode {
 pub async fn fail(what: &str, url: &str, e: &Error) -> u8 {
     log(&format!("error: {what}: {e}"));
     if tenure::admin::diagnose::worth_a_look(e) {
+        let said = e.to_string();
         for hint in tenure::admin::diagnose::hints(url).await {
-            log(&format!("hint: {hint}"));
+            // The error may already be what the look finds (a plaintext URL at a TLS node).
+            if !said.contains(&hint) {
+                log(&format!("hint: {hint}"));
+            }
         }
     }
     exit_code(e, Commands::Script)

@@ -341,24 +341,59 @@ fn the_session_id_variable_holds_the_session(url: &str, dir: &std::path::Path) {
 }
 
 /// A client without TLS files pointed at a node's client port (which speaks TLS) is told
-/// so, and what to give.
+/// so, and what to give, at once (not after the request budget of retries); and a TLS
+/// client pointed at something that does not speak TLS is told that.
 fn a_plaintext_client_is_told_the_node_speaks_tls(cluster: &Cluster) {
     let client = cluster.addrs(cluster.leader()).client;
     let url = format!("tenure://{client}");
-    let out = Command::new(BIN)
-        .args(["leader", "--election", "e", "--backend", &url])
-        .env_remove("TENURE_CA")
-        .env_remove("TENURE_CERT")
-        .env_remove("TENURE_KEY")
-        .env_remove("TENURE_TOKEN_FILE")
-        .output()
-        .expect("run tenure");
+    for args in [
+        &["leader", "--election", "e", "--backend", &url][..],
+        &["campaign", "--election", "e", "--backend", &url],
+        &["status", "--backend", &url],
+    ] {
+        let started = Instant::now();
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("TENURE_CA")
+            .env_remove("TENURE_CERT")
+            .env_remove("TENURE_KEY")
+            .env_remove("TENURE_TOKEN_FILE")
+            .output()
+            .expect("run tenure");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{client} speaks TLS and this URL does not"))
+                && err.contains("ca=FILE"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.matches("speaks TLS").count(), 1, "said once: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{args:?} took {:?} to say so",
+            started.elapsed()
+        );
+    }
+
+    // Something that answers a TLS handshake in plaintext.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = plain.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut s in plain.incoming().map_while(Result::ok) {
+            use std::io::Write as _;
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let url = format!("tenure://{addr}{}", cluster.query());
+    let started = Instant::now();
+    let out = tenure(&["leader", "--election", "e", "--backend", &url]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains(&format!("{addr} does not speak TLS")), "{err}");
     assert!(
-        err.contains(&format!("{client} speaks TLS and this URL does not"))
-            && err.contains("ca=FILE"),
-        "{err}"
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
     );
 }
 

@@ -550,6 +550,34 @@ impl LeaderChannel {
         }
     }
 
+    /// A plaintext channel whose node answered with something that is not HTTP/2: if that
+    /// node speaks TLS, the definite error that says so (the request never reached it, so
+    /// nothing took effect), instead of retrying until the budget runs out.
+    ///
+    /// The reverse too: a TLS channel whose node answered the handshake with bytes that are
+    /// not TLS (rustls: a corrupt message of type `InvalidContentType`) does not speak TLS
+    /// there, and the handshake failed before any request was sent.
+    pub(crate) async fn tls_mismatch(&self, addr: &str, s: &Status) -> Option<Error> {
+        if self.dialer.tls.is_some() {
+            return s.message().contains("InvalidContentType").then(|| {
+                Error::Tls(format!(
+                    "{addr} does not speak TLS (it answered the TLS handshake with something \
+                     else): a node started without --tls-dir serves plaintext on loopback only \
+                     (drop ca, cert and key from the URL there), and a node's HTTP or peer port \
+                     is not its client port"
+                ))
+            });
+        }
+        let garbled = s.message().contains("h2 protocol error")
+            || s.message().contains("frame with invalid size");
+        if !garbled {
+            return None;
+        }
+        crate::tls::speaks_tls(addr)
+            .await
+            .then(|| Error::Tls(crate::tls::plaintext_to_tls(addr)))
+    }
+
     /// Move the guess past `from`, unless another task already moved it.
     pub(crate) fn advance(&self, from: usize) {
         let next = (from + 1) % self.read_known().addrs.len();
@@ -610,6 +638,9 @@ impl LeaderChannel {
                 Ok(v) => return Ok(v),
                 Err(s) => s,
             };
+            if let Some(e) = self.tls_mismatch(&addr, &s).await {
+                return Err(e);
+            }
             let attempted = self.note_failure(i, &s);
             if attempted == Attempted::Answer {
                 return Err(s.into());

@@ -206,3 +206,39 @@ pub(crate) fn rustls_cause<'a>(
     }
     rustls_cause(e.source()?)
 }
+
+/// How long [`speaks_tls`] waits for the node's answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether `addr` answers a plaintext request with a TLS alert record (content type 21,
+/// version 3.x): what a TLS server sends before it closes a connection that did not start
+/// with a handshake. Bounded by a second; changes nothing on the node.
+pub(crate) async fn speaks_tls(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let probe = async {
+        let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+            return false;
+        };
+        if s.write_all(b"GET / HTTP/1.1\r\nHost: tenure\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        let mut head = [0u8; 2];
+        s.read_exact(&mut head).await.is_ok() && head == [0x15, 0x03]
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, probe)
+        .await
+        .unwrap_or(false)
+}
+
+/// What to tell a plaintext client whose node at `addr` speaks TLS.
+pub(crate) fn plaintext_to_tls(addr: &str) -> String {
+    format!(
+        "{addr} speaks TLS and this URL does not: give the CA that signed the nodes' \
+         certificates and a client certificate (`?ca=FILE&cert=FILE&key=FILE`, or \
+         --ca/--cert/--key, or $TENURE_CA/$TENURE_CERT/$TENURE_KEY; `tenure certs` makes \
+         them), or a bearer token (`token_file=FILE`)"
+    )
+}

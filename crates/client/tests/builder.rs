@@ -44,11 +44,12 @@ async fn a_client_built_in_code_speaks_as_its_certificate() {
         .connect()
         .await
         .expect("connect");
-    let e = anonymous
+    let Err(e) = anonymous
         .campaign("builder/nightly", b"replica-2", CampaignOptions::default())
         .await
-        .err()
-        .expect("refused without a client certificate");
+    else {
+        panic!("refused without a client certificate")
+    };
     assert!(
         matches!(
             e,

@@ -71,13 +71,8 @@ async fn look(addr: &str, node: &NodeHttp, plaintext: bool) -> Option<String> {
         }
         Err(e @ HttpError::Connect { .. }) => return Some(e.to_string()),
         // The peer broke off: a client port that speaks TLS does, when asked in plaintext.
-        Err(HttpError::Exchange(_)) if plaintext && speaks_tls(addr).await => {
-            return Some(format!(
-                "{addr} speaks TLS and this URL does not: give the CA that signed the nodes' \
-                 certificates and a client certificate (`?ca=FILE&cert=FILE&key=FILE`, or \
-                 --ca/--cert/--key, or $TENURE_CA/$TENURE_CERT/$TENURE_KEY; `tenure certs` \
-                 makes them), or a bearer token (`token_file=FILE`)"
-            ))
+        Err(HttpError::Exchange(_)) if plaintext && crate::tls::speaks_tls(addr).await => {
+            return Some(crate::tls::plaintext_to_tls(addr))
         }
         // TLS failed, the peer broke off, or it does not speak HTTP/1.x: nothing to tell.
         Err(HttpError::Exchange(_)) => return None,
@@ -97,24 +92,6 @@ async fn look(addr: &str, node: &NodeHttp, plaintext: bool) -> Option<String> {
         ));
     }
     Some(hint)
-}
-
-/// Whether `addr` answers a plaintext request with a TLS alert record (content type 21,
-/// version 3.x): what a TLS server sends before it closes a connection that did not start
-/// with a handshake.
-async fn speaks_tls(addr: &str) -> bool {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return false;
-    };
-    if s.write_all(b"GET / HTTP/1.1\r\nHost: tenure\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    let mut head = [0u8; 2];
-    s.read_exact(&mut head).await.is_ok() && head == [0x15, 0x03]
 }
 
 #[cfg(test)]

@@ -174,7 +174,10 @@ impl Admin {
             match tokio::time::timeout(CALL_TIMEOUT, call(client)).await {
                 Ok(Ok(t)) => return Ok((addr.clone(), t.into_inner())),
                 Ok(Err(s)) if is_final(&s) => return Err(Failure::Refused(s.into())),
-                Ok(Err(s)) => errors.push(format!("{addr}: {}", s.message())),
+                Ok(Err(s)) => match self.nodes.tls_mismatch(addr, &s).await {
+                    Some(e) => errors.push(e.to_string()),
+                    None => errors.push(format!("{addr}: {}", s.message())),
+                },
                 Err(_) => errors.push(format!("{addr}: no answer within {CALL_TIMEOUT:?}")),
             }
         }

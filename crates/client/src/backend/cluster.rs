@@ -239,6 +239,10 @@ impl Backend for Remote {
                 }
                 Err(s) => {
                     crate::note_waiter_wakeup();
+                    let addr = self.nodes.node_at(i).0;
+                    if let Some(e) = self.nodes.tls_mismatch(&addr, &s).await {
+                        return Err(e);
+                    }
                     let since = *unanswered_since.get_or_insert_with(Instant::now);
                     let attempted = self.nodes.note_failure(i, &s);
                     if attempted == Attempted::Answer
