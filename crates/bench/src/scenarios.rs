@@ -776,7 +776,15 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
             .context("a timed write")?;
         lat.push(t.elapsed());
     }
-    node_latencies(c, leader, &before, report).await?;
+    let after = scrape(c).await?;
+    node_latencies(c, leader, &before, &after, report)?;
+    if let Some(l) = leader {
+        if let (Some(b), Some(a)) = (&before[l], &after[l]) {
+            let mean = lat.iter().sum::<Duration>() / lat.len().max(1) as u32;
+            breakdown(system, profile, mean, b, a, report);
+        }
+    }
+    floor(system, profile, report)?;
     lat.sort();
     eprintln!(
         "[{system} {profile}] write latency: p50 {:.2} ms, max {:.2} ms over {}",
@@ -915,16 +923,16 @@ async fn scrape(c: &dyn Cluster) -> anyhow::Result<Vec<Option<String>>> {
 /// the leader the commit latency (propose to apply). Each is the exact mean (the
 /// histogram's sum over its count) and the p99 as its bucket's upper bound, one sample per
 /// node; the figures are the nodes' own view of the client's round trip above.
-async fn node_latencies(
+fn node_latencies(
     c: &dyn Cluster,
     leader: Option<usize>,
     before: &[Option<String>],
+    after: &[Option<String>],
     report: &mut Report,
 ) -> anyhow::Result<()> {
     use tenure_plan::metrics::{Quantile, COMMIT, FSYNC};
     let (system, profile) = (c.system(), c.profile());
-    let after = scrape(c).await?;
-    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
         let (Some(b), Some(a)) = (b, a) else {
             continue;
         };
@@ -959,6 +967,147 @@ async fn node_latencies(
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// The mean of a labelled series of `tenure_stage_seconds` between two scrapes, and how
+/// many samples it had (`None` when the node does not export it).
+fn stage_mean(before: &str, after: &str, stage: &str) -> Option<(Duration, u64)> {
+    let read = |text: &str, what: &str| -> Option<f64> {
+        let key = format!("tenure_stage_seconds_{what}{{stage=\"{stage}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let count = read(after, "count")? - read(before, "count")?;
+    let sum = read(after, "sum")? - read(before, "sum")?;
+    (count >= 1.0).then(|| (Duration::from_secs_f64(sum.max(0.0) / count), count as u64))
+}
+
+/// Where one client's write goes, from the leader's own stage histograms
+/// (`tenure_stage_seconds`, `tenure_commit_latency_seconds`) over the timed writes: each
+/// stage's mean, printed and recorded beside the client's mean. Means add up where
+/// quantiles do not: the client's round trip is the server's time plus what lies outside
+/// it (network both ways, TLS, gRPC encoding, the client library), and the server's time
+/// is the queue to the driver thread, the driver's part (write, fsync, replication to a
+/// majority, apply) and the answer's way back to the API task.
+fn breakdown(
+    system: System,
+    profile: Profile,
+    client_mean: Duration,
+    before: &str,
+    after: &str,
+    report: &mut Report,
+) {
+    let Some((total, n)) = stage_mean(before, after, "write_total") else {
+        return;
+    };
+    let stage = |name: &str| stage_mean(before, after, name).map_or(Duration::ZERO, |(d, _)| d);
+    let commit = HistogramDelta::between(before, after, tenure_plan::metrics::COMMIT)
+        .ok()
+        .filter(|d| d.count > 0)
+        .map_or(Duration::ZERO, |d| {
+            Duration::from_secs_f64(d.sum_seconds / d.count as f64)
+        });
+    let queue = stage("write_queue");
+    let rows = [
+        ("client round trip", client_mean),
+        (
+            "outside the server (network, TLS, gRPC, client)",
+            client_mean.saturating_sub(total),
+        ),
+        ("in the server", total),
+        ("  queue to the driver thread", queue),
+        ("  driver: propose to apply", commit),
+        ("    log write (per write)", stage("wal_write")),
+        ("    fsync (per write)", stage("wal_fsync")),
+        (
+            "    replication to a majority (from the write)",
+            stage("replicate"),
+        ),
+        (
+            "  answer back to the API task",
+            total.saturating_sub(queue + commit),
+        ),
+    ];
+    let width = rows.iter().map(|(w, _)| w.len()).max().unwrap_or(0);
+    eprintln!("[{system} {profile}] one write, where its time goes (means over {n} writes):");
+    for (what, d) in rows {
+        eprintln!("[{system} {profile}]   {what:<width$} {:>8.3} ms", as_ms(d));
+        report.record(
+            "write",
+            &format!("one client, breakdown: {}, mean", what.trim()),
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            [(0, as_ms(d))],
+        );
+    }
+}
+
+/// The machine's floor, measured in the same run: a 64-byte round trip over loopback TCP
+/// (no TLS, no HTTP/2; `TCP_NODELAY`) and a 4 KiB write plus `fdatasync` in the temporary
+/// directory the clusters keep their data in. Medians of 2,000 round trips and 300 syncs.
+fn floor(system: System, profile: Profile, report: &mut Report) -> anyhow::Result<()> {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = [0u8; 64];
+        loop {
+            match s.read_exact(&mut buf) {
+                Ok(()) => s.write_all(&buf)?,
+                Err(_) => return Ok(()),
+            }
+        }
+    });
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let mut buf = [7u8; 64];
+    let mut rtt = Vec::with_capacity(2_000);
+    for _ in 0..2_000 {
+        let t = Instant::now();
+        s.write_all(&buf)?;
+        s.read_exact(&mut buf)?;
+        rtt.push(t.elapsed());
+    }
+    drop(s);
+    let _ = echo.join();
+    let dir = tempfile::tempdir()?;
+    let mut f = std::fs::File::create(dir.path().join("floor"))?;
+    let block = [0u8; 4096];
+    let mut sync = Vec::with_capacity(300);
+    for _ in 0..300 {
+        let t = Instant::now();
+        f.write_all(&block)?;
+        f.sync_data()?;
+        sync.push(t.elapsed());
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    for (what, d) in [
+        (
+            "floor: loopback TCP round trip (64 B), median",
+            median(&mut rtt),
+        ),
+        ("floor: 4 KiB write + fdatasync, median", median(&mut sync)),
+    ] {
+        eprintln!("[{system} {profile}] {what}: {:.3} ms", as_ms(d));
+        report.record(
+            "write",
+            what,
+            "ms",
+            Better::Lower,
+            system,
+            profile,
+            [(0, as_ms(d))],
+        );
     }
     Ok(())
 }

@@ -238,8 +238,8 @@ pub enum Input {
     /// The transport's dial to a peer was refused: nothing listens on its peer port. With
     /// the node's follow epoch as of the dial's start ([`Outbox::set_follow_epoch`]).
     PeerRefused(NodeId, u64),
-    /// A client request.
-    Client(ClientRequest),
+    /// A client request, and when the API task handed it over (the queue's stage).
+    Client(ClientRequest, Instant),
     /// Stop after handling what is queued.
     Shutdown,
     /// Panic on the driver thread (`POST /debug/driver-panic`, with fault injection only, or
@@ -358,7 +358,7 @@ impl DriverHandle {
     ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel();
         self.inputs
-            .try_send(Input::Client(make(tx)))
+            .try_send(Input::Client(make(tx), Instant::now()))
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => {
                     ApiError::Unavailable("server overloaded".into())
@@ -459,6 +459,7 @@ impl DriverHandle {
         command: Command,
         timeout: Duration,
     ) -> Result<(Index, Response), ApiError> {
+        let handed = Instant::now();
         let answer = self
             .call(
                 |reply| ClientRequest::Propose {
@@ -469,6 +470,9 @@ impl DriverHandle {
                 timeout,
             )
             .await;
+        if answer.is_ok() {
+            self.metrics.stages.write_total.observe(handed.elapsed());
+        }
         match answer {
             Err(ApiError::Unavailable(why)) if why == CALL_TIMED_OUT => {
                 Err(Unknown::TimedOut.into())
@@ -520,6 +524,8 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
     /// once per election timeout until the peer acknowledges it, and only the first send
     /// of each is worth an info line.
     snapshots_sent_logged: BTreeMap<NodeId, Index>,
+    /// The leader's last entry of each write not yet committed, and when it was written.
+    replicating: std::collections::VecDeque<(Index, Instant)>,
     /// A snapshot from a leader that the node accepted and has not yet made durable:
     /// `(index, term, from)`. Logged as installed once persisted.
     snapshot_installing: Option<(Index, Term, NodeId)>,
@@ -566,6 +572,7 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
         start: Instant::now(),
         id: status.id,
         snapshots_sent_logged: BTreeMap::new(),
+        replicating: std::collections::VecDeque::new(),
         snapshot_installing: None,
         pre_votes_lost_in_a_row: 0,
         election_since: BTreeMap::new(),
@@ -874,12 +881,12 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 let now = self.now_us();
                 self.pipeline.observe(now);
             }
-            Input::Client(req) => self.handle_client(req),
+            Input::Client(req, queued) => self.handle_client(req, queued),
         }
         false
     }
 
-    fn handle_client(&mut self, req: ClientRequest) {
+    fn handle_client(&mut self, req: ClientRequest, queued: Instant) {
         let now = self.now_us();
         match req {
             ClientRequest::Propose {
@@ -887,6 +894,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 command,
                 reply,
             } => {
+                self.metrics.stages.write_queue.observe(queued.elapsed());
                 let (node, core) = self.pipeline.parts();
                 core.propose(node, now, request, command, reply);
             }
@@ -897,6 +905,10 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 bind,
                 reply,
             } => {
+                self.metrics
+                    .stages
+                    .keepalive_queue
+                    .observe(queued.elapsed());
                 let owner = self.pipeline.node().state_machine().session_owner(session);
                 if let (Some(principal), Some(owner)) = (principal.as_deref(), owner) {
                     if principal != owner {
@@ -1038,6 +1050,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         loop {
             let started = Instant::now();
             let mut snapshot_bytes = None;
+            let mut leader_appended = None;
             let (outbox, logged, metrics, id) = (
                 &self.outbox,
                 &mut self.snapshots_sent_logged,
@@ -1053,17 +1066,29 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             };
             let wrote = self
                 .pipeline
-                .write(&mut self.storage, &mut send, |_, persist| {
+                .write(&mut self.storage, &mut send, |node, persist| {
                     snapshot_bytes = persist.snapshot.as_ref().map(|s| s.data.len());
+                    if node.role() == Role::Leader {
+                        leader_appended = persist.entries.last().map(|e| e.index);
+                    }
                 })
                 .map_err(storage_failed)?;
             let Some(wrote) = wrote else { break };
+            let written = started.elapsed();
+            if let Some(index) = leader_appended {
+                self.replicating.push_back((index, started));
+            }
             self.pipeline
                 .sync(&mut self.storage)
                 .map_err(storage_failed)?;
             let took = started.elapsed();
+            if wrote.must_sync {
+                self.metrics.stages.wal_write.observe(written);
+                self.metrics.stages.wal_fsync.observe(took - written);
+            }
             let now = self.start.elapsed().as_micros() as Micros;
             let finished = self.pipeline.advance(now, &mut send);
+            self.note_replicated();
             if wrote.must_sync {
                 self.metrics.fsync_latency.observe(took);
                 if let (Some(bytes), Some((index, _))) =
@@ -1096,6 +1121,27 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         }
         self.deliver();
         Ok(())
+    }
+
+    /// The leader's entries that are now committed: how long each write waited for a
+    /// majority (`tenure_stage_seconds{stage="replicate"}`). A node that is no longer the
+    /// leader forgets what it was waiting for.
+    fn note_replicated(&mut self) {
+        if self.replicating.is_empty() {
+            return;
+        }
+        let status = self.pipeline.node().status();
+        if status.role != Role::Leader {
+            self.replicating.clear();
+            return;
+        }
+        while let Some(&(index, written)) = self.replicating.front() {
+            if index > status.commit {
+                break;
+            }
+            self.metrics.stages.replicate.observe(written.elapsed());
+            self.replicating.pop_front();
+        }
     }
 
     /// Hands the driver core's answers to the waiting API calls and its events to the

@@ -38,6 +38,74 @@ pub const LATENCY_BUCKETS_MS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
 ];
 
+/// Bounds of the stage histograms (`tenure_stage_seconds`): finer below a millisecond,
+/// where a write's stages are on a local network.
+pub const STAGE_BUCKETS_MS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 100.0, 1000.0,
+];
+
+/// Where a request's time goes on this node, stage by stage: `tenure_stage_seconds{stage}`.
+/// With `tenure_commit_latency_seconds` (a proposal from the driver taking it to its
+/// apply) and `tenure_lease_renewal_seconds` (a keepalive from the driver taking it to its
+/// acknowledgement), they add up to what a request spends in the server; `tenure bench
+/// write` reads them before and after a run and prints the means side by side.
+#[derive(Debug)]
+pub struct Stages {
+    /// A proposal waiting in the driver's queue (the API task handed it over until the
+    /// driver thread took it).
+    pub write_queue: Histogram,
+    /// A proposal in the server: from the API task handing it over until the answer is
+    /// back in that task.
+    pub write_total: Histogram,
+    /// A keepalive waiting in the driver's queue.
+    pub keepalive_queue: Histogram,
+    /// A keepalive in the server, handed over to answered.
+    pub keepalive_total: Histogram,
+    /// Writing one Ready's entries and state to the log (before its fsync).
+    pub wal_write: Histogram,
+    /// That Ready's fsync.
+    pub wal_fsync: Histogram,
+    /// On the leader: its new entries written (and sent to the followers) until they are
+    /// committed, that is until a majority holds them durably; a follower's network round
+    /// trip and fsync, or the leader's own fsync, whichever ends later.
+    pub replicate: Histogram,
+}
+
+impl Stages {
+    fn new() -> Stages {
+        let h = || Histogram::new(STAGE_BUCKETS_MS);
+        Stages {
+            write_queue: h(),
+            write_total: h(),
+            keepalive_queue: h(),
+            keepalive_total: h(),
+            wal_write: h(),
+            wal_fsync: h(),
+            replicate: h(),
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        let name = "tenure_stage_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Where a request's time goes on this node, stage by stage."
+        );
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (stage, h) in [
+            ("write_queue", &self.write_queue),
+            ("write_total", &self.write_total),
+            ("keepalive_queue", &self.keepalive_queue),
+            ("keepalive_total", &self.keepalive_total),
+            ("wal_write", &self.wal_write),
+            ("wal_fsync", &self.wal_fsync),
+            ("replicate", &self.replicate),
+        ] {
+            h.render_series(out, name, &format!("stage=\"{stage}\""));
+        }
+    }
+}
+
 impl Histogram {
     fn new(bounds_ms: &'static [f64]) -> Histogram {
         Histogram {
@@ -68,6 +136,29 @@ impl Histogram {
     /// Sum of all samples (the dashboard charts the mean between two readings).
     pub fn sum(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.sum_us.load(Relaxed))
+    }
+
+    /// One labelled series of a histogram family whose HELP and TYPE lines are written.
+    fn render_series(&self, out: &mut String, name: &str, labels: &str) {
+        for (b, bound) in self.buckets.iter().zip(self.bounds_ms) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels},le=\"{}\"}} {}",
+                bound / 1000.0,
+                b.load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels},le=\"+Inf\"}} {}",
+            self.count()
+        );
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{labels}}} {}",
+            self.sum_us.load(Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count());
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
@@ -135,6 +226,8 @@ pub struct Metrics {
     pub commit_latency: Histogram,
     /// One `persist` call: write plus fsync.
     pub fsync_latency: Histogram,
+    /// Where a request's time goes, stage by stage.
+    pub stages: Stages,
     /// Commit index.
     pub commit_index: AtomicU64,
     /// Applied index.
@@ -222,6 +315,7 @@ impl Default for Metrics {
             failover: Histogram::new(LATENCY_BUCKETS_MS),
             commit_latency: Histogram::new(LATENCY_BUCKETS_MS),
             fsync_latency: Histogram::new(LATENCY_BUCKETS_MS),
+            stages: Stages::new(),
             commit_index: AtomicU64::new(0),
             applied_index: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
@@ -602,6 +696,7 @@ impl Metrics {
             "tenure_fsync_seconds",
             "Write-ahead log write plus fsync.",
         );
+        self.stages.render(&mut out);
         out
     }
 }

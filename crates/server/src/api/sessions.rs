@@ -124,6 +124,7 @@ impl v1::sessions_server::Sessions for Api {
                         Principal::Named(name) => Some(name.clone()),
                         Principal::Anyone => None,
                     };
+                    let handed = std::time::Instant::now();
                     let answer = api
                         .driver
                         .call(
@@ -137,6 +138,13 @@ impl v1::sessions_server::Sessions for Api {
                             api.timeout,
                         )
                         .await;
+                    if answer.is_ok() {
+                        api.driver
+                            .metrics
+                            .stages
+                            .keepalive_total
+                            .observe(handed.elapsed());
+                    }
                     let msg = match answer {
                         Ok(ttl_ticks) => Ok(v1::KeepAliveResponse {
                             session_id: session,
@@ -183,10 +191,10 @@ impl v1::sessions_server::Sessions for Api {
             if bound {
                 // Best effort: a driver that is gone or full has stopped leading or will
                 // let the sessions expire on their TTL.
-                let _ = api
-                    .driver
-                    .inputs
-                    .try_send(Input::Client(ClientRequest::StreamEnded { stream, end }));
+                let _ = api.driver.inputs.try_send(Input::Client(
+                    ClientRequest::StreamEnded { stream, end },
+                    std::time::Instant::now(),
+                ));
             }
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
