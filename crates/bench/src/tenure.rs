@@ -276,6 +276,14 @@ impl Cluster for TenureCluster {
         if let Some(tls) = &self.tls {
             node.tls_dir = Some(tls.certs.dir().to_path_buf());
             node.cluster_id = Some(TLS_CLUSTER_ID.to_string());
+            // Every client of the bench authenticates as one principal, standing for 256
+            // applications at once; the per-principal share (256 connections per node by
+            // default, so that one tenant cannot take the pool) would stop its 256-client
+            // run, which the plaintext run (no principals) does not meet.
+            node.args.extend([
+                "--connections-per-principal-max".to_string(),
+                "4096".to_string(),
+            ]);
         }
         node.fast_election = self.system().fast_election();
         let log = dir.join(format!("n{i}.log"));
