@@ -281,6 +281,8 @@ pub struct LeaderChannel {
     guess: Arc<AtomicUsize>,
     /// How long attempts and calls may take.
     timeouts: Timeouts,
+    /// The addresses already probed for TLS after a failed plaintext connection.
+    probed: Arc<Mutex<std::collections::BTreeSet<String>>>,
 }
 
 impl std::fmt::Debug for LeaderChannel {
@@ -364,6 +366,7 @@ impl LeaderChannel {
             fixed,
             guess: Arc::new(AtomicUsize::new(0)),
             timeouts,
+            probed: Arc::default(),
         })
     }
 
@@ -568,9 +571,19 @@ impl LeaderChannel {
                 ))
             });
         }
-        let garbled = s.message().contains("h2 protocol error")
-            || s.message().contains("frame with invalid size");
-        if !garbled {
+        // A failure of the connection itself (no reason of ours, no definite code): the
+        // node may speak TLS. Each address is probed once per channel: a node that answered
+        // the probe in plaintext once is not asked again, so a node that is merely down or
+        // frozen costs at most one probe.
+        if Reason::of(s).is_some() || is_definite_code(s.code()) {
+            return None;
+        }
+        if !self
+            .probed
+            .lock()
+            .expect("no panics")
+            .insert(addr.to_string())
+        {
             return None;
         }
         crate::tls::speaks_tls(addr)

@@ -207,12 +207,13 @@ pub(crate) fn rustls_cause<'a>(
     rustls_cause(e.source()?)
 }
 
-/// How long [`speaks_tls`] waits for the node's answer.
-const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long [`speaks_tls`] waits for the node's answer: a TLS server sends its alert at
+/// once, so this bounds only a node that accepts and then says nothing (a frozen one).
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Whether `addr` answers a plaintext request with a TLS alert record (content type 21,
 /// version 3.x): what a TLS server sends before it closes a connection that did not start
-/// with a handshake. Bounded by a second; changes nothing on the node.
+/// with a handshake. Bounded by [`PROBE_TIMEOUT`]; changes nothing on the node.
 pub(crate) async fn speaks_tls(addr: &str) -> bool {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let probe = async {
