@@ -65,6 +65,8 @@ pub struct Counts {
     pub health_checks: AtomicU64,
     /// Of those, the ones not answered 200 (a node that the schedule took down counts too).
     pub health_failures: AtomicU64,
+    /// The first few of them, in words: the node, and its answer or why there was none.
+    pub health_failed: std::sync::Mutex<Vec<String>>,
     /// What the greedy tenant got: sessions, KeepAlive streams, Observe streams,
     /// elections, keys.
     pub greedy_sessions: AtomicU64,
@@ -495,13 +497,24 @@ async fn watch(
     while !stop.load(Relaxed) {
         for &(id, addr) in &nodes {
             counts.health_checks.fetch_add(1, Relaxed);
-            let ok = matches!(
-                http.request(addr, "GET", "/health", "", Duration::from_secs(1))
-                    .await,
-                Ok((200, _))
-            );
-            if !ok {
+            let asked = std::time::Instant::now();
+            let answer = http
+                .request(addr, "GET", "/health", "", Duration::from_secs(1))
+                .await;
+            let failed = match answer {
+                Ok((200, _)) => None,
+                Ok((code, body)) => Some(format!("HTTP {code}: {}", body.trim())),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(why) = failed {
                 counts.health_failures.fetch_add(1, Relaxed);
+                let mut failed = counts.health_failed.lock().expect("no panics");
+                if failed.len() < 5 {
+                    failed.push(format!(
+                        "node {id} after {} ms: {why}",
+                        asked.elapsed().as_millis()
+                    ));
+                }
             }
             if let Some(kib) = pids.get(&id).and_then(|&pid| rss_kib(pid)) {
                 let mut memory = memory.lock().expect("no panics");

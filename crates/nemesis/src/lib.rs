@@ -153,6 +153,8 @@ pub struct HostileReport {
     pub health_checks: u64,
     /// Of those, not answered 200.
     pub health_failures: u64,
+    /// The first few of those, in words.
+    pub health_failed: Vec<String>,
     /// Resident memory growth of each node over the run, the largest (MiB).
     pub memory_growth_mib_max: u64,
     /// What the greedy tenant got: sessions, KeepAlive streams, Observe streams,
@@ -315,6 +317,9 @@ impl Report {
                 h.health_checks,
                 h.memory_growth_mib_max
             );
+            for failed in &h.health_failed {
+                let _ = writeln!(out, "  /health failed: {failed}");
+            }
             let [sessions, keepalives, observes, elections, keys, refused] = h.greedy;
             let _ = writeln!(
                 out,
@@ -505,6 +510,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         Some(h) => {
             let (counts, memory) = h.stop().await;
             use std::sync::atomic::Ordering::Relaxed;
+            let health_failed = counts.health_failed.lock().expect("no panics").clone();
             Some(HostileReport {
                 connections_opened: counts.connections_opened.load(Relaxed),
                 connections_closed: counts.connections_closed.load(Relaxed),
@@ -512,6 +518,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
                 slow_headers_cut: counts.slow_headers_cut.load(Relaxed),
                 health_checks: counts.health_checks.load(Relaxed),
                 health_failures: counts.health_failures.load(Relaxed),
+                health_failed,
                 memory_growth_mib_max: memory
                     .values()
                     .map(|(first, most)| most.saturating_sub(*first) / 1024)
