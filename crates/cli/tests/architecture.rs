@@ -4,18 +4,13 @@
 //! workspace, from the section's crate and from that crate's `src/`); and it stays short
 //! enough to be read as a map.
 
+mod common;
+
+use common::workspace;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const WORDS_MAX: usize = 2_500;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("crates/cli sits two levels below the workspace")
-        .to_path_buf()
-}
 
 fn map() -> String {
     std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).expect("read ARCHITECTURE.md")

@@ -30,8 +30,11 @@
 //! doc may leave out what the environment supplies (`TENURE_BACKEND`, …), and `--help`
 //! stops clap before it looks for them. Shell inside YAML manifests is out of scope.
 
+mod common;
+
+use common::workspace;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -52,14 +55,6 @@ const INJECT_BUGS_BUILD: &str = "(build with --features inject-bugs)";
 
 /// How long one `tenure … --help` may take: it only parses, so this is generous.
 const PARSE_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("crates/cli sits two levels below the workspace")
-        .to_path_buf()
-}
 
 /// The docs this test reads, as paths relative to the workspace, in a stable order.
 fn docs() -> Vec<String> {

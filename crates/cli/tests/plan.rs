@@ -24,6 +24,17 @@ fn json_of(out: &Output) -> Value {
 }
 
 /// `tenure` with the words of `line` as its arguments.
+/// The names of the rules a JSON report says fail.
+fn failing_rules(j: &Value) -> Vec<&str> {
+    j["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["holds"] == false)
+        .map(|r| r["rule"].as_str().expect("name"))
+        .collect()
+}
+
 fn tenure_words(line: &str) -> Output {
     tenure(&line.split_whitespace().collect::<Vec<_>>())
 }
@@ -48,13 +59,7 @@ fn the_app_and_server_pause_budgets_are_checked_by_their_own_rules() {
     let out = tenure_words("plan --ttl 2s --renew-interval 600ms --app-pause-budget 2.5s --json");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let j = json_of(&out);
-    let failing: Vec<&str> = j["rules"]
-        .as_array()
-        .expect("rules")
-        .iter()
-        .filter(|r| r["holds"] == false)
-        .map(|r| r["rule"].as_str().expect("name"))
-        .collect();
+    let failing = failing_rules(&j);
     assert_eq!(failing, ["lease-pause"], "{j}");
     assert_eq!(j["inputs"]["server_pause_budget"]["source"], "default");
     assert_eq!(j["pause"]["app_pause_budget_us"], 2_500_000);
@@ -89,13 +94,7 @@ fn a_2s_ttl_one_2_5s_pause_from_a_false_failover_violates_the_lease_rule_and_exi
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let j = json_of(&out);
     assert_eq!(j["ok"], false);
-    let failing: Vec<&str> = j["rules"]
-        .as_array()
-        .expect("rules")
-        .iter()
-        .filter(|r| r["holds"] == false)
-        .map(|r| r["rule"].as_str().expect("name"))
-        .collect();
+    let failing = failing_rules(&j);
     assert_eq!(failing, ["lease-pause"]);
     assert_eq!(j["pause"]["false_failover_permille"], 1000);
     assert_eq!(j["traffic"]["renewals_per_holder_milli_per_s"], 1667);

@@ -141,27 +141,8 @@ impl fmt::Display for Kind {
 }
 
 impl Input {
-    /// Every input, in the order reports list them.
-    pub const ALL: [Input; 15] = [
-        Input::Heartbeat,
-        Input::MissedBeats,
-        Input::ElectionTimeout,
-        Input::Campaign,
-        Input::WarmUp,
-        Input::Ttl,
-        Input::RenewInterval,
-        Input::NetworkP99,
-        Input::PauseBudget,
-        Input::AppPauseBudget,
-        Input::ServerPauseBudget,
-        Input::SchedulingJitter,
-        Input::ClockSkew,
-        Input::Holders,
-        Input::ClusterSize,
-    ];
-
-    /// The inputs a plan resolves and reports: all but [`Input::PauseBudget`], which only
-    /// stands for the two budgets it sets.
+    /// The inputs a plan resolves and reports, in the order reports list them: all but
+    /// [`Input::PauseBudget`], which only stands for the two budgets it sets.
     pub const REPORTED: [Input; 14] = [
         Input::Heartbeat,
         Input::MissedBeats,
@@ -178,6 +159,17 @@ impl Input {
         Input::Holders,
         Input::ClusterSize,
     ];
+
+    /// Every input a flag or a file may give: the reported ones and [`Input::PauseBudget`].
+    pub const ALL: [Input; 15] = {
+        let mut all = [Input::PauseBudget; 15];
+        let mut i = 0;
+        while i < Input::REPORTED.len() {
+            all[i] = Input::REPORTED[i];
+            i += 1;
+        }
+        all
+    };
 
     /// Its key in a TOML file and in JSON (`missed_beats`).
     pub fn key(self) -> &'static str {

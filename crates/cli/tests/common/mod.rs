@@ -358,3 +358,12 @@ impl Cluster {
         }
     }
 }
+
+/// The workspace's root directory (the docs and sources the tests read).
+pub fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/cli sits two levels below the workspace")
+        .to_path_buf()
+}
