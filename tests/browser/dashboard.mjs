@@ -23,35 +23,19 @@
 // Credentials: a bearer token in every request (extraHTTPHeaders), which is how the server
 // authenticates a browser without a client certificate.
 
-import { X509Certificate, createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { run, check, screenshot } from './lib.mjs';
+import { run, check, screenshot, env, nodeKeyPins } from './lib.mjs';
 
 const WAIT_MS = 30_000;
 
 const url = process.argv[2];
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set (this script is run by dashboard_browser.rs)`);
-  return v;
-};
 const certs = env('TENURE_TEST_CERTS');
 const nodes = env('TENURE_TEST_NODES').split(',');
 const viewerToken = env('TENURE_VIEWER_TOKEN');
 const adminToken = env('TENURE_ADMIN_TOKEN');
 const expectLeader = env('TENURE_EXPECT_LEADER');
 
-const ca = new X509Certificate(readFileSync(join(certs, 'ca.pem')));
-const pins = nodes.map((id) => {
-  const cert = new X509Certificate(readFileSync(join(certs, `node-${id}.pem`)));
-  if (!cert.checkIssued(ca) || !cert.verify(ca.publicKey)) {
-    throw new Error(`node-${id}.pem is not signed by the test CA`);
-  }
-  const spki = cert.publicKey.export({ type: 'spki', format: 'der' });
-  return createHash('sha256').update(spki).digest('base64');
-});
+const pins = nodeKeyPins(certs, nodes);
 
 const stdin = createInterface({ input: process.stdin });
 const nextLine = () => new Promise((resolve) => stdin.once('line', resolve));

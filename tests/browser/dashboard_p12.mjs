@@ -15,29 +15,16 @@
 // playwright's clientCertificates (the .p12 file and its password), which is what an
 // import into a browser profile does for a person.
 
-import { X509Certificate, createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { run, check, screenshot } from './lib.mjs';
+import { run, check, screenshot, env, nodeKeyPins } from './lib.mjs';
 
 const WAIT_MS = 30_000;
 const url = process.argv[2];
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set (this script is run by dashboard_browser.rs)`);
-  return v;
-};
 const certs = env('TENURE_TEST_CERTS');
 const node = env('TENURE_TEST_NODE');
 
-const ca = new X509Certificate(readFileSync(join(certs, 'ca.pem')));
-const served = new X509Certificate(readFileSync(join(certs, `node-${node}.pem`)));
-if (!served.checkIssued(ca) || !served.verify(ca.publicKey)) {
-  throw new Error(`node-${node}.pem is not signed by the test CA`);
-}
-const pin = createHash('sha256')
-  .update(served.publicKey.export({ type: 'spki', format: 'der' }))
-  .digest('base64');
+const [pin] = nodeKeyPins(certs, [node]);
 
 await run(async (browser) => {
   // No certificate, no token: a 401 that tells a person what to do.

@@ -16,7 +16,8 @@
 //
 // Installation: `scripts/services.sh install-browser` (apt-get `chromium`, `npm ci` here).
 
-import { existsSync, mkdirSync } from 'node:fs';
+import { X509Certificate, createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 
@@ -103,4 +104,29 @@ export async function run(body, extraArgs = []) {
   } finally {
     await browser.close();
   }
+}
+
+/** The environment variable `name`, set by the Rust test that runs the script. */
+export function env(name) {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set (this script is run by a Rust test)`);
+  return v;
+}
+
+/**
+ * The SHA-256 of each node's public key (base64), for chromium's
+ * --ignore-certificate-errors-spki-list, after checking that each node certificate in
+ * `certs` (node-ID.pem) is issued and signed by that directory's CA: the pages' TLS is
+ * trusted for exactly the test cluster's keys, never in general.
+ */
+export function nodeKeyPins(certs, ids) {
+  const ca = new X509Certificate(readFileSync(join(certs, 'ca.pem')));
+  return ids.map((id) => {
+    const cert = new X509Certificate(readFileSync(join(certs, `node-${id}.pem`)));
+    if (!cert.checkIssued(ca) || !cert.verify(ca.publicKey)) {
+      throw new Error(`node-${id}.pem is not signed by the test CA`);
+    }
+    const spki = cert.publicKey.export({ type: 'spki', format: 'der' });
+    return createHash('sha256').update(spki).digest('base64');
+  });
 }

@@ -33,7 +33,8 @@ pub struct CertsArgs {
     /// Client names, comma-separated (each gets `client-NAME.pem` and its key).
     #[arg(long, value_delimiter = ',')]
     clients: Vec<String>,
-    /// Another host name or IP address clients use to reach the nodes (repeatable).
+    /// Another host name or IP address clients use to reach the nodes (repeatable). Put on
+    /// the node certificates of this run only: give them again when adding nodes later.
     #[arg(long = "host")]
     hosts: Vec<String>,
     /// Validity in days.

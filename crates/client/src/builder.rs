@@ -151,12 +151,7 @@ impl ClientBuilder {
                 Client::over_cluster(&self.url, &url)
             }
             Target::Embedded(_) => {
-                if self.ca.is_some()
-                    || self.identity.is_some()
-                    || self.token_file.is_some()
-                    || self.token.is_some()
-                    || self.discover.is_some()
-                {
+                if self.has_connection_options() {
                     return Err(self.refuse("an embedded: client reaches its own node; TLS, tokens and discovery are set on the node"));
                 }
                 Client::connect_with(&self.url, self.timeouts(Timeouts::default())?).await
@@ -174,12 +169,17 @@ impl ClientBuilder {
         }
     }
 
-    fn has_options(&self) -> bool {
+    /// TLS, a token or discovery: what only a `tenure://` URL's connections take.
+    fn has_connection_options(&self) -> bool {
         self.ca.is_some()
             || self.identity.is_some()
             || self.token_file.is_some()
             || self.token.is_some()
             || self.discover.is_some()
+    }
+
+    fn has_options(&self) -> bool {
+        self.has_connection_options()
             || self.connect_timeout.is_some()
             || self.attempt_timeout.is_some()
             || self.request_timeout.is_some()

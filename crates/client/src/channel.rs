@@ -553,8 +553,8 @@ impl LeaderChannel {
         }
     }
 
-    /// A plaintext channel whose node answered with something that is not HTTP/2: if that
-    /// node speaks TLS, the definite error that says so (the request never reached it, so
+    /// A plaintext channel whose connection failed without an answer of ours: if that node
+    /// speaks TLS, the definite error that says so (the request never reached it, so
     /// nothing took effect), instead of retrying until the budget runs out.
     ///
     /// The reverse too: a TLS channel whose node answered the handshake with bytes that are

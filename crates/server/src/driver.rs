@@ -1088,7 +1088,6 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             }
             let now = self.start.elapsed().as_micros() as Micros;
             let finished = self.pipeline.advance(now, &mut send);
-            self.note_replicated();
             if wrote.must_sync {
                 self.metrics.fsync_latency.observe(took);
                 if let (Some(bytes), Some((index, _))) =
@@ -1123,14 +1122,11 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         Ok(())
     }
 
-    /// The leader's entries that are now committed: how long each write waited for a
-    /// majority (`tenure_stage_seconds{stage="replicate"}`). A node that is no longer the
-    /// leader forgets what it was waiting for.
-    fn note_replicated(&mut self) {
-        if self.replicating.is_empty() {
-            return;
-        }
-        let status = self.pipeline.node().status();
+    /// The leader's entries that `status` shows committed, at the end of the pass that
+    /// committed them: how long each write waited for a majority
+    /// (`tenure_stage_seconds{stage="replicate"}`). A node that no longer leads forgets what
+    /// it was waiting for.
+    fn note_replicated(&mut self, status: &tenure_core::node::Status) {
         if status.role != Role::Leader {
             self.replicating.clear();
             return;
@@ -1315,6 +1311,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         self.outbox
             .set_follow_epoch(self.pipeline.node().follow_epoch());
         let status = self.pipeline.node().status();
+        self.note_replicated(&status);
         let m = &self.metrics;
         m.term.store(status.term, Relaxed);
         m.leader_id.store(status.leader.unwrap_or(0), Relaxed);

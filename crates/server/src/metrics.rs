@@ -65,9 +65,10 @@ pub struct Stages {
     pub wal_write: Histogram,
     /// That Ready's fsync.
     pub wal_fsync: Histogram,
-    /// On the leader: its new entries written (and sent to the followers) until they are
-    /// committed, that is until a majority holds them durably; a follower's network round
-    /// trip and fsync, or the leader's own fsync, whichever ends later.
+    /// On the leader: its new entries written (and sent to the followers) until the end of
+    /// the driver's pass that saw them committed, that is held durably by a majority; a
+    /// follower's network round trip and fsync, or the leader's own fsync, whichever ends
+    /// later.
     pub replicate: Histogram,
 }
 
