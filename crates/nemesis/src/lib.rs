@@ -155,6 +155,8 @@ pub struct HostileReport {
     pub health_failures: u64,
     /// The first few of those, in words.
     pub health_failed: Vec<String>,
+    /// Answered 200, but after more than a second.
+    pub health_slow: u64,
     /// Resident memory growth of each node over the run, the largest (MiB).
     pub memory_growth_mib_max: u64,
     /// What the greedy tenant got: sessions, KeepAlive streams, Observe streams,
@@ -307,14 +309,15 @@ impl Report {
                 out,
                 "\nhostile load: {} anonymous connections opened, {} refused or closed by the \
                  nodes; {} unfinished bodies answered at their headers; {} slow-header \
-                 connections cut off\n/health: {} of {} checks not 200; node memory growth: at \
-                 most {} MiB",
+                 connections cut off\n/health: {} of {} checks not 200 ({} answered 200 after \
+                 more than 1 s); node memory growth: at most {} MiB",
                 h.connections_opened,
                 h.connections_closed,
                 h.bodies_answered,
                 h.slow_headers_cut,
                 h.health_failures,
                 h.health_checks,
+                h.health_slow,
                 h.memory_growth_mib_max
             );
             for failed in &h.health_failed {
@@ -519,6 +522,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
                 health_checks: counts.health_checks.load(Relaxed),
                 health_failures: counts.health_failures.load(Relaxed),
                 health_failed,
+                health_slow: counts.health_slow.load(Relaxed),
                 memory_growth_mib_max: memory
                     .values()
                     .map(|(first, most)| most.saturating_sub(*first) / 1024)
