@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -88,4 +89,55 @@ async fn a_live_peer_whose_connection_is_reset_is_closed_but_never_refused() {
     for node in &nodes {
         node.handle.shutdown().await;
     }
+}
+
+/// A process that exits closes its connections a moment before its listener: a redial in
+/// between completes in the kernel and is then reset. That proves nothing, and the dial after
+/// it must follow at once (not after a backoff), so that the refusal it meets reaches the
+/// node within milliseconds of the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redial_reset_while_the_peer_exits_is_followed_at_once_by_the_refused_one() {
+    let listener = bind().await;
+    let peer_addr = listener.local_addr().expect("addr");
+    let own = bind().await;
+    let own_addr = own.local_addr().expect("addr");
+    let mut cfg = config(1, own, BTreeMap::from([(2, peer_addr)]));
+    // A backoff that a test can tell from "at once"; the connection below lives longer than
+    // its minimum, so that its end is followed by an immediate redial.
+    cfg.reconnect_backoff_min = Duration::from_millis(600);
+    cfg.reconnect_backoff_max = Duration::from_secs(2);
+    let node = start(cfg, own_addr);
+    let mut events = node.handle.take_peer_events().expect("first take");
+    let (first, _) = bounded("the first dial", listener.accept())
+        .await
+        .expect("accept");
+    wait_connected(&node.handle, &[2]).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    // The exit: the connection closes, the redial lands in the listener's queue, and the
+    // listener closes with it still queued (the kernel resets it).
+    drop(first);
+    let closed_at = Instant::now();
+    assert_eq!(next(&mut events).await, PeerEvent::Closed(2));
+    let (redial, _) = bounded("the redial", listener.accept())
+        .await
+        .expect("accept");
+    drop(listener);
+    redial.set_linger(Some(Duration::ZERO)).expect("linger");
+    drop(redial);
+
+    loop {
+        match next(&mut events).await {
+            PeerEvent::Closed(2) => continue,
+            PeerEvent::Refused { peer: 2, .. } => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let took = closed_at.elapsed();
+    // Without the immediate redial the refusal waits a backoff of 300 to 600 ms.
+    assert!(
+        took < Duration::from_millis(250),
+        "refused {took:?} after the close"
+    );
+    node.handle.shutdown().await;
 }
