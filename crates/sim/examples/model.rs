@@ -1,7 +1,8 @@
-//! The bounded model checker (`tenure_sim::explore`) from the command line: the suite's
-//! bound by default, deeper with `--depth N` (and more of everything with `--deep`).
+//! The bounded model checker (`tenure_sim::explore`) from the command line: the suite's two
+//! bounds by default (the general one, then fast election's), one of them with `--general`
+//! or `--fast-election`, deeper with `--depth N` (and more of everything with `--deep`).
 //!
-//!     cargo run --release -p tenure-sim --example model -- --depth 14
+//!     cargo run --release -p tenure-sim --example model -- --general --depth 14
 //!
 //! Prints the states explored, the depth and the time, or the first violation with the
 //! choices that lead to it (exit status 1).
@@ -12,10 +13,31 @@ use tenure_sim::explore::{explore, Bounds};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut bounds = Bounds::suite();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    let runs = match (has("--general"), has("--fast-election")) {
+        (true, false) => vec![Bounds::suite()],
+        (false, true) => vec![Bounds::fast_election()],
+        _ => vec![Bounds::suite(), Bounds::fast_election()],
+    };
+    let mut status = ExitCode::SUCCESS;
+    for mut bounds in runs {
+        if let Err(code) = tune(&mut bounds, &args) {
+            return code;
+        }
+        if !run(&bounds) {
+            status = ExitCode::from(1);
+            break;
+        }
+    }
+    status
+}
+
+/// Applies `--depth`, `--max-states` and `--deep` to `bounds`.
+fn tune(bounds: &mut Bounds, args: &[String]) -> Result<(), ExitCode> {
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
+            "--general" | "--fast-election" => {}
             "--depth" => {
                 bounds.depth = args
                     .get(i + 1)
@@ -38,13 +60,21 @@ fn main() -> ExitCode {
                 bounds.max_states = 20_000_000;
             }
             other => {
-                eprintln!("unknown argument {other}; usage: model [--depth N] [--deep]");
-                return ExitCode::from(2);
+                eprintln!(
+                    "unknown argument {other}; usage: model [--general | --fast-election] \
+                     [--depth N] [--max-states N] [--deep]"
+                );
+                return Err(ExitCode::from(2));
             }
         }
         i += 1;
     }
-    let report = explore(&bounds, Default::default());
+    Ok(())
+}
+
+/// One search; false if it found a violation.
+fn run(bounds: &Bounds) -> bool {
+    let report = explore(bounds, Default::default());
     println!(
         "{} distinct states, {} transitions, depth {}{} in {:.1} s ({bounds:?})",
         report.states,
@@ -61,8 +91,8 @@ fn main() -> ExitCode {
         Some((why, path)) => {
             println!("path: {}", path.join(" → "));
             println!("violation: {why}");
-            ExitCode::from(1)
+            false
         }
-        None => ExitCode::SUCCESS,
+        None => true,
     }
 }

@@ -15,7 +15,11 @@
 //! - **crashes** that lose unsynced writes, and restarts from what the disk kept;
 //! - **clients**: grant a session, campaign, renew it, write with the token it holds, to any
 //!   node; give up on an unanswered request and retry it with the same request id;
-//! - **operators**: one leadership transfer and one membership change (node 3 removed).
+//! - **operators**: one leadership transfer and one membership change (node 3 removed);
+//! - **fast election** (on in every node, as by default): a node's connection to a peer
+//!   closes, whether the peer's process is down or not (a forged reset); a node dials a
+//!   peer that is down and the refusal, stamped with the node's follow epoch as the dial
+//!   starts, waits to be handed to it (now, or after anything else has happened).
 //!
 //! Sessions expire on their own: their TTL is a few ticks. States are merged by a
 //! fingerprint of everything that decides the future (nodes, disks, the messages in flight,
@@ -26,8 +30,9 @@
 //! committed, state machine safety (one digest per applied index), fencing (no write accepted
 //! with a token below one already handed out before it in the log), lease safety (while a
 //! leader's lease holds, nobody leads a later term), holder safety (two clients never both
-//! believe they lead, by the holder's own rule), and exact outcomes (no definite failure for
-//! an entry that commits).
+//! believe they lead, by the holder's own rule), exact outcomes (no definite failure for
+//! an entry that commits), and fast election's premise (a node drops its vote refusal for a
+//! leader only when the process that led that term is no longer running).
 //!
 //! Why not `stateright`: its checker wants `Hash` on the state, and the core's state is
 //! hashed here by a fingerprint of its `Debug` form (the core derives no `Hash`, and should
@@ -40,6 +45,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use tenure_core::config::Config;
+use tenure_core::event::NodeEvent;
 use tenure_core::message::Message;
 use tenure_core::node::{Persist, Role};
 use tenure_core::sm::{Command, RequestId, Response, SessionId};
@@ -74,6 +80,10 @@ pub struct Bounds {
     pub transfers: u8,
     /// Membership changes.
     pub membership_changes: u8,
+    /// Connection closes (fast election), of a live peer's connection or a dead one's.
+    pub closes: u8,
+    /// Refused dials to a peer that is down (fast election).
+    pub dials: u8,
     /// Stop after this many distinct states (the figures then say so).
     pub max_states: usize,
 }
@@ -89,6 +99,27 @@ impl Bounds {
             losses: 1,
             transfers: 1,
             membership_changes: 1,
+            closes: 0,
+            dials: 0,
+            max_states: 5_000_000,
+        }
+    }
+
+    /// Fast election's run in the test suite: crashes, restarts, a transfer, and the
+    /// connection events around them (one close, one refused dial, delivered whenever),
+    /// without clients, deep enough for a refusal to outlive the leadership it was dialed
+    /// under and meet a later one.
+    pub fn fast_election() -> Bounds {
+        Bounds {
+            depth: 7,
+            crashes: 1,
+            client_ops: 0,
+            duplicates: 0,
+            losses: 0,
+            transfers: 1,
+            membership_changes: 0,
+            closes: 1,
+            dials: 1,
             max_states: 5_000_000,
         }
     }
@@ -176,6 +207,8 @@ struct Slot {
     pipeline: Option<Pipeline<Reply, usize>>,
     disk: Disk,
     config: Config,
+    /// The terms this process (since its last start) has led.
+    led: BTreeSet<Term>,
 }
 
 /// A client's request in flight.
@@ -235,6 +268,18 @@ struct History {
     tokens: BTreeMap<Index, u64>,
     /// Fenced writes seen accepted: index → token.
     puts: BTreeMap<Index, u64>,
+    /// Fast election's premise broken: a node dropped its vote refusal for a leader whose
+    /// process, the one that led that term, still runs.
+    gone_too_soon: Option<String>,
+}
+
+/// A refused dial waiting to be handed to the node that made it (fast election).
+#[derive(Clone, Debug, Hash)]
+struct Refusal {
+    node: usize,
+    peer: NodeId,
+    /// The node's follow epoch when the dial started.
+    stamp: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -251,6 +296,10 @@ struct World {
     losses: u8,
     transfers: u8,
     membership_changes: u8,
+    closes: u8,
+    dials: u8,
+    /// Refused dials not yet handed to their node.
+    refusals: Vec<Refusal>,
     history: History,
 }
 
@@ -287,6 +336,18 @@ enum Choice {
         to: NodeId,
     },
     Remove3(usize),
+    /// Node `node`'s connection to `peer` closes.
+    Close {
+        node: usize,
+        peer: NodeId,
+    },
+    /// Node `node` dials `peer`, which is down: refused.
+    Dial {
+        node: usize,
+        peer: NodeId,
+    },
+    /// The refused dial at this index reaches its node.
+    Refused(usize),
 }
 
 fn config(id: NodeId) -> Config {
@@ -299,6 +360,7 @@ fn config(id: NodeId) -> Config {
     c.limits.ttl_min_ticks = 1;
     c.snapshot_threshold_entries = 6;
     c.snapshot_grows_with_state = false;
+    c.fast_election = true;
     c
 }
 
@@ -309,6 +371,7 @@ impl World {
                 pipeline: None,
                 disk: Disk::default(),
                 config: config(id),
+                led: BTreeSet::new(),
             })
             .collect();
         let mut w = World {
@@ -323,6 +386,9 @@ impl World {
             losses: bounds.losses,
             transfers: bounds.transfers,
             membership_changes: bounds.membership_changes,
+            closes: bounds.closes,
+            dials: bounds.dials,
+            refusals: Vec::new(),
             history: History::default(),
         };
         for i in 0..3 {
@@ -378,6 +444,7 @@ impl World {
         let recovered = slot.disk.durable.clone();
         let node = crate::new_node(slot.config.clone(), recovered, self.bugs)
             .expect("a node starts from its disk");
+        slot.led.clear();
         slot.pipeline = Some(Pipeline::new(
             node,
             self.now * TICK_US,
@@ -457,6 +524,22 @@ impl World {
             return;
         };
         let out = p.drain();
+        if p.node().role() == Role::Leader {
+            let term = p.node().status().term;
+            self.nodes[i].led.insert(term);
+        }
+        for event in &out.events {
+            if let tenure_driver::Event::Core(NodeEvent::LeaderGone { term, leader }) = event {
+                let slot = &self.nodes[*leader as usize - 1];
+                if slot.pipeline.is_some() && slot.led.contains(term) {
+                    self.history.gone_too_soon.get_or_insert(format!(
+                        "fast election: node {} dropped its vote refusal for node {leader}, \
+                         leader of term {term}, whose process still runs",
+                        i + 1
+                    ));
+                }
+            }
+        }
         for a in out.answers {
             let (c, req) = a.reply;
             let client = &mut self.clients[c];
@@ -545,6 +628,22 @@ impl World {
             }
             if !self.up(i) {
                 out.push(Choice::Restart(i));
+            }
+            if !self.up(i) || self.syncing(i) {
+                continue;
+            }
+            for peer in (1..=3).filter(|p| *p != i as NodeId + 1) {
+                if self.closes > 0 {
+                    out.push(Choice::Close { node: i, peer });
+                }
+                if self.dials > 0 && !self.up(peer as usize - 1) {
+                    out.push(Choice::Dial { node: i, peer });
+                }
+            }
+        }
+        for (index, r) in self.refusals.iter().enumerate() {
+            if !self.syncing(r.node) {
+                out.push(Choice::Refused(index));
             }
         }
         if self.client_ops > 0 {
@@ -667,9 +766,30 @@ impl World {
                 self.crashes -= 1;
                 let slot = &mut self.nodes[i];
                 slot.pipeline = None;
+                slot.led.clear();
                 slot.disk.unsynced.clear();
-                // Its connections die with it: what it had sent is gone too.
+                // Its connections die with it: what it had sent is gone too, and so are
+                // the refusals its transport had not handed over.
                 self.net.retain(|m| m.from != i as u64 + 1);
+                self.refusals.retain(|r| r.node != i);
+            }
+            Choice::Close { node, peer } => {
+                self.closes -= 1;
+                let p = self.nodes[node].pipeline.as_mut().expect("up");
+                p.node_mut().peer_connection_closed(peer);
+                self.drive(node)?;
+            }
+            Choice::Dial { node, peer } => {
+                self.dials -= 1;
+                let p = self.nodes[node].pipeline.as_ref().expect("up");
+                let stamp = p.node().follow_epoch();
+                self.refusals.push(Refusal { node, peer, stamp });
+            }
+            Choice::Refused(index) => {
+                let r = self.refusals.remove(index);
+                let p = self.nodes[r.node].pipeline.as_mut().expect("up");
+                p.node_mut().peer_reconnect_refused(r.peer, r.stamp);
+                self.drive(r.node)?;
             }
             Choice::Restart(i) => {
                 self.start(i);
@@ -785,6 +905,9 @@ impl World {
     /// The checks, after every choice.
     fn check(&mut self) -> Result<(), String> {
         let now = self.now;
+        if let Some(why) = &self.history.gone_too_soon {
+            return Err(why.clone());
+        }
         for (i, slot) in self.nodes.iter().enumerate() {
             let Some(p) = slot.pipeline.as_ref() else {
                 continue;
@@ -937,6 +1060,10 @@ impl World {
             format!("{:?}{:?}", slot.pipeline, slot.disk).hash(&mut h);
         }
         format!("{:?}", self.clients).hash(&mut h);
+        for slot in &self.nodes {
+            slot.led.hash(&mut h);
+        }
+        self.refusals.hash(&mut h);
         (
             self.crashes,
             self.client_ops,
@@ -944,6 +1071,8 @@ impl World {
             self.losses,
             self.transfers,
             self.membership_changes,
+            self.closes,
+            self.dials,
         )
             .hash(&mut h);
         h.finish()

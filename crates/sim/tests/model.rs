@@ -65,3 +65,36 @@ fn the_checks_catch_bugs_put_back_into_the_core() {
     }
     assert!(missed.is_empty(), "not caught: {missed:?}");
 }
+
+/// Fast election's bound: crashes, restarts, a transfer and the connection events around
+/// them (a close of a live or dead peer's connection, a refused dial handed over whenever)
+/// pass every check, fast election's premise included.
+#[test]
+fn fast_election_within_its_bound_passes_every_check() {
+    let report = explore(&Bounds::fast_election(), InjectedBugs::default());
+    println!(
+        "{} distinct states, {} transitions, depth {} in {:.1} s",
+        report.states,
+        report.transitions,
+        report.depth,
+        report.took.as_secs_f64()
+    );
+    if let Some((why, path)) = &report.violation {
+        panic!("{why}\npath: {}", path.join(" → "));
+    }
+    assert!(!report.truncated, "the bound is explored in full");
+}
+
+/// A follower that drops its vote refusal when its connection to the leader closes, without
+/// a refused dial, is caught by fast election's premise.
+#[test]
+fn a_vote_refusal_dropped_on_a_close_alone_is_caught() {
+    let bugs = InjectedBugs {
+        close_drops_vote_refusal: true,
+        ..Default::default()
+    };
+    let report = explore(&Bounds::fast_election(), bugs);
+    let (why, path) = report.violation.expect("caught");
+    println!("{why} after {}", path.join(" → "));
+    assert!(why.starts_with("fast election:"), "{why}");
+}
