@@ -445,7 +445,7 @@ impl Report {
                 let (vs_etcd, vs_zookeeper) = match system {
                     System::Tenure => (vs(Some(System::Etcd)), vs(Some(System::Zookeeper))),
                     System::TenureTls => (vs(Some(System::EtcdTls)), vs(None)),
-                    System::TenureFast => (vs(Some(System::Etcd)), vs(Some(System::Zookeeper))),
+                    System::TenureTimeout => (vs(Some(System::Etcd)), vs(Some(System::Zookeeper))),
                     _ => (String::new(), String::new()),
                 };
                 let cells = [
@@ -777,7 +777,7 @@ fn system_colour(system: System) -> RGBColor {
         System::Tenure => RGBColor(0x1f, 0x77, 0xb4),
         // The TLS variants in a lighter shade of their system's colour.
         System::TenureTls => RGBColor(0x7f, 0xb8, 0xe0),
-        System::TenureFast => RGBColor(0x17, 0xbe, 0xcf),
+        System::TenureTimeout => RGBColor(0x17, 0xbe, 0xcf),
         System::Etcd => RGBColor(0xd6, 0x27, 0x28),
         System::EtcdTls => RGBColor(0xf0, 0x8c, 0x8c),
         System::Zookeeper => RGBColor(0x2c, 0xa0, 0x2c),

@@ -124,7 +124,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     if !chosen
         .iter()
         .any(|s| matches!(s, Scenario::CrashFailover | Scenario::PauseFailover))
-        && systems.iter().all(|s| s.fast_election())
+        && systems.iter().all(|s| s.failover_only())
     {
         bail!(
             "{} {} measured in the crash-failover and pause-failover scenarios only",
@@ -146,10 +146,10 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
         "write, keepalives and flood",
     );
     let backends_skipped = skip_line(&chosen, &systems, System::backend_only, "takeover");
-    let fast_skipped = skip_line(
+    let timeout_skipped = skip_line(
         &chosen,
         &systems,
-        System::fast_election,
+        System::failover_only,
         "crash-failover and pause-failover",
     );
     println!(
@@ -179,7 +179,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     for line in tls_skipped
         .iter()
         .chain(&backends_skipped)
-        .chain(&fast_skipped)
+        .chain(&timeout_skipped)
     {
         println!("{line}");
     }
@@ -222,7 +222,7 @@ pub(crate) async fn run(args: BenchArgs, tenure_bin: PathBuf) -> anyhow::Result<
     for line in tls_skipped
         .iter()
         .chain(&backends_skipped)
-        .chain(&fast_skipped)
+        .chain(&timeout_skipped)
     {
         table.push_str(&format!("\n{line}\n"));
     }
@@ -308,11 +308,11 @@ fn measured_in(system: System, scenario: Scenario) -> bool {
         return matches!(system, System::Tenure | System::Postgres);
     }
     if scenario == Scenario::Flood {
-        return system.tls() && !system.backend_only() && !system.fast_election();
+        return system.tls() && !system.backend_only() && !system.failover_only();
     }
     if system.backend_only() {
         scenario == Scenario::Takeover
-    } else if system.fast_election() {
+    } else if system.failover_only() {
         matches!(scenario, Scenario::CrashFailover | Scenario::PauseFailover)
     } else {
         measures_tls(scenario) || !system.tls()
@@ -1277,7 +1277,7 @@ async fn still_leads(
 /// What a system's reads are, for the notes under the read table.
 fn read_method(system: System) -> &'static str {
     match system {
-        System::Tenure | System::TenureTls | System::TenureFast => {
+        System::Tenure | System::TenureTls | System::TenureTimeout => {
             "leader read: Leader of an election that has a leader; key read: Get of a fenced key \
              holding 64 bytes; both sent to the Raft leader"
         }
@@ -1930,7 +1930,7 @@ fn note_granted_ttl(
             "etcd's shortest lease is 1.5 election timeouts, in whole seconds"
         }
         System::Zookeeper => "ZooKeeper's shortest session timeout is 2 tickTimes",
-        System::Tenure | System::TenureTls | System::TenureFast => "the cluster's --ttl-min-ms",
+        System::Tenure | System::TenureTls | System::TenureTimeout => "the cluster's --ttl-min-ms",
         System::Postgres | System::Memory => "the backend's own bound",
     };
     report.note(

@@ -24,9 +24,10 @@ pub enum System {
     /// tenure with `--tls-dir`: mutual TLS between peers, TLS with a client certificate on
     /// the gRPC and HTTP ports.
     TenureTls,
-    /// tenure with `--fast-election`: followers of a leader whose process exited campaign
-    /// at once. Measured in the failover scenarios only.
-    TenureFast,
+    /// tenure with `--no-fast-election`: followers of a leader whose process exited wait
+    /// out the election timeout, as in plain Raft with pre-vote (tenure's default replaces
+    /// it at once). Measured in the failover scenarios only.
+    TenureTimeout,
     Etcd,
     /// etcd with https client and peer URLs, client certificates required on both.
     EtcdTls,
@@ -45,7 +46,7 @@ impl System {
     pub const ALL: [System; 8] = [
         System::Tenure,
         System::TenureTls,
-        System::TenureFast,
+        System::TenureTimeout,
         System::Etcd,
         System::EtcdTls,
         System::Zookeeper,
@@ -66,7 +67,7 @@ impl System {
         match self {
             System::Tenure => "tenure",
             System::TenureTls => "tenure-tls",
-            System::TenureFast => "tenure-fast",
+            System::TenureTimeout => "tenure-timeout",
             System::Etcd => "etcd",
             System::EtcdTls => "etcd-tls",
             System::Zookeeper => "zookeeper",
@@ -81,10 +82,14 @@ impl System {
         matches!(self, System::Postgres | System::Memory)
     }
 
-    /// Whether the cluster runs with fast election on (measured in the failover scenarios
-    /// only).
+    /// Whether the cluster runs with fast election (tenure's default; not `tenure-timeout`).
     pub fn fast_election(self) -> bool {
-        self == System::TenureFast
+        self != System::TenureTimeout
+    }
+
+    /// Whether the system is measured in the failover scenarios only (`tenure-timeout`).
+    pub fn failover_only(self) -> bool {
+        self == System::TenureTimeout
     }
 
     /// Whether the cluster runs with TLS on.
@@ -394,7 +399,7 @@ pub async fn start(
     env: &Env,
 ) -> anyhow::Result<Box<dyn Cluster>> {
     let cluster: Box<dyn Cluster> = match system {
-        System::Tenure | System::TenureTls | System::TenureFast => {
+        System::Tenure | System::TenureTls | System::TenureTimeout => {
             Box::new(crate::tenure::TenureCluster::start(system, profile, env).await?)
         }
         System::Etcd | System::EtcdTls => {

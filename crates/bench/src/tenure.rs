@@ -89,8 +89,8 @@ impl TenureCluster {
         }
     }
 
-    /// Start 3 nodes of `system`: tenure, with TLS on every port (tenure-tls) or with fast
-    /// election (tenure-fast).
+    /// Start 3 nodes of `system`: tenure, with TLS on every port (tenure-tls) or without
+    /// fast election (tenure-timeout).
     pub async fn start(
         system: System,
         profile: Profile,

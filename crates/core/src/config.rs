@@ -53,7 +53,7 @@ pub struct Config {
     pub lease_checkpoint_ticks: u64,
     /// Seed of this node's random generator (election timeouts). Runs replay from it.
     pub seed: u64,
-    /// Failover in about one round trip when the leader's process dies (off by default):
+    /// Failover in about one round trip when the leader's process dies (on by default):
     /// a follower whose connection to its leader closed, and whose immediate reconnect was
     /// refused (nothing listens on the leader's peer port: its process is gone), drops its
     /// vote refusal and campaigns at once instead of waiting out the election timeout (see
@@ -95,7 +95,7 @@ impl Config {
             uncommitted_entries_max: 10_000,
             lease_checkpoint_ticks: 5,
             seed: id,
-            fast_election: false,
+            fast_election: true,
             limits: SmLimits::default(),
         }
     }

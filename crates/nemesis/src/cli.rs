@@ -36,10 +36,11 @@ pub struct NemesisArgs {
     /// Candidate clients per election.
     #[arg(long, default_value_t = 3)]
     candidates: usize,
-    /// Start the servers with fast election on (`fast_election = true`): a killed leader is
-    /// replaced as soon as its followers see its port refuse a dial.
+    /// Start the servers with fast election off (`--no-fast-election`): a killed leader is
+    /// replaced after the election timeout, not as soon as its followers see its port
+    /// refuse a dial (the servers' default).
     #[arg(long)]
-    fast_election: bool,
+    no_fast_election: bool,
     /// TLS between the nodes and on their client and HTTP ports, with client
     /// authentication (the default policy; the harness is the `admin` client).
     #[arg(long)]
@@ -107,7 +108,7 @@ pub fn run(args: NemesisArgs) -> ExitCode {
             .unwrap_or([20, 50, 10_000][(seed % 3) as usize]),
         elections: args.elections.max(1),
         candidates: args.candidates.max(1),
-        fast_election: args.fast_election,
+        fast_election: !args.no_fast_election,
         tls: args.tls,
         hostile: args.hostile,
         long_ttls: args.long_ttls,

@@ -28,7 +28,7 @@ pub struct ServerOptions {
     /// How long a server lets a request wait. Longer than the targeted fault, so that a write
     /// in flight at a cut-off leader is still waiting when that leader catches up.
     pub request_timeout_ms: u64,
-    /// `--fast-election` on every server.
+    /// Fast election on every server (their default); `false` passes `--no-fast-election`.
     pub fast_election: bool,
     /// Extra environment for every server (e.g. `TENURE_INJECT_BUG`).
     pub env: Vec<(String, String)>,

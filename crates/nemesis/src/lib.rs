@@ -55,7 +55,8 @@ pub struct Options {
     pub elections: usize,
     /// Candidate clients per election.
     pub candidates: usize,
-    /// The servers run with `fast_election = true`.
+    /// The servers run with fast election (their default); `false` starts them with
+    /// `--no-fast-election`.
     pub fast_election: bool,
     /// TLS between the nodes and on the client and HTTP ports, clients authenticated by
     /// certificate.
@@ -92,8 +93,8 @@ impl Options {
             self.elections,
             self.candidates,
         );
-        if self.fast_election {
-            cmd.push_str(" --fast-election");
+        if !self.fast_election {
+            cmd.push_str(" --no-fast-election");
         }
         if self.tls {
             cmd.push_str(" --tls");
@@ -190,10 +191,10 @@ impl Report {
             o.elections,
             o.candidates,
             match (o.fast_election, o.tls) {
-                (true, true) => ", fast election, TLS",
-                (true, false) => ", fast election",
-                (false, true) => ", TLS",
-                (false, false) => "",
+                (true, true) => ", TLS",
+                (true, false) => "",
+                (false, true) => ", without fast election, TLS",
+                (false, false) => ", without fast election",
             },
             o.inject_bug
                 .as_ref()

@@ -389,7 +389,7 @@ fn configured_timing(status: Option<&serde_json::Value>, m: &mut crate::metrics:
         == Some(true)
     {
         m.notes.push(
-            "the node runs with --fast-election: a leader whose process exits is replaced \
+            "the node runs with fast election (the default): a leader whose process exits is replaced \
              in about a round trip; a frozen or cut-off leader still takes the election timeout"
                 .into(),
         );

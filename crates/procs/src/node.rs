@@ -98,7 +98,7 @@ pub struct NodeSpec {
     /// Its timing; `None` leaves the server's defaults unsaid (they are the same numbers,
     /// but a benchmark of "the defaults" should run whatever the server ships).
     pub timing: Option<Timing>,
-    /// `--fast-election`.
+    /// Fast election (the server's default); `false` passes `--no-fast-election`.
     pub fast_election: bool,
     /// `--fault-injection` (serve `POST /debug/block`).
     pub fault_injection: bool,
@@ -118,7 +118,7 @@ impl NodeSpec {
             cluster_id: None,
             tls_dir: None,
             timing: Some(Timing::DEFAULT),
-            fast_election: false,
+            fast_election: true,
             fault_injection: false,
             args: Vec::new(),
         }
@@ -157,7 +157,7 @@ impl NodeSpec {
         }
         let switches = [
             (self.join, "--join"),
-            (self.fast_election, "--fast-election"),
+            (!self.fast_election, "--no-fast-election"),
             (self.fault_injection, "--fault-injection"),
         ];
         out.extend(switches.iter().filter(|(on, _)| *on).map(|(_, s)| s.into()));
@@ -196,7 +196,7 @@ mod tests {
             .collect();
         let mut spec = NodeSpec::new(2, Path::new("/d/n2"), members);
         spec.tls_dir = Some("/d/certs".into());
-        spec.fast_election = true;
+        spec.fast_election = false;
         spec.args = vec!["--request-timeout-ms".into(), "900".into()];
         let flags: Vec<String> = spec
             .flags()
@@ -209,7 +209,7 @@ mod tests {
              --node 1=127.0.0.1:7010,127.0.0.1:7011,127.0.0.1:7012 \
              --node 2=127.0.0.1:7020,127.0.0.1:7021,127.0.0.1:7022 \
              --tls-dir /d/certs --tick-ms 10 --election-timeout-ms 150 --heartbeat-ms 30 \
-             --fast-election --request-timeout-ms 900"
+             --no-fast-election --request-timeout-ms 900"
         );
         spec.host = Some("localhost".into());
         spec.timing = None;

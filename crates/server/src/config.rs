@@ -104,6 +104,9 @@ fn default_election_timeout_ms() -> u64 {
 fn default_heartbeat_ms() -> u64 {
     timing::HEARTBEAT_MS
 }
+fn default_fast_election() -> bool {
+    true
+}
 fn default_ttl_min_ms() -> u64 {
     100
 }
@@ -236,13 +239,14 @@ pub struct ServerConfig {
     /// Heartbeat interval, at most T/5.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
-    /// Fast election (off by default): when this node's connection to its leader closes
+    /// Fast election (on by default): when this node's connection to its leader closes
     /// and the leader's peer port then refuses a dial (its process exited), campaign at
     /// once instead of waiting out the election timeout. Sound only where nothing but the
     /// leader's own process answers a dial to its peer port with a refusal: no firewall
     /// `REJECT` rule in front of it, `net.ipv4.tcp_abort_on_overflow` off (see
-    /// docs/GUARANTEES.md "Fast election").
-    #[serde(default)]
+    /// docs/GUARANTEES.md "Fast election"); where that cannot be promised, set it to false
+    /// (`--no-fast-election`).
+    #[serde(default = "default_fast_election")]
     pub fast_election: bool,
     /// Shortest session TTL a client may ask for.
     #[serde(default = "default_ttl_min_ms")]
@@ -472,7 +476,7 @@ impl ServerConfig {
             tick_ms: default_tick_ms(),
             election_timeout_ms: default_election_timeout_ms(),
             heartbeat_ms: default_heartbeat_ms(),
-            fast_election: false,
+            fast_election: true,
             ttl_min_ms: default_ttl_min_ms(),
             ttl_max_ms: default_ttl_max_ms(),
             connections_max: default_connections_max(),

@@ -45,12 +45,18 @@ pub struct ServerArgs {
     /// Heartbeat interval in milliseconds (at most T/5).
     #[arg(long)]
     heartbeat_ms: Option<u64>,
-    /// Fast election: followers of a leader whose process exited (its connection closed
-    /// and its peer port refuses a dial) campaign at once instead of waiting out the
-    /// election timeout. Only where nothing else answers dials to the peer port with a
-    /// refusal (no firewall REJECT rule; see docs/GUARANTEES.md "Fast election").
-    #[arg(long)]
+    /// Fast election, on by default: followers of a leader whose process exited (its
+    /// connection closed and its peer port refuses a dial) campaign at once instead of
+    /// waiting out the election timeout. This flag only says so (it overrides
+    /// `fast_election = false` in the file).
+    #[arg(long, conflicts_with = "no_fast_election")]
     fast_election: bool,
+    /// Turn fast election off: followers of a leader whose process exited wait out the
+    /// election timeout. Needed where anything but a node's own process may answer a dial to
+    /// its peer port with a refusal: a firewall REJECT rule, `tcp_abort_on_overflow`, a name
+    /// that may come to resolve elsewhere (docs/GUARANTEES.md "Fast election").
+    #[arg(long)]
+    no_fast_election: bool,
     /// Shortest session TTL clients may ask for, in milliseconds.
     #[arg(long)]
     ttl_min_ms: Option<u64>,
@@ -269,6 +275,9 @@ fn build_config(args: &ServerArgs) -> Result<ServerConfig, String> {
     }
     if args.fast_election {
         config.fast_election = true;
+    }
+    if args.no_fast_election {
+        config.fast_election = false;
     }
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = args.$f { config.$f = v; } )* };

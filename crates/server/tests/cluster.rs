@@ -100,18 +100,14 @@ async fn elected_since(c: &Cluster, among: &[u64], since: Instant) -> (u64, Dura
     (leader, since.elapsed())
 }
 
-/// Fast election (`--fast-election`): kill -9 the leader and its followers see their
+/// Fast election, on by default (no flag given here): kill -9 the leader and its followers see their
 /// connections close and its peer port refuse the redial, so they elect a successor at once
 /// instead of waiting out the election timeout, which is long here (1 s): without fast
 /// election no follower could campaign before about 900 ms (T minus a heartbeat). A frozen
 /// leader (SIGSTOP) keeps its sockets open, and is replaced only after the timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_election_replaces_a_killed_leader_at_once_and_a_frozen_one_after_the_timeout() {
-    let mut c = Cluster::start(
-        Options::nodes(3)
-            .timing(1000, 100, 10)
-            .args(&["--fast-election"]),
-    );
+    let mut c = Cluster::start(Options::nodes(3).timing(1000, 100, 10));
     let (leader, _) = c.wait_for_leader(&c.ids(), secs(15)).await;
     // Let every connection settle (the writers' redial-at-once is for connections that
     // lived).
@@ -150,6 +146,30 @@ async fn fast_election_replaces_a_killed_leader_at_once_and_a_frozen_one_after_t
         "a frozen leader was replaced after {took:?}, before the election timeout"
     );
     c.resume(next);
+}
+
+/// `--no-fast-election` turns it off: the followers of a killed leader wait out the election
+/// timeout, and none counts a `leader_gone`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fast_election_a_killed_leader_is_replaced_after_the_timeout() {
+    let mut c = Cluster::start(
+        Options::nodes(3)
+            .timing(1000, 100, 10)
+            .args(&["--no-fast-election"]),
+    );
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(15)).await;
+    tokio::time::sleep(ms(500)).await;
+    let survivors = c.others(&[leader]);
+    let killed_at = Instant::now();
+    c.kill(leader);
+    let (_, took) = elected_since(&c, &survivors, killed_at).await;
+    assert!(
+        took >= ms(800),
+        "a killed leader was replaced after {took:?}, before the election timeout"
+    );
+    for id in &survivors {
+        assert_eq!(c.metric(*id, "tenure_leader_gone_total").await, 0.0);
+    }
 }
 
 /// SIGSTOP the leader past the election timeout: the others elect a new leader; a Put sent

@@ -206,7 +206,7 @@ pub struct StatusJson {
     /// This node's version.
     pub version: &'static str,
     /// This node's timing as configured (`--election-timeout-ms`, `--heartbeat-ms`,
-    /// `--tick-ms`, `--fast-election`), for `tenure plan --from`.
+    /// `--tick-ms`, `--no-fast-election`), for `tenure plan --from`.
     pub timing: TimingJson,
 }
 
