@@ -93,6 +93,19 @@ async fn leader_killed_new_leader_keeps_acknowledged_writes_and_old_leader_catch
     none_lost(&only_restarted, &acked, "on the restarted node").await;
 }
 
+/// Kills the leader once every connection has settled (the writers' redial-at-once is for
+/// connections that lived): the leader killed, the survivors, the leader they agree on next
+/// and how long after the kill they did.
+async fn kill_the_leader(c: &mut Cluster) -> (u64, Vec<u64>, u64, Duration) {
+    let (leader, _) = c.wait_for_leader(&c.ids(), secs(15)).await;
+    tokio::time::sleep(ms(500)).await;
+    let survivors = c.others(&[leader]);
+    let killed_at = Instant::now();
+    c.kill(leader);
+    let (next, took) = elected_since(c, &survivors, killed_at).await;
+    (leader, survivors, next, took)
+}
+
 /// Waits (up to 15 s) until the nodes `among` agree on a leader: the leader, and how long
 /// after `since` they did.
 async fn elected_since(c: &Cluster, among: &[u64], since: Instant) -> (u64, Duration) {
@@ -108,14 +121,7 @@ async fn elected_since(c: &Cluster, among: &[u64], since: Instant) -> (u64, Dura
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_election_replaces_a_killed_leader_at_once_and_a_frozen_one_after_the_timeout() {
     let mut c = Cluster::start(Options::nodes(3).timing(1000, 100, 10));
-    let (leader, _) = c.wait_for_leader(&c.ids(), secs(15)).await;
-    // Let every connection settle (the writers' redial-at-once is for connections that
-    // lived).
-    tokio::time::sleep(ms(500)).await;
-    let survivors = c.others(&[leader]);
-    let killed_at = Instant::now();
-    c.kill(leader);
-    let (next, took) = elected_since(&c, &survivors, killed_at).await;
+    let (leader, survivors, next, took) = kill_the_leader(&mut c).await;
     assert!(
         took < ms(600),
         "fast election took {took:?} (the election timeout is 1 s)"
@@ -157,12 +163,7 @@ async fn without_fast_election_a_killed_leader_is_replaced_after_the_timeout() {
             .timing(1000, 100, 10)
             .args(&["--no-fast-election"]),
     );
-    let (leader, _) = c.wait_for_leader(&c.ids(), secs(15)).await;
-    tokio::time::sleep(ms(500)).await;
-    let survivors = c.others(&[leader]);
-    let killed_at = Instant::now();
-    c.kill(leader);
-    let (_, took) = elected_since(&c, &survivors, killed_at).await;
+    let (_, survivors, _, took) = kill_the_leader(&mut c).await;
     assert!(
         took >= ms(800),
         "a killed leader was replaced after {took:?}, before the election timeout"
