@@ -37,8 +37,8 @@ pub struct NemesisArgs {
     #[arg(long, default_value_t = 3)]
     candidates: usize,
     /// Start the servers with fast election off (`--no-fast-election`): a killed leader is
-    /// replaced after the election timeout, not as soon as its followers see its port
-    /// refuse a dial (the servers' default).
+    /// replaced after the election timeout. By default the servers run with it on, and a
+    /// killed leader is replaced as soon as its followers see its port refuse a dial.
     #[arg(long)]
     no_fast_election: bool,
     /// TLS between the nodes and on their client and HTTP ports, with client

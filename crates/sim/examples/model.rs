@@ -14,60 +14,53 @@ use tenure_sim::explore::{explore, Bounds};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let has = |flag: &str| args.iter().any(|a| a == flag);
-    let runs = match (has("--general"), has("--fast-election")) {
+    let mut runs = match (has("--general"), has("--fast-election")) {
         (true, false) => vec![Bounds::suite()],
         (false, true) => vec![Bounds::fast_election()],
         _ => vec![Bounds::suite(), Bounds::fast_election()],
     };
-    let mut status = ExitCode::SUCCESS;
-    for mut bounds in runs {
-        if let Err(code) = tune(&mut bounds, &args) {
-            return code;
-        }
-        if !run(&bounds) {
-            status = ExitCode::from(1);
-            break;
+    if let Err(code) = tune(&mut runs, &args) {
+        return code;
+    }
+    for bounds in &runs {
+        if !run(bounds) {
+            return ExitCode::from(1);
         }
     }
-    status
+    ExitCode::SUCCESS
 }
 
-/// Applies `--depth`, `--max-states` and `--deep` to `bounds`.
-fn tune(bounds: &mut Bounds, args: &[String]) -> Result<(), ExitCode> {
+/// Applies `--depth`, `--max-states` and `--deep` to every run's bounds.
+fn tune(runs: &mut [Bounds], args: &[String]) -> Result<(), ExitCode> {
+    let number = |i: usize| args.get(i + 1).and_then(|d| d.parse::<usize>().ok());
     let mut i = 0;
     while i < args.len() {
-        match args[i].as_str() {
-            "--general" | "--fast-election" => {}
-            "--depth" => {
-                bounds.depth = args
-                    .get(i + 1)
-                    .and_then(|d| d.parse().ok())
-                    .unwrap_or(bounds.depth);
-                i += 1;
-            }
-            "--max-states" => {
-                bounds.max_states = args
-                    .get(i + 1)
-                    .and_then(|d| d.parse().ok())
-                    .unwrap_or(bounds.max_states);
-                i += 1;
-            }
-            "--deep" => {
-                bounds.crashes = 2;
-                bounds.client_ops = 6;
-                bounds.duplicates = 1;
-                bounds.losses = 2;
-                bounds.max_states = 20_000_000;
-            }
-            other => {
-                eprintln!(
-                    "unknown argument {other}; usage: model [--general | --fast-election] \
-                     [--depth N] [--max-states N] [--deep]"
-                );
-                return Err(ExitCode::from(2));
+        for bounds in runs.iter_mut() {
+            match args[i].as_str() {
+                "--general" | "--fast-election" => {}
+                "--depth" => bounds.depth = number(i).unwrap_or(bounds.depth),
+                "--max-states" => bounds.max_states = number(i).unwrap_or(bounds.max_states),
+                "--deep" => {
+                    bounds.crashes = 2;
+                    bounds.client_ops = 6;
+                    bounds.duplicates = 1;
+                    bounds.losses = 2;
+                    bounds.max_states = 20_000_000;
+                }
+                other => {
+                    eprintln!(
+                        "unknown argument {other}; usage: model [--general | --fast-election] \
+                         [--depth N] [--max-states N] [--deep]"
+                    );
+                    return Err(ExitCode::from(2));
+                }
             }
         }
-        i += 1;
+        i += if matches!(args[i].as_str(), "--depth" | "--max-states") {
+            2
+        } else {
+            1
+        };
     }
     Ok(())
 }

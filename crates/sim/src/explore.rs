@@ -444,7 +444,6 @@ impl World {
         let recovered = slot.disk.durable.clone();
         let node = crate::new_node(slot.config.clone(), recovered, self.bugs)
             .expect("a node starts from its disk");
-        slot.led.clear();
         slot.pipeline = Some(Pipeline::new(
             node,
             self.now * TICK_US,
@@ -518,7 +517,8 @@ impl World {
         Ok(())
     }
 
-    /// Hands node `i`'s answers to the clients.
+    /// Hands node `i`'s answers to the clients, and notes what its events say about fast
+    /// election's premise (the terms it leads, the leaders it gave up as gone).
     fn answers(&mut self, i: usize) {
         let Some(p) = self.nodes[i].pipeline.as_mut() else {
             return;

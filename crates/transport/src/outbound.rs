@@ -111,7 +111,7 @@ pub(crate) async fn run(
                     continue;
                 }
             }
-            Err(Dial { error: e, refused }) => {
+            Err(Dial { error: e, .. }) => {
                 if refused {
                     ctx.shared.peer_event(PeerEvent::Refused {
                         peer: ctx.peer_id,
