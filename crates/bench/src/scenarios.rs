@@ -33,12 +33,14 @@ pub enum Scenario {
     Handover,
     /// An election holder (client) dies → the next candidate leads (TTL 1 s and 10 s).
     Takeover,
-    /// One client's durable write latency; throughput with 1, 16 and 256 clients.
+    /// One client's durable write latency (for tenure, where its time goes, stage by stage,
+    /// beside this machine's floor); throughput with 1, 16 and 256 clients.
     Write,
     /// Linearizable reads at the leader (tenure `Leader` and `Get`, etcd `Range`, ZooKeeper
     /// `sync` + `getData`): one client's latency; throughput with 1, 16 and 256 clients.
     Read,
-    /// Lease renewals per second with 10k leases.
+    /// One session's renewal round trip, one in flight (for tenure, where its time goes);
+    /// lease renewals per second with 10k leases.
     Keepalives,
     /// 10k and 100k elections held on one cluster: memory per node, idle CPU.
     Elections,
@@ -779,12 +781,10 @@ async fn write(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::R
     let after = scrape(c).await?;
     node_latencies(c, leader, &before, &after, report)?;
     if let Some(l) = leader {
-        if let (Some(b), Some(a)) = (&before[l], &after[l]) {
-            let mean = lat.iter().sum::<Duration>() / lat.len().max(1) as u32;
-            if breakdown(system, profile, mean, b, a, report) {
-                // Beside the breakdown, and only there: a floor has no ratio to etcd's.
-                floor(system, profile, report)?;
-            }
+        let mean = lat.iter().sum::<Duration>() / lat.len().max(1) as u32;
+        if write_breakdown(system, profile, mean, l, &before, &after, report) {
+            // Beside the breakdown, and only there: a floor has no ratio to etcd's.
+            floor(system, profile, report)?;
         }
     }
     lat.sort();
@@ -987,15 +987,117 @@ fn stage_mean(before: &str, after: &str, stage: &str) -> Option<(Duration, u64)>
     (count >= 1.0).then(|| (Duration::from_secs_f64(sum.max(0.0) / count), count as u64))
 }
 
-/// Where one client's write goes, from the leader's own stage histograms
+/// The mean of a histogram family between two scrapes (zero without samples).
+fn family_mean(before: &str, after: &str, family: &str) -> Duration {
+    HistogramDelta::between(before, after, family)
+        .ok()
+        .filter(|d| d.count > 0)
+        .map_or(Duration::ZERO, |d| {
+            Duration::from_secs_f64(d.sum_seconds / d.count as f64)
+        })
+}
+
+/// Where one client's write goes, from the nodes' own stage histograms
 /// (`tenure_stage_seconds`, `tenure_commit_latency_seconds`) over the timed writes: each
 /// stage's mean, printed and recorded beside the client's mean. Means add up where
-/// quantiles do not: the client's round trip is the server's time plus what lies outside
-/// it (network both ways, TLS, gRPC encoding, the client library), and the server's time
-/// is the queue to the driver thread, the driver's part (write, fsync, replication to a
-/// majority, apply) and the answer's way back to the API task. False when the leader does
-/// not export the stages (another system).
-fn breakdown(
+/// quantiles do not. The client's round trip is what lies outside the server (the client
+/// library, the network both ways, TLS, HTTP/2 framing, the answer's encoding) and the
+/// server's part from the request's arrival to its answer built; that part is the gRPC
+/// layer's (body read, decode, authentication), the handler's, the queue to the driver
+/// thread, the driver's stages in order (proposal to log write, log write to commit,
+/// commit to answer) and the answer's way back to the handler. The leader's log write and
+/// fsync and the followers' fsync run inside "log write to commit", the last two in
+/// parallel. False when the leader does not export the stages (another system).
+fn write_breakdown(
+    system: System,
+    profile: Profile,
+    client_mean: Duration,
+    leader: usize,
+    before: &[Option<String>],
+    after: &[Option<String>],
+    report: &mut Report,
+) -> bool {
+    let (Some(b), Some(a)) = (&before[leader], &after[leader]) else {
+        return false;
+    };
+    let Some((total, n)) = stage_mean(b, a, "write_total") else {
+        return false;
+    };
+    let stage = |name: &str| stage_mean(b, a, name).map_or(Duration::ZERO, |(d, _)| d);
+    let (unary, unary_in) = (stage("unary_total"), stage("unary_in"));
+    let (queue, propose) = (stage("write_queue"), stage("propose"));
+    let (replicate, apply) = (stage("replicate"), stage("apply"));
+    // The followers' own fsync over the same writes, the mean of their means.
+    let followers: Vec<Duration> = before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .filter_map(|(_, pair)| match pair {
+            (Some(b), Some(a)) => stage_mean(b, a, "wal_fsync").map(|(d, _)| d),
+            _ => None,
+        })
+        .collect();
+    let follower_fsync = followers.iter().sum::<Duration>() / followers.len().max(1) as u32;
+    let rows = [
+        ("client round trip", client_mean),
+        (
+            "outside the server (client, network, TLS, HTTP/2, answer encoding)",
+            client_mean.saturating_sub(unary),
+        ),
+        ("in the server, arrival to answer built", unary),
+        (
+            "  gRPC: body read and decoded, caller authenticated",
+            unary_in,
+        ),
+        (
+            "  handler: authorized, charged, answer built",
+            unary.saturating_sub(unary_in + total),
+        ),
+        ("  queue to the driver thread", queue),
+        ("  driver: proposal taken to log write", propose),
+        (
+            "  driver: log write to commit (majority durable)",
+            replicate,
+        ),
+        ("    leader: log write", stage("wal_write")),
+        (
+            "    leader: fsync (beside the followers')",
+            stage("wal_fsync"),
+        ),
+        (
+            "    follower: fsync (mean of the followers)",
+            follower_fsync,
+        ),
+        ("  driver: commit to answer (apply)", apply),
+        (
+            "  answer back to the handler",
+            total.saturating_sub(queue + propose + replicate + apply),
+        ),
+        (
+            "driver's own count: proposal taken to applied",
+            family_mean(b, a, tenure_plan::metrics::COMMIT),
+        ),
+    ];
+    print_breakdown(
+        system,
+        profile,
+        "write",
+        "one client",
+        "one write",
+        n,
+        &rows,
+        report,
+    );
+    true
+}
+
+/// Where one renewal of one session goes (a keepalive stream with one renewal in flight),
+/// from the leader's stage histograms over the renewals: the client's mean round trip,
+/// what lies outside the server, the queue to the driver thread, the driver's part (the
+/// leader confirmed by a majority and the renewal safe for any successor) and the answer's
+/// way back to the stream's task. False when the leader does not export the stages.
+fn keepalive_breakdown(
     system: System,
     profile: Profile,
     client_mean: Duration,
@@ -1003,52 +1105,69 @@ fn breakdown(
     after: &str,
     report: &mut Report,
 ) -> bool {
-    let Some((total, n)) = stage_mean(before, after, "write_total") else {
+    let Some((total, n)) = stage_mean(before, after, "keepalive_total") else {
         return false;
     };
-    let stage = |name: &str| stage_mean(before, after, name).map_or(Duration::ZERO, |(d, _)| d);
-    let commit = HistogramDelta::between(before, after, tenure_plan::metrics::COMMIT)
-        .ok()
-        .filter(|d| d.count > 0)
-        .map_or(Duration::ZERO, |d| {
-            Duration::from_secs_f64(d.sum_seconds / d.count as f64)
-        });
-    let queue = stage("write_queue");
+    let queue = stage_mean(before, after, "keepalive_queue").map_or(Duration::ZERO, |(d, _)| d);
+    let driver = family_mean(before, after, tenure_plan::metrics::KEEPALIVE);
     let rows = [
         ("client round trip", client_mean),
         (
-            "outside the server (network, TLS, gRPC, client)",
+            "outside the server (client, network, TLS, HTTP/2, stream)",
             client_mean.saturating_sub(total),
         ),
-        ("in the server", total),
+        ("in the server, handed to the driver to answer back", total),
         ("  queue to the driver thread", queue),
-        ("  driver: propose to apply", commit),
-        ("    log write (per write)", stage("wal_write")),
-        ("    fsync (per write)", stage("wal_fsync")),
+        ("  driver: received to acknowledged", driver),
         (
-            "    replication to a majority (from the write)",
-            stage("replicate"),
-        ),
-        (
-            "  answer back to the API task",
-            total.saturating_sub(queue + commit),
+            "  answer back to the stream's task",
+            total.saturating_sub(queue + driver),
         ),
     ];
+    let what = "one session";
+    print_breakdown(
+        system,
+        profile,
+        "keepalives",
+        what,
+        "one renewal",
+        n,
+        &rows,
+        report,
+    );
+    true
+}
+
+/// Prints and records the rows of a breakdown (`metric` is the prefix of each row's
+/// metric, `each` what the means are over).
+#[allow(clippy::too_many_arguments)]
+fn print_breakdown(
+    system: System,
+    profile: Profile,
+    scenario: &str,
+    metric: &str,
+    each: &str,
+    n: u64,
+    rows: &[(&str, Duration)],
+    report: &mut Report,
+) {
     let width = rows.iter().map(|(w, _)| w.len()).max().unwrap_or(0);
-    eprintln!("[{system} {profile}] one write, where its time goes (means over {n} writes):");
+    eprintln!("[{system} {profile}] {each}, where its time goes (means over {n}):");
     for (what, d) in rows {
-        eprintln!("[{system} {profile}]   {what:<width$} {:>8.3} ms", as_ms(d));
+        eprintln!(
+            "[{system} {profile}]   {what:<width$} {:>8.3} ms",
+            as_ms(*d)
+        );
         report.record(
-            "write",
-            &format!("one client, breakdown: {}, mean", what.trim()),
+            scenario,
+            &format!("{metric}, breakdown: {}, mean", what.trim()),
             "ms",
             Better::Lower,
             system,
             profile,
-            [(0, as_ms(d))],
+            [(0, as_ms(*d))],
         );
     }
-    true
 }
 
 /// The machine's floor, measured in the same run: a 64-byte round trip over loopback TCP
@@ -1425,6 +1544,7 @@ fn latency_histogram() -> hdrhistogram::Histogram<u64> {
 /// Renewals per second of many leases, every lease with one renewal in flight.
 async fn keepalives(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
     let (system, profile) = (c.system(), c.profile());
+    one_session(c, sizes, report).await?;
     let n = sizes.keepalive_leases;
     let t = Instant::now();
     let renewed = c
@@ -1449,6 +1569,49 @@ async fn keepalives(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyh
         profile,
         [(0, rate)],
     );
+    Ok(())
+}
+
+/// One session renewed over one stream with one renewal in flight for the keepalive
+/// window: its mean round trip (the window over the renewals), and where it goes.
+async fn one_session(c: &dyn Cluster, sizes: &Sizes, report: &mut Report) -> anyhow::Result<()> {
+    let (system, profile) = (c.system(), c.profile());
+    let leader = c.leader().await;
+    let before = scrape(c).await?;
+    let renewed = c
+        .keepalives(KeepaliveLoad {
+            leases: 1,
+            ttl: Duration::from_secs(30),
+            concurrency: 1,
+            window: sizes.keepalive_window,
+        })
+        .await?;
+    let after = scrape(c).await?;
+    if renewed == 0 {
+        bail!(
+            "no renewal of the one session within {:?}",
+            sizes.keepalive_window
+        );
+    }
+    let mean = sizes.keepalive_window / renewed as u32;
+    eprintln!(
+        "[{system} {profile}] keepalives: one session, one renewal in flight: {:.3} ms each ({renewed} renewals)",
+        as_ms(mean)
+    );
+    report.record(
+        "keepalives",
+        "one session, one renewal in flight: round trip, mean",
+        "ms",
+        Better::Lower,
+        system,
+        profile,
+        [(0, as_ms(mean))],
+    );
+    if let Some(l) = leader {
+        if let (Some(b), Some(a)) = (&before[l], &after[l]) {
+            keepalive_breakdown(system, profile, mean, b, a, report);
+        }
+    }
     Ok(())
 }
 

@@ -132,6 +132,19 @@ fn every_scenario_runs_once_against_tenure() {
     ] {
         assert!(table.contains(metric), "no {metric} in\n{table}");
     }
+    // Where a write's and a renewal's time goes, stage by stage, from the leader's own
+    // histograms, and the floor beside them.
+    for metric in [
+        "| one client, breakdown: gRPC: body read and decoded, caller authenticated, mean (ms) | equalized | tenure | 1 |",
+        "| one client, breakdown: driver: log write to commit (majority durable), mean (ms) | equalized | tenure | 1 |",
+        "| one client, breakdown: follower: fsync (mean of the followers), mean (ms) | equalized | tenure | 1 |",
+        "| one client, breakdown: driver: commit to answer (apply), mean (ms) | equalized | tenure | 1 |",
+        "| floor: 4 KiB write + fdatasync, median (ms) | equalized | tenure | 1 |",
+        "| one session, one renewal in flight: round trip, mean (ms) | equalized | tenure | 1 |",
+        "| one session, breakdown: driver: received to acknowledged, mean (ms) | equalized | tenure | 1 |",
+    ] {
+        assert!(table.contains(metric), "no {metric} in\n{table}");
+    }
 }
 
 /// TLS's cost in one run: write and keepalives on tenure and etcd, each with TLS off and on

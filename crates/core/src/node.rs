@@ -869,6 +869,11 @@ impl Node {
         self.raft.role
     }
 
+    /// The highest index this node knows committed, without building a whole [`Status`].
+    pub fn commit_index(&self) -> Index {
+        self.raft.log.committed
+    }
+
     /// The leader this node knows of in its current term.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.leader

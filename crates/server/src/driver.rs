@@ -524,8 +524,8 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
     /// once per election timeout until the peer acknowledges it, and only the first send
     /// of each is worth an info line.
     snapshots_sent_logged: BTreeMap<NodeId, Index>,
-    /// The leader's last entry of each write not yet committed, and when it was written.
-    replicating: std::collections::VecDeque<(Index, Instant)>,
+    /// When a leader's writes reached each stage, for the stage histograms.
+    times: WriteTimes,
     /// A snapshot from a leader that the node accepted and has not yet made durable:
     /// `(index, term, from)`. Logged as installed once persisted.
     snapshot_installing: Option<(Index, Term, NodeId)>,
@@ -546,6 +546,21 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
         std::sync::mpsc::Receiver<SnapshotDoneOf<S>>,
     ),
     wake: mpsc::WeakSender<Input>,
+}
+
+/// When a leader's writes reached each stage of the driver, for
+/// `tenure_stage_seconds{stage="propose"|"replicate"|"apply"}`. Only timing: nothing here
+/// decides anything. A node that does not lead forgets it all.
+#[derive(Default)]
+struct WriteTimes {
+    /// The first proposal the leader took since its last write of new entries started.
+    proposed: Option<Instant>,
+    /// The leader's last entry of each write of client proposals not yet committed, and
+    /// when that write started.
+    replicating: std::collections::VecDeque<(Index, Instant)>,
+    /// When the driver last saw some of those entries committed; the answers handed out
+    /// next are timed from it.
+    committed: Option<Instant>,
 }
 
 /// Build a driver and the handle to it; its events go to `sink` as well as to the log.
@@ -572,7 +587,7 @@ pub fn new_driver<S: BackgroundSnapshots, O: Outbox>(
         start: Instant::now(),
         id: status.id,
         snapshots_sent_logged: BTreeMap::new(),
-        replicating: std::collections::VecDeque::new(),
+        times: WriteTimes::default(),
         snapshot_installing: None,
         pre_votes_lost_in_a_row: 0,
         election_since: BTreeMap::new(),
@@ -880,6 +895,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 }
                 let now = self.now_us();
                 self.pipeline.observe(now);
+                self.note_committed();
             }
             Input::Client(req, queued) => self.handle_client(req, queued),
         }
@@ -895,6 +911,9 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 reply,
             } => {
                 self.metrics.stages.write_queue.observe(queued.elapsed());
+                if self.pipeline.node().role() == Role::Leader {
+                    self.times.proposed.get_or_insert_with(Instant::now);
+                }
                 let (node, core) = self.pipeline.parts();
                 core.propose(node, now, request, command, reply);
             }
@@ -1075,8 +1094,13 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 .map_err(storage_failed)?;
             let Some(wrote) = wrote else { break };
             let written = started.elapsed();
-            if let Some(index) = leader_appended {
-                self.replicating.push_back((index, started));
+            // Only writes that carry a client's proposal are timed (not the leader's own
+            // entries: lease checkpoints, expiries).
+            if let (Some(index), Some(proposed)) = (leader_appended, self.times.proposed) {
+                let waited = started.saturating_duration_since(proposed);
+                self.metrics.stages.propose.observe(waited);
+                self.times.replicating.push_back((index, started));
+                self.times.proposed = None;
             }
             self.pipeline
                 .sync(&mut self.storage)
@@ -1088,6 +1112,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             }
             let now = self.start.elapsed().as_micros() as Micros;
             let finished = self.pipeline.advance(now, &mut send);
+            self.note_committed();
             if wrote.must_sync {
                 self.metrics.fsync_latency.observe(took);
                 if let (Some(bytes), Some((index, _))) =
@@ -1122,21 +1147,24 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         Ok(())
     }
 
-    /// The leader's entries that `status` shows committed, at the end of the pass that
-    /// committed them: how long each write waited for a majority
+    /// The leader's writes the node now knows committed (after a message it stepped, or a
+    /// Ready it advanced): how long each waited for a majority from the start of its write
     /// (`tenure_stage_seconds{stage="replicate"}`). A node that no longer leads forgets what
-    /// it was waiting for.
-    fn note_replicated(&mut self, status: &tenure_core::node::Status) {
-        if status.role != Role::Leader {
-            self.replicating.clear();
+    /// it was timing.
+    fn note_committed(&mut self) {
+        let node = self.pipeline.node();
+        if node.role() != Role::Leader {
+            self.times = WriteTimes::default();
             return;
         }
-        while let Some(&(index, written)) = self.replicating.front() {
-            if index > status.commit {
+        let (commit, now) = (node.commit_index(), Instant::now());
+        while let Some(&(index, written)) = self.times.replicating.front() {
+            if index > commit {
                 break;
             }
-            self.metrics.stages.replicate.observe(written.elapsed());
-            self.replicating.pop_front();
+            self.metrics.stages.replicate.observe(now - written);
+            self.times.replicating.pop_front();
+            self.times.committed = Some(now);
         }
     }
 
@@ -1144,9 +1172,16 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
     /// metrics.
     fn deliver(&mut self) {
         let out = self.pipeline.drain();
+        let committed = self.times.committed;
         for a in out.answers {
             let answer = match a.outcome {
-                Outcome::Applied { index, response } => Ok((index, response)),
+                Outcome::Applied { index, response } => {
+                    if let Some(at) = committed {
+                        self.metrics.stages.apply.observe(at.elapsed());
+                        self.times.committed = None;
+                    }
+                    Ok((index, response))
+                }
                 Outcome::Failed(f) => Err(f.into()),
                 Outcome::Indeterminate(u) => Err(u.into()),
             };
@@ -1311,7 +1346,7 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
         self.outbox
             .set_follow_epoch(self.pipeline.node().follow_epoch());
         let status = self.pipeline.node().status();
-        self.note_replicated(&status);
+        self.note_committed();
         let m = &self.metrics;
         m.term.store(status.term, Relaxed);
         m.leader_id.store(status.leader.unwrap_or(0), Relaxed);

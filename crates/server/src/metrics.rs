@@ -51,12 +51,24 @@ pub const STAGE_BUCKETS_MS: &[f64] = &[
 /// write` reads them before and after a run and prints the means side by side.
 #[derive(Debug)]
 pub struct Stages {
+    /// A unary gRPC call from its arrival (its headers read, before authentication) until
+    /// its handler starts: the body read and decoded, the caller authenticated.
+    pub unary_in: Histogram,
+    /// A unary gRPC call from its arrival until its handler has built the answer (what is
+    /// left is encoding it and writing it to the connection).
+    pub unary_total: Histogram,
     /// A proposal waiting in the driver's queue (the API task handed it over until the
     /// driver thread took it).
     pub write_queue: Histogram,
     /// A proposal in the server: from the API task handing it over until the answer is
     /// back in that task.
     pub write_total: Histogram,
+    /// On the leader: a proposal taken from the queue until the driver starts writing the
+    /// Ready that holds its entry (the rest of the batch of inputs, building the Ready).
+    pub propose: Histogram,
+    /// On the leader: a committed write's answer handed out, from the moment the driver saw
+    /// its entry committed (the Ready that applies it, its write, the answer's decision).
+    pub apply: Histogram,
     /// A keepalive waiting in the driver's queue.
     pub keepalive_queue: Histogram,
     /// A keepalive in the server, handed over to answered.
@@ -65,10 +77,11 @@ pub struct Stages {
     pub wal_write: Histogram,
     /// That Ready's fsync.
     pub wal_fsync: Histogram,
-    /// On the leader: its new entries written (and sent to the followers) until the end of
-    /// the driver's pass that saw them committed, that is held durably by a majority; a
-    /// follower's network round trip and fsync, or the leader's own fsync, whichever ends
-    /// later.
+    /// On the leader: a write of client proposals started (they go to the followers between the
+    /// write and its fsync) until the driver sees them committed, that is held durably by a
+    /// majority: a follower's network round trip and fsync, or the leader's own write and
+    /// fsync, whichever ends later. (The leader's own entries, lease checkpoints and
+    /// expiries, are not timed.)
     pub replicate: Histogram,
 }
 
@@ -76,6 +89,10 @@ impl Stages {
     fn new() -> Stages {
         let h = || Histogram::new(STAGE_BUCKETS_MS);
         Stages {
+            unary_in: h(),
+            unary_total: h(),
+            propose: h(),
+            apply: h(),
             write_queue: h(),
             write_total: h(),
             keepalive_queue: h(),
@@ -94,6 +111,10 @@ impl Stages {
         );
         let _ = writeln!(out, "# TYPE {name} histogram");
         for (stage, h) in [
+            ("unary_in", &self.unary_in),
+            ("unary_total", &self.unary_total),
+            ("propose", &self.propose),
+            ("apply", &self.apply),
             ("write_queue", &self.write_queue),
             ("write_total", &self.write_total),
             ("keepalive_queue", &self.keepalive_queue),

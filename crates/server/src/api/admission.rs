@@ -26,6 +26,12 @@ use crate::auth::{Denied, Policy};
 use crate::conn::{ConnEnds, Promotion};
 use crate::metrics::Metrics;
 
+/// When a gRPC request reached the server: its headers read, before it is authenticated or
+/// its body decoded. Stamped by [`Authenticate`] into the request's extensions, for the
+/// stage histograms (`tenure_stage_seconds{stage="unary_in"}` and `"unary_total"`).
+#[derive(Debug, Clone, Copy)]
+pub struct Arrived(pub std::time::Instant);
+
 /// The layer in front of every gRPC service.
 #[derive(Clone)]
 pub struct AuthenticateLayer {
@@ -137,7 +143,9 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
+        req.extensions_mut()
+            .insert(Arrived(std::time::Instant::now()));
         match self.shared.admit(&req) {
             Ok(()) => Box::pin(self.inner.call(req)),
             // Answered from the headers: the body is dropped unread, and the client's data

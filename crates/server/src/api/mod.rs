@@ -345,9 +345,18 @@ impl Api {
         build: impl FnOnce(T) -> A,
         answer: impl FnOnce(A::Reply) -> Result<R, Status>,
     ) -> Result<tonic::Response<R>, Status> {
+        let arrived = req.extensions().get::<admission::Arrived>().map(|a| a.0);
+        let stages = &self.driver.metrics.stages;
+        if let Some(at) = arrived {
+            stages.unary_in.observe(at.elapsed());
+        }
         let who = self.authorize(&req, action(req.get_ref()))?;
         let reply = build(req.into_inner()).ask(self, &who).await?;
-        answer(reply).map(tonic::Response::new)
+        let answered = answer(reply).map(tonic::Response::new);
+        if let (Some(at), Ok(_)) = (arrived, &answered) {
+            stages.unary_total.observe(at.elapsed());
+        }
+        answered
     }
 
     /// `session`'s token if it leads `election` now (a linearizable read).
