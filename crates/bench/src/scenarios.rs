@@ -1171,8 +1171,10 @@ fn print_breakdown(
 }
 
 /// The machine's floor, measured in the same run: a 64-byte round trip over loopback TCP
-/// (no TLS, no HTTP/2; `TCP_NODELAY`) and a 4 KiB write plus `fdatasync` in the temporary
-/// directory the clusters keep their data in. Medians of 2,000 round trips and 300 syncs.
+/// (no TLS, no HTTP/2; `TCP_NODELAY`), a 4 KiB write plus `fdatasync` in the temporary
+/// directory, and the same in three files at once (as the three nodes of a cluster on one
+/// disk sync together: their fsyncs share the disk and the filesystem's journal). Medians
+/// of 2,000 round trips and 300 syncs (900 at once).
 fn floor(system: System, profile: Profile, report: &mut Report) -> anyhow::Result<()> {
     use std::io::{Read as _, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -1201,15 +1203,20 @@ fn floor(system: System, profile: Profile, report: &mut Report) -> anyhow::Resul
     drop(s);
     let _ = echo.join();
     let dir = tempfile::tempdir()?;
-    let mut f = std::fs::File::create(dir.path().join("floor"))?;
-    let block = [0u8; 4096];
-    let mut sync = Vec::with_capacity(300);
-    for _ in 0..300 {
-        let t = Instant::now();
-        f.write_all(&block)?;
-        f.sync_data()?;
-        sync.push(t.elapsed());
-    }
+    let mut sync = sync_loop(&dir.path().join("floor"))?;
+    let mut together = std::thread::scope(|scope| {
+        let loops: Vec<_> = (0..3)
+            .map(|i| {
+                let path = dir.path().join(format!("floor-{i}"));
+                scope.spawn(move || sync_loop(&path))
+            })
+            .collect();
+        let mut all = Vec::with_capacity(900);
+        for l in loops {
+            all.extend(l.join().map_err(|_| anyhow!("an fsync loop panicked"))??);
+        }
+        anyhow::Ok(all)
+    })?;
     let median = |v: &mut Vec<Duration>| {
         v.sort();
         v[v.len() / 2]
@@ -1220,6 +1227,10 @@ fn floor(system: System, profile: Profile, report: &mut Report) -> anyhow::Resul
             median(&mut rtt),
         ),
         ("floor: 4 KiB write + fdatasync, median", median(&mut sync)),
+        (
+            "floor: 4 KiB write + fdatasync, three files at once, median",
+            median(&mut together),
+        ),
     ] {
         eprintln!("[{system} {profile}] {what}: {:.3} ms", as_ms(d));
         report.record(
@@ -1233,6 +1244,22 @@ fn floor(system: System, profile: Profile, report: &mut Report) -> anyhow::Resul
         );
     }
     Ok(())
+}
+
+/// 300 appends of 4 KiB to a new file at `path`, each followed by `fdatasync`: how long
+/// each took.
+fn sync_loop(path: &std::path::Path) -> std::io::Result<Vec<Duration>> {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(path)?;
+    let block = [0u8; 4096];
+    let mut took = Vec::with_capacity(300);
+    for _ in 0..300 {
+        let t = Instant::now();
+        f.write_all(&block)?;
+        f.sync_data()?;
+        took.push(t.elapsed());
+    }
+    Ok(took)
 }
 
 /// One histogram family's samples between two scrapes of a node's `/metrics`.

@@ -140,6 +140,7 @@ fn every_scenario_runs_once_against_tenure() {
         "| one client, breakdown: follower: fsync (mean of the followers), mean (ms) | equalized | tenure | 1 |",
         "| one client, breakdown: driver: commit to answer (apply), mean (ms) | equalized | tenure | 1 |",
         "| floor: 4 KiB write + fdatasync, median (ms) | equalized | tenure | 1 |",
+        "| floor: 4 KiB write + fdatasync, three files at once, median (ms) | equalized | tenure | 1 |",
         "| one session, one renewal in flight: round trip, mean (ms) | equalized | tenure | 1 |",
         "| one session, breakdown: driver: received to acknowledged, mean (ms) | equalized | tenure | 1 |",
     ] {
