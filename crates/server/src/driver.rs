@@ -553,7 +553,8 @@ pub struct Driver<S: BackgroundSnapshots, O: Outbox> {
 /// decides anything. A node that does not lead forgets it all.
 #[derive(Default)]
 struct WriteTimes {
-    /// The first proposal the leader took since its last write of new entries started.
+    /// The first proposal the leader took into its log since its last write of client
+    /// proposals started.
     proposed: Option<Instant>,
     /// The leader's last entry of each write of client proposals not yet committed, and
     /// when that write started.
@@ -911,11 +912,14 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
                 reply,
             } => {
                 self.metrics.stages.write_queue.observe(queued.elapsed());
-                if self.pipeline.node().role() == Role::Leader {
-                    self.times.proposed.get_or_insert_with(Instant::now);
-                }
+                let taken = Instant::now();
                 let (node, core) = self.pipeline.parts();
+                let waiting = core.proposals_pending();
                 core.propose(node, now, request, command, reply);
+                // Timed only when it went into the leader's log (not refused at once).
+                if core.proposals_pending() > waiting && node.role() == Role::Leader {
+                    self.times.proposed.get_or_insert(taken);
+                }
             }
             ClientRequest::KeepAlive {
                 session,
