@@ -705,7 +705,11 @@ async fn fault_trial(
         Fault::Pause => tenure_procs::signal(pid, libc::SIGCONT)?,
         Fault::Transfer => {}
     }
-    let took = took?;
+    let took = match took {
+        Ok(took) => took,
+        // Where leadership is now says whether a transfer took at all.
+        Err(e) => bail!("{e:#}; the leader is now {:?}", c.leader().await),
+    };
     if fault == Fault::Transfer {
         // The target acknowledged a write as leader; the other nodes learn of it with its
         // next message, so every node agreeing can take a moment. Another leader, or none
@@ -734,20 +738,33 @@ async fn first_ack(w: Arc<dyn Writer>, t0: Instant, within: Duration) -> anyhow:
     let mut attempts = tokio::task::JoinSet::new();
     let mut k = 0u64;
     let mut tick = tokio::time::interval(Duration::from_millis(5));
+    // The last refusal, for the error when none is acknowledged.
+    let last_error = Arc::new(std::sync::Mutex::new(None::<String>));
     let r = loop {
         tokio::select! {
             at = rx.recv() => break at.map(|at| at - t0).ok_or_else(|| anyhow!("writer gone")),
             _ = tick.tick() => {
                 if t0.elapsed() > within {
-                    break Err(anyhow!("no write acknowledged within {within:?} of the fault"));
+                    let last = last_error.lock().map(|e| e.clone()).unwrap_or_default();
+                    break Err(anyhow!(
+                        "no write acknowledged within {within:?} of the fault (the last refusal: {})",
+                        last.as_deref().unwrap_or("none")
+                    ));
                 }
                 if attempts.len() < 400 {
                     k += 1;
-                    let (w, tx) = (w.clone(), tx.clone());
+                    let (w, tx, last_error) = (w.clone(), tx.clone(), last_error.clone());
                     attempts.spawn(async move {
                         let v = format!("after-{k}");
-                        if w.put("tenure-bench-failover", v.as_bytes(), Duration::from_secs(2)).await.is_ok() {
-                            let _ = tx.send(Instant::now());
+                        match w.put("tenure-bench-failover", v.as_bytes(), Duration::from_secs(2)).await {
+                            Ok(()) => {
+                                let _ = tx.send(Instant::now());
+                            }
+                            Err(e) => {
+                                if let Ok(mut last) = last_error.lock() {
+                                    *last = Some(format!("{e:#}"));
+                                }
+                            }
                         }
                     });
                 }
