@@ -1004,6 +1004,11 @@ fn stage_mean(before: &str, after: &str, stage: &str) -> Option<(Duration, u64)>
     (count >= 1.0).then(|| (Duration::from_secs_f64(sum.max(0.0) / count), count as u64))
 }
 
+/// [`stage_mean`]'s mean, zero when the stage had no samples.
+fn stage_or_zero(before: &str, after: &str, stage: &str) -> Duration {
+    stage_mean(before, after, stage).map_or(Duration::ZERO, |(d, _)| d)
+}
+
 /// The mean of a histogram family between two scrapes (zero without samples).
 fn family_mean(before: &str, after: &str, family: &str) -> Duration {
     HistogramDelta::between(before, after, family)
@@ -1040,7 +1045,7 @@ fn write_breakdown(
     let Some((total, n)) = stage_mean(b, a, "write_total") else {
         return false;
     };
-    let stage = |name: &str| stage_mean(b, a, name).map_or(Duration::ZERO, |(d, _)| d);
+    let stage = |name: &str| stage_or_zero(b, a, name);
     let (unary, unary_in) = (stage("unary_total"), stage("unary_in"));
     let (queue, propose) = (stage("write_queue"), stage("propose"));
     let (replicate, apply) = (stage("replicate"), stage("apply"));
@@ -1125,7 +1130,7 @@ fn keepalive_breakdown(
     let Some((total, n)) = stage_mean(before, after, "keepalive_total") else {
         return false;
     };
-    let queue = stage_mean(before, after, "keepalive_queue").map_or(Duration::ZERO, |(d, _)| d);
+    let queue = stage_or_zero(before, after, "keepalive_queue");
     let driver = family_mean(before, after, tenure_plan::metrics::KEEPALIVE);
     let rows = [
         ("client round trip", client_mean),

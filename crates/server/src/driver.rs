@@ -1161,11 +1161,14 @@ impl<S: BackgroundSnapshots, O: Outbox> Driver<S, O> {
             self.times = WriteTimes::default();
             return;
         }
-        let (commit, now) = (node.commit_index(), Instant::now());
+        let commit = node.commit_index();
+        // Read the clock only when something committed (not on every heartbeat's answer).
+        let mut now = None;
         while let Some(&(index, written)) = self.times.replicating.front() {
             if index > commit {
                 break;
             }
+            let now = *now.get_or_insert_with(Instant::now);
             self.metrics.stages.replicate.observe(now - written);
             self.times.replicating.pop_front();
             self.times.committed = Some(now);

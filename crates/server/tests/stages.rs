@@ -6,21 +6,6 @@
 use tenure_proto::v1;
 use tenure_testkit::*;
 
-/// The growth of one stage's `_count` and `_sum` (seconds) between two scrapes.
-fn grown(before: &str, after: &str, stage: &str) -> (f64, f64) {
-    let value = |text: &str, what: &str| {
-        let name = format!("tenure_stage_seconds_{what}{{stage=\"{stage}\"}}");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-    };
-    (
-        value(after, "count") - value(before, "count"),
-        value(after, "sum") - value(before, "sum"),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_write_passes_each_stage_once_and_the_parts_fit_in_the_whole() {
     const WRITES: u64 = 200;
@@ -31,7 +16,28 @@ async fn each_write_passes_each_stage_once_and_the_parts_fit_in_the_whole() {
     c.wait_caught_up(leader, &c.ids(), secs(10)).await;
     let mut keys = v1::fenced_keys_client::FencedKeysClient::new(c.channel(leader));
 
-    let before = c.metrics(leader).await;
+    let stages = [
+        "unary_in",
+        "unary_total",
+        "write_queue",
+        "write_total",
+        "propose",
+        "replicate",
+        "apply",
+    ];
+    // Each stage's `_count` and `_sum` (seconds) on the leader.
+    async fn read(c: &Cluster, leader: u64, stages: &[&str]) -> Vec<(f64, f64)> {
+        let mut v = Vec::new();
+        for stage in stages {
+            let series = |what| format!("tenure_stage_seconds_{what}{{stage=\"{stage}\"}}");
+            v.push((
+                c.metric(leader, &series("count")).await,
+                c.metric(leader, &series("sum")).await,
+            ));
+        }
+        v
+    }
+    let before = read(&c, leader, &stages).await;
     for i in 0..WRITES {
         keys.put(v1::PutRequest {
             key: "k".into(),
@@ -43,25 +49,16 @@ async fn each_write_passes_each_stage_once_and_the_parts_fit_in_the_whole() {
         .await
         .unwrap_or_else(|e| panic!("put #{i}: {e}"));
     }
-    let after = c.metrics(leader).await;
+    let after = read(&c, leader, &stages).await;
 
-    let stages = [
-        "unary_in",
-        "unary_total",
-        "write_queue",
-        "write_total",
-        "propose",
-        "replicate",
-        "apply",
-    ];
     let mut sum = std::collections::BTreeMap::new();
-    for stage in stages {
-        let (count, seconds) = grown(&before, &after, stage);
+    for ((stage, b), a) in stages.iter().zip(&before).zip(&after) {
+        let (count, seconds) = (a.0 - b.0, a.1 - b.1);
         assert_eq!(
             count, WRITES as f64,
             "{stage}: {count} samples for {WRITES} writes"
         );
-        sum.insert(stage, seconds);
+        sum.insert(*stage, seconds);
     }
     // A write's stages in the driver follow each other: the queue, its proposal taken to
     // the log write, the write to the commit, the commit to the answer. With the answer's
